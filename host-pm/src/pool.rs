@@ -1,0 +1,823 @@
+//! The pool: creation, opening, locking, A/B header writes, persistence, growth.
+
+use std::cmp::Reverse;
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{Ordering, fence};
+
+use memmap2::{MmapMut, MmapOptions};
+
+use crate::backend::{self, Backend, FileInfo, io_err};
+use crate::header::{
+    CopyError, Extras, HEADER_COPY_BYTES, Header, decode_raw, encode_raw, validate_header,
+};
+use crate::persist::{self, FlushInstr, PersistMode};
+use crate::{HEADER_AREA, LINE_BYTES, PoolError, REGION_ALIGN, Region, Result};
+
+/// One header copy's size as an index.
+const COPY: usize = HEADER_COPY_BYTES as usize;
+
+/// Options of [`Pool::create`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CreateOptions {
+    /// Growth limit in bytes (rounded down to [`REGION_ALIGN`]); `None` = unlimited. Stored in
+    /// the header, so it holds after reopening.
+    pub max_bytes: Option<u64>,
+}
+
+/// The persist primitive in use, with the flush instruction resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Persist {
+    Flush(FlushInstr),
+    Msync,
+    Fence,
+    None,
+}
+
+impl Persist {
+    fn mode(self) -> PersistMode {
+        match self {
+            Persist::Flush(_) => PersistMode::FlushFence,
+            Persist::Msync => PersistMode::Msync,
+            Persist::Fence => PersistMode::Fence,
+            Persist::None => PersistMode::None,
+        }
+    }
+}
+
+/// An open pool: a mapping of the whole pool, the lock on its file, and its current header.
+///
+/// Dropping a pool without [`Pool::close`] is what a crash looks like: nothing is written,
+/// `clean_shutdown` stays false, and the lock goes with the file descriptor.
+pub struct Pool {
+    // Declared before `file`: the mapping holds a reference to the open file, and the flock is
+    // released only when the last reference goes, so unmap first.
+    map: MmapMut,
+    file: Option<File>,
+    path: Option<PathBuf>,
+    backend: Backend,
+    persist: Persist,
+    /// Pool length in bytes. The mapping may be longer (a devdax device is mapped whole).
+    len: u64,
+    /// Sizes are rounded up to this (REGION_ALIGN, or the huge page size on hugetlbfs).
+    granule: u64,
+    /// Size of the devdax device, the hard limit of growth.
+    device_bytes: Option<u64>,
+    /// Growth limit stored in the header.
+    max_bytes: Option<u64>,
+    header: Header,
+    /// Header copy slot (0 or 1) that holds `header`; the next write goes to the other one.
+    slot: usize,
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("path", &self.path)
+            .field("backend", &self.backend)
+            .field("persist", &self.persist.mode())
+            .field("len", &self.len)
+            .field("max_bytes", &self.max_bytes())
+            .field("header", &self.header)
+            .finish()
+    }
+}
+
+/// A header the caller handed in that cannot be stored.
+fn refuse(e: PoolError) -> PoolError {
+    PoolError::InvalidArgument(format!("refusing to store an invalid header: {e}"))
+}
+
+fn to_usize(bytes: u64) -> Result<usize> {
+    usize::try_from(bytes).map_err(|_| {
+        PoolError::InvalidArgument(format!("{bytes} bytes do not fit the address space"))
+    })
+}
+
+/// Name used in I/O errors of anonymous pools.
+fn anon_path() -> PathBuf {
+    PathBuf::from("<anonymous memory>")
+}
+
+/// Take the pool's exclusive lock without waiting.
+fn lock(file: &File, path: &Path) -> Result<()> {
+    loop {
+        // SAFETY: flock on a descriptor that `file` keeps open; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => {
+                return Err(PoolError::Locked {
+                    path: path.to_path_buf(),
+                });
+            }
+            _ => return Err(io_err(path, "lock")(err)),
+        }
+    }
+}
+
+/// Map `len` bytes of `file` shared, read-write.
+fn map_file(file: &File, len: u64, path: &Path) -> Result<MmapMut> {
+    let len = to_usize(len)?;
+    // SAFETY: the mapping is only sound while no one truncates or rewrites the file behind our
+    // back; we hold the exclusive flock, which every cooperating opener takes. A process that
+    // ignores the lock and truncates the file can make accesses fault (SIGBUS), as with any
+    // shared mapping.
+    unsafe { MmapOptions::new().len(len).map_mut(file) }.map_err(io_err(path, "mmap"))
+}
+
+/// Give the file `bytes` of allocated storage so that running out of space is an error now,
+/// not a SIGBUS on a later store into a hole.
+fn allocate(file: &File, path: &Path, bytes: u64) -> Result<()> {
+    let len = libc::off_t::try_from(bytes)
+        .map_err(|_| PoolError::InvalidArgument(format!("{bytes} bytes is too large a file")))?;
+    // SAFETY: plain system call on a descriptor `file` keeps open.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    match rc {
+        0 => Ok(()),
+        // File systems without fallocate (e.g. some tmpfs setups): a sparse extension will do.
+        libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS => file
+            .set_len(bytes)
+            .map_err(io_err(path, "set the length of")),
+        e => Err(io_err(path, "allocate")(std::io::Error::from_raw_os_error(
+            e,
+        ))),
+    }
+}
+
+/// Make a new directory entry durable.
+fn sync_parent_dir(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir, "sync directory"))
+}
+
+/// Removes a half-created pool file unless disarmed.
+struct RemoveOnError<'a>(Option<&'a Path>);
+
+impl Drop for RemoveOnError<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Choose the header copy to trust: the intact copy (magic and checksum right) with the
+/// highest sequence, ties to copy 0. If that copy fails validation the pool is reported, not
+/// silently rolled back: an intact copy is never the product of a torn write, so an invalid
+/// one means the file was damaged (e.g. truncated) after the header was written.
+fn choose_header(
+    copies: [&[u8]; 2],
+    file_bytes: u64,
+    path: &Path,
+) -> Result<(Header, Extras, usize)> {
+    let results = copies.map(|raw| decode_raw(raw, file_bytes));
+    // A pool written by a newer format must not be touched, whatever the other copy says.
+    for r in &results {
+        if let Err(CopyError::Version(found)) = r {
+            return Err(PoolError::UnsupportedVersion {
+                found: *found,
+                supported: crate::FORMAT_VERSION,
+            });
+        }
+    }
+    let intact_sequence = |r: &std::result::Result<(Header, Extras), CopyError>| match r {
+        Ok((h, _)) => Some(h.sequence),
+        Err(CopyError::Invalid { sequence, .. }) => Some(*sequence),
+        Err(_) => None,
+    };
+    let newest = (0..2)
+        .filter_map(|i| intact_sequence(&results[i]).map(|s| (s, i)))
+        .max_by_key(|&(s, i)| (s, Reverse(i)));
+    let [r0, r1] = results;
+    match newest {
+        Some((_, slot)) => match if slot == 0 { r0 } else { r1 } {
+            Ok((h, x)) => Ok((h, x, slot)),
+            Err(CopyError::Invalid {
+                sequence,
+                error: PoolError::Corrupt { what },
+            }) => Err(PoolError::Corrupt {
+                what: format!("header copy {slot} (sequence {sequence}): {what}"),
+            }),
+            Err(CopyError::Invalid { error, .. }) => Err(error),
+            // Not intact, so not chosen.
+            Err(other) => Err(PoolError::Corrupt {
+                what: other.reason(),
+            }),
+        },
+        None => match (r0, r1) {
+            (Err(CopyError::BadMagic), Err(CopyError::BadMagic)) => Err(PoolError::NotAPool {
+                path: path.to_path_buf(),
+            }),
+            (a, b) => {
+                let reason = |r: std::result::Result<_, CopyError>| {
+                    r.err().map(|e| e.reason()).unwrap_or_default()
+                };
+                Err(PoolError::Corrupt {
+                    what: format!(
+                        "no valid header copy: copy 0: {}; copy 1: {}",
+                        reason(a),
+                        reason(b)
+                    ),
+                })
+            }
+        },
+    }
+}
+
+impl Pool {
+    /// Create a pool of `bytes` (rounded up to [`REGION_ALIGN`]; to the huge page size on
+    /// hugetlbfs) at `path`, write `header` (its `clean_shutdown` forced to false, `sequence`
+    /// to 1) into both header copies, persist, and keep the pool locked.
+    ///
+    /// `path` must not exist, unless it is a devdax device (whose first `bytes` are then
+    /// zeroed; a new file is zero already). `None` creates volatile anonymous memory. The
+    /// caller lays out the header's regions, e.g. with [`crate::layout_regions`]; a header that
+    /// does not validate against the pool size is refused ([`PoolError::InvalidArgument`]).
+    pub fn create(
+        path: Option<&Path>,
+        bytes: u64,
+        header: &Header,
+        opts: &CreateOptions,
+    ) -> Result<Pool> {
+        let total = bytes
+            .checked_next_multiple_of(REGION_ALIGN)
+            .ok_or_else(|| PoolError::InvalidArgument(format!("pool size {bytes} is too large")))?;
+        let mut h = *header;
+        h.clean_shutdown = false;
+        h.sequence = 1;
+        validate_header(&h, total).map_err(refuse)?;
+        let limit = opts.max_bytes.map(|m| m - m % REGION_ALIGN);
+        check_limit(total, limit)?;
+        let Some(path) = path else {
+            let map = MmapMut::map_anon(to_usize(total)?).map_err(io_err(&anon_path(), "mmap"))?;
+            let pool = Pool {
+                map,
+                file: None,
+                path: None,
+                backend: Backend::Anonymous,
+                persist: Persist::None,
+                len: total,
+                granule: REGION_ALIGN,
+                device_bytes: None,
+                max_bytes: limit,
+                header: h,
+                slot: 0,
+            };
+            return pool.format();
+        };
+        let is_device = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device());
+        if is_device {
+            return Self::create_devdax(path, total, h, limit);
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(io_err(path, "create"))?;
+        let mut cleanup = RemoveOnError(Some(path));
+        lock(&file, path)?;
+        let info = backend::probe(&file, path)?;
+        let total = total
+            .checked_next_multiple_of(info.granule)
+            .ok_or_else(|| PoolError::InvalidArgument(format!("pool size {bytes} is too large")))?;
+        check_limit(total, limit)?;
+        allocate(&file, path, total)?;
+        let map = map_file(&file, total, path)?;
+        let pool = Pool::assemble(map, file, path, info, total, limit, h).format()?;
+        if pool.backend == Backend::File {
+            sync_parent_dir(path)?;
+        }
+        cleanup.0 = None;
+        Ok(pool)
+    }
+
+    fn create_devdax(path: &Path, total: u64, h: Header, limit: Option<u64>) -> Result<Pool> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io_err(path, "open"))?;
+        lock(&file, path)?;
+        let info = backend::probe(&file, path)?;
+        check_limit(total, Some(info.bytes))?;
+        // The device is mapped whole, so later growth needs no remapping.
+        let map = map_file(&file, info.bytes, path)?;
+        let mut pool = Pool::assemble(map, file, path, info, total, limit, h);
+        // A device keeps old contents: zero the pool, durably, before a header points into it.
+        pool.bytes_mut().fill(0);
+        pool.persist_all()?;
+        pool.format()
+    }
+
+    fn assemble(
+        map: MmapMut,
+        file: File,
+        path: &Path,
+        info: FileInfo,
+        len: u64,
+        limit: Option<u64>,
+        h: Header,
+    ) -> Pool {
+        let persist = match persist::default_mode(
+            info.backend,
+            persist::force_flush_from_env(),
+            persist::flush_instr(),
+        ) {
+            PersistMode::FlushFence => {
+                persist::flush_instr().map_or(Persist::Fence, Persist::Flush)
+            }
+            PersistMode::Msync => Persist::Msync,
+            PersistMode::Fence => Persist::Fence,
+            PersistMode::None => Persist::None,
+        };
+        if info.backend == Backend::DevDax && persist == Persist::Fence {
+            log::warn!(
+                "{}: no cache-line flush on this CPU; devdax writes are not durable across power loss",
+                path.display()
+            );
+        }
+        Pool {
+            map,
+            file: Some(file),
+            path: Some(path.to_path_buf()),
+            backend: info.backend,
+            persist,
+            len,
+            granule: info.granule,
+            device_bytes: (info.backend == Backend::DevDax).then_some(info.bytes),
+            max_bytes: limit,
+            header: h,
+            slot: 0,
+        }
+    }
+
+    /// Write the current header into both copies and persist them (creation only).
+    fn format(mut self) -> Result<Pool> {
+        let raw = encode_raw(&self.header, self.extras());
+        self.map[..COPY].copy_from_slice(&raw);
+        self.map[COPY..2 * COPY].copy_from_slice(&raw);
+        self.persist_range(0, 2 * HEADER_COPY_BYTES)?;
+        log::info!(
+            "created pool {} ({} bytes, backend {}, persist {})",
+            self.display_path().display(),
+            self.len,
+            self.backend,
+            self.persist_mode()
+        );
+        Ok(self)
+    }
+
+    /// Open an existing pool: take its exclusive lock ([`PoolError::Locked`] if held), map it
+    /// shared, pick the newest intact header copy, and validate every field against the file
+    /// size before returning. Never panics and never reads outside the file, whatever it holds.
+    ///
+    /// If the newest intact copy (right magic and checksum) fails validation, that error is
+    /// returned rather than falling back to the older copy: only a damaged file produces it.
+    pub fn open(path: &Path) -> Result<Pool> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io_err(path, "open"))?;
+        lock(&file, path)?;
+        let info = backend::probe(&file, path)?;
+        if info.bytes < HEADER_AREA {
+            return Err(PoolError::Truncated {
+                file_bytes: info.bytes,
+                needed: HEADER_AREA,
+            });
+        }
+        let map = map_file(&file, info.bytes, path)?;
+        let (h, x, slot) = choose_header([&map[..COPY], &map[COPY..2 * COPY]], info.bytes, path)?;
+        // A devdax pool is as long as its header says; a file pool is the whole file.
+        let len = if info.backend == Backend::DevDax {
+            x.pool_bytes
+        } else {
+            info.bytes
+        };
+        let max_bytes = (x.max_bytes != 0).then_some(x.max_bytes);
+        if let Some(m) = max_bytes
+            && len > m
+        {
+            return Err(PoolError::Corrupt {
+                what: format!("the file has {len} bytes, more than its max_bytes {m}"),
+            });
+        }
+        let mut pool = Pool::assemble(map, file, path, info, len, max_bytes, h);
+        pool.slot = slot;
+        log::info!(
+            "opened pool {} ({} bytes, backend {}, persist {}, header copy {slot}, sequence {}, clean {})",
+            path.display(),
+            len,
+            pool.backend,
+            pool.persist_mode(),
+            h.sequence,
+            h.clean_shutdown
+        );
+        Ok(pool)
+    }
+
+    /// The current header (the newest durable copy).
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Write a new header durably. Its `sequence` is set to the current one plus 1; it goes
+    /// into the slot of the older copy and is persisted there, so the current copy stays intact
+    /// until the new one is durable. A header that fails [`validate_header`] against the pool
+    /// length is refused ([`PoolError::InvalidArgument`]) and nothing is written.
+    pub fn write_header(&mut self, header: &Header) -> Result<()> {
+        let mut h = *header;
+        h.sequence =
+            self.header.sequence.checked_add(1).ok_or_else(|| {
+                PoolError::InvalidArgument("header sequence exhausted".to_string())
+            })?;
+        validate_header(&h, self.len).map_err(refuse)?;
+        let slot = 1 - self.slot;
+        let raw = encode_raw(&h, self.extras());
+        let at = slot * COPY;
+        self.map[at..at + COPY].copy_from_slice(&raw);
+        self.persist_range(at as u64, HEADER_COPY_BYTES)?;
+        self.header = h;
+        self.slot = slot;
+        Ok(())
+    }
+
+    /// What each copy stores beside the header.
+    fn extras(&self) -> Extras {
+        Extras {
+            // A file may have an odd length if something else extended it; record whole units.
+            pool_bytes: self.len - self.len % REGION_ALIGN,
+            max_bytes: self.max_bytes.unwrap_or(0),
+        }
+    }
+
+    /// The kind of memory behind the pool.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The persist primitive in use.
+    pub fn persist_mode(&self) -> PersistMode {
+        self.persist.mode()
+    }
+
+    /// Change the persist primitive, e.g. to measure its cost or to run without persistence.
+    ///
+    /// [`PersistMode::FlushFence`] needs a CPU flush instruction (x86_64);
+    /// [`PersistMode::Msync`] needs a file. Weakening the mode weakens durability: that is
+    /// the caller's choice.
+    pub fn set_persist_mode(&mut self, mode: PersistMode) -> Result<()> {
+        self.persist = match mode {
+            PersistMode::FlushFence => {
+                persist::flush_instr().map(Persist::Flush).ok_or_else(|| {
+                    PoolError::InvalidArgument("this CPU has no cache-line flush".to_string())
+                })?
+            }
+            PersistMode::Msync if self.file.is_none() => {
+                return Err(PoolError::InvalidArgument(
+                    "msync needs a file-backed pool, this one is anonymous".to_string(),
+                ));
+            }
+            PersistMode::Msync => Persist::Msync,
+            PersistMode::Fence => Persist::Fence,
+            PersistMode::None => Persist::None,
+        };
+        Ok(())
+    }
+
+    /// The pool's file or device; `None` for anonymous memory.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    fn display_path(&self) -> PathBuf {
+        self.path.clone().unwrap_or_else(anon_path)
+    }
+
+    /// Pool length in bytes (what [`Pool::bytes`] covers).
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True when the pool has no bytes (never, for a created or opened pool).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Growth limit: the smaller of the stored `max_bytes` and, for devdax, the device size.
+    pub fn max_bytes(&self) -> Option<u64> {
+        match (self.max_bytes, self.device_bytes) {
+            (Some(m), Some(d)) => Some(m.min(d)),
+            (m, d) => m.or(d),
+        }
+    }
+
+    /// Base of the mapping (page aligned). Invalidated by [`Pool::grow`].
+    pub fn as_ptr(&self) -> *const u8 {
+        self.map.as_ptr()
+    }
+
+    /// Mutable base of the mapping (page aligned). Invalidated by [`Pool::grow`].
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+
+    /// The whole pool.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map[..self.len as usize]
+    }
+
+    /// The whole pool, writable. Writes are durable only after a persist call.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let len = self.len as usize;
+        &mut self.map[..len]
+    }
+
+    /// Byte range of a region, checked against the pool.
+    fn span(&self, r: Region) -> std::ops::Range<usize> {
+        assert!(
+            r.offset
+                .checked_add(r.bytes)
+                .is_some_and(|end| end <= self.len),
+            "region {r:?} is outside the pool of {} bytes",
+            self.len
+        );
+        r.offset as usize..r.end() as usize
+    }
+
+    /// The bytes of a region. Panics if `r` is outside the pool (a bug of the caller: regions
+    /// come from a validated header).
+    pub fn region(&self, r: Region) -> &[u8] {
+        let span = self.span(r);
+        &self.map[span]
+    }
+
+    /// The bytes of a region, writable. Panics if `r` is outside the pool.
+    pub fn region_mut(&mut self, r: Region) -> &mut [u8] {
+        let span = self.span(r);
+        &mut self.map[span]
+    }
+
+    fn msync(&self, start: u64, len: u64) -> Result<()> {
+        self.map
+            .flush_range(start as usize, len as usize)
+            .map_err(io_err(&self.display_path(), "msync"))
+    }
+
+    /// Persist mapping bytes `start..end` (already checked to be inside the mapping).
+    fn persist_span(&self, start: u64, end: u64) -> Result<()> {
+        match self.persist {
+            Persist::Flush(instr) => {
+                persist::flush_lines(instr, &self.map[start as usize..end as usize]);
+                persist::store_fence();
+            }
+            Persist::Msync => self.msync(start, end - start)?,
+            Persist::Fence => fence(Ordering::SeqCst),
+            Persist::None => {}
+        }
+        Ok(())
+    }
+
+    /// Make `len` bytes at pool offset `offset` durable: flush each 64-byte line and fence once,
+    /// `msync(MS_SYNC)` the covering pages, fence, or nothing, per [`Pool::persist_mode`].
+    /// A range outside the pool is [`PoolError::InvalidArgument`].
+    pub fn persist_range(&self, offset: u64, len: u64) -> Result<()> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&end| end <= self.len)
+            .ok_or_else(|| {
+                PoolError::InvalidArgument(format!(
+                    "persist range {offset:#x}+{len:#x} is outside the pool of {:#x} bytes",
+                    self.len
+                ))
+            })?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.persist_span(offset, end)
+    }
+
+    /// Make the given 64-byte lines durable (line `i` = pool bytes `64 i .. 64 i + 64`). The
+    /// list may be unsorted and hold duplicates. Flushes each line and fences once; with msync,
+    /// merges the lines into runs of adjacent pages and syncs each run, never the whole pool.
+    /// A line outside the pool is [`PoolError::InvalidArgument`] and nothing is persisted.
+    pub fn persist_lines(&self, lines: &[u64]) -> Result<()> {
+        let Some(&max) = lines.iter().max() else {
+            return Ok(());
+        };
+        let line_count = self.len.div_ceil(LINE_BYTES);
+        if max >= line_count {
+            return Err(PoolError::InvalidArgument(format!(
+                "line {max} is outside the pool of {line_count} lines"
+            )));
+        }
+        match self.persist {
+            Persist::Flush(instr) => {
+                for &line in lines {
+                    let start = line * LINE_BYTES;
+                    let end = (start + LINE_BYTES).min(self.len);
+                    persist::flush_lines(instr, &self.map[start as usize..end as usize]);
+                }
+                persist::store_fence();
+            }
+            Persist::Msync => {
+                // The mapping starts on a page boundary, so pool offsets and pages agree.
+                for (start, len) in persist::page_runs(lines, persist::page_size()) {
+                    self.msync(start, len.min(self.len - start))?;
+                }
+            }
+            Persist::Fence => fence(Ordering::SeqCst),
+            Persist::None => {}
+        }
+        Ok(())
+    }
+
+    /// Make the whole pool durable.
+    pub fn persist_all(&self) -> Result<()> {
+        self.persist_range(0, self.len)
+    }
+
+    /// Grow the pool to `new_bytes` (rounded up to [`REGION_ALIGN`], or to the huge page
+    /// size); the new bytes read as zero. A size not above the current length is a no-op.
+    ///
+    /// The mapping may move: pointers and slices taken before are invalid. Beyond
+    /// [`Pool::max_bytes`] (a devdax pool cannot pass its device) the error is
+    /// [`PoolError::OutOfSpace`]. The header is not changed: the caller records new regions
+    /// with [`Pool::write_header`] once it has filled them.
+    pub fn grow(&mut self, new_bytes: u64) -> Result<()> {
+        let limit = self.max_bytes();
+        let new =
+            new_bytes
+                .checked_next_multiple_of(self.granule)
+                .ok_or(PoolError::OutOfSpace {
+                    needed: new_bytes,
+                    limit: limit.unwrap_or(u64::MAX),
+                })?;
+        if new <= self.len {
+            return Ok(());
+        }
+        check_limit(new, limit)?;
+        let old = self.len;
+        match (self.backend, &self.file, &self.path) {
+            (Backend::DevDax, _, _) => {
+                // Mapped whole at open: zero the new part durably, as a fresh file would read.
+                self.map[old as usize..new as usize].fill(0);
+                self.persist_span(old, new)?;
+            }
+            (Backend::Tmpfs | Backend::File, Some(file), Some(path)) => {
+                allocate(file, path, new)?;
+                if self.backend == Backend::File {
+                    // The new length must be durable before a header can point past the old one.
+                    file.sync_data().map_err(io_err(path, "sync"))?;
+                }
+                self.map = map_file(file, new, path)?;
+            }
+            _ => {
+                // Anonymous memory (or a pool without its file, which cannot happen): copy.
+                let mut map =
+                    MmapMut::map_anon(to_usize(new)?).map_err(io_err(&anon_path(), "mmap"))?;
+                map[..old as usize].copy_from_slice(&self.map[..old as usize]);
+                self.map = map;
+            }
+        }
+        self.len = new;
+        log::debug!(
+            "grew pool {} from {old} to {new} bytes",
+            self.display_path().display()
+        );
+        Ok(())
+    }
+
+    /// Clean close: a durable header write with `clean_shutdown = true`, then unmap and unlock.
+    ///
+    /// With msync the whole pool is synced first (only dirty pages cost anything), so the flag
+    /// never claims data that is not durable. With cache-line flushes the caller must have
+    /// persisted what it wrote: flushing a whole device would take seconds.
+    pub fn close(mut self) -> Result<()> {
+        if self.persist == Persist::Msync {
+            self.persist_all()?;
+        }
+        let mut h = self.header;
+        h.clean_shutdown = true;
+        self.write_header(&h)
+        // `self` drops here: the mapping, then the file, which releases the lock.
+    }
+
+    /// Mark the pool open-and-dirty (`clean_shutdown = false`) durably; the table crate calls it
+    /// right after open. Writes nothing if the flag is already false.
+    pub fn mark_dirty(&mut self) -> Result<()> {
+        if !self.header.clean_shutdown {
+            return Ok(());
+        }
+        let mut h = self.header;
+        h.clean_shutdown = false;
+        self.write_header(&h)
+    }
+}
+
+fn check_limit(needed: u64, limit: Option<u64>) -> Result<()> {
+    match limit {
+        Some(limit) if needed > limit => Err(PoolError::OutOfSpace { needed, limit }),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::header::encode_header;
+    use crate::{ResizeRecord, TableConfig, layout_regions};
+
+    fn header(seq: u64) -> Header {
+        let (t, h, _) = layout_regions(REGION_ALIGN, REGION_ALIGN);
+        Header {
+            version: crate::FORMAT_VERSION,
+            table: TableConfig {
+                key_bytes: 8,
+                value_bytes: 8,
+                levels: 1,
+                hashes: 1,
+                slots: 1,
+                top_level: 0,
+                seed: 0,
+            },
+            table_region: t,
+            heap_region: h,
+            heap_cells: 1,
+            resize: ResizeRecord::default(),
+            clean_shutdown: false,
+            sequence: seq,
+            user: [0; 8],
+        }
+    }
+
+    const FILE: u64 = 1 << 20;
+
+    fn choose(a: &[u8], b: &[u8]) -> Result<(Header, Extras, usize)> {
+        choose_header([a, b], FILE, Path::new("p"))
+    }
+
+    #[test]
+    fn newest_intact_copy_wins() {
+        let (a, b) = (encode_header(&header(3)), encode_header(&header(4)));
+        assert_eq!(choose(&a, &b).unwrap().2, 1);
+        assert_eq!(choose(&b, &a).unwrap().2, 0);
+        // Ties go to copy 0.
+        assert_eq!(choose(&a, &a).unwrap().2, 0);
+        // A torn newest copy falls back to the older one.
+        let mut torn = b.clone();
+        torn[100] ^= 1;
+        assert_eq!(choose(&a, &torn).unwrap().0.sequence, 3);
+        let zero = vec![0u8; COPY];
+        assert_eq!(choose(&zero, &a).unwrap().2, 1);
+    }
+
+    #[test]
+    fn intact_but_invalid_newest_copy_is_reported() {
+        let old = encode_header(&header(3));
+        let mut bad = header(4);
+        bad.heap_cells = 0;
+        let err = choose(&old, &encode_header(&bad)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("header copy 1 (sequence 4): heap_cells is 0"),
+            "{err}"
+        );
+        // An older invalid copy does not matter.
+        let mut older = header(2);
+        older.heap_cells = 0;
+        assert_eq!(choose(&encode_header(&older), &old).unwrap().0.sequence, 3);
+    }
+
+    #[test]
+    fn errors_when_no_copy_is_usable() {
+        let zero = vec![0u8; COPY];
+        assert!(matches!(
+            choose(&zero, &zero),
+            Err(PoolError::NotAPool { .. })
+        ));
+        let mut torn = encode_header(&header(1));
+        torn[30] ^= 4;
+        match choose(&torn, &zero) {
+            Err(PoolError::Corrupt { what }) => {
+                assert!(what.contains("copy 0: checksum mismatch"), "{what}");
+                assert!(what.contains("copy 1: bad magic"), "{what}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,613 @@
+//! Pool lifecycle on real backends: create, open, A/B headers, damage, locking, growth, close.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use host_pm::{
+    Backend, CreateOptions, HEADER_AREA, HEADER_COPY_BYTES, Header, PersistMode, Pool, PoolError,
+    REGION_ALIGN, Region, decode_header,
+};
+
+fn create(path: &Path) -> (Pool, Header) {
+    let (h, total) = sample();
+    let pool = Pool::create(Some(path), total, &h, &CreateOptions::default()).expect("create");
+    (pool, h)
+}
+
+/// Create, fill both regions, update the header, close, reopen, and check it all came back.
+fn round_trip(dir: &Path, backend: Backend, mode: PersistMode) {
+    let path = dir.join("pool");
+    let (mut pool, h) = create(&path);
+    assert_eq!(pool.backend(), backend);
+    assert_eq!(pool.persist_mode(), mode);
+    assert_eq!(pool.path(), Some(path.as_path()));
+    let (_, total) = sample();
+    assert_eq!(pool.len(), total);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), total);
+    assert_eq!(pool.as_ptr() as usize % 4096, 0);
+    // create forces these two fields.
+    assert!(!pool.header().clean_shutdown);
+    assert_eq!(pool.header().sequence, 1);
+    assert_eq!(pool.header().table, h.table);
+    assert_eq!(pool.header().user, h.user);
+
+    let table = h.table_region;
+    let heap = h.heap_region;
+    assert!(
+        pool.region(table).iter().all(|&b| b == 0),
+        "a new pool reads as zero"
+    );
+    for (i, b) in pool.region_mut(table).iter_mut().enumerate() {
+        *b = (i % 253) as u8;
+    }
+    pool.region_mut(heap)[..5].copy_from_slice(b"hello");
+    pool.persist_range(table.offset, table.bytes).unwrap();
+    pool.persist_lines(&[heap.offset / 64]).unwrap();
+
+    let mut h2 = *pool.header();
+    h2.user = [1, 2, 3, 4, 5, 6, 7, u64::MAX];
+    h2.heap_cells = 77;
+    pool.write_header(&h2).unwrap();
+    assert_eq!(pool.header().sequence, 2);
+    pool.close().unwrap();
+
+    let pool = Pool::open(&path).expect("reopen");
+    assert_eq!(pool.backend(), backend);
+    assert_eq!(pool.len(), total);
+    let got = *pool.header();
+    assert!(got.clean_shutdown);
+    assert_eq!(got.sequence, 3, "close wrote one more header");
+    assert_eq!(got.user, h2.user);
+    assert_eq!(got.heap_cells, 77);
+    assert_eq!(got.table, h.table);
+    assert_eq!((got.table_region, got.heap_region), (table, heap));
+    assert!(
+        pool.region(table)
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == (i % 253) as u8)
+    );
+    assert_eq!(&pool.region(heap)[..6], b"hello\0");
+}
+
+#[test]
+fn round_trip_tmpfs() {
+    let dir = shm_dir();
+    round_trip(dir.path(), Backend::Tmpfs, PersistMode::Fence);
+}
+
+#[test]
+fn round_trip_tmp_file() {
+    // /tmp may be tmpfs or a disk depending on the machine: ask statfs what to expect.
+    let dir = tmp_dir();
+    let backend = expected_backend(dir.path());
+    let mode = if backend == Backend::Tmpfs {
+        PersistMode::Fence
+    } else {
+        PersistMode::Msync
+    };
+    round_trip(dir.path(), backend, mode);
+}
+
+#[test]
+fn round_trip_disk_file() {
+    let dir = disk_dir();
+    assert_eq!(
+        expected_backend(dir.path()),
+        Backend::File,
+        "the target dir should be on a disk"
+    );
+    round_trip(dir.path(), Backend::File, PersistMode::Msync);
+}
+
+#[test]
+fn anonymous_pool() {
+    let (h, total) = sample();
+    let opts = CreateOptions {
+        max_bytes: Some(total + 2 * REGION_ALIGN),
+    };
+    let mut pool = Pool::create(None, total, &h, &opts).unwrap();
+    assert_eq!(pool.backend(), Backend::Anonymous);
+    assert_eq!(pool.persist_mode(), PersistMode::None);
+    assert_eq!(pool.path(), None);
+    assert_eq!(pool.len(), total);
+    assert_eq!(pool.max_bytes(), Some(total + 2 * REGION_ALIGN));
+    // The header is in the pool's first bytes, like on a file.
+    let copy = &pool.bytes()[..HEADER_COPY_BYTES as usize];
+    assert_eq!(decode_header(copy, total).unwrap().sequence, 1);
+    pool.region_mut(h.heap_region)[7] = 42;
+    pool.persist_all().unwrap();
+    pool.persist_lines(&[3, 1, 3]).unwrap();
+    // Growth copies the contents into a larger mapping.
+    pool.grow(total + 1).unwrap();
+    assert_eq!(pool.len(), total + REGION_ALIGN);
+    assert_eq!(pool.region(h.heap_region)[7], 42);
+    assert!(pool.bytes()[total as usize..].iter().all(|&b| b == 0));
+    assert!(matches!(
+        pool.grow(total + 3 * REGION_ALIGN),
+        Err(PoolError::OutOfSpace { needed, limit }) if needed == total + 3 * REGION_ALIGN && limit == total + 2 * REGION_ALIGN
+    ));
+    assert!(matches!(
+        pool.set_persist_mode(PersistMode::Msync),
+        Err(PoolError::InvalidArgument(_))
+    ));
+    pool.mark_dirty().unwrap();
+    pool.close().unwrap();
+}
+
+#[test]
+fn create_refuses_an_existing_file() {
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    std::fs::write(&path, b"precious").unwrap();
+    let (h, total) = sample();
+    let err = Pool::create(Some(&path), total, &h, &CreateOptions::default()).unwrap_err();
+    match &err {
+        PoolError::Io {
+            path: p,
+            op,
+            source,
+        } => {
+            assert_eq!(p, &path);
+            assert_eq!(*op, "create");
+            assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains(path.to_str().unwrap()), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"precious");
+}
+
+#[test]
+fn create_refuses_bad_input_without_leaving_a_file() {
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    let (h, total) = sample();
+    // Too small for the header's regions.
+    let err = Pool::create(
+        Some(&path),
+        total - REGION_ALIGN,
+        &h,
+        &CreateOptions::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, PoolError::InvalidArgument(_)), "{err:?}");
+    let mut bad = h;
+    bad.table.levels = 0;
+    let err = Pool::create(Some(&path), total, &bad, &CreateOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("table.levels 0"), "{err}");
+    // Above max_bytes (rounded down to REGION_ALIGN).
+    let opts = CreateOptions {
+        max_bytes: Some(total - 1),
+    };
+    let err = Pool::create(Some(&path), total, &h, &opts).unwrap_err();
+    assert!(
+        matches!(err, PoolError::OutOfSpace { needed, limit } if needed == total && limit == total - REGION_ALIGN),
+        "{err:?}"
+    );
+    assert!(!path.exists());
+    // A character device that is not devdax is refused, and left alone.
+    let err = Pool::create(
+        Some(Path::new("/dev/null")),
+        total,
+        &h,
+        &CreateOptions::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("not a devdax device"), "{err}");
+    assert!(Path::new("/dev/null").exists());
+}
+
+#[test]
+fn sizes_round_up_to_region_align() {
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    let (h, total) = sample();
+    let pool = Pool::create(Some(&path), total + 1, &h, &CreateOptions::default()).unwrap();
+    assert_eq!(pool.len(), total + REGION_ALIGN);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        total + REGION_ALIGN
+    );
+}
+
+/// Path of the header copy holding the highest sequence, and that sequence.
+fn newest_slot(path: &Path) -> (u64, u64) {
+    let seqs = [
+        raw_sequence(&read_copy(path, 0)),
+        raw_sequence(&read_copy(path, 1)),
+    ];
+    if seqs[1] > seqs[0] {
+        (1, seqs[1])
+    } else {
+        (0, seqs[0])
+    }
+}
+
+#[test]
+fn header_copies_alternate_and_a_torn_newest_copy_falls_back() {
+    for dir in [shm_dir(), disk_dir()] {
+        let path = dir.path().join("pool");
+        let (mut pool, h) = create(&path);
+        for n in 1..=5u64 {
+            let before = newest_slot(&path);
+            let mut next = *pool.header();
+            next.user[0] = n;
+            pool.write_header(&next).unwrap();
+            let after = newest_slot(&path);
+            assert_eq!(after.1, n + 1);
+            // The new header went into the other slot; the previous one is untouched.
+            if n > 1 {
+                assert_ne!(after.0, before.0);
+            }
+            let old = decode_header(&read_copy(&path, 1 - after.0), pool.len()).unwrap();
+            let old_user = if n == 1 { h.user[0] } else { n - 1 };
+            assert_eq!((old.sequence, old.user[0]), (n, old_user));
+        }
+        drop(pool);
+
+        // Flip one byte of the newest copy, as a torn write would.
+        let (slot, seq) = newest_slot(&path);
+        assert_eq!(seq, 6);
+        let at = slot * HEADER_COPY_BYTES + 137;
+        let byte = read_copy(&path, slot)[137];
+        patch(&path, at, &[byte ^ 0x40]);
+
+        let mut pool = Pool::open(&path).unwrap();
+        assert_eq!(pool.header().sequence, 5);
+        assert_eq!(pool.header().user[0], 4, "the previous header");
+        assert_eq!(pool.header().table, h.table);
+        // The next write overwrites the damaged copy and wins again.
+        let mut next = *pool.header();
+        next.user[0] = 100;
+        pool.write_header(&next).unwrap();
+        drop(pool);
+        let pool = Pool::open(&path).unwrap();
+        assert_eq!((pool.header().sequence, pool.header().user[0]), (6, 100));
+    }
+}
+
+#[test]
+fn both_copies_damaged() {
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    drop(create(&path));
+    // Checksums broken in both copies: Corrupt, naming both.
+    for slot in 0..2 {
+        let byte = read_copy(&path, slot)[40];
+        patch(&path, slot * HEADER_COPY_BYTES + 40, &[byte ^ 1]);
+    }
+    match Pool::open(&path).unwrap_err() {
+        PoolError::Corrupt { what } => {
+            assert!(what.contains("copy 0: checksum mismatch"), "{what}");
+            assert!(what.contains("copy 1: checksum mismatch"), "{what}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Magic wrong in both: not a pool at all.
+    patch(&path, 0, b"NOTAPOOL");
+    patch(&path, HEADER_COPY_BYTES, b"NOTAPOOL");
+    match Pool::open(&path).unwrap_err() {
+        PoolError::NotAPool { path: p } => assert_eq!(p, path),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn other_version_with_valid_checksum_is_unsupported() {
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    drop(create(&path));
+    let mut copy = read_copy(&path, 1);
+    copy[8..12].copy_from_slice(&2u32.to_le_bytes());
+    reseal(&mut copy);
+    // Even one copy written by a newer format stops the open: that format owns the pool now.
+    patch(&path, HEADER_COPY_BYTES, &copy);
+    let err = Pool::open(&path).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PoolError::UnsupportedVersion {
+                found: 2,
+                supported: 1
+            }
+        ),
+        "{err:?}"
+    );
+    patch(&path, 0, &copy);
+    let err = Pool::open(&path).unwrap_err();
+    assert!(matches!(
+        err,
+        PoolError::UnsupportedVersion {
+            found: 2,
+            supported: 1
+        }
+    ));
+    assert!(err.to_string().contains("version 2"), "{err}");
+}
+
+#[test]
+fn files_that_are_not_pools() {
+    let dir = shm_dir();
+    let zeros = dir.path().join("zeros");
+    std::fs::write(&zeros, vec![0u8; 1 << 20]).unwrap();
+    assert!(matches!(
+        Pool::open(&zeros),
+        Err(PoolError::NotAPool { .. })
+    ));
+    let noise = dir.path().join("noise");
+    let mut rng = Rng(7);
+    let bytes: Vec<u8> = (0..1 << 20).map(|_| rng.next() as u8).collect();
+    std::fs::write(&noise, bytes).unwrap();
+    assert!(matches!(
+        Pool::open(&noise),
+        Err(PoolError::NotAPool { .. })
+    ));
+    let missing = dir.path().join("missing");
+    match Pool::open(&missing).unwrap_err() {
+        PoolError::Io { path, op, source } => {
+            assert_eq!((path, op), (missing, "open"));
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+        }
+        other => panic!("{other:?}"),
+    }
+    let err = Pool::open(dir.path()).unwrap_err();
+    assert!(matches!(err, PoolError::Io { op: "open", .. }), "{err:?}");
+    let err = Pool::open(Path::new("/dev/null")).unwrap_err();
+    assert!(err.to_string().contains("not a devdax device"), "{err}");
+}
+
+#[test]
+fn truncated_files() {
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    let (_, h) = create(&path);
+    let (_, total) = sample();
+    let original = std::fs::read(&path).unwrap();
+    let cuts = [
+        0,
+        1,
+        100,
+        HEADER_COPY_BYTES - 1,
+        HEADER_COPY_BYTES,
+        HEADER_COPY_BYTES + 10,
+        2 * HEADER_COPY_BYTES,
+        HEADER_AREA - 1,
+        HEADER_AREA,
+        h.table_region.offset + 4096,
+        h.table_region.end() - 1,
+        h.table_region.end(),
+        h.heap_region.offset + 12345,
+        total - 1,
+    ];
+    for cut in cuts {
+        let p = dir.path().join(format!("cut{cut}"));
+        std::fs::write(&p, &original[..cut as usize]).unwrap();
+        match Pool::open(&p) {
+            Err(PoolError::Truncated { file_bytes, needed }) => {
+                assert_eq!(file_bytes, cut);
+                let want = if cut < HEADER_AREA {
+                    HEADER_AREA
+                } else {
+                    total
+                };
+                assert_eq!(needed, want, "cut at {cut}");
+            }
+            other => panic!("cut at {cut}: expected Truncated, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_pool_is_locked_while_open() {
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    let (pool, _) = create(&path);
+    // flock conflicts between two open file descriptions, even within one process.
+    match Pool::open(&path).unwrap_err() {
+        PoolError::Locked { path: p } => assert_eq!(p, path),
+        other => panic!("{other:?}"),
+    }
+    drop(pool);
+    let pool = Pool::open(&path).expect("lock released by drop");
+    assert!(matches!(Pool::open(&path), Err(PoolError::Locked { .. })));
+    pool.close().unwrap();
+    Pool::open(&path).expect("lock released by close");
+}
+
+fn grow_on(dir: &Path, backend: Backend) {
+    let path = dir.join("pool");
+    let (h, total) = sample();
+    let limit = total + 8 * REGION_ALIGN;
+    let opts = CreateOptions {
+        max_bytes: Some(limit + 100),
+    };
+    let mut pool = Pool::create(Some(&path), total, &h, &opts).unwrap();
+    assert_eq!(pool.backend(), backend);
+    assert_eq!(pool.max_bytes(), Some(limit));
+    pool.region_mut(h.heap_region).fill(0xAB);
+    pool.persist_range(h.heap_region.offset, h.heap_region.bytes)
+        .unwrap();
+
+    pool.grow(total - REGION_ALIGN).unwrap(); // no-op
+    assert_eq!(pool.len(), total);
+    pool.grow(total + 4 * REGION_ALIGN - 5).unwrap();
+    let grown = total + 4 * REGION_ALIGN;
+    assert_eq!(pool.len(), grown);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), grown);
+    assert!(
+        pool.region(h.heap_region).iter().all(|&b| b == 0xAB),
+        "contents preserved"
+    );
+    assert!(
+        pool.bytes()[total as usize..].iter().all(|&b| b == 0),
+        "new bytes are zero"
+    );
+    let err = pool.grow(limit + 1).unwrap_err();
+    assert!(
+        matches!(err, PoolError::OutOfSpace { needed, limit: l } if needed == limit + REGION_ALIGN && l == limit),
+        "{err:?}"
+    );
+    assert_eq!(pool.len(), grown);
+
+    // Record a resize into the grown area, the way the table crate will.
+    let new_table = Region {
+        offset: total,
+        bytes: 3 * REGION_ALIGN,
+    };
+    pool.region_mut(new_table)[..3].copy_from_slice(b"new");
+    pool.persist_range(new_table.offset, 3).unwrap();
+    let mut next = *pool.header();
+    next.resize.state = 2;
+    next.resize.new_top_level = 11;
+    next.resize.new_table = new_table;
+    pool.write_header(&next).unwrap();
+    drop(pool);
+
+    let mut pool = Pool::open(&path).unwrap();
+    assert_eq!(pool.len(), grown);
+    assert_eq!(pool.max_bytes(), Some(limit), "max_bytes survives reopen");
+    assert_eq!(pool.header().resize, next.resize);
+    assert_eq!(&pool.region(new_table)[..3], b"new");
+    // Growth that no header records yet (a crash after grow) still opens.
+    pool.grow(limit).unwrap();
+    drop(pool);
+    let pool = Pool::open(&path).unwrap();
+    assert_eq!(pool.len(), limit);
+    assert_eq!(pool.header().resize, next.resize);
+}
+
+#[test]
+fn grow_tmpfs() {
+    grow_on(shm_dir().path(), Backend::Tmpfs);
+}
+
+#[test]
+fn grow_disk_file() {
+    grow_on(disk_dir().path(), Backend::File);
+}
+
+#[test]
+fn clean_shutdown_flag() {
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    let (pool, _) = create(&path);
+    drop(pool); // crash-like
+    let mut pool = Pool::open(&path).unwrap();
+    assert!(!pool.header().clean_shutdown);
+    let seq = pool.header().sequence;
+    pool.mark_dirty().unwrap();
+    assert_eq!(
+        pool.header().sequence,
+        seq,
+        "already dirty: nothing written"
+    );
+    pool.close().unwrap();
+
+    let mut pool = Pool::open(&path).unwrap();
+    assert!(pool.header().clean_shutdown);
+    pool.mark_dirty().unwrap();
+    assert!(!pool.header().clean_shutdown);
+    assert_eq!(pool.header().sequence, seq + 2);
+    drop(pool);
+    let pool = Pool::open(&path).unwrap();
+    assert!(!pool.header().clean_shutdown, "mark_dirty is durable");
+}
+
+#[test]
+fn write_header_refuses_invalid_headers() {
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    let (mut pool, h) = create(&path);
+    let (_, total) = sample();
+    let mut overlap = h;
+    overlap.heap_region.offset = h.table_region.offset + REGION_ALIGN;
+    let mut beyond = h;
+    beyond.heap_region.bytes = total; // ends past the pool
+    let mut version = h;
+    version.version = 2;
+    for bad in [overlap, beyond, version] {
+        let err = pool.write_header(&bad).unwrap_err();
+        assert!(matches!(err, PoolError::InvalidArgument(_)), "{err:?}");
+    }
+    assert_eq!(pool.header().sequence, 1);
+    drop(pool);
+    let pool = Pool::open(&path).unwrap();
+    assert_eq!(pool.header().sequence, 1);
+    assert_eq!(pool.header().heap_region, h.heap_region);
+}
+
+/// Every persist entry point on every backend, with each mode the backend allows.
+#[test]
+fn persist_calls_on_every_backend() {
+    let shm = shm_dir();
+    let disk = disk_dir();
+    let (h, total) = sample();
+    let paths: [Option<PathBuf>; 3] = [
+        Some(shm.path().join("p")),
+        Some(disk.path().join("p")),
+        None,
+    ];
+    for path in &paths {
+        let mut pool = Pool::create(path.as_deref(), total, &h, &CreateOptions::default()).unwrap();
+        let lines = total / 64;
+        let mut modes = vec![
+            pool.persist_mode(),
+            PersistMode::FlushFence,
+            PersistMode::Fence,
+            PersistMode::None,
+        ];
+        if path.is_some() {
+            modes.push(PersistMode::Msync);
+        }
+        for mode in modes {
+            pool.set_persist_mode(mode).unwrap();
+            assert_eq!(pool.persist_mode(), mode);
+            pool.bytes_mut()[HEADER_AREA as usize + 70] ^= 1;
+            pool.persist_range(HEADER_AREA + 3, 200).unwrap();
+            pool.persist_range(total - 1, 1).unwrap();
+            pool.persist_range(total, 0).unwrap();
+            pool.persist_lines(&[lines - 1, 2000, 1025, 1024, 2000, 1100, 3])
+                .unwrap();
+            pool.persist_lines(&[]).unwrap();
+            pool.persist_all().unwrap();
+            for (off, len) in [(total, 1), (total - 1, 2), (u64::MAX, 2)] {
+                let err = pool.persist_range(off, len).unwrap_err();
+                assert!(
+                    matches!(err, PoolError::InvalidArgument(_)),
+                    "{mode}: {err:?}"
+                );
+            }
+            let err = pool.persist_lines(&[0, lines]).unwrap_err();
+            assert!(
+                matches!(err, PoolError::InvalidArgument(_)),
+                "{mode}: {err:?}"
+            );
+            assert!(pool.persist_lines(&[u64::MAX]).is_err());
+        }
+        // The header path (write_header persists) works in the strongest mode too.
+        pool.set_persist_mode(PersistMode::FlushFence).unwrap();
+        let next = *pool.header();
+        pool.write_header(&next).unwrap();
+        pool.close().unwrap();
+    }
+}
+
+#[test]
+#[should_panic(expected = "outside the pool")]
+fn region_outside_the_pool_is_a_bug() {
+    let (h, total) = sample();
+    let pool = Pool::create(None, total, &h, &CreateOptions::default()).unwrap();
+    let _ = pool.region(Region {
+        offset: total - 64,
+        bytes: 128,
+    });
+}
+
+#[test]
+fn pool_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Pool>();
+}
