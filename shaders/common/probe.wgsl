@@ -1,0 +1,85 @@
+// One-shot probe: the lanes of a tile read all candidate slots of one key at once.
+// Twin: Model::probe in src/model.rs.
+
+struct Located {
+    tops: array<u32, HASHES>,  // top-level bucket per hash location
+    fp: u32,                   // fingerprint
+}
+
+fn load_key(op: u32) -> array<u32, KEY_WORDS> {
+    var key: array<u32, KEY_WORDS>;
+    for (var i = 0u; i < KEY_WORDS; i++) {
+        key[i] = keys[op * KEY_WORDS + i];
+    }
+    return key;
+}
+
+fn locate(key: array<u32, KEY_WORDS>) -> Located {
+    var loc: Located;
+    for (var h = 0u; h < HASHES; h++) {
+        loc.tops[h] = top_bucket(hash_key(key, LOCATION_SEEDS[h]));
+    }
+    loc.fp = hash_key(key, FINGERPRINT_SEED);
+    return loc;
+}
+
+fn key_at(key: array<u32, KEY_WORDS>, word: u32) -> bool {
+    for (var i = 0u; i < KEY_WORDS; i++) {
+        if (table_load(word + i) != key[i]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// What one lane saw of its candidates.
+struct LaneProbe {
+    empty: u32,        // bit k: candidate k * size + lane is EMPTY
+    found_slot: u32,   // first of its candidates holding the key published (slot id), or NONE
+    found_state: u32,  // that slot's state word
+    live_slot: u32,    // lowest slot id holding the key in a live state (INSERTING or published)
+}
+
+fn probe_lane(t: Tile, busy: bool, key: array<u32, KEY_WORDS>, loc: Located) -> LaneProbe {
+    var p = LaneProbe(0u, NONE, 0u, NONE);
+    for (var k = 0u; k < tile_passes(t); k++) {
+        let c = k * t.size + t.lane;
+        if (!busy || c >= CANDIDATES) {
+            continue;
+        }
+        let bucket = candidate_bucket(loc.tops, c);
+        let s = c % SLOTS;
+        let state = table_load(state_word(bucket, s));
+        let fp = table_load(fp_word(bucket, s));
+        if (state == EMPTY) {
+            p.empty |= 1u << k;
+            continue;
+        }
+        if (fp != loc.fp || !key_at(key, key_word(bucket, s))) {
+            continue;
+        }
+        let id = bucket * SLOTS + s;
+        p.live_slot = min(p.live_slot, id);
+        if (state >= PUBLISHED && p.found_slot == NONE) {
+            p.found_slot = id;
+            p.found_state = state;
+        }
+    }
+    return p;
+}
+
+// The tile's operation: the lowest lane with a pending operation leads it.
+struct Turn {
+    busy: bool,  // this tile has an operation this round
+    leader: bool,  // this lane owns it
+    lead: u32,     // the owning lane, within the tile
+    op: u32,       // its index in the batch
+}
+
+fn take_turn(t: Tile, pending: bool, me: u32) -> Turn {
+    let req = tile_ballot(t, pending);
+    let busy = req != 0u;
+    let lead = select(0u, firstTrailingBit(req), busy);
+    let op = tile_bcast(t, me, lead);
+    return Turn(busy, busy && t.lane == lead, lead, op);
+}

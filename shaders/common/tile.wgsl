@@ -1,0 +1,48 @@
+// Tiles: groups of `TILE` lanes (fewer on narrower subgroups) that serve one operation at a
+// time. A subgroup of 64 lanes runs two 32-lane tiles, a subgroup of 4 one 4-lane tile.
+// Reductions use shuffles inside the tile, never whole-subgroup ops, so tiles stay independent.
+// Every function here is a subgroup operation: call it from subgroup-uniform control flow.
+
+struct Tile {
+    size: u32,  // lanes per tile, a power of two
+    base: u32,  // first subgroup lane of this tile
+    lane: u32,  // lane within the tile
+}
+
+fn tile_of(sg_lane: u32, sg_size: u32) -> Tile {
+    let size = min(TILE, sg_size);
+    return Tile(size, sg_lane & ~(size - 1u), sg_lane & (size - 1u));
+}
+
+// Bit i set: lane i of this tile has `pred`.
+fn tile_ballot(t: Tile, pred: bool) -> u32 {
+    let b = subgroupBallot(pred);
+    let word = b[t.base >> 5u];
+    let mask = select((1u << t.size) - 1u, 0xffffffffu, t.size == 32u);
+    return (word >> (t.base & 31u)) & mask;
+}
+
+fn tile_bcast(t: Tile, v: u32, src: u32) -> u32 {
+    return subgroupShuffle(v, t.base + src);
+}
+
+fn tile_min(t: Tile, v: u32) -> u32 {
+    var x = v;
+    for (var m = 1u; m < t.size; m <<= 1u) {
+        x = min(x, subgroupShuffleXor(x, m));
+    }
+    return x;
+}
+
+fn tile_add(t: Tile, v: u32) -> u32 {
+    var x = v;
+    for (var m = 1u; m < t.size; m <<= 1u) {
+        x += subgroupShuffleXor(x, m);
+    }
+    return x;
+}
+
+// Passes over the candidate slots: lane `l` handles candidates l, l + size, l + 2 size, ...
+fn tile_passes(t: Tile) -> u32 {
+    return (CANDIDATES + t.size - 1u) / t.size;
+}

@@ -1,0 +1,145 @@
+// Phase A: look every key up. Reads finish here; a new key claims the lowest empty slot of its
+// least-loaded candidate bucket (EMPTY -> INSERTING) and writes its fingerprint and key. Nothing
+// published changes in this phase, so every lookup sees the state before the batch.
+// Twin: Model::phase_a in src/model.rs.
+
+#include "common/prelude.wgsl"
+#include "common/protocol.wgsl"
+#include "common/hash.wgsl"
+#include "common/tile.wgsl"
+#include "common/table.wgsl"
+#include "common/probe.wgsl"
+
+// Finishes an operation in this phase; a fresh cell it will not publish goes back.
+fn finish(op: u32, status: u32) {
+    statuses[op] = status;
+    set_op_field(op, ST_PHASE, PHASE_DONE);
+    set_op_field(op, ST_FREE, op_field(op, ST_CELL));
+}
+
+// One attempt at the tile's operation; false when it must be retried (a lost claim race).
+fn step(t: Tile, turn: Turn) -> bool {
+    let op = turn.op;
+    var kind = 0u;
+    var key: array<u32, KEY_WORDS>;
+    if (turn.busy) {
+        kind = kinds[op];
+        key = load_key(op);
+    }
+    let loc = locate(key);
+    let p = probe_lane(t, turn.busy, key, loc);
+
+    let found_lanes = tile_ballot(t, p.found_slot != NONE);
+    let found = found_lanes != 0u;
+    let src = select(0u, firstTrailingBit(found_lanes), found);
+    let found_slot = tile_bcast(t, p.found_slot, src);
+    let found_state = tile_bcast(t, p.found_state, src);
+
+    // A new key: count the empty slots of each candidate bucket, pick the emptiest (the lowest
+    // candidate bucket on ties) and its lowest empty slot.
+    let wants_slot = turn.busy && !found && (kind == OP_INSERT || kind == OP_UPSERT);
+    var best_bucket = 0u;
+    var best_empty = 0u;
+    for (var cb = 0u; cb < CANDIDATE_BUCKETS; cb++) {
+        var n = 0u;
+        for (var k = 0u; k < tile_passes(t); k++) {
+            let c = k * t.size + t.lane;
+            if (c / SLOTS == cb && ((p.empty >> k) & 1u) == 1u) {
+                n++;
+            }
+        }
+        let total = tile_add(t, n);
+        if (total > best_empty) {
+            best_empty = total;
+            best_bucket = cb;
+        }
+    }
+    var mine = NONE;
+    for (var k = 0u; k < tile_passes(t); k++) {
+        let c = k * t.size + t.lane;
+        if (c / SLOTS == best_bucket && ((p.empty >> k) & 1u) == 1u) {
+            mine = min(mine, c);
+        }
+    }
+    let chosen = tile_min(t, mine);
+    let bucket = candidate_bucket(loc.tops, chosen);
+    let slot = chosen % SLOTS;
+    var won = false;
+    if (wants_slot && best_empty > 0u && chosen % t.size == t.lane) {
+        won = table_cas(state_word(bucket, slot), EMPTY, INSERTING) == EMPTY;
+    }
+    let claimed = tile_ballot(t, won) != 0u;
+    if (claimed) {
+        // Key words and fingerprint in one store instruction across the tile.
+        for (var w = t.lane; w <= KEY_WORDS; w += t.size) {
+            if (w < KEY_WORDS) {
+                table_store(key_word(bucket, slot) + w, key[w]);
+            } else {
+                table_store(fp_word(bucket, slot), loc.fp);
+            }
+        }
+    }
+
+    if (turn.busy && found && kind == OP_GET) {
+        // The value, with consecutive lanes: one request per cell.
+        let cell = found_state - PUBLISHED;
+        for (var w = t.lane; w < CELL_WORDS; w += t.size) {
+            vals_out[op * CELL_WORDS + w] = heap_load(cell * CELL_WORDS + w);
+        }
+    }
+
+    if (!turn.leader) {
+        return true;
+    }
+    if (kind == OP_GET) {
+        if (found) {
+            finish(op, STATUS_OK);
+        } else {
+            finish(op, STATUS_NOT_FOUND);
+        }
+    } else if (found && kind == OP_INSERT) {
+        finish(op, STATUS_EXISTS);
+    } else if (found) {
+        set_op_field(op, ST_PHASE, PHASE_FOUND);
+        set_op_field(op, ST_SLOT, found_slot);
+        count(CTRL_NEED_B);
+    } else if (!wants_slot) {
+        finish(op, STATUS_NOT_FOUND);
+    } else if (best_empty == 0u) {
+        set_op_field(op, ST_PHASE, PHASE_FULL);
+        count(CTRL_FULL);
+    } else if (claimed) {
+        set_op_field(op, ST_PHASE, PHASE_CLAIMED);
+        set_op_field(op, ST_SLOT, bucket * SLOTS + slot);
+        mark_table_words(fp_word(bucket, slot), 1u);
+        mark_table_words(state_word(bucket, slot), 1u);
+        mark_table_words(key_word(bucket, slot), KEY_WORDS);
+        count(CTRL_NEED_B);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+    @builtin(subgroup_invocation_id) sg_lane: u32,
+    @builtin(subgroup_size) sg_size: u32,
+) {
+    let t = tile_of(sg_lane, sg_size);
+    let me = op_index(wid, nwg, li);
+    var pending = me < params.n && op_field(me, ST_PHASE) != PHASE_NO_CELL;
+    loop {
+        if (!subgroupAny(pending)) {
+            break;
+        }
+        let turn = take_turn(t, pending, me);
+        let done = step(t, turn);
+        if (turn.leader && done) {
+            pending = false;
+        }
+    }
+}

@@ -1,0 +1,45 @@
+// Releasing cells and claims. `free_cells` runs after phase B: cells that this batch replaced
+// or did not use go back to the allocator (they are reused only by a later batch, after this
+// one is persisted). `rollback` undoes phase A of a batch that cannot complete (no slot or no
+// cell for some operation): claims go back to EMPTY, fresh cells are released.
+// Twins: the bitmap updates in Model::rollback and the engines' free step.
+
+#include "common/prelude.wgsl"
+#include "common/protocol.wgsl"
+#include "common/table.wgsl"
+
+fn release(cell: u32) {
+    if (cell != NONE) {
+        atomicAnd(&bitmap[cell / 32u], ~(1u << (cell % 32u)));
+    }
+}
+
+@compute @workgroup_size(WG)
+fn free_cells(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let me = op_index(wid, nwg, li);
+    if (me < params.n) {
+        release(op_field(me, ST_FREE));
+    }
+}
+
+@compute @workgroup_size(WG)
+fn rollback(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let me = op_index(wid, nwg, li);
+    if (me >= params.n) {
+        return;
+    }
+    if (op_field(me, ST_PHASE) == PHASE_CLAIMED) {
+        let word = state_word_of_id(op_field(me, ST_SLOT));
+        table_store(word, EMPTY);
+        mark_table_words(word, 1u);
+    }
+    release(op_field(me, ST_CELL));
+}

@@ -1,0 +1,106 @@
+//! Executors behind one interface: the GPU engine (`gpu::engine`) and the CPU model engine
+//! (`cpu`). `index.rs` drives them through the two-phase protocol, persisting in between.
+
+use std::fmt;
+
+use host_pm::Pool;
+
+use crate::error::Result;
+use crate::model::Control;
+use crate::protocol::OpKind;
+
+/// A batch in kernel form: operation codes, key words, value words (cell-padded).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Encoded {
+    /// One [`OpKind`] code per operation.
+    pub kinds: Vec<u32>,
+    /// `key_words` words per operation.
+    pub keys: Vec<u32>,
+    /// `cell_words` words per operation (zero for operations without a value).
+    pub values: Vec<u32>,
+}
+
+impl Encoded {
+    /// Operations in the batch.
+    pub fn len(&self) -> usize {
+        self.kinds.len()
+    }
+
+    /// Whether the batch has no operations.
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty()
+    }
+
+    /// Whether every operation is a read: no phase B, nothing to persist.
+    pub fn read_only(&self) -> bool {
+        self.kinds.iter().all(|&k| k == OpKind::Get as u32)
+    }
+}
+
+/// The cache lines a phase wrote.
+#[derive(Debug)]
+pub enum Written {
+    /// These pool lines (unsorted, may repeat).
+    Lines(Vec<u64>),
+    /// More than the list could hold: persist every region.
+    Overflow,
+    /// The pool's persist mode needs no line list (tmpfs, anonymous): only a fence.
+    NotTracked,
+}
+
+/// What a phase did.
+#[derive(Debug)]
+pub struct Report {
+    /// The control block's counters after the phase.
+    pub control: Control,
+    /// What to persist.
+    pub written: Written,
+}
+
+/// How the table is executed, as reported by `stats` and the CLI.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The GPU reads and writes the pool mapping in place.
+    ZeroCopy,
+    /// The GPU works on a device-memory copy; dirty lines are written back at persist points.
+    Staged {
+        /// Why zero-copy was not used.
+        reason: String,
+    },
+    /// No GPU: the CPU model executes the batches.
+    Cpu {
+        /// Why no GPU was used.
+        reason: String,
+    },
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mode::ZeroCopy => write!(f, "zero-copy (the GPU reads and writes the pool in place)"),
+            Mode::Staged { reason } => write!(f, "staged (device copy, written back at persist points: {reason})"),
+            Mode::Cpu { reason } => write!(f, "CPU fallback ({reason})"),
+        }
+    }
+}
+
+/// One executor of the table's kernels.
+pub trait Engine: Send {
+    /// How it executes.
+    fn mode(&self) -> Mode;
+
+    /// Allocation and phase A. For reads-only batches the results are ready afterwards.
+    fn phase_a(&mut self, pool: &mut Pool, batch: &Encoded) -> Result<Report>;
+
+    /// Undoes phase A of the current batch (no slot or no cell for some operation).
+    fn rollback(&mut self, pool: &mut Pool, batch: &Encoded) -> Result<Report>;
+
+    /// Phase B (when `publish`) and the release of cells.
+    fn phase_b(&mut self, pool: &mut Pool, batch: &Encoded, publish: bool) -> Result<Report>;
+
+    /// The current batch's statuses and (for gets) values.
+    fn results(&mut self, statuses: &mut [u32], values: &mut [u32]) -> Result<()>;
+
+    /// Value cells in use (for stats).
+    fn cells_used(&mut self) -> Result<u64>;
+}

@@ -1,0 +1,90 @@
+//! Errors of every gphash operation.
+
+use std::path::PathBuf;
+
+/// What went wrong. Nothing here is a panic: bad input, full tables and missing device
+/// features are all reported, and none of them loses acknowledged data.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The pool file: I/O, corruption, version, lock, space.
+    #[error(transparent)]
+    Pool(#[from] host_pm::PoolError),
+    /// A configuration that cannot be built (layout, widths, sizes).
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// The pool header is valid but describes a table this build cannot use.
+    #[error("pool {path}: {why}")]
+    IncompatiblePool {
+        /// The pool.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// A key of the wrong width.
+    #[error("key of {found} bytes; this table's keys are {expected} bytes")]
+    KeyWidth {
+        /// Bytes given.
+        found: usize,
+        /// Bytes the table uses.
+        expected: usize,
+    },
+    /// A value of the wrong size.
+    #[error("value of {found} bytes; this table's values are {expected} bytes")]
+    ValueSize {
+        /// Bytes given.
+        found: usize,
+        /// Bytes the table uses.
+        expected: usize,
+    },
+    /// Some insertion of the batch found no empty candidate slot. The batch was rolled back:
+    /// none of its operations took effect.
+    #[error("table full: {failed} insertion(s) of the batch found no empty slot (load factor {load:.3}); the batch was not applied")]
+    TableFull {
+        /// Insertions that found no slot.
+        failed: u64,
+        /// Load factor before the batch.
+        load: f64,
+    },
+    /// The value heap has no free cell. The batch was rolled back.
+    #[error("value heap full: {failed} operation(s) found no free value cell; the batch was not applied")]
+    HeapFull {
+        /// Operations that found no cell.
+        failed: u64,
+    },
+    /// No Vulkan adapter could be opened.
+    #[error("no GPU: {0}")]
+    NoAdapter(String),
+    /// The adapter lacks a feature gphash needs.
+    #[error("missing GPU feature: {0}")]
+    MissingFeature(String),
+    /// A WGSL kernel failed to build.
+    #[error("shader: {0}")]
+    Shader(String),
+    /// The GPU or the driver failed.
+    #[error("GPU: {0}")]
+    Gpu(String),
+    /// An earlier failure left the index unusable until it is reopened (which recovers).
+    #[error("the index must be reopened after an earlier failure: {0}")]
+    Poisoned(String),
+    /// A trace file line that cannot be parsed.
+    #[error("{path}:{line}: {why}")]
+    Trace {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// Other I/O.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// Result of gphash operations.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,180 @@
+//! The wgpu device gphash runs on: a Vulkan adapter with subgroups, and
+//! `VK_EXT_external_memory_host` enabled where the driver has it (for zero-copy pools).
+
+use std::sync::Arc;
+
+use ash::vk;
+use wgpu::hal::api::Vulkan;
+
+use crate::error::{Error, Result};
+
+/// Environment variable naming a substring of the adapter to use.
+pub const ADAPTER_ENV: &str = "GPHASH_ADAPTER";
+
+/// What the device is and what it can do.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    /// Adapter name.
+    pub name: String,
+    /// Driver name and version.
+    pub driver: String,
+    /// Kind of device (discrete, CPU, ...).
+    pub device_type: wgpu::DeviceType,
+    /// Smallest and largest subgroup size the driver may use.
+    pub subgroup_sizes: (u32, u32),
+    /// Host-pointer import is available (zero-copy pools).
+    pub host_import: bool,
+    /// Alignment of imported host pointers and sizes.
+    pub import_alignment: u64,
+    /// Largest storage-buffer binding.
+    pub max_binding: u64,
+    /// Largest buffer.
+    pub max_buffer: u64,
+    /// Storage buffers one shader stage may bind.
+    pub max_storage_buffers: u32,
+}
+
+impl DeviceInfo {
+    /// Whether this is a software rasterizer such as lavapipe.
+    pub fn is_cpu(&self) -> bool {
+        self.device_type == wgpu::DeviceType::Cpu
+    }
+}
+
+/// A device and its queue, shared by every table opened on it.
+pub struct Gpu {
+    /// The wgpu device.
+    pub device: wgpu::Device,
+    /// Its queue.
+    pub queue: wgpu::Queue,
+    /// What it is.
+    pub info: DeviceInfo,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("info", &self.info).finish()
+    }
+}
+
+impl Gpu {
+    /// Opens the best Vulkan adapter (or the one `GPHASH_ADAPTER` names). `Err(NoAdapter)`
+    /// when none exists; `Err(MissingFeature)` when the adapter lacks subgroups.
+    pub fn new() -> Result<Arc<Gpu>> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = wgpu::Backends::VULKAN;
+        let instance = wgpu::Instance::new(desc);
+        let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN));
+        let adapter = match std::env::var(ADAPTER_ENV) {
+            Ok(want) => adapters.into_iter().find(|a| a.get_info().name.contains(&want)).ok_or_else(
+                || Error::NoAdapter(format!("no Vulkan adapter matches {ADAPTER_ENV}={want}")),
+            )?,
+            Err(_) => pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                force_fallback_adapter: false,
+                compatible_surface: None,
+                apply_limit_buckets: false,
+            }))
+            .map_err(|e| Error::NoAdapter(format!("no Vulkan adapter: {e}")))?,
+        };
+        Self::open(adapter)
+    }
+
+    fn open(adapter: wgpu::Adapter) -> Result<Arc<Gpu>> {
+        let ainfo = adapter.get_info();
+        if !adapter.features().contains(wgpu::Features::SUBGROUP) {
+            return Err(Error::MissingFeature(format!(
+                "adapter {} has no subgroup operations (wgpu::Features::SUBGROUP)",
+                ainfo.name
+            )));
+        }
+        let features = wgpu::Features::SUBGROUP;
+        let limits = adapter.limits();
+        let ext = ash::ext::external_memory_host::NAME;
+        // SAFETY: the hal adapter is only used to query capabilities and to open the device
+        // with one extra extension that the physical device reports.
+        let open = unsafe {
+            let hal = adapter
+                .as_hal::<Vulkan>()
+                .ok_or_else(|| Error::NoAdapter(format!("{} is not a Vulkan adapter", ainfo.name)))?;
+            let has_ext = hal.physical_device_capabilities().supports_extension(ext);
+            hal.open_with_callback(
+                features,
+                &limits,
+                &wgpu::MemoryHints::Performance,
+                Some(Box::new(move |args: wgpu::hal::vulkan::CreateDeviceCallbackArgs| {
+                    if has_ext && !args.extensions.contains(&ext) {
+                        args.extensions.push(ext);
+                    }
+                })),
+            )
+        }
+        .map_err(|e| Error::Gpu(format!("opening {}: {e}", ainfo.name)))?;
+        // SAFETY: `open` came from this adapter's hal with the same features and limits.
+        let (device, queue) = unsafe {
+            adapter.create_device_from_hal::<Vulkan>(
+                open,
+                &wgpu::DeviceDescriptor {
+                    label: Some("gphash"),
+                    required_features: features,
+                    required_limits: limits.clone(),
+                    experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                    memory_hints: wgpu::MemoryHints::Performance,
+                    trace: wgpu::Trace::Off,
+                },
+            )
+        }
+        .map_err(|e| Error::Gpu(format!("creating the device on {}: {e}", ainfo.name)))?;
+        device.on_uncaptured_error(Arc::new(|e| log::error!("uncaptured wgpu error: {e}")));
+
+        let (host_import, import_alignment) = import_support(&device);
+        let info = DeviceInfo {
+            name: ainfo.name.clone(),
+            driver: format!("{} {}", ainfo.driver, ainfo.driver_info).trim().to_string(),
+            device_type: ainfo.device_type,
+            subgroup_sizes: (ainfo.subgroup_min_size, ainfo.subgroup_max_size),
+            host_import,
+            import_alignment,
+            max_binding: limits.max_storage_buffer_binding_size.min(i32::MAX as u64),
+            max_buffer: limits.max_buffer_size,
+            max_storage_buffers: limits.max_storage_buffers_per_shader_stage,
+        };
+        log::info!("gphash device: {info:?}");
+        Ok(Arc::new(Gpu { device, queue, info }))
+    }
+
+    /// The raw Vulkan handles of the device, for host-memory import.
+    pub(crate) fn raw(&self) -> Option<(ash::Device, ash::Instance, vk::PhysicalDevice)> {
+        // SAFETY: the handles are cloned out; the device outlives every use (Gpu owns it).
+        let hal = unsafe { self.device.as_hal::<Vulkan>() }?;
+        Some((
+            hal.raw_device().clone(),
+            hal.shared_instance().raw_instance().clone(),
+            hal.raw_physical_device(),
+        ))
+    }
+
+    /// Waits until the queue is idle.
+    pub fn wait(&self) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map(|_| ())
+            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))
+    }
+}
+
+/// Whether `VK_EXT_external_memory_host` is enabled on the device, and its alignment.
+fn import_support(device: &wgpu::Device) -> (bool, u64) {
+    // SAFETY: read-only queries on live handles owned by `device`.
+    unsafe {
+        let Some(hal) = device.as_hal::<Vulkan>() else { return (false, 0) };
+        if !hal.enabled_device_extensions().contains(&ash::ext::external_memory_host::NAME) {
+            return (false, 0);
+        }
+        let inst = hal.shared_instance().raw_instance();
+        let mut host = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
+        let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut host);
+        inst.get_physical_device_properties2(hal.raw_physical_device(), &mut props);
+        (true, host.min_imported_host_pointer_alignment)
+    }
+}

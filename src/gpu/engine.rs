@@ -1,0 +1,644 @@
+//! The GPU engine: table and heap bound as storage windows (imported pool memory in
+//! zero-copy mode, device buffers in staged mode), the per-batch buffers, and the submits of
+//! each phase.
+
+use std::sync::Arc;
+
+use host_pm::{Pool, Region};
+
+use super::context::Gpu;
+use super::hostmem::{self, ImportGuard};
+use super::shader::{self, FIRST_WINDOW_BINDING, Kernel, KernelConfig, WORKGROUP, Windows};
+use crate::engine::{Encoded, Engine, Mode, Report, Written};
+use crate::error::{Error, Result};
+use crate::model::{Bitmap, Control};
+use crate::protocol::control;
+
+/// Where the table lives while the GPU works on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// Zero-copy where the driver imports the pool mapping, staged otherwise (reported).
+    #[default]
+    Auto,
+    /// Zero-copy or an error.
+    ZeroCopy,
+    /// Always a device-memory copy written back at persist points.
+    Staged,
+}
+
+/// GPU-specific settings.
+#[derive(Clone, Debug)]
+pub struct GpuOptions {
+    /// Zero-copy or staged.
+    pub placement: Placement,
+    /// Lanes per operation (power of two, 4 to 32).
+    pub tile: u32,
+    /// Largest storage window in bytes (default: the device's binding limit).
+    pub max_window_bytes: Option<u64>,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        GpuOptions { placement: Placement::Auto, tile: 32, max_window_bytes: None }
+    }
+}
+
+/// Parameters of one dispatch; twin of `Params` in the generated prelude.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    seed: u32,
+    dirty_cap: u32,
+    table_line_base: u32,
+    heap_line_base: u32,
+    table_lines: u32,
+    pad: [u32; 2],
+}
+
+/// Buffers sized for the largest batch so far.
+struct BatchBuffers {
+    cap: u32,
+    dirty_cap: u32,
+    kinds: wgpu::Buffer,
+    keys: wgpu::Buffer,
+    vals_in: wgpu::Buffer,
+    statuses: wgpu::Buffer,
+    vals_out: wgpu::Buffer,
+    opstate: wgpu::Buffer,
+    dirty: wgpu::Buffer,
+    staging: wgpu::Buffer,
+    readback: wgpu::Buffer,
+    bind: wgpu::BindGroup,
+}
+
+/// Offsets inside the readback buffer.
+struct ReadbackLayout {
+    statuses: u64,
+    values: u64,
+    lines: u64,
+    staging: u64,
+    total: u64,
+}
+
+impl ReadbackLayout {
+    fn new(cap: u64, dirty_cap: u64, cell_words: u64, staged: bool) -> Self {
+        let up = |x: u64| x.div_ceil(256) * 256;
+        let statuses = 256;
+        let values = statuses + up(cap * 4);
+        let lines = values + up(cap * cell_words * 4);
+        let staging = lines + up(dirty_cap * 4);
+        let total = staging + if staged { dirty_cap * 64 } else { 0 };
+        ReadbackLayout { statuses, values, lines, staging, total }
+    }
+}
+
+/// Executes batches on a GPU.
+pub struct GpuEngine {
+    gpu: Arc<Gpu>,
+    cfg: KernelConfig,
+    mode: Mode,
+    table_region: Region,
+    heap_region: Region,
+    table: Vec<wgpu::Buffer>,
+    heap: Vec<wgpu::Buffer>,
+    guard: ImportGuard,
+    bitmap: wgpu::Buffer,
+    control: wgpu::Buffer,
+    params: wgpu::Buffer,
+    layout: wgpu::BindGroupLayout,
+    pipelines: Vec<(Kernel, wgpu::ComputePipeline)>,
+    io: Option<BatchBuffers>,
+    track_lines: bool,
+    seq: u32,
+    n: u32,
+    statuses: Vec<u32>,
+    values: Vec<u32>,
+}
+
+impl GpuEngine {
+    /// Binds the pool's regions (imported, or copied to the device) and builds the kernels.
+    pub fn new(
+        gpu: Arc<Gpu>,
+        cfg_base: (crate::layout::Geometry, crate::hash::Seeds),
+        pool: &mut Pool,
+        table_region: Region,
+        heap_region: Region,
+        bitmap: &Bitmap,
+        opts: &GpuOptions,
+    ) -> Result<Self> {
+        let (geo, seeds) = cfg_base;
+        if !opts.tile.is_power_of_two() || !(4..=32).contains(&opts.tile) {
+            return Err(Error::InvalidConfig(format!("tile of {} lanes: must be 4, 8, 16 or 32", opts.tile)));
+        }
+        let info = &gpu.info;
+        let max_window = opts.max_window_bytes.unwrap_or(info.max_binding).min(info.max_binding).min(info.max_buffer);
+        let cfg = KernelConfig {
+            table: Windows::cover(geo.table_words(), max_window),
+            heap: Windows::cover(geo.heap_words(), max_window),
+            geo,
+            seeds,
+            tile: opts.tile,
+        };
+        let bindings = FIRST_WINDOW_BINDING + cfg.table.count + cfg.heap.count;
+        if bindings - 1 > info.max_storage_buffers {
+            return Err(Error::InvalidConfig(format!(
+                "the table needs {} storage bindings; {} allows {}",
+                bindings - 1,
+                info.name,
+                info.max_storage_buffers
+            )));
+        }
+        if table_region.offset / 64 + table_region.bytes / 64 > u32::MAX as u64
+            || heap_region.end() / 64 > u32::MAX as u64
+        {
+            return Err(Error::InvalidConfig("pools beyond 256 GiB are not supported".into()));
+        }
+        let guard = ImportGuard::default();
+        let imported = match opts.placement {
+            Placement::Staged => Err("staged placement was requested".to_string()),
+            _ => import_regions(&gpu, pool, &cfg, table_region, heap_region, &guard),
+        };
+        let (table, heap, mode) = match imported {
+            Ok((t, h)) => (t, h, Mode::ZeroCopy),
+            Err(reason) if opts.placement == Placement::ZeroCopy => {
+                return Err(Error::Gpu(format!("zero-copy import of the pool failed: {reason}")));
+            }
+            Err(reason) => {
+                let t = upload_region(&gpu, pool, table_region, cfg.table, geo.table_words(), "table")?;
+                let h = upload_region(&gpu, pool, heap_region, cfg.heap, geo.heap_words(), "heap")?;
+                (t, h, Mode::Staged { reason })
+            }
+        };
+        let dev = &gpu.device;
+        let storage = |label, size: u64, extra| {
+            dev.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: size.max(16),
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC | extra,
+                mapped_at_creation: false,
+            })
+        };
+        let bitmap_buf = storage("bitmap", bitmap.words.len() as u64 * 4, wgpu::BufferUsages::empty());
+        gpu.queue.write_buffer(&bitmap_buf, 0, bytemuck::cast_slice(&bitmap.words));
+        let control_buf = storage("control", (control::WORDS * 4) as u64, wgpu::BufferUsages::empty());
+        let params = dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("params"),
+            size: std::mem::size_of::<Params>() as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let layout = bind_group_layout(dev, bindings);
+        let pipelines = build_pipelines(&gpu, &cfg, &layout)?;
+        let track_lines = !matches!(pool.persist_mode(), host_pm::PersistMode::Fence | host_pm::PersistMode::None)
+            || matches!(mode, Mode::Staged { .. });
+        gpu.queue.submit([]);
+        Ok(GpuEngine {
+            gpu,
+            cfg,
+            mode,
+            table_region,
+            heap_region,
+            table,
+            heap,
+            guard,
+            bitmap: bitmap_buf,
+            control: control_buf,
+            params,
+            layout,
+            pipelines,
+            io: None,
+            track_lines,
+            seq: 0,
+            n: 0,
+            statuses: vec![],
+            values: vec![],
+        })
+    }
+
+    fn staged(&self) -> bool {
+        matches!(self.mode, Mode::Staged { .. })
+    }
+
+    fn pipeline(&self, k: Kernel) -> &wgpu::ComputePipeline {
+        &self.pipelines.iter().find(|(kk, _)| *kk == k).expect("every kernel is built").1
+    }
+
+    /// Makes sure the batch buffers hold `n` operations.
+    fn reserve(&mut self, n: u32) {
+        if self.io.as_ref().is_some_and(|io| io.cap >= n) {
+            return;
+        }
+        let cap = n.next_power_of_two().max(256);
+        let geo = &self.cfg.geo;
+        let (kw, cw) = (geo.key_words() as u64, geo.cell_words() as u64);
+        // Lines one operation can write in one phase: its cell, then fingerprint, state and key.
+        let per_op = cw / 16 + kw / 16 + 8;
+        let dirty_cap = (cap as u64 * per_op).min(u32::MAX as u64 / 16) as u32;
+        let dev = &self.gpu.device;
+        let storage = |label, size: u64| {
+            dev.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: size.max(16),
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            })
+        };
+        let cap64 = cap as u64;
+        let kinds = storage("kinds", cap64 * 4);
+        let keys = storage("keys", cap64 * kw * 4);
+        let vals_in = storage("vals_in", cap64 * cw * 4);
+        let statuses = storage("statuses", cap64 * 4);
+        let vals_out = storage("vals_out", cap64 * cw * 4);
+        let opstate = storage("opstate", cap64 * 16);
+        let dirty = storage("dirty", dirty_cap as u64 * 4);
+        let staging = storage("staging", if self.staged() { dirty_cap as u64 * 64 } else { 16 });
+        let rl = ReadbackLayout::new(cap64, dirty_cap as u64, cw, self.staged());
+        let readback = dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: rl.total,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let bind = self.bind_group([&kinds, &keys, &vals_in, &statuses, &vals_out], &opstate, &dirty, &staging);
+        self.io = Some(BatchBuffers {
+            cap,
+            dirty_cap,
+            kinds,
+            keys,
+            vals_in,
+            statuses,
+            vals_out,
+            opstate,
+            dirty,
+            staging,
+            readback,
+            bind,
+        });
+    }
+
+    fn bind_group(
+        &self,
+        io: [&wgpu::Buffer; 5],
+        opstate: &wgpu::Buffer,
+        dirty: &wgpu::Buffer,
+        staging: &wgpu::Buffer,
+    ) -> wgpu::BindGroup {
+        let mut entries: Vec<&wgpu::Buffer> = vec![&self.params];
+        entries.extend(io);
+        entries.extend([opstate, &self.control, dirty, &self.bitmap, staging]);
+        entries.extend(self.table.iter().chain(&self.heap));
+        let entries: Vec<wgpu::BindGroupEntry> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+            .collect();
+        self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("gphash"),
+            layout: &self.layout,
+            entries: &entries,
+        })
+    }
+
+    fn write_params(&mut self, n: u32) {
+        let io = self.io.as_ref().expect("reserved");
+        self.seq = self.seq.wrapping_add(1);
+        let p = Params {
+            n,
+            seed: self.seq.wrapping_mul(0x9E37_79B9),
+            dirty_cap: io.dirty_cap,
+            table_line_base: (self.table_region.offset / 64) as u32,
+            heap_line_base: (self.heap_region.offset / 64) as u32,
+            table_lines: (self.table_region.bytes / 64) as u32,
+            pad: [0; 2],
+        };
+        self.gpu.queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
+        self.gpu.queue.write_buffer(&self.control, 0, &[0u8; control::WORDS * 4]);
+    }
+
+    /// Records `kernels` (one compute pass each, so wgpu orders them with barriers), the
+    /// write-back gather in staged mode, and the copies of the control block and, when asked,
+    /// the results; submits and waits; returns the control block.
+    fn run(&mut self, kernels: &[Kernel], copy_results: bool) -> Result<Control> {
+        let io = self.io.as_ref().expect("reserved");
+        let dev = &self.gpu.device;
+        let mut enc = dev.create_command_encoder(&Default::default());
+        let n = self.n;
+        for &k in kernels {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(self.pipeline(k));
+            pass.set_bind_group(0, &io.bind, &[]);
+            dispatch(&mut pass, n as u64);
+        }
+        if self.staged() {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(self.pipeline(Kernel::Writeback));
+            pass.set_bind_group(0, &io.bind, &[]);
+            dispatch(&mut pass, (io.dirty_cap as u64 * 16).min(1 << 20));
+        }
+        let rl = ReadbackLayout::new(io.cap as u64, io.dirty_cap as u64, self.cfg.geo.cell_words() as u64, self.staged());
+        let cw = self.cfg.geo.cell_words() as u64;
+        enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, (control::WORDS * 4) as u64);
+        if copy_results && n > 0 {
+            enc.copy_buffer_to_buffer(&io.statuses, 0, &io.readback, rl.statuses, n as u64 * 4);
+            enc.copy_buffer_to_buffer(&io.vals_out, 0, &io.readback, rl.values, n as u64 * cw * 4);
+        }
+        let mut cmds = vec![enc.finish()];
+        if !self.staged() {
+            cmds.push(hostmem::host_read_barrier(&self.gpu));
+        }
+        self.gpu.queue.submit(cmds);
+        let mut ctl = Control::default();
+        let results = copy_results && n > 0;
+        let (statuses, values) = (&mut self.statuses, &mut self.values);
+        map_read(&self.gpu, &io.readback, 0..rl.lines, |bytes| {
+            ctl.copy_from_slice(bytemuck::cast_slice(&bytes[..control::WORDS * 4]));
+            if results {
+                let s = rl.statuses as usize;
+                statuses.clear();
+                statuses.extend_from_slice(bytemuck::cast_slice(&bytes[s..s + n as usize * 4]));
+                let v = rl.values as usize;
+                values.clear();
+                values.extend_from_slice(bytemuck::cast_slice(&bytes[v..v + (n as u64 * cw * 4) as usize]));
+            }
+        })?;
+        Ok(ctl)
+    }
+
+    /// The lines the last phase wrote; in staged mode their contents are copied into the pool
+    /// mapping first.
+    fn written(&mut self, pool: &mut Pool, ctl: &Control) -> Result<Written> {
+        let io = self.io.as_ref().expect("reserved");
+        let count = ctl[control::DIRTY_COUNT];
+        if count > io.dirty_cap {
+            if self.staged() {
+                self.download_all(pool)?;
+            }
+            return Ok(Written::Overflow);
+        }
+        if !self.track_lines {
+            return Ok(Written::NotTracked);
+        }
+        if count == 0 {
+            return Ok(Written::Lines(vec![]));
+        }
+        let rl = ReadbackLayout::new(io.cap as u64, io.dirty_cap as u64, self.cfg.geo.cell_words() as u64, self.staged());
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(&io.dirty, 0, &io.readback, rl.lines, count as u64 * 4);
+        if self.staged() {
+            enc.copy_buffer_to_buffer(&io.staging, 0, &io.readback, rl.staging, count as u64 * 64);
+        }
+        self.gpu.queue.submit([enc.finish()]);
+        let staged = self.staged();
+        let mut lines = Vec::with_capacity(count as usize);
+        let dst = pool.bytes_mut();
+        map_read(&self.gpu, &io.readback, rl.lines..rl.staging + if staged { count as u64 * 64 } else { 0 }, |bytes| {
+            let list: &[u32] = bytemuck::cast_slice(&bytes[..count as usize * 4]);
+            let data = &bytes[(rl.staging - rl.lines) as usize..];
+            for (i, &line) in list.iter().enumerate() {
+                if staged {
+                    let at = line as usize * 64;
+                    dst[at..at + 64].copy_from_slice(&data[i * 64..i * 64 + 64]);
+                }
+                lines.push(line as u64);
+            }
+        })?;
+        Ok(Written::Lines(lines))
+    }
+
+    /// Staged mode, dirty list overflowed: copy both regions back whole.
+    fn download_all(&mut self, pool: &mut Pool) -> Result<()> {
+        let regions = [(self.table_region, &self.table, self.cfg.table), (self.heap_region, &self.heap, self.cfg.heap)];
+        for (region, buffers, win) in regions {
+            for (i, buf) in buffers.iter().enumerate() {
+                let at = region.offset + i as u64 * win.words() * 4;
+                let len = buf.size().min(region.end() - at);
+                let rb = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("download"),
+                    size: len,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+                enc.copy_buffer_to_buffer(buf, 0, &rb, 0, len);
+                self.gpu.queue.submit([enc.finish()]);
+                let dst = &mut pool.bytes_mut()[at as usize..(at + len) as usize];
+                map_read(&self.gpu, &rb, 0..len, |bytes| dst.copy_from_slice(bytes))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn phase(&mut self, pool: &mut Pool, kernels: &[Kernel], copy_results: bool) -> Result<Report> {
+        let control = self.run(kernels, copy_results)?;
+        let written = self.written(pool, &control)?;
+        Ok(Report { control, written })
+    }
+}
+
+impl Engine for GpuEngine {
+    fn mode(&self) -> Mode {
+        self.mode.clone()
+    }
+
+    fn phase_a(&mut self, pool: &mut Pool, batch: &Encoded) -> Result<Report> {
+        let n = u32::try_from(batch.len()).map_err(|_| Error::InvalidConfig("batch too large".into()))?;
+        self.reserve(n);
+        self.n = n;
+        let io = self.io.as_ref().expect("reserved");
+        let q = &self.gpu.queue;
+        q.write_buffer(&io.kinds, 0, bytemuck::cast_slice(&batch.kinds));
+        q.write_buffer(&io.keys, 0, bytemuck::cast_slice(&batch.keys));
+        if !batch.read_only() {
+            q.write_buffer(&io.vals_in, 0, bytemuck::cast_slice(&batch.values));
+        }
+        self.write_params(n);
+        self.phase(pool, &[Kernel::Alloc, Kernel::PhaseA], batch.read_only())
+    }
+
+    fn rollback(&mut self, pool: &mut Pool, _batch: &Encoded) -> Result<Report> {
+        self.write_params(self.n);
+        self.phase(pool, &[Kernel::Rollback], false)
+    }
+
+    fn phase_b(&mut self, pool: &mut Pool, _batch: &Encoded, publish: bool) -> Result<Report> {
+        self.write_params(self.n);
+        let kernels: &[Kernel] = if publish { &[Kernel::PhaseB, Kernel::FreeCells] } else { &[Kernel::FreeCells] };
+        self.phase(pool, kernels, true)
+    }
+
+    fn results(&mut self, statuses: &mut [u32], values: &mut [u32]) -> Result<()> {
+        statuses.copy_from_slice(&self.statuses[..statuses.len()]);
+        values.copy_from_slice(&self.values[..values.len()]);
+        Ok(())
+    }
+
+    fn cells_used(&mut self) -> Result<u64> {
+        let size = self.bitmap.size();
+        let rb = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("bitmap readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(&self.bitmap, 0, &rb, 0, size);
+        self.gpu.queue.submit([enc.finish()]);
+        let cells = self.cfg.geo.cells;
+        let mut used = 0;
+        map_read(&self.gpu, &rb, 0..size, |bytes| {
+            let words: &[u32] = bytemuck::cast_slice(bytes);
+            let set: u64 = words.iter().map(|w| w.count_ones() as u64).sum();
+            used = set - (cells.div_ceil(32) * 32 - cells);
+        })?;
+        Ok(used)
+    }
+}
+
+impl Drop for GpuEngine {
+    fn drop(&mut self) {
+        // Imported buffers reference the pool mapping: make sure wgpu destroyed them (and the
+        // GPU stopped using them) before the pool is unmapped.
+        self.io = None;
+        self.table.clear();
+        self.heap.clear();
+        for _ in 0..100 {
+            if self.guard.live() == 0 {
+                return;
+            }
+            let _ = self.gpu.wait();
+        }
+        log::error!("{} imported buffers still alive after the engine closed", self.guard.live());
+    }
+}
+
+fn dispatch(pass: &mut wgpu::ComputePass<'_>, invocations: u64) {
+    let groups = invocations.div_ceil(WORKGROUP as u64).max(1);
+    let x = groups.min(65535);
+    pass.dispatch_workgroups(x as u32, groups.div_ceil(x) as u32, 1);
+}
+
+/// Maps `range` of a MAP_READ buffer, hands the bytes to `f`, unmaps.
+fn map_read(gpu: &Gpu, buf: &wgpu::Buffer, range: std::ops::Range<u64>, f: impl FnOnce(&[u8])) -> Result<()> {
+    let slice = buf.slice(range);
+    let (tx, rx) = std::sync::mpsc::channel();
+    slice.map_async(wgpu::MapMode::Read, move |r| {
+        let _ = tx.send(r);
+    });
+    gpu.wait()?;
+    rx.recv()
+        .map_err(|e| Error::Gpu(format!("mapping lost: {e}")))?
+        .map_err(|e| Error::Gpu(format!("mapping a readback buffer: {e}")))?;
+    {
+        let view = slice.get_mapped_range().map_err(|e| Error::Gpu(format!("reading a readback buffer: {e:?}")))?;
+        f(&view);
+    }
+    buf.unmap();
+    Ok(())
+}
+
+fn bind_group_layout(dev: &wgpu::Device, bindings: u32) -> wgpu::BindGroupLayout {
+    let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..bindings)
+        .map(|i| wgpu::BindGroupLayoutEntry {
+            binding: i,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: match i {
+                0 => wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Uniform,
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                _ => wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Storage { read_only: (1..=3).contains(&i) },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+            },
+            count: None,
+        })
+        .collect();
+    dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some("gphash"), entries: &entries })
+}
+
+fn build_pipelines(
+    gpu: &Gpu,
+    cfg: &KernelConfig,
+    layout: &wgpu::BindGroupLayout,
+) -> Result<Vec<(Kernel, wgpu::ComputePipeline)>> {
+    let dev = &gpu.device;
+    let pl = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some("gphash"),
+        bind_group_layouts: &[Some(layout)],
+        immediate_size: 0,
+    });
+    let mut out = vec![];
+    for k in Kernel::ALL {
+        let src = shader::source(k, cfg)?;
+        let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(k.file()),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
+        });
+        let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(k.file()),
+            layout: Some(&pl),
+            module: &module,
+            entry_point: Some(k.entry()),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Shader(format!("{} ({}): {e}", k.file(), k.entry())));
+        }
+        out.push((k, pipeline));
+    }
+    Ok(out)
+}
+
+type Windowed = (Vec<wgpu::Buffer>, Vec<wgpu::Buffer>);
+
+/// Imports every window of both regions; `Err` says why the driver refused.
+fn import_regions(
+    gpu: &Gpu,
+    pool: &mut Pool,
+    cfg: &KernelConfig,
+    table: Region,
+    heap: Region,
+    guard: &ImportGuard,
+) -> std::result::Result<Windowed, String> {
+    let base = pool.as_mut_ptr();
+    let one = |region: Region, win: Windows, label: &str| -> std::result::Result<Vec<wgpu::Buffer>, String> {
+        (0..win.count)
+            .map(|i| {
+                let at = i as u64 * win.words() * 4;
+                let len = (region.bytes - at).min(win.words() * 4);
+                // SAFETY: the range lies inside the pool mapping, which outlives the engine:
+                // the engine's drop waits until `guard` reports every import destroyed.
+                unsafe { hostmem::import(gpu, base.add((region.offset + at) as usize), len, guard, label) }
+            })
+            .collect()
+    };
+    Ok((one(table, cfg.table, "table")?, one(heap, cfg.heap, "heap")?))
+}
+
+/// Staged mode: a device buffer per window, filled from the pool.
+fn upload_region(gpu: &Gpu, pool: &Pool, region: Region, win: Windows, words: u64, label: &str) -> Result<Vec<wgpu::Buffer>> {
+    let bytes = &pool.bytes()[region.offset as usize..region.end() as usize];
+    (0..win.count)
+        .map(|i| {
+            let len = win.len(i, words) * 4;
+            let at = (i as u64 * win.words() * 4) as usize;
+            let buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: len,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            });
+            for chunk in (0..len as usize).step_by(64 << 20) {
+                let end = (chunk + (64 << 20)).min(len as usize);
+                gpu.queue.write_buffer(&buf, chunk as u64, &bytes[at + chunk..at + end]);
+            }
+            Ok(buf)
+        })
+        .collect()
+}

@@ -1,0 +1,6 @@
+//! The GPU executor: device, host-memory import, kernels, engine.
+
+pub mod context;
+pub mod engine;
+pub mod hostmem;
+pub mod shader;

@@ -1,0 +1,318 @@
+//! WGSL sources: the kernels in `shaders/`, stitched with a tiny `#include` preprocessor and
+//! a generated prelude (the table's constants, bindings and window accessors).
+
+use std::collections::HashSet;
+use std::fmt::Write;
+
+use crate::error::{Error, Result};
+use crate::hash::Seeds;
+use crate::layout::Geometry;
+
+/// Invocations per workgroup: a multiple of every subgroup size up to 128.
+pub const WORKGROUP: u32 = 128;
+
+/// Binding of the first table window; heap windows follow the table windows.
+pub const FIRST_WINDOW_BINDING: u32 = 11;
+
+/// The shader files, embedded at build time.
+const SOURCES: &[(&str, &str)] = &[
+    ("alloc.wgsl", include_str!("../../shaders/alloc.wgsl")),
+    ("phase_a.wgsl", include_str!("../../shaders/phase_a.wgsl")),
+    ("phase_b.wgsl", include_str!("../../shaders/phase_b.wgsl")),
+    ("release.wgsl", include_str!("../../shaders/release.wgsl")),
+    ("writeback.wgsl", include_str!("../../shaders/writeback.wgsl")),
+    ("common/hash.wgsl", include_str!("../../shaders/common/hash.wgsl")),
+    ("common/probe.wgsl", include_str!("../../shaders/common/probe.wgsl")),
+    ("common/protocol.wgsl", include_str!("../../shaders/common/protocol.wgsl")),
+    ("common/table.wgsl", include_str!("../../shaders/common/table.wgsl")),
+    ("common/tile.wgsl", include_str!("../../shaders/common/tile.wgsl")),
+];
+
+/// One compute entry point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// Phase A, first step: allocate value cells and write the values.
+    Alloc,
+    /// Phase A: look up, claim.
+    PhaseA,
+    /// Phase B: swing, delete, resolve, publish.
+    PhaseB,
+    /// After phase B: release replaced and unused cells.
+    FreeCells,
+    /// Undo phase A of a batch that cannot complete.
+    Rollback,
+    /// Staged mode: gather dirty lines for the host.
+    Writeback,
+}
+
+impl Kernel {
+    /// Every kernel.
+    pub const ALL: [Kernel; 6] = [
+        Kernel::Alloc,
+        Kernel::PhaseA,
+        Kernel::PhaseB,
+        Kernel::FreeCells,
+        Kernel::Rollback,
+        Kernel::Writeback,
+    ];
+
+    /// The file the kernel lives in.
+    pub fn file(self) -> &'static str {
+        match self {
+            Kernel::Alloc => "alloc.wgsl",
+            Kernel::PhaseA => "phase_a.wgsl",
+            Kernel::PhaseB => "phase_b.wgsl",
+            Kernel::FreeCells | Kernel::Rollback => "release.wgsl",
+            Kernel::Writeback => "writeback.wgsl",
+        }
+    }
+
+    /// Its entry point.
+    pub fn entry(self) -> &'static str {
+        match self {
+            Kernel::FreeCells => "free_cells",
+            Kernel::Rollback => "rollback",
+            _ => "main",
+        }
+    }
+}
+
+/// How a region is split into storage bindings: `count` windows of `2^shift` words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Windows {
+    /// Number of bindings.
+    pub count: u32,
+    /// log2 of the words per window.
+    pub shift: u32,
+}
+
+impl Windows {
+    /// Windows of at most `max_bytes` bytes (a power of two is used) covering `words` words.
+    pub fn cover(words: u64, max_bytes: u64) -> Windows {
+        let shift = (max_bytes / 4).max(64).ilog2();
+        Windows { count: words.div_ceil(1 << shift).max(1) as u32, shift }
+    }
+
+    /// Words per window.
+    pub fn words(&self) -> u64 {
+        1 << self.shift
+    }
+
+    /// Words of window `i` of a region of `total` words.
+    pub fn len(&self, i: u32, total: u64) -> u64 {
+        (total - i as u64 * self.words()).min(self.words())
+    }
+}
+
+/// Everything a kernel is specialised on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelConfig {
+    /// Table geometry.
+    pub geo: Geometry,
+    /// Hash seeds.
+    pub seeds: Seeds,
+    /// Lanes per operation (a power of two, 4 to 32); narrower subgroups use all their lanes.
+    pub tile: u32,
+    /// Table bindings.
+    pub table: Windows,
+    /// Heap bindings.
+    pub heap: Windows,
+}
+
+impl KernelConfig {
+    /// Words of the allocation bitmap.
+    pub fn bitmap_words(&self) -> u32 {
+        self.geo.cells.div_ceil(32) as u32
+    }
+}
+
+/// The generated prelude: constants, bindings and window accessors.
+fn prelude(cfg: &KernelConfig) -> String {
+    let g = &cfg.geo;
+    let l = &g.layout;
+    let mut s = String::new();
+    let consts: [(&str, u64); 13] = [
+        ("WG", WORKGROUP as u64),
+        ("TILE", cfg.tile as u64),
+        ("KEY_WORDS", g.key_words() as u64),
+        ("CELL_WORDS", g.cell_words() as u64),
+        ("SLOTS", l.slots as u64),
+        ("LEVELS", l.levels as u64),
+        ("HASHES", l.hashes as u64),
+        ("TOP_LEVEL", g.top_level as u64),
+        ("CANDIDATES", l.candidates() as u64),
+        ("CANDIDATE_BUCKETS", l.candidate_buckets() as u64),
+        ("GROUP_BUCKETS", l.group_buckets() as u64),
+        ("BUCKET_WORDS", g.bucket_words() as u64),
+        ("BITMAP_WORDS", cfg.bitmap_words() as u64),
+    ];
+    for (name, v) in consts {
+        writeln!(s, "const {name}: u32 = {v}u;").unwrap();
+    }
+    let seeds: Vec<String> = cfg.seeds.locations.iter().map(|v| format!("{v}u")).collect();
+    writeln!(s, "const LOCATION_SEEDS = array<u32, {}>({});", seeds.len(), seeds.join(", ")).unwrap();
+    writeln!(s, "const FINGERPRINT_SEED: u32 = {}u;", cfg.seeds.fingerprint).unwrap();
+    s.push_str(
+        "
+struct Params {
+    n: u32,                // operations in the batch
+    seed: u32,             // varies per batch (allocator start words)
+    dirty_cap: u32,        // entries the dirty list holds
+    table_line_base: u32,  // pool offset of the table region, in 64-byte lines
+    heap_line_base: u32,   // pool offset of the heap region, in 64-byte lines
+    table_lines: u32,      // lines of the table region
+    pad0: u32,
+    pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> kinds: array<u32>;
+@group(0) @binding(2) var<storage, read> keys: array<u32>;
+@group(0) @binding(3) var<storage, read> vals_in: array<u32>;
+@group(0) @binding(4) var<storage, read_write> statuses: array<u32>;
+@group(0) @binding(5) var<storage, read_write> vals_out: array<u32>;
+@group(0) @binding(6) var<storage, read_write> opstate: array<u32>;
+@group(0) @binding(7) var<storage, read_write> control: array<atomic<u32>>;
+@group(0) @binding(8) var<storage, read_write> dirty: array<u32>;
+@group(0) @binding(9) var<storage, read_write> bitmap: array<atomic<u32>>;
+@group(0) @binding(10) var<storage, read_write> staging: array<u32>;
+",
+    );
+    let mut binding = FIRST_WINDOW_BINDING;
+    for i in 0..cfg.table.count {
+        writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> table_w{i}: array<atomic<u32>>;").unwrap();
+        binding += 1;
+    }
+    for i in 0..cfg.heap.count {
+        writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> heap_w{i}: array<u32>;").unwrap();
+        binding += 1;
+    }
+    accessor(&mut s, "table_load(a: u32) -> u32", "return atomicLoad(&table_w{i}[{a}]);", cfg.table);
+    accessor(&mut s, "table_store(a: u32, v: u32)", "atomicStore(&table_w{i}[{a}], v); return;", cfg.table);
+    accessor(
+        &mut s,
+        "table_cas_weak(a: u32, expected: u32, v: u32) -> vec2<u32>",
+        "let r = atomicCompareExchangeWeak(&table_w{i}[{a}], expected, v); return vec2<u32>(r.old_value, u32(r.exchanged));",
+        cfg.table,
+    );
+    accessor(&mut s, "heap_load(a: u32) -> u32", "return heap_w{i}[{a}];", cfg.heap);
+    accessor(&mut s, "heap_store(a: u32, v: u32)", "heap_w{i}[{a}] = v; return;", cfg.heap);
+    s
+}
+
+/// A function that routes word address `a` to its window: `body` with `{i}` the window and
+/// `{a}` the address inside it.
+fn accessor(s: &mut String, signature: &str, body: &str, w: Windows) {
+    let inner = |i: u32| {
+        let a = if w.count == 1 { "a".to_string() } else { format!("a & {}u", w.words() - 1) };
+        body.replace("{i}", &i.to_string()).replace("{a}", &a)
+    };
+    writeln!(s, "fn {signature} {{").unwrap();
+    if w.count == 1 {
+        writeln!(s, "    {}", inner(0)).unwrap();
+    } else {
+        writeln!(s, "    switch (a >> {}u) {{", w.shift).unwrap();
+        for i in 1..w.count {
+            writeln!(s, "        case {i}u: {{ {} }}", inner(i)).unwrap();
+        }
+        writeln!(s, "        default: {{ {} }}", inner(0)).unwrap();
+        writeln!(s, "    }}").unwrap();
+    }
+    writeln!(s, "}}").unwrap();
+}
+
+/// The complete source of a kernel for a configuration.
+pub fn source(kernel: Kernel, cfg: &KernelConfig) -> Result<String> {
+    let prelude = prelude(cfg);
+    let mut out = String::new();
+    let mut seen = HashSet::new();
+    expand(kernel.file(), &prelude, &mut seen, &mut out)?;
+    Ok(out)
+}
+
+fn expand(file: &str, prelude: &str, seen: &mut HashSet<String>, out: &mut String) -> Result<()> {
+    if !seen.insert(file.to_string()) {
+        return Ok(());
+    }
+    let text = if file == "common/prelude.wgsl" {
+        prelude
+    } else {
+        SOURCES
+            .iter()
+            .find(|(name, _)| *name == file)
+            .map(|(_, text)| *text)
+            .ok_or_else(|| Error::Shader(format!("#include of unknown shader file {file}")))?
+    };
+    for line in text.lines() {
+        match line.trim().strip_prefix("#include") {
+            Some(rest) => expand(rest.trim().trim_matches('"'), prelude, seen, out)?,
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Parses and validates a kernel with naga, as wgpu will; the error names the kernel.
+pub fn validate(kernel: Kernel, cfg: &KernelConfig) -> Result<naga::Module> {
+    let src = source(kernel, cfg)?;
+    let module = naga::front::wgsl::parse_str(&src)
+        .map_err(|e| Error::Shader(format!("{}: {}", kernel.file(), e.emit_to_string(&src))))?;
+    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SUBGROUP)
+        .validate(&module)
+        .map_err(|e| Error::Shader(format!("{}: {}", kernel.file(), e.emit_to_string(&src))))?;
+    Ok(module)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Layout;
+
+    fn config(layout: &str, key_bytes: u32, value_bytes: u32, windows: u32) -> KernelConfig {
+        let layout: Layout = layout.parse().unwrap();
+        let geo = Geometry::new(layout, key_bytes, value_bytes, 9, 5000).unwrap();
+        let table = Windows::cover(geo.table_words(), geo.table_bytes().div_ceil(windows as u64).next_power_of_two());
+        let heap = Windows::cover(geo.heap_words(), geo.heap_bytes().div_ceil(windows as u64).next_power_of_two());
+        KernelConfig { seeds: Seeds::new(7, layout.hashes), geo, tile: 32, table, heap }
+    }
+
+    /// A broken shader fails here, not in a user's run.
+    #[test]
+    fn every_kernel_validates_for_many_configurations() {
+        for (layout, k, v, w) in [
+            ("2L-2H-8S", 8, 8, 1),
+            ("2L-2H-8S", 32, 128, 3),
+            ("1L-1H-4S", 4, 1, 1),
+            ("4L-2H-16S", 16, 100, 4),
+            ("3L-3H-8S", 256, 7, 2),
+        ] {
+            let cfg = config(layout, k, v, w);
+            for kernel in Kernel::ALL {
+                if let Err(e) = validate(kernel, &cfg) {
+                    panic!("{layout} key {k} value {v} windows {w}: {e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn windows_cover_the_region() {
+        let w = Windows::cover(1000, 1024);
+        assert_eq!((w.count, w.words()), (4, 256));
+        assert_eq!(w.len(3, 1000), 232);
+        assert_eq!(Windows::cover(10, 1 << 30).count, 1);
+    }
+
+    #[test]
+    fn includes_expand_once_and_unknown_files_fail() {
+        let cfg = config("2L-2H-8S", 8, 8, 1);
+        let src = source(Kernel::PhaseA, &cfg).unwrap();
+        assert_eq!(src.matches("fn fmix(").count(), 1);
+        assert!(!src.contains("#include"));
+        let mut seen = HashSet::new();
+        assert!(expand("nope.wgsl", "", &mut seen, &mut String::new()).is_err());
+    }
+}

@@ -1,0 +1,88 @@
+//! Key hashing: one 32-bit MurmurHash3-style hash per seed, over the key's 32-bit words.
+//!
+//! The GPU has no guaranteed 64-bit integers, so everything is u32 arithmetic. A key has `H`
+//! location hashes (their high bits pick the top-level bucket, so a bucket of level `t` is
+//! always the parent of the two buckets of level `t + 1` it shares with) and one fingerprint.
+//!
+//! Twin: `shaders/common/hash.wgsl`; change both together.
+
+/// Seeds of one table: `H` location hashes, then the fingerprint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seeds {
+    /// One seed per hash location.
+    pub locations: Vec<u32>,
+    /// Seed of the fingerprint hash.
+    pub fingerprint: u32,
+}
+
+impl Seeds {
+    /// Derives the seeds of a table from its 64-bit pool seed.
+    pub fn new(seed: u64, hashes: u32) -> Self {
+        let derive = |i: u32| fmix((seed as u32) ^ (i + 1).wrapping_mul(0x9E37_79B9)) ^ (seed >> 32) as u32;
+        Seeds { locations: (0..hashes).map(derive).collect(), fingerprint: derive(hashes) }
+    }
+}
+
+/// MurmurHash3's 32-bit finaliser.
+pub fn fmix(mut h: u32) -> u32 {
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85EB_CA6B);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xC2B2_AE35);
+    h ^ (h >> 16)
+}
+
+/// Hash of a key given as 32-bit words.
+pub fn hash_words(key: &[u32], seed: u32) -> u32 {
+    let mut h = seed;
+    for &w in key {
+        let k = w.wrapping_mul(0xCC9E_2D51).rotate_left(15).wrapping_mul(0x1B87_3593);
+        h = (h ^ k).rotate_left(13).wrapping_mul(5).wrapping_add(0xE654_6B64);
+    }
+    fmix(h ^ (key.len() as u32 * 4))
+}
+
+/// Top-level bucket of a location hash: its `top_level` high bits.
+pub fn top_bucket(hash: u32, top_level: u32) -> u32 {
+    if top_level == 0 { 0 } else { hash >> (32 - top_level) }
+}
+
+/// The top-level bucket of every hash location of `key`, and its fingerprint.
+pub fn locate(key: &[u32], seeds: &Seeds, top_level: u32) -> (Vec<u32>, u32) {
+    let tops = seeds.locations.iter().map(|&s| top_bucket(hash_words(key, s), top_level)).collect();
+    (tops, hash_words(key, seeds.fingerprint))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn murmur_finaliser_matches_reference_values() {
+        // Reference values of MurmurHash3's fmix32.
+        assert_eq!(fmix(0), 0);
+        assert_eq!(fmix(1), 0x514E_28B7);
+    }
+
+    #[test]
+    fn top_buckets_nest_across_levels() {
+        let seeds = Seeds::new(42, 2);
+        for k in 0..1000u32 {
+            let key = [k, k ^ 0xFFFF];
+            let (t10, _) = locate(&key, &seeds, 10);
+            let (t11, _) = locate(&key, &seeds, 11);
+            for h in 0..2 {
+                assert_eq!(t11[h] >> 1, t10[h], "bucket of level 10 is the parent in level 11");
+            }
+        }
+    }
+
+    #[test]
+    fn seeds_differ_per_location_and_table() {
+        let a = Seeds::new(1, 3);
+        let b = Seeds::new(2, 3);
+        assert_ne!(a, b);
+        assert_ne!(a.locations[0], a.locations[1]);
+        assert_ne!(a.locations[2], a.fingerprint);
+    }
+}

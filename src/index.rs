@@ -1,0 +1,493 @@
+//! `GpHash`, the owning index: a pool, an engine, and the two-phase batch protocol.
+//!
+//! Every batch runs as: phase A (allocate, look up, claim) -> persist -> phase B (publish,
+//! swing, delete) -> persist -> acknowledged. A batch in which some insertion finds no slot,
+//! or some value no cell, is rolled back after phase A: nothing of it takes effect.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use host_pm::{Backend, CreateOptions, Header, PersistMode, Pool, ResizeRecord, TableConfig};
+
+use crate::batch::{Batch, BatchResult};
+use crate::cpu::CpuEngine;
+use crate::engine::{Encoded, Engine, Mode, Written};
+use crate::error::{Error, Result};
+use crate::gpu::context::Gpu;
+use crate::gpu::engine::{GpuEngine, GpuOptions};
+use crate::hash::Seeds;
+use crate::layout::{Geometry, Layout};
+use crate::protocol::{OpKind, Status, control};
+use crate::recovery::{self, CheckReport, Recovery};
+
+/// Largest number of operations one batch submits to the engine; longer calls run as several
+/// batches, each acknowledged on its own.
+pub const MAX_BATCH: usize = 1 << 22;
+
+/// The table to create.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Key width in bytes (a multiple of 4: 8, 16, 32, ...).
+    pub key_bytes: u32,
+    /// Value size in bytes.
+    pub value_bytes: u32,
+    /// Levels, hash locations and slots per bucket.
+    pub layout: Layout,
+    /// Keys the table should hold before it is full (sized for a load factor of 0.75).
+    pub capacity: u64,
+    /// Hash seed.
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { key_bytes: 8, value_bytes: 8, layout: Layout::default(), capacity: 1 << 20, seed: 0x9E37_79B9_7F4A_7C15 }
+    }
+}
+
+/// Which executor runs the kernels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Executor {
+    /// The GPU if one can be opened, else the CPU model (reported by `stats`).
+    #[default]
+    Auto,
+    /// A GPU or an error.
+    Gpu,
+    /// The CPU model.
+    Cpu,
+}
+
+/// How to open a table.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// GPU or CPU.
+    pub executor: Executor,
+    /// GPU settings.
+    pub gpu: GpuOptions,
+    /// A device to share with other tables (default: open the best one).
+    pub device: Option<Arc<Gpu>>,
+}
+
+/// Counters of the index's work since it was opened.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Activity {
+    /// Batches acknowledged.
+    pub batches: u64,
+    /// Operations acknowledged.
+    pub operations: u64,
+    /// Batches rolled back (table or heap full).
+    pub rolled_back: u64,
+    /// Cache lines persisted.
+    pub persisted_lines: u64,
+    /// Time spent persisting.
+    pub persist_time: Duration,
+}
+
+/// What the index is and what it holds.
+#[derive(Clone, Debug)]
+pub struct Stats {
+    /// Published keys.
+    pub items: u64,
+    /// Slots in the table.
+    pub slots: u64,
+    /// `items / slots`.
+    pub load_factor: f64,
+    /// Layout.
+    pub layout: Layout,
+    /// Key width.
+    pub key_bytes: u32,
+    /// Value size.
+    pub value_bytes: u32,
+    /// Levels in use: the top level's index (it has `2^top` buckets) down to the bottom's.
+    pub levels: (u32, u32),
+    /// Value cells in the heap.
+    pub cells: u64,
+    /// How batches execute.
+    pub mode: Mode,
+    /// The GPU, if one is used.
+    pub adapter: Option<String>,
+    /// Its subgroup sizes (min, max).
+    pub subgroup_sizes: Option<(u32, u32)>,
+    /// Pool backend.
+    pub backend: Backend,
+    /// How the pool persists.
+    pub persist_mode: PersistMode,
+    /// Pool size in bytes.
+    pub pool_bytes: u64,
+    /// What recovery did on open.
+    pub recovery: Recovery,
+    /// Work since open.
+    pub activity: Activity,
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "keys:          {} in {} slots (load factor {:.4})", self.items, self.slots, self.load_factor)?;
+        writeln!(f, "layout:        {} with {}-byte keys and {}-byte values", self.layout, self.key_bytes, self.value_bytes)?;
+        writeln!(f, "levels:        {} .. {} (top level has 2^{} buckets)", self.levels.0, self.levels.1, self.levels.0)?;
+        writeln!(f, "value cells:   {}", self.cells)?;
+        writeln!(f, "mode:          {}", self.mode)?;
+        match (&self.adapter, self.subgroup_sizes) {
+            (Some(a), Some((lo, hi))) => writeln!(f, "adapter:       {a} (subgroup size {lo}..{hi})")?,
+            _ => writeln!(f, "adapter:       none")?,
+        }
+        writeln!(f, "pool:          {} bytes, {:?} backend, persist by {}", self.pool_bytes, self.backend, self.persist_mode)?;
+        writeln!(f, "recovery:      {}", self.recovery)?;
+        write!(
+            f,
+            "activity:      {} batches, {} operations, {} rolled back, {} lines persisted in {:.3} s",
+            self.activity.batches,
+            self.activity.operations,
+            self.activity.rolled_back,
+            self.activity.persisted_lines,
+            self.activity.persist_time.as_secs_f64()
+        )
+    }
+}
+
+/// A persistent GPU hash index.
+pub struct GpHash {
+    // Dropped before `pool`: the engine's buffers may map the pool's memory.
+    engine: Box<dyn Engine>,
+    pool: Pool,
+    geo: Geometry,
+    gpu: Option<Arc<Gpu>>,
+    items: u64,
+    recovery: Recovery,
+    activity: Activity,
+    poisoned: Option<String>,
+}
+
+impl fmt::Debug for GpHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GpHash").field("geometry", &self.geo).field("items", &self.items).finish()
+    }
+}
+
+impl GpHash {
+    /// Creates a table in a new pool at `path` (`None`: anonymous, volatile memory).
+    pub fn create(path: Option<&Path>, config: &Config, options: &Options) -> Result<GpHash> {
+        let geo = Geometry::for_capacity(config.layout, config.key_bytes, config.value_bytes, config.capacity)?;
+        let (table_region, heap_region, bytes) = host_pm::layout_regions(geo.table_bytes(), geo.heap_bytes());
+        let header = Header {
+            version: host_pm::FORMAT_VERSION,
+            table: TableConfig {
+                key_bytes: geo.key_bytes,
+                value_bytes: geo.value_bytes,
+                levels: geo.layout.levels,
+                hashes: geo.layout.hashes,
+                slots: geo.layout.slots,
+                top_level: geo.top_level,
+                seed: config.seed,
+            },
+            table_region,
+            heap_region,
+            heap_cells: geo.cells,
+            resize: ResizeRecord::default(),
+            clean_shutdown: false,
+            sequence: 0,
+            user: [0; 8],
+        };
+        let pool = Pool::create(path, bytes, &header, &CreateOptions::default())?;
+        let mut index = Self::start(pool, options)?;
+        index.recovery.created = true;
+        Ok(index)
+    }
+
+    /// Opens the table in an existing pool, recovering it if it was not closed cleanly.
+    pub fn open(path: &Path, options: &Options) -> Result<GpHash> {
+        Self::start(Pool::open(path)?, options)
+    }
+
+    /// Validates the table configuration of an opened pool.
+    pub fn geometry_of(pool: &Pool) -> Result<Geometry> {
+        let h = pool.header();
+        let t = &h.table;
+        let incompatible = |why: String| Error::IncompatiblePool {
+            path: pool.path().map(Path::to_path_buf).unwrap_or_default(),
+            why,
+        };
+        let layout = Layout { levels: t.levels, hashes: t.hashes, slots: t.slots };
+        let geo = Geometry::new(layout, t.key_bytes, t.value_bytes, t.top_level, h.heap_cells)
+            .map_err(|e| incompatible(e.to_string()))?;
+        if h.table_region.bytes < geo.table_bytes() || h.heap_region.bytes < geo.heap_bytes() {
+            return Err(incompatible(format!(
+                "regions of {} and {} bytes are smaller than the {} and {} bytes the table needs",
+                h.table_region.bytes,
+                h.heap_region.bytes,
+                geo.table_bytes(),
+                geo.heap_bytes()
+            )));
+        }
+        if h.resize.state != 0 {
+            return Err(incompatible("the pool holds an interrupted resize, which this version cannot resume".into()));
+        }
+        Ok(geo)
+    }
+
+    fn start(mut pool: Pool, options: &Options) -> Result<GpHash> {
+        let geo = Self::geometry_of(&pool)?;
+        let (recovery, bitmap) = recovery::recover(&mut pool, &geo)?;
+        pool.mark_dirty()?;
+        let h = *pool.header();
+        let seeds = Seeds::new(h.table.seed, geo.layout.hashes);
+        let gpu = match (options.executor, &options.device) {
+            (Executor::Cpu, _) => Err("the CPU executor was requested".to_string()),
+            (_, Some(g)) => Ok(g.clone()),
+            (exec, None) => match Gpu::new() {
+                Ok(g) => Ok(g),
+                Err(e) if exec == Executor::Auto => Err(e.to_string()),
+                Err(e) => return Err(e),
+            },
+        };
+        let (engine, gpu): (Box<dyn Engine>, _) = match gpu {
+            Ok(gpu) => {
+                let e = GpuEngine::new(gpu.clone(), (geo, seeds), &mut pool, h.table_region, h.heap_region, &bitmap, &options.gpu)?;
+                (Box::new(e), Some(gpu))
+            }
+            Err(reason) => {
+                if options.executor == Executor::Auto {
+                    log::warn!("no GPU, running on the CPU model: {reason}");
+                }
+                (Box::new(CpuEngine::new(geo, seeds, h.table_region, h.heap_region, bitmap, reason)), None)
+            }
+        };
+        let items = recovery.items;
+        Ok(GpHash { engine, pool, geo, gpu, items, recovery, activity: Activity::default(), poisoned: None })
+    }
+
+    /// Closes the table cleanly: the next open needs no recovery.
+    pub fn close(self) -> Result<()> {
+        let GpHash { engine, pool, poisoned, .. } = self;
+        drop(engine);
+        match poisoned {
+            // Leave the pool marked dirty: the next open recovers it.
+            Some(_) => Ok(()),
+            None => Ok(pool.close()?),
+        }
+    }
+
+    /// The table's geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    /// The GPU, if batches run on one.
+    pub fn gpu(&self) -> Option<&Arc<Gpu>> {
+        self.gpu.as_ref()
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Published keys.
+    pub fn len(&self) -> u64 {
+        self.items
+    }
+
+    /// Whether the table holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.items == 0
+    }
+
+    /// Load factor, mode, device, pool and activity.
+    pub fn stats(&self) -> Stats {
+        let h = self.pool.header();
+        Stats {
+            items: self.items,
+            slots: self.geo.slots(),
+            load_factor: self.items as f64 / self.geo.slots() as f64,
+            layout: self.geo.layout,
+            key_bytes: self.geo.key_bytes,
+            value_bytes: self.geo.value_bytes,
+            levels: (self.geo.top_level, self.geo.top_level + 1 - self.geo.layout.levels),
+            cells: h.heap_cells,
+            mode: self.engine.mode(),
+            adapter: self.gpu.as_ref().map(|g| format!("{} ({})", g.info.name, g.info.driver)),
+            subgroup_sizes: self.gpu.as_ref().map(|g| g.info.subgroup_sizes),
+            backend: self.pool.backend(),
+            persist_mode: self.pool.persist_mode(),
+            pool_bytes: self.pool.len(),
+            recovery: self.recovery.clone(),
+            activity: self.activity.clone(),
+        }
+    }
+
+    /// Value cells in use.
+    pub fn cells_used(&mut self) -> Result<u64> {
+        self.engine.cells_used()
+    }
+
+    /// Checks every invariant of the table (see [`recovery::check`]).
+    pub fn check(&self) -> CheckReport {
+        recovery::check(&self.pool, &self.geo, self.pool.header())
+    }
+
+    /// Every published key and its value, in table order.
+    pub fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let h = self.pool.header();
+        let table: &[u32] = bytemuck::cast_slice(self.pool.region(h.table_region));
+        let heap: &[u8] = self.pool.region(h.heap_region);
+        let g = &self.geo;
+        let cell_bytes = g.cell_words() as usize * 4;
+        let mut out = Vec::with_capacity(self.items as usize);
+        for bucket in 0..g.buckets() {
+            for s in 0..g.layout.slots {
+                let state = table[g.state_word(bucket, s) as usize];
+                if state >= crate::layout::PUBLISHED {
+                    let k = g.key_word(bucket, s) as usize;
+                    let key = bytemuck::cast_slice(&table[k..k + g.key_words() as usize]).to_vec();
+                    let at = (state - crate::layout::PUBLISHED) as usize * cell_bytes;
+                    out.push((key, heap[at..at + g.value_bytes as usize].to_vec()));
+                }
+            }
+        }
+        out
+    }
+
+    /// A batch for this table's key and value widths.
+    pub fn batch(&self) -> Batch {
+        Batch::new(self.geo.key_bytes as usize, self.geo.value_bytes as usize)
+    }
+
+    /// Reads keys (concatenated, `key_bytes` each).
+    pub fn get(&mut self, keys: &[u8]) -> Result<BatchResult> {
+        let b = Batch::of_kind(OpKind::Get, self.geo.key_bytes as usize, self.geo.value_bytes as usize, keys, None)?;
+        self.execute(&b)
+    }
+
+    fn apply(&mut self, kind: OpKind, keys: &[u8], values: Option<&[u8]>) -> Result<Vec<Status>> {
+        let b = Batch::of_kind(kind, self.geo.key_bytes as usize, self.geo.value_bytes as usize, keys, values)?;
+        Ok(self.execute(&b)?.statuses)
+    }
+
+    /// Inserts absent keys (`Exists` for present ones).
+    pub fn insert(&mut self, keys: &[u8], values: &[u8]) -> Result<Vec<Status>> {
+        self.apply(OpKind::Insert, keys, Some(values))
+    }
+
+    /// Inserts or overwrites.
+    pub fn upsert(&mut self, keys: &[u8], values: &[u8]) -> Result<Vec<Status>> {
+        self.apply(OpKind::Upsert, keys, Some(values))
+    }
+
+    /// Overwrites present keys (`NotFound` for absent ones).
+    pub fn update(&mut self, keys: &[u8], values: &[u8]) -> Result<Vec<Status>> {
+        self.apply(OpKind::Update, keys, Some(values))
+    }
+
+    /// Removes keys (`NotFound` for absent ones).
+    pub fn delete(&mut self, keys: &[u8]) -> Result<Vec<Status>> {
+        self.apply(OpKind::Delete, keys, None)
+    }
+
+    /// Runs a mixed batch. Operations on different keys are independent. Operations on the
+    /// same key in one batch are linearizable in some order (not necessarily batch order):
+    /// reads see the state before the batch, and no key is ever published twice. Use
+    /// [`GpHash::execute_ordered`] for batch-order semantics.
+    pub fn execute(&mut self, batch: &Batch) -> Result<BatchResult> {
+        self.check_widths(batch)?;
+        let mut result = BatchResult::new(batch.len(), batch.value_bytes());
+        let all: Vec<usize> = (0..batch.len()).collect();
+        for chunk in all.chunks(MAX_BATCH) {
+            self.run(batch, chunk, &mut result)?;
+        }
+        Ok(result)
+    }
+
+    /// Runs a batch with the results of applying its operations one by one, in order. Same-key
+    /// operations run in successive rounds. On an error, the rounds before the failing one
+    /// have been applied.
+    pub fn execute_ordered(&mut self, batch: &Batch) -> Result<BatchResult> {
+        self.check_widths(batch)?;
+        let mut result = BatchResult::new(batch.len(), batch.value_bytes());
+        for round in batch.rounds() {
+            for chunk in round.chunks(MAX_BATCH) {
+                self.run(batch, chunk, &mut result)?;
+            }
+        }
+        Ok(result)
+    }
+
+    fn check_widths(&self, batch: &Batch) -> Result<()> {
+        if batch.key_bytes() != self.geo.key_bytes as usize {
+            return Err(Error::KeyWidth { found: batch.key_bytes(), expected: self.geo.key_bytes as usize });
+        }
+        if batch.value_bytes() != self.geo.value_bytes as usize {
+            return Err(Error::ValueSize { found: batch.value_bytes(), expected: self.geo.value_bytes as usize });
+        }
+        Ok(())
+    }
+
+    /// One batch through the protocol. A failure of the engine or of a persist poisons the
+    /// index: it must be reopened, which recovers.
+    fn run(&mut self, batch: &Batch, ops: &[usize], result: &mut BatchResult) -> Result<()> {
+        if let Some(why) = &self.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let encoded = batch.encode(ops.iter().copied());
+        match self.protocol(&encoded) {
+            Ok((statuses, values)) => {
+                result.scatter(batch, ops, &statuses, &values);
+                self.activity.batches += 1;
+                self.activity.operations += ops.len() as u64;
+                Ok(())
+            }
+            Err(e @ (Error::TableFull { .. } | Error::HeapFull { .. })) => {
+                self.activity.rolled_back += 1;
+                Err(e)
+            }
+            Err(e) => {
+                self.poisoned = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// Phase A, persist, phase B (or rollback), persist; the statuses and value words.
+    fn protocol(&mut self, batch: &Encoded) -> Result<(Vec<u32>, Vec<u32>)> {
+        let a = self.engine.phase_a(&mut self.pool, batch)?;
+        self.persist(&a.written)?;
+        let (full, no_cell) = (a.control[control::FULL], a.control[control::NO_CELL]);
+        if full > 0 || no_cell > 0 {
+            let r = self.engine.rollback(&mut self.pool, batch)?;
+            self.persist(&r.written)?;
+            return Err(if full > 0 {
+                Error::TableFull { failed: full as u64, load: self.items as f64 / self.geo.slots() as f64 }
+            } else {
+                Error::HeapFull { failed: no_cell as u64 }
+            });
+        }
+        if !batch.read_only() {
+            let b = self.engine.phase_b(&mut self.pool, batch, a.control[control::NEED_B] > 0)?;
+            self.persist(&b.written)?;
+            self.items += b.control[control::PUBLISHED] as u64;
+            self.items -= b.control[control::DELETED] as u64;
+        }
+        let mut statuses = vec![0; batch.len()];
+        let mut values = vec![0; batch.values.len()];
+        self.engine.results(&mut statuses, &mut values)?;
+        Ok((statuses, values))
+    }
+
+    fn persist(&mut self, written: &Written) -> Result<()> {
+        let t = Instant::now();
+        match written {
+            Written::Lines(lines) => {
+                self.pool.persist_lines(lines)?;
+                self.activity.persisted_lines += lines.len() as u64;
+            }
+            Written::Overflow => self.pool.persist_all()?,
+            Written::NotTracked => std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst),
+        }
+        self.activity.persist_time += t.elapsed();
+        Ok(())
+    }
+}

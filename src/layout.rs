@@ -1,0 +1,363 @@
+//! Table geometry: the `aL-bH-cS` layout, how buckets are grouped in the pool, and sizes.
+//!
+//! The table is an array of buckets in groups. A group holds the buckets of every level that
+//! share one bucket `j` of the bottom level: the `2^(L-1)` top-level buckets above it first,
+//! then the level below, down to `j` itself (`2^L - 1` buckets). All candidate buckets of one
+//! hash location therefore sit in one contiguous run, read with one memory request.
+//!
+//! A bucket of `S` slots is `S` fingerprints, then `S` state words, then `S` keys:
+//!
+//! ```text
+//! | fp[0..S] (u32) | state[0..S] (u32) | key[0..S] (key_bytes each) |
+//! ```
+//!
+//! The state word is `EMPTY` (0), `INSERTING` (1) or `2 + cell`, the published slot's value
+//! cell. Keeping the value reference in the state word makes publish, update and delete single
+//! 32-bit CAS transitions on one word (see `docs/protocol.md`).
+//!
+//! Twin: `shaders/common/table.wgsl` computes the same addresses; change both together.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+
+/// State word of an empty slot.
+pub const EMPTY: u32 = 0;
+/// State word of a slot claimed by a batch whose phase B has not published it yet.
+pub const INSERTING: u32 = 1;
+/// State words at or above this value are published: `state - PUBLISHED` is the value cell.
+pub const PUBLISHED: u32 = 2;
+/// Largest number of candidate slots per key (`L * H * S`) the kernels support.
+pub const MAX_CANDIDATES: u32 = 128;
+/// Load factor the table is sized for when created with a capacity.
+pub const TARGET_LOAD: f64 = 0.75;
+
+/// The `aL-bH-cS` configuration: levels per key, hash locations, slots per bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Levels a key can live in (`L`).
+    pub levels: u32,
+    /// Hash locations per key (`H`).
+    pub hashes: u32,
+    /// Slots per bucket (`S`).
+    pub slots: u32,
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Layout { levels: 2, hashes: 2, slots: 8 }
+    }
+}
+
+impl Layout {
+    /// Candidate buckets of one key (`L * H`).
+    pub fn candidate_buckets(&self) -> u32 {
+        self.levels * self.hashes
+    }
+
+    /// Candidate slots of one key (`L * H * S`).
+    pub fn candidates(&self) -> u32 {
+        self.candidate_buckets() * self.slots
+    }
+
+    /// Buckets in one group (`2^L - 1`).
+    pub fn group_buckets(&self) -> u32 {
+        (1 << self.levels) - 1
+    }
+
+    /// Checks the ranges the kernels support.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |why: String| Err(Error::InvalidConfig(format!("layout {self}: {why}")));
+        if !(1..=6).contains(&self.levels) {
+            return bad("levels must be 1 to 6".into());
+        }
+        if !(1..=8).contains(&self.hashes) {
+            return bad("hash locations must be 1 to 8".into());
+        }
+        if !(1..=32).contains(&self.slots) {
+            return bad("slots per bucket must be 1 to 32".into());
+        }
+        if self.candidates() > MAX_CANDIDATES {
+            return bad(format!(
+                "{} candidate slots per key; at most {MAX_CANDIDATES} are supported",
+                self.candidates()
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}L-{}H-{}S", self.levels, self.hashes, self.slots)
+    }
+}
+
+impl FromStr for Layout {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || Error::InvalidConfig(format!("layout {s:?} is not of the form 2L-2H-8S"));
+        let mut parts = s.trim().split('-');
+        let mut field = |suffix: char| -> Result<u32> {
+            let p = parts.next().ok_or_else(bad)?;
+            let n = p
+                .strip_suffix(suffix)
+                .or_else(|| p.strip_suffix(suffix.to_ascii_lowercase()))
+                .ok_or_else(bad)?;
+            n.parse().map_err(|_| bad())
+        };
+        let layout = Layout { levels: field('L')?, hashes: field('H')?, slots: field('S')? };
+        if parts.next().is_some() {
+            return Err(bad());
+        }
+        layout.validate()?;
+        Ok(layout)
+    }
+}
+
+/// Every size and offset of one table, derived from its configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Levels, hash locations, slots per bucket.
+    pub layout: Layout,
+    /// Key width in bytes (a multiple of 4).
+    pub key_bytes: u32,
+    /// Value size in bytes.
+    pub value_bytes: u32,
+    /// log2 of the number of top-level buckets.
+    pub top_level: u32,
+    /// Value cells in the heap.
+    pub cells: u64,
+}
+
+impl Geometry {
+    /// Validates a configuration. Kernels index words with u32, so the table and the heap are
+    /// each limited to 2^32 words.
+    pub fn new(
+        layout: Layout,
+        key_bytes: u32,
+        value_bytes: u32,
+        top_level: u32,
+        cells: u64,
+    ) -> Result<Self> {
+        layout.validate()?;
+        let bad = |why: String| Err(Error::InvalidConfig(why));
+        if key_bytes == 0 || key_bytes % 4 != 0 || key_bytes > 256 {
+            return bad(format!("key width {key_bytes} bytes: must be a multiple of 4, 4 to 256"));
+        }
+        if value_bytes == 0 || value_bytes > 65536 {
+            return bad(format!("value size {value_bytes} bytes: must be 1 to 65536"));
+        }
+        if top_level + 1 < layout.levels || top_level > 30 {
+            return bad(format!(
+                "top level {top_level}: must be at least levels - 1 = {} and at most 30",
+                layout.levels - 1
+            ));
+        }
+        let g = Geometry { layout, key_bytes, value_bytes, top_level, cells };
+        if g.table_words() > u32::MAX as u64 {
+            return bad(format!("table of {} bytes is too large", g.table_bytes()));
+        }
+        if cells == 0 || cells >= (u32::MAX - PUBLISHED) as u64 || g.heap_words() > u32::MAX as u64
+        {
+            return bad(format!("{cells} value cells: must be 1 to 2^32 - 3 and fit 16 GiB"));
+        }
+        Ok(g)
+    }
+
+    /// The smallest table of this layout with room for `capacity` keys at [`TARGET_LOAD`].
+    pub fn for_capacity(
+        layout: Layout,
+        key_bytes: u32,
+        value_bytes: u32,
+        capacity: u64,
+    ) -> Result<Self> {
+        layout.validate()?;
+        let want = (capacity.max(1) as f64 / TARGET_LOAD).ceil() as u64;
+        let mut top = layout.levels - 1;
+        let slots_at = |top: u32| (1u64 << (top + 1 - layout.levels)) * layout.group_buckets() as u64 * layout.slots as u64;
+        while slots_at(top) < want && top < 30 {
+            top += 1;
+        }
+        let slots = slots_at(top);
+        Geometry::new(layout, key_bytes, value_bytes, top, Self::cells_for_slots(slots))
+    }
+
+    /// Heap cells for a table of `slots` slots: one per slot plus room for the new values of
+    /// updates, whose old cells are freed only after their batch is persisted.
+    pub fn cells_for_slots(slots: u64) -> u64 {
+        slots + slots / 8 + 1024
+    }
+
+    /// 32-bit words of one key.
+    pub fn key_words(&self) -> u32 {
+        self.key_bytes / 4
+    }
+
+    /// 32-bit words of one bucket.
+    pub fn bucket_words(&self) -> u32 {
+        self.layout.slots * (2 + self.key_words())
+    }
+
+    /// Bytes of one group (the run one hash location reads).
+    pub fn group_bytes(&self) -> u64 {
+        self.layout.group_buckets() as u64 * self.bucket_words() as u64 * 4
+    }
+
+    /// Groups in the table (buckets of the bottom level).
+    pub fn groups(&self) -> u64 {
+        1 << (self.top_level + 1 - self.layout.levels)
+    }
+
+    /// Buckets in the table.
+    pub fn buckets(&self) -> u64 {
+        self.groups() * self.layout.group_buckets() as u64
+    }
+
+    /// Slots in the table.
+    pub fn slots(&self) -> u64 {
+        self.buckets() * self.layout.slots as u64
+    }
+
+    /// Words of the table region.
+    pub fn table_words(&self) -> u64 {
+        self.buckets() * self.bucket_words() as u64
+    }
+
+    /// Bytes of the table region.
+    pub fn table_bytes(&self) -> u64 {
+        self.table_words() * 4
+    }
+
+    /// 32-bit words of one value cell.
+    pub fn cell_words(&self) -> u32 {
+        self.value_bytes.div_ceil(4)
+    }
+
+    /// Words of the value heap.
+    pub fn heap_words(&self) -> u64 {
+        self.cells * self.cell_words() as u64
+    }
+
+    /// Bytes of the value heap.
+    pub fn heap_bytes(&self) -> u64 {
+        self.heap_words() * 4
+    }
+
+    /// Where candidate `c` (`0 .. L*H*S`) of a key with top-level buckets `tops` lives.
+    pub fn candidate(&self, tops: &[u32], c: u32) -> Candidate {
+        let Layout { levels, slots, .. } = self.layout;
+        let cb = c / slots;
+        let (h, level) = (cb / levels, cb % levels);
+        let top = tops[h as usize];
+        let group = (top >> (levels - 1)) as u64;
+        // Level `level` (0 = top) starts after the 2^(L-1) + .. + 2^(L-level) buckets above it.
+        let level_start = (1u32 << levels) - (1u32 << (levels - level));
+        let local = (top >> level) & ((1u32 << (levels - 1 - level)) - 1);
+        let bucket = group * self.layout.group_buckets() as u64 + (level_start + local) as u64;
+        Candidate { bucket, slot: c % slots }
+    }
+
+    /// Word offset of the fingerprint of slot `slot` in bucket `bucket`.
+    pub fn fp_word(&self, bucket: u64, slot: u32) -> u64 {
+        bucket * self.bucket_words() as u64 + slot as u64
+    }
+
+    /// Word offset of the state word of a slot.
+    pub fn state_word(&self, bucket: u64, slot: u32) -> u64 {
+        self.fp_word(bucket, slot) + self.layout.slots as u64
+    }
+
+    /// Word offset of the first key word of a slot.
+    pub fn key_word(&self, bucket: u64, slot: u32) -> u64 {
+        bucket * self.bucket_words() as u64
+            + 2 * self.layout.slots as u64
+            + (slot * self.key_words()) as u64
+    }
+
+    /// The level (0 = top) of a bucket.
+    pub fn level_of(&self, bucket: u64) -> u32 {
+        let in_group = (bucket % self.layout.group_buckets() as u64) as u32;
+        let levels = self.layout.levels;
+        (0..levels)
+            .find(|&l| in_group < (1u32 << levels) - (1u32 << (levels - 1 - l)))
+            .unwrap_or(levels - 1)
+    }
+}
+
+/// A candidate slot: a bucket of the table and a slot in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Candidate {
+    /// Global bucket index.
+    pub bucket: u64,
+    /// Slot in the bucket.
+    pub slot: u32,
+}
+
+impl Candidate {
+    /// Global slot index (`bucket * S + slot`): the order the duplicate-resolution rule uses.
+    pub fn id(&self, slots: u32) -> u64 {
+        self.bucket * slots as u64 + self.slot as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_round_trips_and_rejects_nonsense() {
+        let l: Layout = "4L-2H-16S".parse().unwrap();
+        assert_eq!(l, Layout { levels: 4, hashes: 2, slots: 16 });
+        assert_eq!(l.to_string(), "4L-2H-16S");
+        for bad in ["", "2L-2H", "2L-2H-8S-1X", "2H-2L-8S", "0L-2H-8S", "2L-2H-64S", "4L-4H-16S"] {
+            assert!(bad.parse::<Layout>().is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn default_groups_are_384_bytes_for_8_byte_keys() {
+        let g = Geometry::new(Layout::default(), 8, 8, 10, 100).unwrap();
+        assert_eq!(g.bucket_words() * 4, 128);
+        assert_eq!(g.group_bytes(), 384);
+        assert_eq!(g.groups(), 512);
+        assert_eq!(g.slots(), 512 * 3 * 8);
+    }
+
+    #[test]
+    fn candidates_of_one_hash_share_a_group_and_follow_inter_level_sharing() {
+        let layout = Layout { levels: 3, hashes: 1, slots: 4 };
+        let g = Geometry::new(layout, 8, 8, 5, 100).unwrap();
+        for top in 0..32u32 {
+            let buckets: Vec<u64> = (0..3).map(|l| g.candidate(&[top], l * 4).bucket).collect();
+            let group = (top >> 2) as u64;
+            for (l, &b) in buckets.iter().enumerate() {
+                assert_eq!(b / 7, group, "top {top} level {l}");
+                assert_eq!(g.level_of(b), l as u32);
+            }
+            // Level l holds bucket top >> l of a level with 2^(5-l) buckets.
+            assert_eq!(buckets[0] % 7, (top & 3) as u64);
+            assert_eq!(buckets[1] % 7, 4 + ((top >> 1) & 1) as u64);
+            assert_eq!(buckets[2] % 7, 6);
+        }
+    }
+
+    #[test]
+    fn capacity_sizing_leaves_headroom() {
+        let g = Geometry::for_capacity(Layout::default(), 8, 8, 1 << 20).unwrap();
+        assert!(g.slots() as f64 * TARGET_LOAD >= (1 << 20) as f64);
+        assert!(g.slots() as f64 * TARGET_LOAD < (2 << 20) as f64 * 1.01);
+        assert!(g.cells > g.slots());
+    }
+
+    #[test]
+    fn geometry_rejects_bad_widths() {
+        let l = Layout::default();
+        assert!(Geometry::new(l, 6, 8, 10, 10).is_err());
+        assert!(Geometry::new(l, 8, 0, 10, 10).is_err());
+        assert!(Geometry::new(l, 8, 8, 0, 10).is_err());
+        assert!(Geometry::new(l, 8, 8, 10, 0).is_err());
+    }
+}

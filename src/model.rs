@@ -1,0 +1,376 @@
+//! The CPU model of the table: the same layout, hashes and slot protocol as the kernels, one
+//! operation at a time. It is the tests' oracle and the executor used where no GPU exists.
+//!
+//! Each function mirrors one kernel stage (`shaders/<stage>.wgsl`); running every operation
+//! of a batch through a stage before the next stage starts is one of the interleavings the
+//! GPU may produce, so for batches of distinct keys the results are identical.
+
+use crate::hash::{Seeds, locate};
+use crate::layout::{Candidate, EMPTY, Geometry, INSERTING, PUBLISHED};
+use crate::protocol::{NONE, OpKind, OpState, Status, control, phase};
+
+/// The batch control block: counters indexed by [`control`] constants.
+pub type Control = [u32; control::WORDS];
+
+/// The persistent words of a table: its bucket array and its value heap.
+pub struct Mem<'a> {
+    /// Table region as 32-bit words.
+    pub table: &'a mut [u32],
+    /// Heap region as 32-bit words.
+    pub heap: &'a mut [u32],
+}
+
+/// Cache lines written since the last persist, as pool line indices.
+#[derive(Debug, Default)]
+pub struct Dirty {
+    /// Pool offset of the table region, in 64-byte lines.
+    pub table_base: u64,
+    /// Pool offset of the heap region, in 64-byte lines.
+    pub heap_base: u64,
+    /// Lines written (unsorted, may repeat).
+    pub lines: Vec<u64>,
+}
+
+impl Dirty {
+    fn words(&mut self, base: u64, first: u64, count: u64) {
+        let (a, b) = (first * 4 / 64, ((first + count) * 4).div_ceil(64));
+        self.lines.extend((a..b).map(|l| base + l));
+    }
+
+    fn table(&mut self, first: u64, count: u64) {
+        self.words(self.table_base, first, count)
+    }
+
+    fn heap(&mut self, first: u64, count: u64) {
+        self.words(self.heap_base, first, count)
+    }
+}
+
+/// The volatile value-cell allocator: one bit per cell, set = in use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bitmap {
+    /// Bit `i % 32` of word `i / 32` is cell `i`; bits past the last cell are set.
+    pub words: Vec<u32>,
+    cursor: usize,
+}
+
+impl Bitmap {
+    /// An allocator with every cell free.
+    pub fn new(cells: u64) -> Self {
+        let mut words = vec![0u32; cells.div_ceil(32) as usize];
+        let tail = (cells % 32) as u32;
+        if tail != 0 {
+            *words.last_mut().unwrap() = !0u32 << tail;
+        }
+        Bitmap { words, cursor: 0 }
+    }
+
+    /// Rebuilds the allocator from the published slots of a table (recovery on open).
+    pub fn rebuild(geo: &Geometry, table: &[u32]) -> Self {
+        let mut b = Bitmap::new(geo.cells);
+        for bucket in 0..geo.buckets() {
+            for s in 0..geo.layout.slots {
+                let state = table[geo.state_word(bucket, s) as usize];
+                if state >= PUBLISHED {
+                    b.set((state - PUBLISHED) as u64);
+                }
+            }
+        }
+        b
+    }
+
+    fn set(&mut self, cell: u64) {
+        self.words[(cell / 32) as usize] |= 1 << (cell % 32);
+    }
+
+    /// Whether a cell is in use.
+    pub fn is_used(&self, cell: u64) -> bool {
+        self.words[(cell / 32) as usize] & (1 << (cell % 32)) != 0
+    }
+
+    /// Takes a free cell.
+    pub fn alloc(&mut self) -> Option<u32> {
+        let n = self.words.len();
+        for i in 0..n {
+            let w = (self.cursor + i) % n;
+            if self.words[w] != !0 {
+                let bit = (!self.words[w]).trailing_zeros();
+                self.words[w] |= 1 << bit;
+                self.cursor = w;
+                return Some((w * 32) as u32 + bit);
+            }
+        }
+        None
+    }
+
+    /// Returns a cell.
+    pub fn free(&mut self, cell: u32) {
+        self.words[(cell / 32) as usize] &= !(1 << (cell % 32));
+    }
+
+    /// Cells in use.
+    pub fn used(&self, cells: u64) -> u64 {
+        let set: u64 = self.words.iter().map(|w| w.count_ones() as u64).sum();
+        set - (self.words.len() as u64 * 32 - cells)
+    }
+}
+
+/// One key's candidate slots as probed: what phase A and B decide from.
+#[derive(Debug)]
+pub struct Probe {
+    /// The candidates, in kernel order (`c = (h * L + level) * S + slot`).
+    pub candidates: Vec<Candidate>,
+    /// The key's fingerprint.
+    pub fingerprint: u32,
+    /// Per candidate: the state word read.
+    pub states: Vec<u32>,
+    /// Per candidate: fingerprint and key equal the probed key.
+    pub key_equal: Vec<bool>,
+}
+
+impl Probe {
+    /// First candidate holding the key published.
+    pub fn published(&self) -> Option<usize> {
+        (0..self.candidates.len()).find(|&c| self.key_equal[c] && self.states[c] >= PUBLISHED)
+    }
+
+    /// The candidate an insertion claims: the lowest empty slot of the candidate bucket with the
+    /// most empty slots (ties: the lowest candidate bucket, i.e. first hash, top level first).
+    pub fn empty_target(&self, slots: u32) -> Option<usize> {
+        let buckets = self.candidates.len() / slots as usize;
+        let empties = |cb: usize| (0..slots as usize).filter(|&s| self.states[cb * slots as usize + s] == EMPTY).count();
+        let mut best = (0, 0);
+        for cb in 0..buckets {
+            let n = empties(cb);
+            if n > best.1 {
+                best = (cb, n);
+            }
+        }
+        if best.1 == 0 {
+            return None;
+        }
+        let base = best.0 * slots as usize;
+        (base..base + slots as usize).find(|&c| self.states[c] == EMPTY)
+    }
+
+    /// Of the slots holding the key in a live state (INSERTING or published), the one with the
+    /// lowest global slot id: the claim that survives duplicate resolution.
+    pub fn surviving_claim(&self, slots: u32) -> Option<u64> {
+        (0..self.candidates.len())
+            .filter(|&c| self.key_equal[c] && self.states[c] != EMPTY)
+            .map(|c| self.candidates[c].id(slots))
+            .min()
+    }
+}
+
+/// The model of one table: geometry and seeds.
+pub struct Model<'g> {
+    /// Table geometry.
+    pub geo: &'g Geometry,
+    /// Hash seeds.
+    pub seeds: &'g Seeds,
+}
+
+impl Model<'_> {
+    /// Reads every candidate slot of `key` (twin of `probe` in `common/probe.wgsl`).
+    pub fn probe(&self, table: &[u32], key: &[u32]) -> Probe {
+        let geo = self.geo;
+        let (tops, fingerprint) = locate(key, self.seeds, geo.top_level);
+        let kw = geo.key_words() as usize;
+        let candidates: Vec<Candidate> =
+            (0..geo.layout.candidates()).map(|c| geo.candidate(&tops, c)).collect();
+        let states = candidates.iter().map(|c| table[geo.state_word(c.bucket, c.slot) as usize]).collect();
+        let key_equal = candidates
+            .iter()
+            .map(|c| {
+                let k = geo.key_word(c.bucket, c.slot) as usize;
+                table[geo.fp_word(c.bucket, c.slot) as usize] == fingerprint && table[k..k + kw] == *key
+            })
+            .collect();
+        Probe { candidates, fingerprint, states, key_equal }
+    }
+
+    fn slot_of(&self, id: u32) -> Candidate {
+        let s = self.geo.layout.slots;
+        Candidate { bucket: (id / s) as u64, slot: id % s }
+    }
+
+    fn state_index(&self, id: u32) -> usize {
+        let c = self.slot_of(id);
+        self.geo.state_word(c.bucket, c.slot) as usize
+    }
+
+    /// Allocation stage (`shaders/alloc.wgsl`): a fresh cell holding the operation's value.
+    pub fn alloc(
+        &self,
+        mem: &mut Mem,
+        bitmap: &mut Bitmap,
+        dirty: &mut Dirty,
+        kind: OpKind,
+        value: &[u32],
+        st: &mut OpState,
+        ctl: &mut Control,
+    ) {
+        *st = OpState::INITIAL;
+        if !kind.writes_value() {
+            return;
+        }
+        let Some(cell) = bitmap.alloc() else {
+            st.phase = phase::NO_CELL;
+            ctl[control::NO_CELL] += 1;
+            return;
+        };
+        let cw = self.geo.cell_words() as u64;
+        let at = cell as u64 * cw;
+        mem.heap[at as usize..(at + cw) as usize].copy_from_slice(value);
+        dirty.heap(at, cw);
+        st.cell = cell;
+    }
+
+    /// Phase A (`shaders/phase_a.wgsl`): look the key up; reads finish here, new keys claim a
+    /// slot (EMPTY -> INSERTING) and get their fingerprint and key written.
+    #[allow(clippy::too_many_arguments)]
+    pub fn phase_a(
+        &self,
+        mem: &mut Mem,
+        dirty: &mut Dirty,
+        kind: OpKind,
+        key: &[u32],
+        st: &mut OpState,
+        status: &mut u32,
+        out: &mut [u32],
+        ctl: &mut Control,
+    ) {
+        if st.phase == phase::NO_CELL {
+            return;
+        }
+        let geo = self.geo;
+        let slots = geo.layout.slots;
+        let probe = self.probe(mem.table, key);
+        let found = probe.published();
+        let done = |st: &mut OpState, status: &mut u32, s: Status| {
+            st.phase = phase::DONE;
+            *status = s as u32;
+            // An operation that will not publish its fresh cell gives it back.
+            st.free = st.cell;
+        };
+        match (kind, found) {
+            (OpKind::Get, Some(c)) => {
+                let cw = geo.cell_words() as usize;
+                let at = (probe.states[c] - PUBLISHED) as usize * cw;
+                out.copy_from_slice(&mem.heap[at..at + cw]);
+                done(st, status, Status::Ok);
+            }
+            (OpKind::Get | OpKind::Update | OpKind::Delete, None) => done(st, status, Status::NotFound),
+            (OpKind::Insert, Some(_)) => done(st, status, Status::Exists),
+            (OpKind::Upsert | OpKind::Update | OpKind::Delete, Some(c)) => {
+                st.phase = phase::FOUND;
+                st.slot = probe.candidates[c].id(slots) as u32;
+                ctl[control::NEED_B] += 1;
+            }
+            (OpKind::Insert | OpKind::Upsert, None) => {
+                let Some(c) = probe.empty_target(slots) else {
+                    st.phase = phase::FULL;
+                    ctl[control::FULL] += 1;
+                    return;
+                };
+                let target = probe.candidates[c];
+                mem.table[geo.state_word(target.bucket, target.slot) as usize] = INSERTING;
+                mem.table[geo.fp_word(target.bucket, target.slot) as usize] = probe.fingerprint;
+                let k = geo.key_word(target.bucket, target.slot) as usize;
+                mem.table[k..k + key.len()].copy_from_slice(key);
+                dirty.table(geo.fp_word(target.bucket, target.slot), 1);
+                dirty.table(geo.state_word(target.bucket, target.slot), 1);
+                dirty.table(k as u64, key.len() as u64);
+                st.phase = phase::CLAIMED;
+                st.slot = target.id(slots) as u32;
+                ctl[control::NEED_B] += 1;
+            }
+        }
+    }
+
+    /// Phase B (`shaders/phase_b.wgsl`): swing or clear found slots, resolve same-key claims
+    /// and publish the survivors (INSERTING -> 2 + cell).
+    pub fn phase_b(
+        &self,
+        mem: &mut Mem,
+        dirty: &mut Dirty,
+        kind: OpKind,
+        key: &[u32],
+        st: &mut OpState,
+        status: &mut u32,
+        ctl: &mut Control,
+    ) {
+        match st.phase {
+            phase::FOUND => {
+                let at = self.state_index(st.slot);
+                let cur = mem.table[at];
+                // A delete of this batch emptied the slot first. The batch then linearizes this
+                // update before that delete: the update applied (and was deleted), a second
+                // delete found nothing.
+                if cur < PUBLISHED {
+                    let s = if kind == OpKind::Delete { Status::NotFound } else { Status::Ok };
+                    *status = s as u32;
+                    st.free = st.cell;
+                    return;
+                }
+                mem.table[at] = if kind == OpKind::Delete { EMPTY } else { st.cell + PUBLISHED };
+                dirty.table(at as u64, 1);
+                st.free = cur - PUBLISHED;
+                if kind == OpKind::Delete {
+                    ctl[control::DELETED] += 1;
+                }
+                *status = Status::Ok as u32;
+            }
+            phase::CLAIMED => {
+                let probe = self.probe(mem.table, key);
+                let winner = probe.surviving_claim(self.geo.layout.slots).expect("own claim is live") as u32;
+                let mine = self.state_index(st.slot);
+                if winner == st.slot {
+                    if mem.table[mine] == INSERTING {
+                        mem.table[mine] = st.cell + PUBLISHED;
+                    } else {
+                        // An upsert of the same key already wrote its value over this claim.
+                        st.free = st.cell;
+                    }
+                    ctl[control::PUBLISHED] += 1;
+                    *status = Status::Ok as u32;
+                } else {
+                    mem.table[mine] = EMPTY;
+                    if kind == OpKind::Upsert {
+                        let at = self.state_index(winner);
+                        let cur = mem.table[at];
+                        mem.table[at] = st.cell + PUBLISHED;
+                        dirty.table(at as u64, 1);
+                        st.free = if cur >= PUBLISHED { cur - PUBLISHED } else { NONE };
+                        *status = Status::Ok as u32;
+                    } else {
+                        st.free = st.cell;
+                        *status = Status::Exists as u32;
+                    }
+                }
+                dirty.table(mine as u64, 1);
+            }
+            _ => {}
+        }
+    }
+
+    /// Release after phase B (`free_cells` in `shaders/release.wgsl`).
+    pub fn free(&self, bitmap: &mut Bitmap, st: &OpState) {
+        if st.free != NONE {
+            bitmap.free(st.free);
+        }
+    }
+
+    /// Rollback (`rollback` in `shaders/release.wgsl`): undo phase A of a batch that cannot complete.
+    pub fn rollback(&self, mem: &mut Mem, bitmap: &mut Bitmap, dirty: &mut Dirty, st: &OpState) {
+        if st.phase == phase::CLAIMED {
+            let at = self.state_index(st.slot);
+            mem.table[at] = EMPTY;
+            dirty.table(at as u64, 1);
+        }
+        if st.cell != NONE {
+            bitmap.free(st.cell);
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Operation codes, result codes and the per-operation record that phase A hands to phase B.
+//!
+//! Twin: `shaders/common/protocol.wgsl`; the numbers must match.
+
+/// What one operation of a batch does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum OpKind {
+    /// Read the value of a key.
+    Get = 1,
+    /// Insert a key that is absent (`Exists` if present).
+    Insert = 2,
+    /// Insert or overwrite.
+    Upsert = 3,
+    /// Overwrite a present key (`NotFound` if absent).
+    Update = 4,
+    /// Remove a key (`NotFound` if absent).
+    Delete = 5,
+}
+
+impl OpKind {
+    /// Decodes an operation code.
+    pub fn from_code(code: u32) -> Option<Self> {
+        Some(match code {
+            1 => OpKind::Get,
+            2 => OpKind::Insert,
+            3 => OpKind::Upsert,
+            4 => OpKind::Update,
+            5 => OpKind::Delete,
+            _ => return None,
+        })
+    }
+
+    /// Whether the operation carries a value that phase A writes into a fresh cell.
+    pub fn writes_value(self) -> bool {
+        matches!(self, OpKind::Insert | OpKind::Upsert | OpKind::Update)
+    }
+}
+
+/// The outcome of one operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Status {
+    /// Found (get) or applied (insert, upsert, update, delete).
+    Ok = 1,
+    /// The key is absent (get, update, delete).
+    NotFound = 2,
+    /// The key is present (insert).
+    Exists = 3,
+}
+
+impl Status {
+    /// Decodes a result code.
+    pub fn from_code(code: u32) -> Option<Self> {
+        Some(match code {
+            1 => Status::Ok,
+            2 => Status::NotFound,
+            3 => Status::Exists,
+            _ => return None,
+        })
+    }
+}
+
+/// Where an operation stands after phase A (`OpState::phase`).
+pub mod phase {
+    /// Finished in phase A; its status is final.
+    pub const DONE: u32 = 1;
+    /// Found its key published at `slot`; phase B swings or clears it.
+    pub const FOUND: u32 = 2;
+    /// Claimed `slot` (INSERTING) for a new key; phase B resolves and publishes.
+    pub const CLAIMED: u32 = 3;
+    /// No empty candidate slot: the batch is rolled back.
+    pub const FULL: u32 = 4;
+    /// No free value cell: the batch is rolled back.
+    pub const NO_CELL: u32 = 5;
+}
+
+/// Marks an absent cell or slot.
+pub const NONE: u32 = u32::MAX;
+
+/// Per-operation record kept on the device between the phases (4 words).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct OpState {
+    /// A `phase` constant.
+    pub phase: u32,
+    /// Global slot id (`bucket * S + slot`) found or claimed, or [`NONE`].
+    pub slot: u32,
+    /// The fresh value cell of this operation, or [`NONE`].
+    pub cell: u32,
+    /// The cell this operation releases once its batch is persisted, or [`NONE`].
+    pub free: u32,
+}
+
+impl OpState {
+    /// The record of an operation before phase A.
+    pub const INITIAL: OpState = OpState { phase: 0, slot: NONE, cell: NONE, free: NONE };
+}
+
+/// Words of the batch control block (atomic counters the kernels update; reset per phase).
+pub mod control {
+    /// Dirty cache lines appended (may exceed the list's capacity: then persist everything).
+    pub const DIRTY_COUNT: usize = 0;
+    /// Operations that need phase B.
+    pub const NEED_B: usize = 1;
+    /// Insertions that found no empty slot.
+    pub const FULL: usize = 2;
+    /// Operations that found no free value cell.
+    pub const NO_CELL: usize = 3;
+    /// Keys newly published in phase B.
+    pub const PUBLISHED: usize = 4;
+    /// Keys deleted in phase B.
+    pub const DELETED: usize = 5;
+    /// Words in the block.
+    pub const WORDS: usize = 8;
+}
