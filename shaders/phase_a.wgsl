@@ -1,5 +1,7 @@
-// Phase A: look every key up. Reads finish here; a new key claims the lowest empty slot of its
-// least-loaded candidate bucket (EMPTY -> INSERTING) and writes its fingerprint and key. Nothing
+// Phase A: look every key up. Reads finish here. The first operation of the batch that inserts
+// an absent key registers in the batch's claim registry and claims the lowest empty slot of the
+// key's least-loaded candidate bucket (EMPTY -> INSERTING), then writes fingerprint and key;
+// later operations on that key join it, so a key is claimed at most once per batch. Nothing
 // published changes in this phase, so every lookup sees the state before the batch.
 // Twin: Model::phase_a in src/model.rs.
 
@@ -15,6 +17,33 @@ fn finish(op: u32, status: u32) {
     statuses[op] = status;
     set_op_field(op, ST_PHASE, PHASE_DONE);
     set_op_field(op, ST_FREE, op_field(op, ST_CELL));
+}
+
+fn same_key(op: u32, key: array<u32, KEY_WORDS>) -> bool {
+    for (var i = 0u; i < KEY_WORDS; i++) {
+        if (keys[op * KEY_WORDS + i] != key[i]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// Registers `op` as the claimant of its key in this batch (open addressing from `h`, entries
+// hold op + 1); returns the claimant's index, `op` itself when it came first.
+fn join_claim(op: u32, key: array<u32, KEY_WORDS>, h: u32) -> u32 {
+    var i = h & params.claims_mask;
+    var holder = NONE;
+    while (holder == NONE) {
+        let r = atomicCompareExchangeWeak(&claims[i], 0u, op + 1u);
+        if (r.exchanged) {
+            holder = op;
+        } else if (r.old_value != 0u && (r.old_value - 1u == op || same_key(r.old_value - 1u, key))) {
+            holder = r.old_value - 1u;
+        } else if (r.old_value != 0u) {
+            i = (i + 1u) & params.claims_mask;
+        }
+    }
+    return holder;
 }
 
 // One attempt at the tile's operation; false when it must be retried (a lost claim race).
@@ -37,7 +66,14 @@ fn step(t: Tile, turn: Turn) -> bool {
 
     // A new key: count the empty slots of each candidate bucket, pick the emptiest (the lowest
     // candidate bucket on ties) and its lowest empty slot.
-    let wants_slot = turn.busy && !found && (kind == OP_INSERT || kind == OP_UPSERT);
+    let new_key = turn.busy && !found && (kind == OP_INSERT || kind == OP_UPSERT);
+    var claimant = NONE;
+    if (turn.leader && new_key) {
+        claimant = join_claim(op, key, loc.fp);
+    }
+    claimant = tile_bcast(t, claimant, turn.lead);
+    let joins = new_key && claimant != op;
+    let wants_slot = new_key && !joins;
     var best_bucket = 0u;
     var best_empty = 0u;
     for (var cb = 0u; cb < CANDIDATE_BUCKETS; cb++) {
@@ -102,6 +138,10 @@ fn step(t: Tile, turn: Turn) -> bool {
     } else if (found) {
         set_op_field(op, ST_PHASE, PHASE_FOUND);
         set_op_field(op, ST_SLOT, found_slot);
+        count(CTRL_NEED_B);
+    } else if (joins) {
+        set_op_field(op, ST_PHASE, PHASE_JOINED);
+        set_op_field(op, ST_SLOT, claimant);
         count(CTRL_NEED_B);
     } else if (!wants_slot) {
         finish(op, STATUS_NOT_FOUND);

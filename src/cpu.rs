@@ -7,8 +7,7 @@ use crate::engine::{Encoded, Engine, Mode, Report, Written};
 use crate::error::Result;
 use crate::hash::Seeds;
 use crate::layout::Geometry;
-use crate::model::{Bitmap, Control, Dirty, Mem, Model};
-use crate::protocol::{OpKind, OpState, control};
+use crate::model::{BatchRun, Bitmap, Control, Dirty, Mem, Model};
 
 /// Splits the pool mapping into the table and heap words.
 pub fn regions_mut(pool: &mut Pool, table: Region, heap: Region) -> Mem<'_> {
@@ -31,28 +30,31 @@ pub struct CpuEngine {
     heap: Region,
     bitmap: Bitmap,
     reason: String,
-    states: Vec<OpState>,
-    statuses: Vec<u32>,
-    values: Vec<u32>,
+    run: BatchRun,
 }
 
 impl CpuEngine {
     /// An engine over the pool's regions, with the allocator rebuilt at recovery.
     pub fn new(geo: Geometry, seeds: Seeds, table: Region, heap: Region, bitmap: Bitmap, reason: String) -> Self {
-        CpuEngine { geo, seeds, table, heap, bitmap, reason, states: vec![], statuses: vec![], values: vec![] }
+        CpuEngine { geo, seeds, table, heap, bitmap, reason, run: BatchRun::default() }
     }
 
-    fn dirty(&self) -> Dirty {
-        Dirty { table_base: self.table.offset / 64, heap_base: self.heap.offset / 64, lines: vec![] }
+    /// Runs `stage` over every operation of the batch with the lines it writes collected.
+    fn stage(
+        &mut self,
+        pool: &mut Pool,
+        batch: &Encoded,
+        stage: impl Fn(&Model, &mut Mem, &mut Bitmap, &mut Dirty, &mut BatchRun, usize),
+    ) -> Report {
+        self.run.control = Control::default();
+        let mut dirty = Dirty { table_base: self.table.offset / 64, heap_base: self.heap.offset / 64, lines: vec![] };
+        let model = Model { geo: &self.geo, seeds: &self.seeds };
+        let mut mem = regions_mut(pool, self.table, self.heap);
+        for i in 0..batch.len() {
+            stage(&model, &mut mem, &mut self.bitmap, &mut dirty, &mut self.run, i);
+        }
+        Report { control: self.run.control, written: Written::Lines(dirty.lines) }
     }
-
-    fn report(control: Control, dirty: Dirty) -> Report {
-        Report { control, written: Written::Lines(dirty.lines) }
-    }
-}
-
-fn kind(code: u32) -> OpKind {
-    OpKind::from_code(code).expect("batches are encoded from OpKind")
 }
 
 impl Engine for CpuEngine {
@@ -61,73 +63,38 @@ impl Engine for CpuEngine {
     }
 
     fn phase_a(&mut self, pool: &mut Pool, batch: &Encoded) -> Result<Report> {
-        let n = batch.len();
-        let (kw, cw) = (self.geo.key_words() as usize, self.geo.cell_words() as usize);
-        self.states = vec![OpState::INITIAL; n];
-        self.statuses = vec![0; n];
-        self.values = vec![0; n * cw];
-        let mut ctl = Control::default();
-        let mut dirty = self.dirty();
-        let model = Model { geo: &self.geo, seeds: &self.seeds };
-        let mut mem = regions_mut(pool, self.table, self.heap);
-        for i in 0..n {
-            let value = &batch.values[i * cw..(i + 1) * cw];
-            model.alloc(&mut mem, &mut self.bitmap, &mut dirty, kind(batch.kinds[i]), value, &mut self.states[i], &mut ctl);
+        self.run = BatchRun::new(batch.len(), self.geo.cell_words() as usize);
+        let alloc = self.stage(pool, batch, |m, mem, bitmap, dirty, run, i| m.alloc(mem, bitmap, dirty, batch, run, i));
+        let mut a = self.stage(pool, batch, |m, mem, _, dirty, run, i| m.phase_a(mem, dirty, batch, run, i));
+        // One report for the whole phase, as the GPU's single control block gives.
+        for (total, x) in a.control.iter_mut().zip(alloc.control) {
+            *total += x;
         }
-        for i in 0..n {
-            model.phase_a(
-                &mut mem,
-                &mut dirty,
-                kind(batch.kinds[i]),
-                &batch.keys[i * kw..(i + 1) * kw],
-                &mut self.states[i],
-                &mut self.statuses[i],
-                &mut self.values[i * cw..(i + 1) * cw],
-                &mut ctl,
-            );
+        if let (Written::Lines(all), Written::Lines(mut more)) = (&mut a.written, alloc.written) {
+            all.append(&mut more);
         }
-        Ok(Self::report(ctl, dirty))
+        Ok(a)
     }
 
-    fn rollback(&mut self, pool: &mut Pool, _batch: &Encoded) -> Result<Report> {
-        let mut dirty = self.dirty();
-        let model = Model { geo: &self.geo, seeds: &self.seeds };
-        let mut mem = regions_mut(pool, self.table, self.heap);
-        for st in &self.states {
-            model.rollback(&mut mem, &mut self.bitmap, &mut dirty, st);
-        }
-        Ok(Self::report(Control::default(), dirty))
+    fn rollback(&mut self, pool: &mut Pool, batch: &Encoded) -> Result<Report> {
+        Ok(self.stage(pool, batch, |m, mem, bitmap, dirty, run, i| m.rollback(mem, bitmap, dirty, &run.states[i])))
     }
 
     fn phase_b(&mut self, pool: &mut Pool, batch: &Encoded, publish: bool) -> Result<Report> {
-        let kw = self.geo.key_words() as usize;
-        let mut ctl = Control::default();
-        let mut dirty = self.dirty();
-        let model = Model { geo: &self.geo, seeds: &self.seeds };
-        let mut mem = regions_mut(pool, self.table, self.heap);
-        if publish {
-            for i in 0..batch.len() {
-                model.phase_b(
-                    &mut mem,
-                    &mut dirty,
-                    kind(batch.kinds[i]),
-                    &batch.keys[i * kw..(i + 1) * kw],
-                    &mut self.states[i],
-                    &mut self.statuses[i],
-                    &mut ctl,
-                );
-            }
+        let report = if publish {
+            self.stage(pool, batch, |m, mem, _, dirty, run, i| m.phase_b(mem, dirty, batch, run, i))
+        } else {
+            Report { control: Control::default(), written: Written::Lines(vec![]) }
+        };
+        for st in &self.run.states {
+            Model { geo: &self.geo, seeds: &self.seeds }.free(&mut self.bitmap, st);
         }
-        for st in &self.states {
-            model.free(&mut self.bitmap, st);
-        }
-        debug_assert_eq!(ctl[control::FULL], 0);
-        Ok(Self::report(ctl, dirty))
+        Ok(report)
     }
 
     fn results(&mut self, statuses: &mut [u32], values: &mut [u32]) -> Result<()> {
-        statuses.copy_from_slice(&self.statuses);
-        values.copy_from_slice(&self.values);
+        statuses.copy_from_slice(&self.run.statuses);
+        values.copy_from_slice(&self.run.values);
         Ok(())
     }
 

@@ -7,6 +7,9 @@
 
 use crate::hash::{Seeds, locate};
 use crate::layout::{Candidate, EMPTY, Geometry, INSERTING, PUBLISHED};
+use std::collections::HashMap;
+
+use crate::engine::Encoded;
 use crate::protocol::{NONE, OpKind, OpState, Status, control, phase};
 
 /// The batch control block: counters indexed by [`control`] constants.
@@ -152,14 +155,27 @@ impl Probe {
         let base = best.0 * slots as usize;
         (base..base + slots as usize).find(|&c| self.states[c] == EMPTY)
     }
+}
 
-    /// Of the slots holding the key in a live state (INSERTING or published), the one with the
-    /// lowest global slot id: the claim that survives duplicate resolution.
-    pub fn surviving_claim(&self, slots: u32) -> Option<u64> {
-        (0..self.candidates.len())
-            .filter(|&c| self.key_equal[c] && self.states[c] != EMPTY)
-            .map(|c| self.candidates[c].id(slots))
-            .min()
+/// One batch's working state: what the kernels keep in device buffers between stages.
+#[derive(Debug, Default)]
+pub struct BatchRun {
+    /// Per-operation records.
+    pub states: Vec<OpState>,
+    /// Per-operation results.
+    pub statuses: Vec<u32>,
+    /// Values read by gets (`cell_words` per operation).
+    pub values: Vec<u32>,
+    /// The claim registry: key -> the operation that claims it in this batch.
+    pub claims: HashMap<Vec<u32>, u32>,
+    /// The control block.
+    pub control: Control,
+}
+
+impl BatchRun {
+    /// The state of a batch of `n` operations before the allocation stage.
+    pub fn new(n: usize, cell_words: usize) -> Self {
+        BatchRun { states: vec![OpState::INITIAL; n], statuses: vec![0; n], values: vec![0; n * cell_words], ..Default::default() }
     }
 }
 
@@ -200,54 +216,43 @@ impl Model<'_> {
         self.geo.state_word(c.bucket, c.slot) as usize
     }
 
-    /// Allocation stage (`shaders/alloc.wgsl`): a fresh cell holding the operation's value.
-    pub fn alloc(
-        &self,
-        mem: &mut Mem,
-        bitmap: &mut Bitmap,
-        dirty: &mut Dirty,
-        kind: OpKind,
-        value: &[u32],
-        st: &mut OpState,
-        ctl: &mut Control,
-    ) {
-        *st = OpState::INITIAL;
+    /// Allocation stage (`shaders/alloc.wgsl`) for operation `i`: a fresh cell holding the
+    /// operation's value.
+    pub fn alloc(&self, mem: &mut Mem, bitmap: &mut Bitmap, dirty: &mut Dirty, batch: &Encoded, run: &mut BatchRun, i: usize) {
+        let kind = OpKind::from_code(batch.kinds[i]).expect("encoded from OpKind");
         if !kind.writes_value() {
             return;
         }
+        let st = &mut run.states[i];
         let Some(cell) = bitmap.alloc() else {
             st.phase = phase::NO_CELL;
-            ctl[control::NO_CELL] += 1;
+            run.control[control::NO_CELL] += 1;
             return;
         };
         let cw = self.geo.cell_words() as u64;
         let at = cell as u64 * cw;
-        mem.heap[at as usize..(at + cw) as usize].copy_from_slice(value);
+        mem.heap[at as usize..(at + cw) as usize].copy_from_slice(&batch.values[i * cw as usize..(i + 1) * cw as usize]);
         dirty.heap(at, cw);
         st.cell = cell;
     }
 
-    /// Phase A (`shaders/phase_a.wgsl`): look the key up; reads finish here, new keys claim a
-    /// slot (EMPTY -> INSERTING) and get their fingerprint and key written.
-    #[allow(clippy::too_many_arguments)]
-    pub fn phase_a(
-        &self,
-        mem: &mut Mem,
-        dirty: &mut Dirty,
-        kind: OpKind,
-        key: &[u32],
-        st: &mut OpState,
-        status: &mut u32,
-        out: &mut [u32],
-        ctl: &mut Control,
-    ) {
+    /// Phase A (`shaders/phase_a.wgsl`) for operation `i`: look the key up; reads finish here.
+    /// The first operation of the batch that inserts an absent key registers in the batch's
+    /// claim registry and claims a slot (EMPTY -> INSERTING, then fingerprint and key); later
+    /// operations on that key join it instead, so a key is claimed at most once per batch.
+    pub fn phase_a(&self, mem: &mut Mem, dirty: &mut Dirty, batch: &Encoded, run: &mut BatchRun, i: usize) {
+        let st = &mut run.states[i];
         if st.phase == phase::NO_CELL {
             return;
         }
         let geo = self.geo;
+        let (kw, cw) = (geo.key_words() as usize, geo.cell_words() as usize);
+        let key = &batch.keys[i * kw..(i + 1) * kw];
+        let kind = OpKind::from_code(batch.kinds[i]).expect("encoded from OpKind");
         let slots = geo.layout.slots;
         let probe = self.probe(mem.table, key);
         let found = probe.published();
+        let status = &mut run.statuses[i];
         let done = |st: &mut OpState, status: &mut u32, s: Status| {
             st.phase = phase::DONE;
             *status = s as u32;
@@ -256,9 +261,8 @@ impl Model<'_> {
         };
         match (kind, found) {
             (OpKind::Get, Some(c)) => {
-                let cw = geo.cell_words() as usize;
                 let at = (probe.states[c] - PUBLISHED) as usize * cw;
-                out.copy_from_slice(&mem.heap[at..at + cw]);
+                run.values[i * cw..(i + 1) * cw].copy_from_slice(&mem.heap[at..at + cw]);
                 done(st, status, Status::Ok);
             }
             (OpKind::Get | OpKind::Update | OpKind::Delete, None) => done(st, status, Status::NotFound),
@@ -266,93 +270,81 @@ impl Model<'_> {
             (OpKind::Upsert | OpKind::Update | OpKind::Delete, Some(c)) => {
                 st.phase = phase::FOUND;
                 st.slot = probe.candidates[c].id(slots) as u32;
-                ctl[control::NEED_B] += 1;
+                run.control[control::NEED_B] += 1;
             }
             (OpKind::Insert | OpKind::Upsert, None) => {
+                let leader = *run.claims.entry(key.to_vec()).or_insert(i as u32);
+                if leader != i as u32 {
+                    st.phase = phase::JOINED;
+                    st.slot = leader;
+                    run.control[control::NEED_B] += 1;
+                    return;
+                }
                 let Some(c) = probe.empty_target(slots) else {
                     st.phase = phase::FULL;
-                    ctl[control::FULL] += 1;
+                    run.control[control::FULL] += 1;
                     return;
                 };
                 let target = probe.candidates[c];
                 mem.table[geo.state_word(target.bucket, target.slot) as usize] = INSERTING;
                 mem.table[geo.fp_word(target.bucket, target.slot) as usize] = probe.fingerprint;
                 let k = geo.key_word(target.bucket, target.slot) as usize;
-                mem.table[k..k + key.len()].copy_from_slice(key);
+                mem.table[k..k + kw].copy_from_slice(key);
                 dirty.table(geo.fp_word(target.bucket, target.slot), 1);
                 dirty.table(geo.state_word(target.bucket, target.slot), 1);
-                dirty.table(k as u64, key.len() as u64);
+                dirty.table(k as u64, kw as u64);
                 st.phase = phase::CLAIMED;
                 st.slot = target.id(slots) as u32;
-                ctl[control::NEED_B] += 1;
+                run.control[control::NEED_B] += 1;
             }
         }
     }
 
-    /// Phase B (`shaders/phase_b.wgsl`): swing or clear found slots, resolve same-key claims
-    /// and publish the survivors (INSERTING -> 2 + cell).
-    pub fn phase_b(
-        &self,
-        mem: &mut Mem,
-        dirty: &mut Dirty,
-        kind: OpKind,
-        key: &[u32],
-        st: &mut OpState,
-        status: &mut u32,
-        ctl: &mut Control,
-    ) {
-        match st.phase {
+    /// Phase B (`shaders/phase_b.wgsl`) for operation `i`: swing or clear the slot phase A
+    /// found, publish a claim (INSERTING -> 2 + cell), or act on the claim it joined: an
+    /// upsert overwrites its value, an insert finds the key existing. Each is one CAS.
+    pub fn phase_b(&self, mem: &mut Mem, dirty: &mut Dirty, batch: &Encoded, run: &mut BatchRun, i: usize) {
+        let kind = OpKind::from_code(batch.kinds[i]).expect("encoded from OpKind");
+        let st = run.states[i];
+        let (status, free) = match st.phase {
             phase::FOUND => {
                 let at = self.state_index(st.slot);
                 let cur = mem.table[at];
                 // A delete of this batch emptied the slot first. The batch then linearizes this
-                // update before that delete: the update applied (and was deleted), a second
-                // delete found nothing.
+                // update before that delete (applied, then deleted) and a second delete after it.
                 if cur < PUBLISHED {
                     let s = if kind == OpKind::Delete { Status::NotFound } else { Status::Ok };
-                    *status = s as u32;
-                    st.free = st.cell;
-                    return;
+                    (s, st.cell)
+                } else {
+                    mem.table[at] = if kind == OpKind::Delete { EMPTY } else { st.cell + PUBLISHED };
+                    dirty.table(at as u64, 1);
+                    if kind == OpKind::Delete {
+                        run.control[control::DELETED] += 1;
+                    }
+                    (Status::Ok, cur - PUBLISHED)
                 }
-                mem.table[at] = if kind == OpKind::Delete { EMPTY } else { st.cell + PUBLISHED };
-                dirty.table(at as u64, 1);
-                st.free = cur - PUBLISHED;
-                if kind == OpKind::Delete {
-                    ctl[control::DELETED] += 1;
-                }
-                *status = Status::Ok as u32;
             }
             phase::CLAIMED => {
-                let probe = self.probe(mem.table, key);
-                let winner = probe.surviving_claim(self.geo.layout.slots).expect("own claim is live") as u32;
-                let mine = self.state_index(st.slot);
-                if winner == st.slot {
-                    if mem.table[mine] == INSERTING {
-                        mem.table[mine] = st.cell + PUBLISHED;
-                    } else {
-                        // An upsert of the same key already wrote its value over this claim.
-                        st.free = st.cell;
-                    }
-                    ctl[control::PUBLISHED] += 1;
-                    *status = Status::Ok as u32;
-                } else {
-                    mem.table[mine] = EMPTY;
-                    if kind == OpKind::Upsert {
-                        let at = self.state_index(winner);
-                        let cur = mem.table[at];
-                        mem.table[at] = st.cell + PUBLISHED;
-                        dirty.table(at as u64, 1);
-                        st.free = if cur >= PUBLISHED { cur - PUBLISHED } else { NONE };
-                        *status = Status::Ok as u32;
-                    } else {
-                        st.free = st.cell;
-                        *status = Status::Exists as u32;
-                    }
-                }
-                dirty.table(mine as u64, 1);
+                let at = self.state_index(st.slot);
+                let cur = mem.table[at];
+                mem.table[at] = if cur == INSERTING { st.cell + PUBLISHED } else { cur };
+                dirty.table(at as u64, 1);
+                run.control[control::PUBLISHED] += 1;
+                // An upsert that joined this claim already wrote its value over it.
+                (Status::Ok, if cur == INSERTING { NONE } else { st.cell })
             }
-            _ => {}
-        }
+            phase::JOINED if kind == OpKind::Upsert => {
+                let at = self.state_index(run.states[st.slot as usize].slot);
+                let cur = mem.table[at];
+                mem.table[at] = st.cell + PUBLISHED;
+                dirty.table(at as u64, 1);
+                (Status::Ok, if cur >= PUBLISHED { cur - PUBLISHED } else { NONE })
+            }
+            phase::JOINED => (Status::Exists, st.cell),
+            _ => return,
+        };
+        run.statuses[i] = status as u32;
+        run.states[i].free = free;
     }
 
     /// Release after phase B (`free_cells` in `shaders/release.wgsl`).

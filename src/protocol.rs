@@ -73,6 +73,9 @@ pub mod phase {
     pub const FULL: u32 = 4;
     /// No free value cell: the batch is rolled back.
     pub const NO_CELL: u32 = 5;
+    /// An earlier operation of the batch claims the same key; `slot` holds that operation's
+    /// index. Phase B makes an upsert overwrite its value and an insert find the key existing.
+    pub const JOINED: u32 = 6;
 }
 
 /// Marks an absent cell or slot.
@@ -84,7 +87,8 @@ pub const NONE: u32 = u32::MAX;
 pub struct OpState {
     /// A `phase` constant.
     pub phase: u32,
-    /// Global slot id (`bucket * S + slot`) found or claimed, or [`NONE`].
+    /// Global slot id (`bucket * S + slot`) found or claimed, the claiming operation's index
+    /// for [`phase::JOINED`], or [`NONE`].
     pub slot: u32,
     /// The fresh value cell of this operation, or [`NONE`].
     pub cell: u32,

@@ -23,9 +23,7 @@ fn hash_key(key: array<u32, KEY_WORDS>, seed: u32) -> u32 {
     return fmix(h ^ (KEY_WORDS * 4u));
 }
 
+// The TOP_LEVEL high bits; two shifts keep each amount below 32 when TOP_LEVEL is 0.
 fn top_bucket(h: u32) -> u32 {
-    if (TOP_LEVEL == 0u) {
-        return 0u;
-    }
-    return h >> (32u - TOP_LEVEL);
+    return (h >> 1u) >> (31u - TOP_LEVEL);
 }

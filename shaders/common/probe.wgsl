@@ -37,11 +37,10 @@ struct LaneProbe {
     empty: u32,        // bit k: candidate k * size + lane is EMPTY
     found_slot: u32,   // first of its candidates holding the key published (slot id), or NONE
     found_state: u32,  // that slot's state word
-    live_slot: u32,    // lowest slot id holding the key in a live state (INSERTING or published)
 }
 
 fn probe_lane(t: Tile, busy: bool, key: array<u32, KEY_WORDS>, loc: Located) -> LaneProbe {
-    var p = LaneProbe(0u, NONE, 0u, NONE);
+    var p = LaneProbe(0u, NONE, 0u);
     for (var k = 0u; k < tile_passes(t); k++) {
         let c = k * t.size + t.lane;
         if (!busy || c >= CANDIDATES) {
@@ -55,15 +54,11 @@ fn probe_lane(t: Tile, busy: bool, key: array<u32, KEY_WORDS>, loc: Located) -> 
             p.empty |= 1u << k;
             continue;
         }
-        if (fp != loc.fp || !key_at(key, key_word(bucket, s))) {
+        if (state == INSERTING || p.found_slot != NONE || fp != loc.fp || !key_at(key, key_word(bucket, s))) {
             continue;
         }
-        let id = bucket * SLOTS + s;
-        p.live_slot = min(p.live_slot, id);
-        if (state >= PUBLISHED && p.found_slot == NONE) {
-            p.found_slot = id;
-            p.found_state = state;
-        }
+        p.found_slot = bucket * SLOTS + s;
+        p.found_state = state;
     }
     return p;
 }

@@ -16,6 +16,7 @@ const PHASE_FOUND: u32 = 2u;
 const PHASE_CLAIMED: u32 = 3u;
 const PHASE_FULL: u32 = 4u;
 const PHASE_NO_CELL: u32 = 5u;
+const PHASE_JOINED: u32 = 6u;
 
 const NONE: u32 = 0xffffffffu;
 

@@ -53,7 +53,8 @@ struct Params {
     table_line_base: u32,
     heap_line_base: u32,
     table_lines: u32,
-    pad: [u32; 2],
+    claims_mask: u32,
+    pad: u32,
 }
 
 /// Buffers sized for the largest batch so far.
@@ -68,6 +69,7 @@ struct BatchBuffers {
     opstate: wgpu::Buffer,
     dirty: wgpu::Buffer,
     staging: wgpu::Buffer,
+    claims: wgpu::Buffer,
     readback: wgpu::Buffer,
     bind: wgpu::BindGroup,
 }
@@ -253,6 +255,8 @@ impl GpuEngine {
         let opstate = storage("opstate", cap64 * 16);
         let dirty = storage("dirty", dirty_cap as u64 * 4);
         let staging = storage("staging", if self.staged() { dirty_cap as u64 * 64 } else { 16 });
+        // The claim registry, at most half full.
+        let claims = storage("claims", cap64 * 2 * 4);
         let rl = ReadbackLayout::new(cap64, dirty_cap as u64, cw, self.staged());
         let readback = dev.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
@@ -260,7 +264,7 @@ impl GpuEngine {
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let bind = self.bind_group([&kinds, &keys, &vals_in, &statuses, &vals_out], &opstate, &dirty, &staging);
+        let bind = self.bind_group([&kinds, &keys, &vals_in, &statuses, &vals_out], [&opstate, &dirty, &staging, &claims]);
         self.io = Some(BatchBuffers {
             cap,
             dirty_cap,
@@ -272,21 +276,19 @@ impl GpuEngine {
             opstate,
             dirty,
             staging,
+            claims,
             readback,
             bind,
         });
     }
 
-    fn bind_group(
-        &self,
-        io: [&wgpu::Buffer; 5],
-        opstate: &wgpu::Buffer,
-        dirty: &wgpu::Buffer,
-        staging: &wgpu::Buffer,
-    ) -> wgpu::BindGroup {
+    /// The bind group of a batch: its operation buffers (`kinds`, `keys`, `vals_in`,
+    /// `statuses`, `vals_out`) and working buffers (`opstate`, `dirty`, `staging`, `claims`).
+    fn bind_group(&self, io: [&wgpu::Buffer; 5], work: [&wgpu::Buffer; 4]) -> wgpu::BindGroup {
+        let [opstate, dirty, staging, claims] = work;
         let mut entries: Vec<&wgpu::Buffer> = vec![&self.params];
         entries.extend(io);
-        entries.extend([opstate, &self.control, dirty, &self.bitmap, staging]);
+        entries.extend([opstate, &self.control, dirty, &self.bitmap, staging, claims]);
         entries.extend(self.table.iter().chain(&self.heap));
         let entries: Vec<wgpu::BindGroupEntry> = entries
             .iter()
@@ -310,7 +312,8 @@ impl GpuEngine {
             table_line_base: (self.table_region.offset / 64) as u32,
             heap_line_base: (self.heap_region.offset / 64) as u32,
             table_lines: (self.table_region.bytes / 64) as u32,
-            pad: [0; 2],
+            claims_mask: (io.claims.size() / 4 - 1) as u32,
+            pad: 0,
         };
         self.gpu.queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
         self.gpu.queue.write_buffer(&self.control, 0, &[0u8; control::WORDS * 4]);
@@ -445,6 +448,7 @@ impl Engine for GpuEngine {
         let n = u32::try_from(batch.len()).map_err(|_| Error::InvalidConfig("batch too large".into()))?;
         self.reserve(n);
         self.n = n;
+        self.write_params(n);
         let io = self.io.as_ref().expect("reserved");
         let q = &self.gpu.queue;
         q.write_buffer(&io.kinds, 0, bytemuck::cast_slice(&batch.kinds));
@@ -452,7 +456,9 @@ impl Engine for GpuEngine {
         if !batch.read_only() {
             q.write_buffer(&io.vals_in, 0, bytemuck::cast_slice(&batch.values));
         }
-        self.write_params(n);
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        enc.clear_buffer(&io.claims, 0, None);
+        q.submit([enc.finish()]);
         self.phase(pool, &[Kernel::Alloc, Kernel::PhaseA], batch.read_only())
     }
 

@@ -12,7 +12,7 @@ use crate::layout::Geometry;
 pub const WORKGROUP: u32 = 128;
 
 /// Binding of the first table window; heap windows follow the table windows.
-pub const FIRST_WINDOW_BINDING: u32 = 11;
+pub const FIRST_WINDOW_BINDING: u32 = 12;
 
 /// The shader files, embedded at build time.
 const SOURCES: &[(&str, &str)] = &[
@@ -161,8 +161,8 @@ struct Params {
     table_line_base: u32,  // pool offset of the table region, in 64-byte lines
     heap_line_base: u32,   // pool offset of the heap region, in 64-byte lines
     table_lines: u32,      // lines of the table region
-    pad0: u32,
-    pad1: u32,
+    claims_mask: u32,      // entries of the claim registry - 1 (a power of two)
+    pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -176,6 +176,7 @@ struct Params {
 @group(0) @binding(8) var<storage, read_write> dirty: array<u32>;
 @group(0) @binding(9) var<storage, read_write> bitmap: array<atomic<u32>>;
 @group(0) @binding(10) var<storage, read_write> staging: array<u32>;
+@group(0) @binding(11) var<storage, read_write> claims: array<atomic<u32>>;
 ",
     );
     let mut binding = FIRST_WINDOW_BINDING;
