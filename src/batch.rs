@@ -1,7 +1,7 @@
 //! Batches of operations on host slices, their results, and the split of a batch into rounds
 //! of distinct keys for ordered execution.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use crate::engine::Encoded;
 use crate::error::{Error, Result};
@@ -20,18 +20,37 @@ pub struct Batch {
 impl Batch {
     /// An empty batch for keys of `key_bytes` and values of `value_bytes`.
     pub fn new(key_bytes: usize, value_bytes: usize) -> Self {
-        Batch { key_bytes, value_bytes, kinds: vec![], keys: vec![], values: vec![] }
+        Batch {
+            key_bytes,
+            value_bytes,
+            kinds: vec![],
+            keys: vec![],
+            values: vec![],
+        }
     }
 
     /// Appends one operation; `value` is required exactly for insert, upsert and update.
     pub fn push(&mut self, kind: OpKind, key: &[u8], value: Option<&[u8]>) -> Result<()> {
         if key.len() != self.key_bytes {
-            return Err(Error::KeyWidth { found: key.len(), expected: self.key_bytes });
+            return Err(Error::KeyWidth {
+                found: key.len(),
+                expected: self.key_bytes,
+            });
         }
         match (kind.writes_value(), value) {
             (true, Some(v)) if v.len() == self.value_bytes => self.values.extend_from_slice(v),
-            (true, Some(v)) => return Err(Error::ValueSize { found: v.len(), expected: self.value_bytes }),
-            (true, None) => return Err(Error::ValueSize { found: 0, expected: self.value_bytes }),
+            (true, Some(v)) => {
+                return Err(Error::ValueSize {
+                    found: v.len(),
+                    expected: self.value_bytes,
+                });
+            }
+            (true, None) => {
+                return Err(Error::ValueSize {
+                    found: 0,
+                    expected: self.value_bytes,
+                });
+            }
             (false, None) => self.values.resize(self.values.len() + self.value_bytes, 0),
             (false, Some(_)) => {
                 return Err(Error::InvalidConfig(format!("{kind:?} takes no value")));
@@ -68,22 +87,46 @@ impl Batch {
     }
 
     /// Builds a batch of one kind from concatenated keys (and values).
-    pub fn of_kind(kind: OpKind, key_bytes: usize, value_bytes: usize, keys: &[u8], values: Option<&[u8]>) -> Result<Self> {
+    pub fn of_kind(
+        kind: OpKind,
+        key_bytes: usize,
+        value_bytes: usize,
+        keys: &[u8],
+        values: Option<&[u8]>,
+    ) -> Result<Self> {
         if key_bytes == 0 || keys.len() % key_bytes != 0 {
-            return Err(Error::KeyWidth { found: keys.len() % key_bytes.max(1), expected: key_bytes });
+            return Err(Error::KeyWidth {
+                found: keys.len() % key_bytes.max(1),
+                expected: key_bytes,
+            });
         }
         let n = keys.len() / key_bytes;
-        if let Some(v) = values
-            && v.len() != n * value_bytes
-        {
-            return Err(Error::ValueSize { found: v.len() / n.max(1), expected: value_bytes });
-        }
-        let mut b = Batch::new(key_bytes, value_bytes);
-        for i in 0..n {
-            let value = values.map(|v| &v[i * value_bytes..(i + 1) * value_bytes]);
-            b.push(kind, &keys[i * key_bytes..(i + 1) * key_bytes], value)?;
-        }
-        Ok(b)
+        let values = match (kind.writes_value(), values) {
+            (true, Some(v)) if v.len() == n * value_bytes => v.to_vec(),
+            (true, Some(v)) => {
+                return Err(Error::ValueSize {
+                    found: v.len() / n.max(1),
+                    expected: value_bytes,
+                });
+            }
+            (true, None) => {
+                return Err(Error::ValueSize {
+                    found: 0,
+                    expected: value_bytes,
+                });
+            }
+            (false, None) => vec![0; n * value_bytes],
+            (false, Some(_)) => {
+                return Err(Error::InvalidConfig(format!("{kind:?} takes no value")));
+            }
+        };
+        Ok(Batch {
+            key_bytes,
+            value_bytes,
+            kinds: vec![kind; n],
+            keys: keys.to_vec(),
+            values,
+        })
     }
 
     /// Operations in the batch.
@@ -116,16 +159,40 @@ impl Batch {
     }
 
     /// The batch in kernel form; `ops` selects (and orders) the operations.
-    pub(crate) fn encode(&self, ops: impl Iterator<Item = usize>) -> Encoded {
-        let cell_words = self.value_bytes.div_ceil(4);
-        let mut e = Encoded::default();
-        let mut cell = vec![0u8; cell_words * 4];
-        for i in ops {
+    pub(crate) fn encode(&self, ops: &[usize]) -> Encoded {
+        let words = |bytes: &[u8], out: &mut Vec<u32>| {
+            out.extend(
+                bytes
+                    .chunks_exact(4)
+                    .map(|w| u32::from_le_bytes(w.try_into().unwrap())),
+            );
+        };
+        let cell_bytes = self.value_bytes.div_ceil(4) * 4;
+        let n = ops.len();
+        let mut e = Encoded {
+            kinds: Vec::with_capacity(n),
+            keys: Vec::with_capacity(n * self.key_bytes / 4),
+            values: Vec::with_capacity(n * cell_bytes / 4),
+        };
+        let whole = n == self.len() && ops.iter().enumerate().all(|(j, &i)| i == j);
+        let carries_values = ops.iter().any(|&i| self.kinds[i].writes_value());
+        if whole && (cell_bytes == self.value_bytes || !carries_values) {
+            e.kinds.extend(self.kinds.iter().map(|&k| k as u32));
+            words(&self.keys, &mut e.keys);
+            if carries_values {
+                words(&self.values, &mut e.values);
+            }
+            return e;
+        }
+        let mut cell = vec![0u8; cell_bytes];
+        for &i in ops {
             let (kind, key, value) = self.op(i);
             e.kinds.push(kind as u32);
-            e.keys.extend(key.chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())));
-            cell[..self.value_bytes].copy_from_slice(value);
-            e.values.extend(cell.chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())));
+            words(key, &mut e.keys);
+            if carries_values {
+                cell[..self.value_bytes].copy_from_slice(value);
+                words(&cell, &mut e.values);
+            }
         }
         e
     }
@@ -134,7 +201,8 @@ impl Batch {
     /// the `r`-th operation on each key. Running the rounds in order gives the results of
     /// applying the operations one by one, since operations on different keys commute.
     pub fn rounds(&self) -> Vec<Vec<usize>> {
-        let mut seen: HashMap<&[u8], usize> = HashMap::new();
+        let mut seen: FxHashMap<&[u8], usize> = FxHashMap::default();
+        seen.reserve(self.len());
         let mut rounds: Vec<Vec<usize>> = vec![];
         for i in 0..self.len() {
             let r = seen.entry(self.op(i).1).or_default();
@@ -168,14 +236,23 @@ impl BatchResult {
         }
     }
 
-    /// Stores the results of the operations `ops` (in that order) from kernel output.
-    pub(crate) fn scatter(&mut self, batch: &Batch, ops: &[usize], statuses: &[u32], cells: &[u32]) {
+    /// Stores the results of the operations `ops` (in that order) from kernel output; `cells`
+    /// holds `cell_words` words per operation, or nothing when no operation reads.
+    pub(crate) fn scatter(
+        &mut self,
+        batch: &Batch,
+        ops: &[usize],
+        statuses: &[u32],
+        cells: &[u32],
+    ) {
         let cw = self.value_bytes.div_ceil(4);
         for (j, &i) in ops.iter().enumerate() {
-            self.statuses[i] = Status::from_code(statuses[j]).expect("kernels write valid statuses");
+            self.statuses[i] =
+                Status::from_code(statuses[j]).expect("kernels write valid statuses");
             if batch.kinds[i] == OpKind::Get && self.statuses[i] == Status::Ok {
                 let bytes: &[u8] = bytemuck::cast_slice(&cells[j * cw..(j + 1) * cw]);
-                self.values[i * self.value_bytes..(i + 1) * self.value_bytes].copy_from_slice(&bytes[..self.value_bytes]);
+                self.values[i * self.value_bytes..(i + 1) * self.value_bytes]
+                    .copy_from_slice(&bytes[..self.value_bytes]);
                 self.reads[i] = true;
             }
         }
@@ -204,8 +281,17 @@ mod tests {
     #[test]
     fn widths_are_checked() {
         let mut b = Batch::new(8, 4);
-        assert!(matches!(b.get(&[0; 7]), Err(Error::KeyWidth { found: 7, expected: 8 })));
-        assert!(matches!(b.insert(&[0; 8], &[0; 5]), Err(Error::ValueSize { .. })));
+        assert!(matches!(
+            b.get(&[0; 7]),
+            Err(Error::KeyWidth {
+                found: 7,
+                expected: 8
+            })
+        ));
+        assert!(matches!(
+            b.insert(&[0; 8], &[0; 5]),
+            Err(Error::ValueSize { .. })
+        ));
         assert!(b.push(OpKind::Insert, &[0; 8], None).is_err());
         assert!(b.push(OpKind::Delete, &[0; 8], Some(&[0; 4])).is_err());
         assert!(b.is_empty(), "a refused operation is not appended");
@@ -226,9 +312,10 @@ mod tests {
         let mut b = Batch::new(4, 3);
         b.insert(&7u32.to_le_bytes(), &[1, 2, 3]).unwrap();
         b.get(&9u32.to_le_bytes()).unwrap();
-        let e = b.encode(0..2);
+        let e = b.encode(&[0, 1]);
         assert_eq!(e.kinds, vec![OpKind::Insert as u32, OpKind::Get as u32]);
         assert_eq!(e.keys, vec![7, 9]);
         assert_eq!(e.values, vec![0x0003_0201, 0]);
+        assert!(b.encode(&[1]).values.is_empty(), "reads carry no values");
     }
 }

@@ -14,12 +14,21 @@ pub fn regions_mut(pool: &mut Pool, table: Region, heap: Region) -> Mem<'_> {
     let bytes = pool.bytes_mut();
     let (t, h) = if table.offset < heap.offset {
         let (a, b) = bytes.split_at_mut(heap.offset as usize);
-        (&mut a[table.offset as usize..table.end() as usize], &mut b[..heap.bytes as usize])
+        (
+            &mut a[table.offset as usize..table.end() as usize],
+            &mut b[..heap.bytes as usize],
+        )
     } else {
         let (a, b) = bytes.split_at_mut(table.offset as usize);
-        (&mut b[..table.bytes as usize], &mut a[heap.offset as usize..heap.end() as usize])
+        (
+            &mut b[..table.bytes as usize],
+            &mut a[heap.offset as usize..heap.end() as usize],
+        )
     };
-    Mem { table: bytemuck::cast_slice_mut(t), heap: bytemuck::cast_slice_mut(h) }
+    Mem {
+        table: bytemuck::cast_slice_mut(t),
+        heap: bytemuck::cast_slice_mut(h),
+    }
 }
 
 /// Executes batches with the CPU model.
@@ -35,8 +44,23 @@ pub struct CpuEngine {
 
 impl CpuEngine {
     /// An engine over the pool's regions, with the allocator rebuilt at recovery.
-    pub fn new(geo: Geometry, seeds: Seeds, table: Region, heap: Region, bitmap: Bitmap, reason: String) -> Self {
-        CpuEngine { geo, seeds, table, heap, bitmap, reason, run: BatchRun::default() }
+    pub fn new(
+        geo: Geometry,
+        seeds: Seeds,
+        table: Region,
+        heap: Region,
+        bitmap: Bitmap,
+        reason: String,
+    ) -> Self {
+        CpuEngine {
+            geo,
+            seeds,
+            table,
+            heap,
+            bitmap,
+            reason,
+            run: BatchRun::default(),
+        }
     }
 
     /// Runs `stage` over every operation of the batch with the lines it writes collected.
@@ -47,25 +71,48 @@ impl CpuEngine {
         stage: impl Fn(&Model, &mut Mem, &mut Bitmap, &mut Dirty, &mut BatchRun, usize),
     ) -> Report {
         self.run.control = Control::default();
-        let mut dirty = Dirty { table_base: self.table.offset / 64, heap_base: self.heap.offset / 64, lines: vec![] };
-        let model = Model { geo: &self.geo, seeds: &self.seeds };
+        let mut dirty = Dirty {
+            table_base: self.table.offset / 64,
+            heap_base: self.heap.offset / 64,
+            lines: vec![],
+        };
+        let model = Model {
+            geo: &self.geo,
+            seeds: &self.seeds,
+        };
         let mut mem = regions_mut(pool, self.table, self.heap);
         for i in 0..batch.len() {
-            stage(&model, &mut mem, &mut self.bitmap, &mut dirty, &mut self.run, i);
+            stage(
+                &model,
+                &mut mem,
+                &mut self.bitmap,
+                &mut dirty,
+                &mut self.run,
+                i,
+            );
         }
-        Report { control: self.run.control, written: Written::Lines(dirty.lines) }
+        Report {
+            control: self.run.control,
+            written: Written::Lines(dirty.lines),
+        }
     }
 }
 
 impl Engine for CpuEngine {
     fn mode(&self) -> Mode {
-        Mode::Cpu { reason: self.reason.clone() }
+        Mode::Cpu {
+            reason: self.reason.clone(),
+        }
     }
 
     fn phase_a(&mut self, pool: &mut Pool, batch: &Encoded) -> Result<Report> {
         self.run = BatchRun::new(batch.len(), self.geo.cell_words() as usize);
-        let alloc = self.stage(pool, batch, |m, mem, bitmap, dirty, run, i| m.alloc(mem, bitmap, dirty, batch, run, i));
-        let mut a = self.stage(pool, batch, |m, mem, _, dirty, run, i| m.phase_a(mem, dirty, batch, run, i));
+        let alloc = self.stage(pool, batch, |m, mem, bitmap, dirty, run, i| {
+            m.alloc(mem, bitmap, dirty, batch, run, i)
+        });
+        let mut a = self.stage(pool, batch, |m, mem, _, dirty, run, i| {
+            m.phase_a(mem, dirty, batch, run, i)
+        });
         // One report for the whole phase, as the GPU's single control block gives.
         for (total, x) in a.control.iter_mut().zip(alloc.control) {
             *total += x;
@@ -77,25 +124,37 @@ impl Engine for CpuEngine {
     }
 
     fn rollback(&mut self, pool: &mut Pool, batch: &Encoded) -> Result<Report> {
-        Ok(self.stage(pool, batch, |m, mem, bitmap, dirty, run, i| m.rollback(mem, bitmap, dirty, &run.states[i])))
+        Ok(self.stage(pool, batch, |m, mem, bitmap, dirty, run, i| {
+            m.rollback(mem, bitmap, dirty, &run.states[i])
+        }))
     }
 
     fn phase_b(&mut self, pool: &mut Pool, batch: &Encoded, publish: bool) -> Result<Report> {
         let report = if publish {
-            self.stage(pool, batch, |m, mem, _, dirty, run, i| m.phase_b(mem, dirty, batch, run, i))
+            self.stage(pool, batch, |m, mem, _, dirty, run, i| {
+                m.phase_b(mem, dirty, batch, run, i)
+            })
         } else {
-            Report { control: Control::default(), written: Written::Lines(vec![]) }
+            Report {
+                control: Control::default(),
+                written: Written::Lines(vec![]),
+            }
         };
         for st in &self.run.states {
-            Model { geo: &self.geo, seeds: &self.seeds }.free(&mut self.bitmap, st);
+            Model {
+                geo: &self.geo,
+                seeds: &self.seeds,
+            }
+            .free(&mut self.bitmap, st);
         }
         Ok(report)
     }
 
-    fn results(&mut self, statuses: &mut [u32], values: &mut [u32]) -> Result<()> {
-        statuses.copy_from_slice(&self.run.statuses);
-        values.copy_from_slice(&self.run.values);
-        Ok(())
+    fn results(&mut self) -> Result<(Vec<u32>, Vec<u32>)> {
+        Ok((
+            std::mem::take(&mut self.run.statuses),
+            std::mem::take(&mut self.run.values),
+        ))
     }
 
     fn cells_used(&mut self) -> Result<u64> {

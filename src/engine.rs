@@ -16,7 +16,8 @@ pub struct Encoded {
     pub kinds: Vec<u32>,
     /// `key_words` words per operation.
     pub keys: Vec<u32>,
-    /// `cell_words` words per operation (zero for operations without a value).
+    /// `cell_words` words per operation (zero for operations without a value); empty when no
+    /// operation carries a value.
     pub values: Vec<u32>,
 }
 
@@ -34,6 +35,11 @@ impl Encoded {
     /// Whether every operation is a read: no phase B, nothing to persist.
     pub fn read_only(&self) -> bool {
         self.kinds.iter().all(|&k| k == OpKind::Get as u32)
+    }
+
+    /// Whether some operation is a read (whose value must be read back).
+    pub fn has_reads(&self) -> bool {
+        self.kinds.contains(&(OpKind::Get as u32))
     }
 }
 
@@ -78,7 +84,10 @@ impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Mode::ZeroCopy => write!(f, "zero-copy (the GPU reads and writes the pool in place)"),
-            Mode::Staged { reason } => write!(f, "staged (device copy, written back at persist points: {reason})"),
+            Mode::Staged { reason } => write!(
+                f,
+                "staged (device copy, written back at persist points: {reason})"
+            ),
             Mode::Cpu { reason } => write!(f, "CPU fallback ({reason})"),
         }
     }
@@ -98,8 +107,9 @@ pub trait Engine: Send {
     /// Phase B (when `publish`) and the release of cells.
     fn phase_b(&mut self, pool: &mut Pool, batch: &Encoded, publish: bool) -> Result<Report>;
 
-    /// The current batch's statuses and (for gets) values.
-    fn results(&mut self, statuses: &mut [u32], values: &mut [u32]) -> Result<()>;
+    /// The current batch's statuses and the value words of its reads (`cell_words` per
+    /// operation, or empty when the batch has no read).
+    fn results(&mut self) -> Result<(Vec<u32>, Vec<u32>)>;
 
     /// Value cells in use (for stats).
     fn cells_used(&mut self) -> Result<u64>;

@@ -38,7 +38,9 @@ pub enum Error {
     },
     /// Some insertion of the batch found no empty candidate slot. The batch was rolled back:
     /// none of its operations took effect.
-    #[error("table full: {failed} insertion(s) of the batch found no empty slot (load factor {load:.3}); the batch was not applied")]
+    #[error(
+        "table full: {failed} insertion(s) of the batch found no empty slot (load factor {load:.3}); the batch was not applied"
+    )]
     TableFull {
         /// Insertions that found no slot.
         failed: u64,
@@ -46,7 +48,9 @@ pub enum Error {
         load: f64,
     },
     /// The value heap has no free cell. The batch was rolled back.
-    #[error("value heap full: {failed} operation(s) found no free value cell; the batch was not applied")]
+    #[error(
+        "value heap full: {failed} operation(s) found no free value cell; the batch was not applied"
+    )]
     HeapFull {
         /// Operations that found no cell.
         failed: u64,

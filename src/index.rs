@@ -43,7 +43,13 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { key_bytes: 8, value_bytes: 8, layout: Layout::default(), capacity: 1 << 20, seed: 0x9E37_79B9_7F4A_7C15 }
+        Config {
+            key_bytes: 8,
+            value_bytes: 8,
+            layout: Layout::default(),
+            capacity: 1 << 20,
+            seed: 0x9E37_79B9_7F4A_7C15,
+        }
     }
 }
 
@@ -83,6 +89,10 @@ pub struct Activity {
     pub persisted_lines: u64,
     /// Time spent persisting.
     pub persist_time: Duration,
+    /// Time spent in the engine (uploads, kernels, readbacks).
+    pub engine_time: Duration,
+    /// Time spent encoding batches and decoding results on the host.
+    pub host_time: Duration,
 }
 
 /// What the index is and what it holds.
@@ -124,25 +134,46 @@ pub struct Stats {
 
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "keys:          {} in {} slots (load factor {:.4})", self.items, self.slots, self.load_factor)?;
-        writeln!(f, "layout:        {} with {}-byte keys and {}-byte values", self.layout, self.key_bytes, self.value_bytes)?;
-        writeln!(f, "levels:        {} .. {} (top level has 2^{} buckets)", self.levels.0, self.levels.1, self.levels.0)?;
+        writeln!(
+            f,
+            "keys:          {} in {} slots (load factor {:.4})",
+            self.items, self.slots, self.load_factor
+        )?;
+        writeln!(
+            f,
+            "layout:        {} with {}-byte keys and {}-byte values",
+            self.layout, self.key_bytes, self.value_bytes
+        )?;
+        writeln!(
+            f,
+            "levels:        {} .. {} (top level has 2^{} buckets)",
+            self.levels.0, self.levels.1, self.levels.0
+        )?;
         writeln!(f, "value cells:   {}", self.cells)?;
         writeln!(f, "mode:          {}", self.mode)?;
         match (&self.adapter, self.subgroup_sizes) {
-            (Some(a), Some((lo, hi))) => writeln!(f, "adapter:       {a} (subgroup size {lo}..{hi})")?,
+            (Some(a), Some((lo, hi))) => {
+                writeln!(f, "adapter:       {a} (subgroup size {lo}..{hi})")?
+            }
             _ => writeln!(f, "adapter:       none")?,
         }
-        writeln!(f, "pool:          {} bytes, {:?} backend, persist by {}", self.pool_bytes, self.backend, self.persist_mode)?;
+        writeln!(
+            f,
+            "pool:          {} bytes, {:?} backend, persist by {}",
+            self.pool_bytes, self.backend, self.persist_mode
+        )?;
         writeln!(f, "recovery:      {}", self.recovery)?;
         write!(
             f,
-            "activity:      {} batches, {} operations, {} rolled back, {} lines persisted in {:.3} s",
+            "activity:      {} batches, {} operations, {} rolled back, {} lines persisted\n\
+             time:          engine {:.3} s, persist {:.3} s, host encode/decode {:.3} s",
             self.activity.batches,
             self.activity.operations,
             self.activity.rolled_back,
             self.activity.persisted_lines,
-            self.activity.persist_time.as_secs_f64()
+            self.activity.engine_time.as_secs_f64(),
+            self.activity.persist_time.as_secs_f64(),
+            self.activity.host_time.as_secs_f64(),
         )
     }
 }
@@ -162,15 +193,24 @@ pub struct GpHash {
 
 impl fmt::Debug for GpHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GpHash").field("geometry", &self.geo).field("items", &self.items).finish()
+        f.debug_struct("GpHash")
+            .field("geometry", &self.geo)
+            .field("items", &self.items)
+            .finish()
     }
 }
 
 impl GpHash {
     /// Creates a table in a new pool at `path` (`None`: anonymous, volatile memory).
     pub fn create(path: Option<&Path>, config: &Config, options: &Options) -> Result<GpHash> {
-        let geo = Geometry::for_capacity(config.layout, config.key_bytes, config.value_bytes, config.capacity)?;
-        let (table_region, heap_region, bytes) = host_pm::layout_regions(geo.table_bytes(), geo.heap_bytes());
+        let geo = Geometry::for_capacity(
+            config.layout,
+            config.key_bytes,
+            config.value_bytes,
+            config.capacity,
+        )?;
+        let (table_region, heap_region, bytes) =
+            host_pm::layout_regions(geo.table_bytes(), geo.heap_bytes());
         let header = Header {
             version: host_pm::FORMAT_VERSION,
             table: TableConfig {
@@ -209,9 +249,19 @@ impl GpHash {
             path: pool.path().map(Path::to_path_buf).unwrap_or_default(),
             why,
         };
-        let layout = Layout { levels: t.levels, hashes: t.hashes, slots: t.slots };
-        let geo = Geometry::new(layout, t.key_bytes, t.value_bytes, t.top_level, h.heap_cells)
-            .map_err(|e| incompatible(e.to_string()))?;
+        let layout = Layout {
+            levels: t.levels,
+            hashes: t.hashes,
+            slots: t.slots,
+        };
+        let geo = Geometry::new(
+            layout,
+            t.key_bytes,
+            t.value_bytes,
+            t.top_level,
+            h.heap_cells,
+        )
+        .map_err(|e| incompatible(e.to_string()))?;
         if h.table_region.bytes < geo.table_bytes() || h.heap_region.bytes < geo.heap_bytes() {
             return Err(incompatible(format!(
                 "regions of {} and {} bytes are smaller than the {} and {} bytes the table needs",
@@ -222,7 +272,9 @@ impl GpHash {
             )));
         }
         if h.resize.state != 0 {
-            return Err(incompatible("the pool holds an interrupted resize, which this version cannot resume".into()));
+            return Err(incompatible(
+                "the pool holds an interrupted resize, which this version cannot resume".into(),
+            ));
         }
         Ok(geo)
     }
@@ -244,23 +296,55 @@ impl GpHash {
         };
         let (engine, gpu): (Box<dyn Engine>, _) = match gpu {
             Ok(gpu) => {
-                let e = GpuEngine::new(gpu.clone(), (geo, seeds), &mut pool, h.table_region, h.heap_region, &bitmap, &options.gpu)?;
+                let e = GpuEngine::new(
+                    gpu.clone(),
+                    (geo, seeds),
+                    &mut pool,
+                    h.table_region,
+                    h.heap_region,
+                    &bitmap,
+                    &options.gpu,
+                )?;
                 (Box::new(e), Some(gpu))
             }
             Err(reason) => {
                 if options.executor == Executor::Auto {
                     log::warn!("no GPU, running on the CPU model: {reason}");
                 }
-                (Box::new(CpuEngine::new(geo, seeds, h.table_region, h.heap_region, bitmap, reason)), None)
+                (
+                    Box::new(CpuEngine::new(
+                        geo,
+                        seeds,
+                        h.table_region,
+                        h.heap_region,
+                        bitmap,
+                        reason,
+                    )),
+                    None,
+                )
             }
         };
         let items = recovery.items;
-        Ok(GpHash { engine, pool, geo, gpu, items, recovery, activity: Activity::default(), poisoned: None })
+        Ok(GpHash {
+            engine,
+            pool,
+            geo,
+            gpu,
+            items,
+            recovery,
+            activity: Activity::default(),
+            poisoned: None,
+        })
     }
 
     /// Closes the table cleanly: the next open needs no recovery.
     pub fn close(self) -> Result<()> {
-        let GpHash { engine, pool, poisoned, .. } = self;
+        let GpHash {
+            engine,
+            pool,
+            poisoned,
+            ..
+        } = self;
         drop(engine);
         match poisoned {
             // Leave the pool marked dirty: the next open recovers it.
@@ -304,10 +388,16 @@ impl GpHash {
             layout: self.geo.layout,
             key_bytes: self.geo.key_bytes,
             value_bytes: self.geo.value_bytes,
-            levels: (self.geo.top_level, self.geo.top_level + 1 - self.geo.layout.levels),
+            levels: (
+                self.geo.top_level,
+                self.geo.top_level + 1 - self.geo.layout.levels,
+            ),
             cells: h.heap_cells,
             mode: self.engine.mode(),
-            adapter: self.gpu.as_ref().map(|g| format!("{} ({})", g.info.name, g.info.driver)),
+            adapter: self
+                .gpu
+                .as_ref()
+                .map(|g| format!("{} ({})", g.info.name, g.info.driver)),
             subgroup_sizes: self.gpu.as_ref().map(|g| g.info.subgroup_sizes),
             backend: self.pool.backend(),
             persist_mode: self.pool.persist_mode(),
@@ -356,12 +446,24 @@ impl GpHash {
 
     /// Reads keys (concatenated, `key_bytes` each).
     pub fn get(&mut self, keys: &[u8]) -> Result<BatchResult> {
-        let b = Batch::of_kind(OpKind::Get, self.geo.key_bytes as usize, self.geo.value_bytes as usize, keys, None)?;
+        let b = Batch::of_kind(
+            OpKind::Get,
+            self.geo.key_bytes as usize,
+            self.geo.value_bytes as usize,
+            keys,
+            None,
+        )?;
         self.execute(&b)
     }
 
     fn apply(&mut self, kind: OpKind, keys: &[u8], values: Option<&[u8]>) -> Result<Vec<Status>> {
-        let b = Batch::of_kind(kind, self.geo.key_bytes as usize, self.geo.value_bytes as usize, keys, values)?;
+        let b = Batch::of_kind(
+            kind,
+            self.geo.key_bytes as usize,
+            self.geo.value_bytes as usize,
+            keys,
+            values,
+        )?;
         Ok(self.execute(&b)?.statuses)
     }
 
@@ -415,10 +517,16 @@ impl GpHash {
 
     fn check_widths(&self, batch: &Batch) -> Result<()> {
         if batch.key_bytes() != self.geo.key_bytes as usize {
-            return Err(Error::KeyWidth { found: batch.key_bytes(), expected: self.geo.key_bytes as usize });
+            return Err(Error::KeyWidth {
+                found: batch.key_bytes(),
+                expected: self.geo.key_bytes as usize,
+            });
         }
         if batch.value_bytes() != self.geo.value_bytes as usize {
-            return Err(Error::ValueSize { found: batch.value_bytes(), expected: self.geo.value_bytes as usize });
+            return Err(Error::ValueSize {
+                found: batch.value_bytes(),
+                expected: self.geo.value_bytes as usize,
+            });
         }
         Ok(())
     }
@@ -432,10 +540,14 @@ impl GpHash {
         if ops.is_empty() {
             return Ok(());
         }
-        let encoded = batch.encode(ops.iter().copied());
+        let t = Instant::now();
+        let encoded = batch.encode(ops);
+        self.activity.host_time += t.elapsed();
         match self.protocol(&encoded) {
             Ok((statuses, values)) => {
+                let t = Instant::now();
                 result.scatter(batch, ops, &statuses, &values);
+                self.activity.host_time += t.elapsed();
                 self.activity.batches += 1;
                 self.activity.operations += ops.len() as u64;
                 Ok(())
@@ -453,28 +565,38 @@ impl GpHash {
 
     /// Phase A, persist, phase B (or rollback), persist; the statuses and value words.
     fn protocol(&mut self, batch: &Encoded) -> Result<(Vec<u32>, Vec<u32>)> {
+        let t = Instant::now();
         let a = self.engine.phase_a(&mut self.pool, batch)?;
+        self.activity.engine_time += t.elapsed();
         self.persist(&a.written)?;
         let (full, no_cell) = (a.control[control::FULL], a.control[control::NO_CELL]);
         if full > 0 || no_cell > 0 {
+            let t = Instant::now();
             let r = self.engine.rollback(&mut self.pool, batch)?;
+            self.activity.engine_time += t.elapsed();
             self.persist(&r.written)?;
             return Err(if full > 0 {
-                Error::TableFull { failed: full as u64, load: self.items as f64 / self.geo.slots() as f64 }
+                Error::TableFull {
+                    failed: full as u64,
+                    load: self.items as f64 / self.geo.slots() as f64,
+                }
             } else {
-                Error::HeapFull { failed: no_cell as u64 }
+                Error::HeapFull {
+                    failed: no_cell as u64,
+                }
             });
         }
         if !batch.read_only() {
-            let b = self.engine.phase_b(&mut self.pool, batch, a.control[control::NEED_B] > 0)?;
+            let t = Instant::now();
+            let b = self
+                .engine
+                .phase_b(&mut self.pool, batch, a.control[control::NEED_B] > 0)?;
+            self.activity.engine_time += t.elapsed();
             self.persist(&b.written)?;
             self.items += b.control[control::PUBLISHED] as u64;
             self.items -= b.control[control::DELETED] as u64;
         }
-        let mut statuses = vec![0; batch.len()];
-        let mut values = vec![0; batch.values.len()];
-        self.engine.results(&mut statuses, &mut values)?;
-        Ok((statuses, values))
+        self.engine.results()
     }
 
     fn persist(&mut self, written: &Written) -> Result<()> {

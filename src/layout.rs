@@ -46,7 +46,11 @@ pub struct Layout {
 
 impl Default for Layout {
     fn default() -> Self {
-        Layout { levels: 2, hashes: 2, slots: 8 }
+        Layout {
+            levels: 2,
+            hashes: 2,
+            slots: 8,
+        }
     }
 }
 
@@ -108,7 +112,11 @@ impl FromStr for Layout {
                 .ok_or_else(bad)?;
             n.parse().map_err(|_| bad())
         };
-        let layout = Layout { levels: field('L')?, hashes: field('H')?, slots: field('S')? };
+        let layout = Layout {
+            levels: field('L')?,
+            hashes: field('H')?,
+            slots: field('S')?,
+        };
         if parts.next().is_some() {
             return Err(bad());
         }
@@ -145,10 +153,14 @@ impl Geometry {
         layout.validate()?;
         let bad = |why: String| Err(Error::InvalidConfig(why));
         if key_bytes == 0 || key_bytes % 4 != 0 || key_bytes > 256 {
-            return bad(format!("key width {key_bytes} bytes: must be a multiple of 4, 4 to 256"));
+            return bad(format!(
+                "key width {key_bytes} bytes: must be a multiple of 4, 4 to 256"
+            ));
         }
         if value_bytes == 0 || value_bytes > 65536 {
-            return bad(format!("value size {value_bytes} bytes: must be 1 to 65536"));
+            return bad(format!(
+                "value size {value_bytes} bytes: must be 1 to 65536"
+            ));
         }
         if top_level + 1 < layout.levels || top_level > 30 {
             return bad(format!(
@@ -156,13 +168,21 @@ impl Geometry {
                 layout.levels - 1
             ));
         }
-        let g = Geometry { layout, key_bytes, value_bytes, top_level, cells };
+        let g = Geometry {
+            layout,
+            key_bytes,
+            value_bytes,
+            top_level,
+            cells,
+        };
         if g.table_words() > u32::MAX as u64 {
             return bad(format!("table of {} bytes is too large", g.table_bytes()));
         }
         if cells == 0 || cells >= (u32::MAX - PUBLISHED) as u64 || g.heap_words() > u32::MAX as u64
         {
-            return bad(format!("{cells} value cells: must be 1 to 2^32 - 3 and fit 16 GiB"));
+            return bad(format!(
+                "{cells} value cells: must be 1 to 2^32 - 3 and fit 16 GiB"
+            ));
         }
         Ok(g)
     }
@@ -177,12 +197,22 @@ impl Geometry {
         layout.validate()?;
         let want = (capacity.max(1) as f64 / TARGET_LOAD).ceil() as u64;
         let mut top = layout.levels - 1;
-        let slots_at = |top: u32| (1u64 << (top + 1 - layout.levels)) * layout.group_buckets() as u64 * layout.slots as u64;
+        let slots_at = |top: u32| {
+            (1u64 << (top + 1 - layout.levels))
+                * layout.group_buckets() as u64
+                * layout.slots as u64
+        };
         while slots_at(top) < want && top < 30 {
             top += 1;
         }
         let slots = slots_at(top);
-        Geometry::new(layout, key_bytes, value_bytes, top, Self::cells_for_slots(slots))
+        Geometry::new(
+            layout,
+            key_bytes,
+            value_bytes,
+            top,
+            Self::cells_for_slots(slots),
+        )
     }
 
     /// Heap cells for a table of `slots` slots: one per slot plus room for the new values of
@@ -257,7 +287,10 @@ impl Geometry {
         let level_start = (1u32 << levels) - (1u32 << (levels - level));
         let local = (top >> level) & ((1u32 << (levels - 1 - level)) - 1);
         let bucket = group * self.layout.group_buckets() as u64 + (level_start + local) as u64;
-        Candidate { bucket, slot: c % slots }
+        Candidate {
+            bucket,
+            slot: c % slots,
+        }
     }
 
     /// Word offset of the fingerprint of slot `slot` in bucket `bucket`.
@@ -310,9 +343,24 @@ mod tests {
     #[test]
     fn layout_round_trips_and_rejects_nonsense() {
         let l: Layout = "4L-2H-16S".parse().unwrap();
-        assert_eq!(l, Layout { levels: 4, hashes: 2, slots: 16 });
+        assert_eq!(
+            l,
+            Layout {
+                levels: 4,
+                hashes: 2,
+                slots: 16
+            }
+        );
         assert_eq!(l.to_string(), "4L-2H-16S");
-        for bad in ["", "2L-2H", "2L-2H-8S-1X", "2H-2L-8S", "0L-2H-8S", "2L-2H-64S", "4L-4H-16S"] {
+        for bad in [
+            "",
+            "2L-2H",
+            "2L-2H-8S-1X",
+            "2H-2L-8S",
+            "0L-2H-8S",
+            "2L-2H-64S",
+            "4L-4H-16S",
+        ] {
             assert!(bad.parse::<Layout>().is_err(), "{bad} accepted");
         }
     }
@@ -328,7 +376,11 @@ mod tests {
 
     #[test]
     fn candidates_of_one_hash_share_a_group_and_follow_inter_level_sharing() {
-        let layout = Layout { levels: 3, hashes: 1, slots: 4 };
+        let layout = Layout {
+            levels: 3,
+            hashes: 1,
+            slots: 4,
+        };
         let g = Geometry::new(layout, 8, 8, 5, 100).unwrap();
         for top in 0..32u32 {
             let buckets: Vec<u64> = (0..3).map(|l| g.candidate(&[top], l * 4).bucket).collect();

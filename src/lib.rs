@@ -26,6 +26,7 @@ pub mod layout;
 pub mod model;
 pub mod protocol;
 pub mod recovery;
+pub mod trace;
 
 pub use batch::{Batch, BatchResult};
 pub use engine::Mode;

@@ -141,7 +141,11 @@ impl Probe {
     /// most empty slots (ties: the lowest candidate bucket, i.e. first hash, top level first).
     pub fn empty_target(&self, slots: u32) -> Option<usize> {
         let buckets = self.candidates.len() / slots as usize;
-        let empties = |cb: usize| (0..slots as usize).filter(|&s| self.states[cb * slots as usize + s] == EMPTY).count();
+        let empties = |cb: usize| {
+            (0..slots as usize)
+                .filter(|&s| self.states[cb * slots as usize + s] == EMPTY)
+                .count()
+        };
         let mut best = (0, 0);
         for cb in 0..buckets {
             let n = empties(cb);
@@ -175,7 +179,12 @@ pub struct BatchRun {
 impl BatchRun {
     /// The state of a batch of `n` operations before the allocation stage.
     pub fn new(n: usize, cell_words: usize) -> Self {
-        BatchRun { states: vec![OpState::INITIAL; n], statuses: vec![0; n], values: vec![0; n * cell_words], ..Default::default() }
+        BatchRun {
+            states: vec![OpState::INITIAL; n],
+            statuses: vec![0; n],
+            values: vec![0; n * cell_words],
+            ..Default::default()
+        }
     }
 }
 
@@ -193,22 +202,35 @@ impl Model<'_> {
         let geo = self.geo;
         let (tops, fingerprint) = locate(key, self.seeds, geo.top_level);
         let kw = geo.key_words() as usize;
-        let candidates: Vec<Candidate> =
-            (0..geo.layout.candidates()).map(|c| geo.candidate(&tops, c)).collect();
-        let states = candidates.iter().map(|c| table[geo.state_word(c.bucket, c.slot) as usize]).collect();
+        let candidates: Vec<Candidate> = (0..geo.layout.candidates())
+            .map(|c| geo.candidate(&tops, c))
+            .collect();
+        let states = candidates
+            .iter()
+            .map(|c| table[geo.state_word(c.bucket, c.slot) as usize])
+            .collect();
         let key_equal = candidates
             .iter()
             .map(|c| {
                 let k = geo.key_word(c.bucket, c.slot) as usize;
-                table[geo.fp_word(c.bucket, c.slot) as usize] == fingerprint && table[k..k + kw] == *key
+                table[geo.fp_word(c.bucket, c.slot) as usize] == fingerprint
+                    && table[k..k + kw] == *key
             })
             .collect();
-        Probe { candidates, fingerprint, states, key_equal }
+        Probe {
+            candidates,
+            fingerprint,
+            states,
+            key_equal,
+        }
     }
 
     fn slot_of(&self, id: u32) -> Candidate {
         let s = self.geo.layout.slots;
-        Candidate { bucket: (id / s) as u64, slot: id % s }
+        Candidate {
+            bucket: (id / s) as u64,
+            slot: id % s,
+        }
     }
 
     fn state_index(&self, id: u32) -> usize {
@@ -218,7 +240,15 @@ impl Model<'_> {
 
     /// Allocation stage (`shaders/alloc.wgsl`) for operation `i`: a fresh cell holding the
     /// operation's value.
-    pub fn alloc(&self, mem: &mut Mem, bitmap: &mut Bitmap, dirty: &mut Dirty, batch: &Encoded, run: &mut BatchRun, i: usize) {
+    pub fn alloc(
+        &self,
+        mem: &mut Mem,
+        bitmap: &mut Bitmap,
+        dirty: &mut Dirty,
+        batch: &Encoded,
+        run: &mut BatchRun,
+        i: usize,
+    ) {
         let kind = OpKind::from_code(batch.kinds[i]).expect("encoded from OpKind");
         if !kind.writes_value() {
             return;
@@ -231,7 +261,8 @@ impl Model<'_> {
         };
         let cw = self.geo.cell_words() as u64;
         let at = cell as u64 * cw;
-        mem.heap[at as usize..(at + cw) as usize].copy_from_slice(&batch.values[i * cw as usize..(i + 1) * cw as usize]);
+        mem.heap[at as usize..(at + cw) as usize]
+            .copy_from_slice(&batch.values[i * cw as usize..(i + 1) * cw as usize]);
         dirty.heap(at, cw);
         st.cell = cell;
     }
@@ -240,7 +271,14 @@ impl Model<'_> {
     /// The first operation of the batch that inserts an absent key registers in the batch's
     /// claim registry and claims a slot (EMPTY -> INSERTING, then fingerprint and key); later
     /// operations on that key join it instead, so a key is claimed at most once per batch.
-    pub fn phase_a(&self, mem: &mut Mem, dirty: &mut Dirty, batch: &Encoded, run: &mut BatchRun, i: usize) {
+    pub fn phase_a(
+        &self,
+        mem: &mut Mem,
+        dirty: &mut Dirty,
+        batch: &Encoded,
+        run: &mut BatchRun,
+        i: usize,
+    ) {
         let st = &mut run.states[i];
         if st.phase == phase::NO_CELL {
             return;
@@ -265,7 +303,9 @@ impl Model<'_> {
                 run.values[i * cw..(i + 1) * cw].copy_from_slice(&mem.heap[at..at + cw]);
                 done(st, status, Status::Ok);
             }
-            (OpKind::Get | OpKind::Update | OpKind::Delete, None) => done(st, status, Status::NotFound),
+            (OpKind::Get | OpKind::Update | OpKind::Delete, None) => {
+                done(st, status, Status::NotFound)
+            }
             (OpKind::Insert, Some(_)) => done(st, status, Status::Exists),
             (OpKind::Upsert | OpKind::Update | OpKind::Delete, Some(c)) => {
                 st.phase = phase::FOUND;
@@ -303,7 +343,14 @@ impl Model<'_> {
     /// Phase B (`shaders/phase_b.wgsl`) for operation `i`: swing or clear the slot phase A
     /// found, publish a claim (INSERTING -> 2 + cell), or act on the claim it joined: an
     /// upsert overwrites its value, an insert finds the key existing. Each is one CAS.
-    pub fn phase_b(&self, mem: &mut Mem, dirty: &mut Dirty, batch: &Encoded, run: &mut BatchRun, i: usize) {
+    pub fn phase_b(
+        &self,
+        mem: &mut Mem,
+        dirty: &mut Dirty,
+        batch: &Encoded,
+        run: &mut BatchRun,
+        i: usize,
+    ) {
         let kind = OpKind::from_code(batch.kinds[i]).expect("encoded from OpKind");
         let st = run.states[i];
         let (status, free) = match st.phase {
@@ -313,10 +360,18 @@ impl Model<'_> {
                 // A delete of this batch emptied the slot first. The batch then linearizes this
                 // update before that delete (applied, then deleted) and a second delete after it.
                 if cur < PUBLISHED {
-                    let s = if kind == OpKind::Delete { Status::NotFound } else { Status::Ok };
+                    let s = if kind == OpKind::Delete {
+                        Status::NotFound
+                    } else {
+                        Status::Ok
+                    };
                     (s, st.cell)
                 } else {
-                    mem.table[at] = if kind == OpKind::Delete { EMPTY } else { st.cell + PUBLISHED };
+                    mem.table[at] = if kind == OpKind::Delete {
+                        EMPTY
+                    } else {
+                        st.cell + PUBLISHED
+                    };
                     dirty.table(at as u64, 1);
                     if kind == OpKind::Delete {
                         run.control[control::DELETED] += 1;
@@ -327,7 +382,11 @@ impl Model<'_> {
             phase::CLAIMED => {
                 let at = self.state_index(st.slot);
                 let cur = mem.table[at];
-                mem.table[at] = if cur == INSERTING { st.cell + PUBLISHED } else { cur };
+                mem.table[at] = if cur == INSERTING {
+                    st.cell + PUBLISHED
+                } else {
+                    cur
+                };
                 dirty.table(at as u64, 1);
                 run.control[control::PUBLISHED] += 1;
                 // An upsert that joined this claim already wrote its value over it.
@@ -338,7 +397,14 @@ impl Model<'_> {
                 let cur = mem.table[at];
                 mem.table[at] = st.cell + PUBLISHED;
                 dirty.table(at as u64, 1);
-                (Status::Ok, if cur >= PUBLISHED { cur - PUBLISHED } else { NONE })
+                (
+                    Status::Ok,
+                    if cur >= PUBLISHED {
+                        cur - PUBLISHED
+                    } else {
+                        NONE
+                    },
+                )
             }
             phase::JOINED => (Status::Exists, st.cell),
             _ => return,

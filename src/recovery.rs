@@ -50,7 +50,10 @@ pub fn recover(pool: &mut Pool, geo: &Geometry) -> crate::Result<(Recovery, Bitm
     let h = *pool.header();
     let table_base = h.table_region.offset / 64;
     let mut bitmap = Bitmap::new(geo.cells);
-    let mut rec = Recovery { clean_shutdown: h.clean_shutdown, ..Default::default() };
+    let mut rec = Recovery {
+        clean_shutdown: h.clean_shutdown,
+        ..Default::default()
+    };
     let mut lines = vec![];
     {
         let mem = regions_mut(pool, h.table_region, h.heap_region);
@@ -64,14 +67,20 @@ pub fn recover(pool: &mut Pool, geo: &Geometry) -> crate::Result<(Recovery, Bitm
                     rec.cleared_claims += 1;
                 } else if state >= PUBLISHED {
                     let cell = (state - PUBLISHED) as u64;
-                    let corrupt = |why: String| {
-                        host_pm::PoolError::Corrupt { what: format!("bucket {bucket} slot {s}: {why}; run `gphash check`") }
+                    let corrupt = |why: String| host_pm::PoolError::Corrupt {
+                        what: format!("bucket {bucket} slot {s}: {why}; run `gphash check`"),
                     };
                     if cell >= geo.cells {
-                        return Err(corrupt(format!("value cell {cell} beyond the heap of {} cells", geo.cells)).into());
+                        return Err(corrupt(format!(
+                            "value cell {cell} beyond the heap of {} cells",
+                            geo.cells
+                        ))
+                        .into());
                     }
                     if bitmap.is_used(cell) {
-                        return Err(corrupt(format!("value cell {cell} is referenced twice")).into());
+                        return Err(
+                            corrupt(format!("value cell {cell} is referenced twice")).into()
+                        );
                     }
                     bitmap.words[(cell / 32) as usize] |= 1 << (cell % 32);
                     rec.items += 1;
@@ -81,7 +90,10 @@ pub fn recover(pool: &mut Pool, geo: &Geometry) -> crate::Result<(Recovery, Bitm
     }
     pool.persist_lines(&lines)?;
     if rec.cleared_claims > 0 {
-        log::warn!("recovery cleared {} unacknowledged claim(s)", rec.cleared_claims);
+        log::warn!(
+            "recovery cleared {} unacknowledged claim(s)",
+            rec.cleared_claims
+        );
     }
     Ok((rec, bitmap))
 }
@@ -117,17 +129,29 @@ impl CheckReport {
 
 impl fmt::Display for CheckReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "keys: {} in {} slots; unacknowledged claims: {}", self.items, self.slots, self.claims)?;
+        writeln!(
+            f,
+            "keys: {} in {} slots; unacknowledged claims: {}",
+            self.items, self.slots, self.claims
+        )?;
         for v in self.violations.iter().take(50) {
             match v.at {
-                Some(c) => writeln!(f, "VIOLATION bucket {} slot {}: {}", c.bucket, c.slot, v.what)?,
+                Some(c) => writeln!(
+                    f,
+                    "VIOLATION bucket {} slot {}: {}",
+                    c.bucket, c.slot, v.what
+                )?,
                 None => writeln!(f, "VIOLATION {}", v.what)?,
             }
         }
         if self.violations.len() > 50 {
             writeln!(f, "... and {} more violations", self.violations.len() - 50)?;
         }
-        if self.ok() { write!(f, "consistent") } else { write!(f, "INCONSISTENT: {} violation(s)", self.violations.len()) }
+        if self.ok() {
+            write!(f, "consistent")
+        } else {
+            write!(f, "INCONSISTENT: {} violation(s)", self.violations.len())
+        }
     }
 }
 
@@ -139,13 +163,21 @@ pub fn check(pool: &Pool, geo: &Geometry, header: &Header) -> CheckReport {
     let seeds = Seeds::new(header.table.seed, geo.layout.hashes);
     let table: &[u32] = bytemuck::cast_slice(pool.region(header.table_region));
     let kw = geo.key_words() as usize;
-    let mut report = CheckReport { slots: geo.slots(), ..Default::default() };
+    let mut report = CheckReport {
+        slots: geo.slots(),
+        ..Default::default()
+    };
     let mut keys: HashMap<&[u32], Candidate> = HashMap::new();
     let mut cells: HashMap<u64, Candidate> = HashMap::new();
     for bucket in 0..geo.buckets() {
         for s in 0..geo.layout.slots {
             let here = Candidate { bucket, slot: s };
-            let mut bad = |what: String| report.violations.push(Violation { at: Some(here), what });
+            let mut bad = |what: String| {
+                report.violations.push(Violation {
+                    at: Some(here),
+                    what,
+                })
+            };
             let state = table[geo.state_word(bucket, s) as usize];
             if state == INSERTING {
                 report.claims += 1;
@@ -162,19 +194,33 @@ pub fn check(pool: &Pool, geo: &Geometry, header: &Header) -> CheckReport {
             let key = &table[k..k + kw];
             let (tops, fp) = locate(key, &seeds, geo.top_level);
             if table[geo.fp_word(bucket, s) as usize] != fp {
-                bad(format!("fingerprint {:#x} is not the key's {fp:#x}", table[geo.fp_word(bucket, s) as usize]));
+                bad(format!(
+                    "fingerprint {:#x} is not the key's {fp:#x}",
+                    table[geo.fp_word(bucket, s) as usize]
+                ));
             }
             if !(0..geo.layout.candidates()).any(|c| geo.candidate(&tops, c) == here) {
-                bad(format!("key {key:x?} is not in one of its candidate buckets"));
+                bad(format!(
+                    "key {key:x?} is not in one of its candidate buckets"
+                ));
             }
             if let Some(first) = keys.insert(key, here) {
-                bad(format!("key {key:x?} is also published at bucket {} slot {}", first.bucket, first.slot));
+                bad(format!(
+                    "key {key:x?} is also published at bucket {} slot {}",
+                    first.bucket, first.slot
+                ));
             }
             let cell = (state - PUBLISHED) as u64;
             if cell >= geo.cells {
-                bad(format!("value cell {cell} beyond the heap of {} cells", geo.cells));
+                bad(format!(
+                    "value cell {cell} beyond the heap of {} cells",
+                    geo.cells
+                ));
             } else if let Some(first) = cells.insert(cell, here) {
-                bad(format!("value cell {cell} also referenced by bucket {} slot {}", first.bucket, first.slot));
+                bad(format!(
+                    "value cell {cell} also referenced by bucket {} slot {}",
+                    first.bucket, first.slot
+                ));
             }
         }
     }

@@ -5,8 +5,16 @@ use gphash::{Config, GpHash, GpuOptions, Status};
 #[test]
 fn insert_then_get_on_the_gpu() {
     let dir = common::pool_dir();
-    let cfg = Config { capacity: 5000, ..Default::default() };
-    let mut t = GpHash::create(Some(&dir.path().join("p")), &cfg, &common::gpu_options(GpuOptions::default())).unwrap();
+    let cfg = Config {
+        capacity: 5000,
+        ..Default::default()
+    };
+    let mut t = GpHash::create(
+        Some(&dir.path().join("p")),
+        &cfg,
+        &common::gpu_options(GpuOptions::default()),
+    )
+    .unwrap();
     eprintln!("{}", t.stats());
     let keys: Vec<u8> = (0..3000u64).flat_map(|k| k.to_le_bytes()).collect();
     let vals: Vec<u8> = (0..3000u64).flat_map(|k| (k * 7).to_le_bytes()).collect();

@@ -60,6 +60,9 @@ fn count(counter: u32) {
 
 // Appends one pool cache line to the dirty list; the host persists exactly these lines.
 fn mark_line(line: u32) {
+    if (params.track_lines == 0u) {
+        return;
+    }
     let i = atomicAdd(&control[CTRL_DIRTY_COUNT], 1u);
     if (i < params.dirty_cap) {
         dirty[i] = line;

@@ -39,7 +39,11 @@ pub struct GpuOptions {
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { placement: Placement::Auto, tile: 32, max_window_bytes: None }
+        GpuOptions {
+            placement: Placement::Auto,
+            tile: 32,
+            max_window_bytes: None,
+        }
     }
 }
 
@@ -54,7 +58,15 @@ struct Params {
     heap_line_base: u32,
     table_lines: u32,
     claims_mask: u32,
-    pad: u32,
+    track_lines: u32,
+}
+
+/// What a submit reads back besides the control block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Results {
+    None,
+    Statuses,
+    WithValues,
 }
 
 /// Buffers sized for the largest batch so far.
@@ -91,7 +103,13 @@ impl ReadbackLayout {
         let lines = values + up(cap * cell_words * 4);
         let staging = lines + up(dirty_cap * 4);
         let total = staging + if staged { dirty_cap * 64 } else { 0 };
-        ReadbackLayout { statuses, values, lines, staging, total }
+        ReadbackLayout {
+            statuses,
+            values,
+            lines,
+            staging,
+            total,
+        }
     }
 }
 
@@ -131,10 +149,17 @@ impl GpuEngine {
     ) -> Result<Self> {
         let (geo, seeds) = cfg_base;
         if !opts.tile.is_power_of_two() || !(4..=32).contains(&opts.tile) {
-            return Err(Error::InvalidConfig(format!("tile of {} lanes: must be 4, 8, 16 or 32", opts.tile)));
+            return Err(Error::InvalidConfig(format!(
+                "tile of {} lanes: must be 4, 8, 16 or 32",
+                opts.tile
+            )));
         }
         let info = &gpu.info;
-        let max_window = opts.max_window_bytes.unwrap_or(info.max_binding).min(info.max_binding).min(info.max_buffer);
+        let max_window = opts
+            .max_window_bytes
+            .unwrap_or(info.max_binding)
+            .min(info.max_binding)
+            .min(info.max_buffer);
         let cfg = KernelConfig {
             table: Windows::cover(geo.table_words(), max_window),
             heap: Windows::cover(geo.heap_words(), max_window),
@@ -154,7 +179,9 @@ impl GpuEngine {
         if table_region.offset / 64 + table_region.bytes / 64 > u32::MAX as u64
             || heap_region.end() / 64 > u32::MAX as u64
         {
-            return Err(Error::InvalidConfig("pools beyond 256 GiB are not supported".into()));
+            return Err(Error::InvalidConfig(
+                "pools beyond 256 GiB are not supported".into(),
+            ));
         }
         let guard = ImportGuard::default();
         let imported = match opts.placement {
@@ -164,10 +191,19 @@ impl GpuEngine {
         let (table, heap, mode) = match imported {
             Ok((t, h)) => (t, h, Mode::ZeroCopy),
             Err(reason) if opts.placement == Placement::ZeroCopy => {
-                return Err(Error::Gpu(format!("zero-copy import of the pool failed: {reason}")));
+                return Err(Error::Gpu(format!(
+                    "zero-copy import of the pool failed: {reason}"
+                )));
             }
             Err(reason) => {
-                let t = upload_region(&gpu, pool, table_region, cfg.table, geo.table_words(), "table")?;
+                let t = upload_region(
+                    &gpu,
+                    pool,
+                    table_region,
+                    cfg.table,
+                    geo.table_words(),
+                    "table",
+                )?;
                 let h = upload_region(&gpu, pool, heap_region, cfg.heap, geo.heap_words(), "heap")?;
                 (t, h, Mode::Staged { reason })
             }
@@ -177,13 +213,25 @@ impl GpuEngine {
             dev.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),
                 size: size.max(16),
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC | extra,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST
+                    | wgpu::BufferUsages::COPY_SRC
+                    | extra,
                 mapped_at_creation: false,
             })
         };
-        let bitmap_buf = storage("bitmap", bitmap.words.len() as u64 * 4, wgpu::BufferUsages::empty());
-        gpu.queue.write_buffer(&bitmap_buf, 0, bytemuck::cast_slice(&bitmap.words));
-        let control_buf = storage("control", (control::WORDS * 4) as u64, wgpu::BufferUsages::empty());
+        let bitmap_buf = storage(
+            "bitmap",
+            bitmap.words.len() as u64 * 4,
+            wgpu::BufferUsages::empty(),
+        );
+        gpu.queue
+            .write_buffer(&bitmap_buf, 0, bytemuck::cast_slice(&bitmap.words));
+        let control_buf = storage(
+            "control",
+            (control::WORDS * 4) as u64,
+            wgpu::BufferUsages::empty(),
+        );
         let params = dev.create_buffer(&wgpu::BufferDescriptor {
             label: Some("params"),
             size: std::mem::size_of::<Params>() as u64,
@@ -192,8 +240,10 @@ impl GpuEngine {
         });
         let layout = bind_group_layout(dev, bindings);
         let pipelines = build_pipelines(&gpu, &cfg, &layout)?;
-        let track_lines = !matches!(pool.persist_mode(), host_pm::PersistMode::Fence | host_pm::PersistMode::None)
-            || matches!(mode, Mode::Staged { .. });
+        let track_lines = !matches!(
+            pool.persist_mode(),
+            host_pm::PersistMode::Fence | host_pm::PersistMode::None
+        ) || matches!(mode, Mode::Staged { .. });
         gpu.queue.submit([]);
         Ok(GpuEngine {
             gpu,
@@ -223,7 +273,12 @@ impl GpuEngine {
     }
 
     fn pipeline(&self, k: Kernel) -> &wgpu::ComputePipeline {
-        &self.pipelines.iter().find(|(kk, _)| *kk == k).expect("every kernel is built").1
+        &self
+            .pipelines
+            .iter()
+            .find(|(kk, _)| *kk == k)
+            .expect("every kernel is built")
+            .1
     }
 
     /// Makes sure the batch buffers hold `n` operations.
@@ -242,7 +297,9 @@ impl GpuEngine {
             dev.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),
                 size: size.max(16),
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST
+                    | wgpu::BufferUsages::COPY_SRC,
                 mapped_at_creation: false,
             })
         };
@@ -254,7 +311,14 @@ impl GpuEngine {
         let vals_out = storage("vals_out", cap64 * cw * 4);
         let opstate = storage("opstate", cap64 * 16);
         let dirty = storage("dirty", dirty_cap as u64 * 4);
-        let staging = storage("staging", if self.staged() { dirty_cap as u64 * 64 } else { 16 });
+        let staging = storage(
+            "staging",
+            if self.staged() {
+                dirty_cap as u64 * 64
+            } else {
+                16
+            },
+        );
         // The claim registry, at most half full.
         let claims = storage("claims", cap64 * 2 * 4);
         let rl = ReadbackLayout::new(cap64, dirty_cap as u64, cw, self.staged());
@@ -264,7 +328,10 @@ impl GpuEngine {
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let bind = self.bind_group([&kinds, &keys, &vals_in, &statuses, &vals_out], [&opstate, &dirty, &staging, &claims]);
+        let bind = self.bind_group(
+            [&kinds, &keys, &vals_in, &statuses, &vals_out],
+            [&opstate, &dirty, &staging, &claims],
+        );
         self.io = Some(BatchBuffers {
             cap,
             dirty_cap,
@@ -293,13 +360,18 @@ impl GpuEngine {
         let entries: Vec<wgpu::BindGroupEntry> = entries
             .iter()
             .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
             .collect();
-        self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("gphash"),
-            layout: &self.layout,
-            entries: &entries,
-        })
+        self.gpu
+            .device
+            .create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("gphash"),
+                layout: &self.layout,
+                entries: &entries,
+            })
     }
 
     fn write_params(&mut self, n: u32) {
@@ -313,20 +385,27 @@ impl GpuEngine {
             heap_line_base: (self.heap_region.offset / 64) as u32,
             table_lines: (self.table_region.bytes / 64) as u32,
             claims_mask: (io.claims.size() / 4 - 1) as u32,
-            pad: 0,
+            track_lines: self.track_lines as u32,
         };
-        self.gpu.queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
-        self.gpu.queue.write_buffer(&self.control, 0, &[0u8; control::WORDS * 4]);
+        self.gpu
+            .queue
+            .write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
+        self.gpu
+            .queue
+            .write_buffer(&self.control, 0, &[0u8; control::WORDS * 4]);
     }
 
     /// Records `kernels` (one compute pass each, so wgpu orders them with barriers), the
     /// write-back gather in staged mode, and the copies of the control block and, when asked,
     /// the results; submits and waits; returns the control block.
-    fn run(&mut self, kernels: &[Kernel], copy_results: bool) -> Result<Control> {
+    fn run(&mut self, kernels: &[Kernel], results: Results) -> Result<Control> {
         let io = self.io.as_ref().expect("reserved");
         let dev = &self.gpu.device;
         let mut enc = dev.create_command_encoder(&Default::default());
         let n = self.n;
+        if kernels.contains(&Kernel::PhaseA) {
+            enc.clear_buffer(&io.claims, 0, None);
+        }
         for &k in kernels {
             let mut pass = enc.begin_compute_pass(&Default::default());
             pass.set_pipeline(self.pipeline(k));
@@ -339,32 +418,58 @@ impl GpuEngine {
             pass.set_bind_group(0, &io.bind, &[]);
             dispatch(&mut pass, (io.dirty_cap as u64 * 16).min(1 << 20));
         }
-        let rl = ReadbackLayout::new(io.cap as u64, io.dirty_cap as u64, self.cfg.geo.cell_words() as u64, self.staged());
+        let rl = ReadbackLayout::new(
+            io.cap as u64,
+            io.dirty_cap as u64,
+            self.cfg.geo.cell_words() as u64,
+            self.staged(),
+        );
         let cw = self.cfg.geo.cell_words() as u64;
-        enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, (control::WORDS * 4) as u64);
-        if copy_results && n > 0 {
+        enc.copy_buffer_to_buffer(
+            &self.control,
+            0,
+            &io.readback,
+            0,
+            (control::WORDS * 4) as u64,
+        );
+        if results != Results::None && n > 0 {
             enc.copy_buffer_to_buffer(&io.statuses, 0, &io.readback, rl.statuses, n as u64 * 4);
+        }
+        if results == Results::WithValues && n > 0 {
             enc.copy_buffer_to_buffer(&io.vals_out, 0, &io.readback, rl.values, n as u64 * cw * 4);
         }
         let mut cmds = vec![enc.finish()];
         if !self.staged() {
             cmds.push(hostmem::host_read_barrier(&self.gpu));
         }
+        let recorded = std::time::Instant::now();
         self.gpu.queue.submit(cmds);
+        let submitted = recorded.elapsed();
         let mut ctl = Control::default();
-        let results = copy_results && n > 0;
         let (statuses, values) = (&mut self.statuses, &mut self.values);
-        map_read(&self.gpu, &io.readback, 0..rl.lines, |bytes| {
+        let end = match results {
+            Results::None => 256,
+            Results::Statuses => rl.values,
+            Results::WithValues => rl.lines,
+        };
+        map_read(&self.gpu, &io.readback, 0..end, |bytes| {
             ctl.copy_from_slice(bytemuck::cast_slice(&bytes[..control::WORDS * 4]));
-            if results {
+            if results != Results::None {
                 let s = rl.statuses as usize;
-                statuses.clear();
-                statuses.extend_from_slice(bytemuck::cast_slice(&bytes[s..s + n as usize * 4]));
-                let v = rl.values as usize;
-                values.clear();
-                values.extend_from_slice(bytemuck::cast_slice(&bytes[v..v + (n as u64 * cw * 4) as usize]));
+                *statuses = bytemuck::cast_slice(&bytes[s..s + n as usize * 4]).to_vec();
             }
+            *values = match results {
+                Results::WithValues => {
+                    let v = rl.values as usize;
+                    bytemuck::cast_slice(&bytes[v..v + (n as u64 * cw * 4) as usize]).to_vec()
+                }
+                _ => vec![],
+            };
         })?;
+        log::debug!(
+            "{kernels:?} n={n}: submit {submitted:?}, wait and read back {:?}",
+            recorded.elapsed() - submitted
+        );
         Ok(ctl)
     }
 
@@ -373,19 +478,24 @@ impl GpuEngine {
     fn written(&mut self, pool: &mut Pool, ctl: &Control) -> Result<Written> {
         let io = self.io.as_ref().expect("reserved");
         let count = ctl[control::DIRTY_COUNT];
+        if !self.track_lines {
+            return Ok(Written::NotTracked);
+        }
         if count > io.dirty_cap {
             if self.staged() {
                 self.download_all(pool)?;
             }
             return Ok(Written::Overflow);
         }
-        if !self.track_lines {
-            return Ok(Written::NotTracked);
-        }
         if count == 0 {
             return Ok(Written::Lines(vec![]));
         }
-        let rl = ReadbackLayout::new(io.cap as u64, io.dirty_cap as u64, self.cfg.geo.cell_words() as u64, self.staged());
+        let rl = ReadbackLayout::new(
+            io.cap as u64,
+            io.dirty_cap as u64,
+            self.cfg.geo.cell_words() as u64,
+            self.staged(),
+        );
         let mut enc = self.gpu.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(&io.dirty, 0, &io.readback, rl.lines, count as u64 * 4);
         if self.staged() {
@@ -395,23 +505,31 @@ impl GpuEngine {
         let staged = self.staged();
         let mut lines = Vec::with_capacity(count as usize);
         let dst = pool.bytes_mut();
-        map_read(&self.gpu, &io.readback, rl.lines..rl.staging + if staged { count as u64 * 64 } else { 0 }, |bytes| {
-            let list: &[u32] = bytemuck::cast_slice(&bytes[..count as usize * 4]);
-            let data = &bytes[(rl.staging - rl.lines) as usize..];
-            for (i, &line) in list.iter().enumerate() {
-                if staged {
-                    let at = line as usize * 64;
-                    dst[at..at + 64].copy_from_slice(&data[i * 64..i * 64 + 64]);
+        map_read(
+            &self.gpu,
+            &io.readback,
+            rl.lines..rl.staging + if staged { count as u64 * 64 } else { 0 },
+            |bytes| {
+                let list: &[u32] = bytemuck::cast_slice(&bytes[..count as usize * 4]);
+                let data = &bytes[(rl.staging - rl.lines) as usize..];
+                for (i, &line) in list.iter().enumerate() {
+                    if staged {
+                        let at = line as usize * 64;
+                        dst[at..at + 64].copy_from_slice(&data[i * 64..i * 64 + 64]);
+                    }
+                    lines.push(line as u64);
                 }
-                lines.push(line as u64);
-            }
-        })?;
+            },
+        )?;
         Ok(Written::Lines(lines))
     }
 
     /// Staged mode, dirty list overflowed: copy both regions back whole.
     fn download_all(&mut self, pool: &mut Pool) -> Result<()> {
-        let regions = [(self.table_region, &self.table, self.cfg.table), (self.heap_region, &self.heap, self.cfg.heap)];
+        let regions = [
+            (self.table_region, &self.table, self.cfg.table),
+            (self.heap_region, &self.heap, self.cfg.heap),
+        ];
         for (region, buffers, win) in regions {
             for (i, buf) in buffers.iter().enumerate() {
                 let at = region.offset + i as u64 * win.words() * 4;
@@ -432,8 +550,8 @@ impl GpuEngine {
         Ok(())
     }
 
-    fn phase(&mut self, pool: &mut Pool, kernels: &[Kernel], copy_results: bool) -> Result<Report> {
-        let control = self.run(kernels, copy_results)?;
+    fn phase(&mut self, pool: &mut Pool, kernels: &[Kernel], results: Results) -> Result<Report> {
+        let control = self.run(kernels, results)?;
         let written = self.written(pool, &control)?;
         Ok(Report { control, written })
     }
@@ -445,7 +563,8 @@ impl Engine for GpuEngine {
     }
 
     fn phase_a(&mut self, pool: &mut Pool, batch: &Encoded) -> Result<Report> {
-        let n = u32::try_from(batch.len()).map_err(|_| Error::InvalidConfig("batch too large".into()))?;
+        let n = u32::try_from(batch.len())
+            .map_err(|_| Error::InvalidConfig("batch too large".into()))?;
         self.reserve(n);
         self.n = n;
         self.write_params(n);
@@ -453,30 +572,46 @@ impl Engine for GpuEngine {
         let q = &self.gpu.queue;
         q.write_buffer(&io.kinds, 0, bytemuck::cast_slice(&batch.kinds));
         q.write_buffer(&io.keys, 0, bytemuck::cast_slice(&batch.keys));
-        if !batch.read_only() {
+        if !batch.values.is_empty() {
             q.write_buffer(&io.vals_in, 0, bytemuck::cast_slice(&batch.values));
         }
-        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
-        enc.clear_buffer(&io.claims, 0, None);
-        q.submit([enc.finish()]);
-        self.phase(pool, &[Kernel::Alloc, Kernel::PhaseA], batch.read_only())
+        // A reads-only batch ends here: read its results back with phase A's control block.
+        let results = if batch.read_only() {
+            Results::WithValues
+        } else {
+            Results::None
+        };
+        self.phase(pool, &[Kernel::Alloc, Kernel::PhaseA], results)
     }
 
     fn rollback(&mut self, pool: &mut Pool, _batch: &Encoded) -> Result<Report> {
         self.write_params(self.n);
-        self.phase(pool, &[Kernel::Rollback], false)
+        self.phase(pool, &[Kernel::Rollback], Results::None)
     }
 
-    fn phase_b(&mut self, pool: &mut Pool, _batch: &Encoded, publish: bool) -> Result<Report> {
+    fn phase_b(&mut self, pool: &mut Pool, batch: &Encoded, publish: bool) -> Result<Report> {
         self.write_params(self.n);
-        let kernels: &[Kernel] = if publish { &[Kernel::PhaseB, Kernel::FreeCells] } else { &[Kernel::FreeCells] };
-        self.phase(pool, kernels, true)
+        let kernels: &[Kernel] = if publish {
+            &[Kernel::PhaseB, Kernel::FreeCells]
+        } else {
+            &[Kernel::FreeCells]
+        };
+        self.phase(
+            pool,
+            kernels,
+            if batch.has_reads() {
+                Results::WithValues
+            } else {
+                Results::Statuses
+            },
+        )
     }
 
-    fn results(&mut self, statuses: &mut [u32], values: &mut [u32]) -> Result<()> {
-        statuses.copy_from_slice(&self.statuses[..statuses.len()]);
-        values.copy_from_slice(&self.values[..values.len()]);
-        Ok(())
+    fn results(&mut self) -> Result<(Vec<u32>, Vec<u32>)> {
+        Ok((
+            std::mem::take(&mut self.statuses),
+            std::mem::take(&mut self.values),
+        ))
     }
 
     fn cells_used(&mut self) -> Result<u64> {
@@ -514,7 +649,10 @@ impl Drop for GpuEngine {
             }
             let _ = self.gpu.wait();
         }
-        log::error!("{} imported buffers still alive after the engine closed", self.guard.live());
+        log::error!(
+            "{} imported buffers still alive after the engine closed",
+            self.guard.live()
+        );
     }
 }
 
@@ -525,7 +663,12 @@ fn dispatch(pass: &mut wgpu::ComputePass<'_>, invocations: u64) {
 }
 
 /// Maps `range` of a MAP_READ buffer, hands the bytes to `f`, unmaps.
-fn map_read(gpu: &Gpu, buf: &wgpu::Buffer, range: std::ops::Range<u64>, f: impl FnOnce(&[u8])) -> Result<()> {
+fn map_read(
+    gpu: &Gpu,
+    buf: &wgpu::Buffer,
+    range: std::ops::Range<u64>,
+    f: impl FnOnce(&[u8]),
+) -> Result<()> {
     let slice = buf.slice(range);
     let (tx, rx) = std::sync::mpsc::channel();
     slice.map_async(wgpu::MapMode::Read, move |r| {
@@ -536,7 +679,9 @@ fn map_read(gpu: &Gpu, buf: &wgpu::Buffer, range: std::ops::Range<u64>, f: impl 
         .map_err(|e| Error::Gpu(format!("mapping lost: {e}")))?
         .map_err(|e| Error::Gpu(format!("mapping a readback buffer: {e}")))?;
     {
-        let view = slice.get_mapped_range().map_err(|e| Error::Gpu(format!("reading a readback buffer: {e:?}")))?;
+        let view = slice
+            .get_mapped_range()
+            .map_err(|e| Error::Gpu(format!("reading a readback buffer: {e:?}")))?;
         f(&view);
     }
     buf.unmap();
@@ -555,7 +700,9 @@ fn bind_group_layout(dev: &wgpu::Device, bindings: u32) -> wgpu::BindGroupLayout
                     min_binding_size: None,
                 },
                 _ => wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Storage { read_only: (1..=3).contains(&i) },
+                    ty: wgpu::BufferBindingType::Storage {
+                        read_only: (1..=3).contains(&i),
+                    },
                     has_dynamic_offset: false,
                     min_binding_size: None,
                 },
@@ -563,7 +710,10 @@ fn bind_group_layout(dev: &wgpu::Device, bindings: u32) -> wgpu::BindGroupLayout
             count: None,
         })
         .collect();
-    dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some("gphash"), entries: &entries })
+    dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some("gphash"),
+        entries: &entries,
+    })
 }
 
 fn build_pipelines(
@@ -613,22 +763,43 @@ fn import_regions(
     guard: &ImportGuard,
 ) -> std::result::Result<Windowed, String> {
     let base = pool.as_mut_ptr();
-    let one = |region: Region, win: Windows, label: &str| -> std::result::Result<Vec<wgpu::Buffer>, String> {
+    let one = |region: Region,
+               win: Windows,
+               label: &str|
+     -> std::result::Result<Vec<wgpu::Buffer>, String> {
         (0..win.count)
             .map(|i| {
                 let at = i as u64 * win.words() * 4;
                 let len = (region.bytes - at).min(win.words() * 4);
                 // SAFETY: the range lies inside the pool mapping, which outlives the engine:
                 // the engine's drop waits until `guard` reports every import destroyed.
-                unsafe { hostmem::import(gpu, base.add((region.offset + at) as usize), len, guard, label) }
+                unsafe {
+                    hostmem::import(
+                        gpu,
+                        base.add((region.offset + at) as usize),
+                        len,
+                        guard,
+                        label,
+                    )
+                }
             })
             .collect()
     };
-    Ok((one(table, cfg.table, "table")?, one(heap, cfg.heap, "heap")?))
+    Ok((
+        one(table, cfg.table, "table")?,
+        one(heap, cfg.heap, "heap")?,
+    ))
 }
 
 /// Staged mode: a device buffer per window, filled from the pool.
-fn upload_region(gpu: &Gpu, pool: &Pool, region: Region, win: Windows, words: u64, label: &str) -> Result<Vec<wgpu::Buffer>> {
+fn upload_region(
+    gpu: &Gpu,
+    pool: &Pool,
+    region: Region,
+    win: Windows,
+    words: u64,
+    label: &str,
+) -> Result<Vec<wgpu::Buffer>> {
     let bytes = &pool.bytes()[region.offset as usize..region.end() as usize];
     (0..win.count)
         .map(|i| {
@@ -637,12 +808,15 @@ fn upload_region(gpu: &Gpu, pool: &Pool, region: Region, win: Windows, words: u6
             let buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),
                 size: len,
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST
+                    | wgpu::BufferUsages::COPY_SRC,
                 mapped_at_creation: false,
             });
             for chunk in (0..len as usize).step_by(64 << 20) {
                 let end = (chunk + (64 << 20)).min(len as usize);
-                gpu.queue.write_buffer(&buf, chunk as u64, &bytes[at + chunk..at + end]);
+                gpu.queue
+                    .write_buffer(&buf, chunk as u64, &bytes[at + chunk..at + end]);
             }
             Ok(buf)
         })

@@ -70,7 +70,8 @@ pub unsafe fn import(
         .sharing_mode(vk::SharingMode::EXCLUSIVE)
         .push_next(&mut external);
     // SAFETY: plain object creation on a live device.
-    let buf = unsafe { raw.create_buffer(&info, None) }.map_err(|e| format!("vkCreateBuffer: {e:?}"))?;
+    let buf =
+        unsafe { raw.create_buffer(&info, None) }.map_err(|e| format!("vkCreateBuffer: {e:?}"))?;
     // SAFETY: `buf` was just created on `raw`; destroyed on every error path below.
     let req = unsafe { raw.get_buffer_memory_requirements(buf) };
     let mem_props = unsafe { inst.get_physical_device_memory_properties(pd) };
@@ -79,7 +80,10 @@ pub unsafe fn import(
     // only for HOST_VISIBLE import types.
     let pick = |want: vk::MemoryPropertyFlags| {
         (0..mem_props.memory_type_count).find(|&i| {
-            bits & (1 << i) != 0 && mem_props.memory_types[i as usize].property_flags.contains(want)
+            bits & (1 << i) != 0
+                && mem_props.memory_types[i as usize]
+                    .property_flags
+                    .contains(want)
         })
     };
     let destroy = |why: String| {
@@ -87,8 +91,9 @@ pub unsafe fn import(
         unsafe { raw.destroy_buffer(buf, None) };
         Err(why)
     };
-    let Some(index) = pick(vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT)
-        .or_else(|| pick(vk::MemoryPropertyFlags::HOST_VISIBLE))
+    let Some(index) =
+        pick(vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT)
+            .or_else(|| pick(vk::MemoryPropertyFlags::HOST_VISIBLE))
     else {
         return destroy(format!(
             "no host-visible memory type can import it (pointer types {:#x}, buffer types {:#x})",
@@ -96,7 +101,10 @@ pub unsafe fn import(
         ));
     };
     if req.size > len {
-        return destroy(format!("the buffer needs {} bytes, more than {len}", req.size));
+        return destroy(format!(
+            "the buffer needs {} bytes, more than {len}",
+            req.size
+        ));
     }
     let mut import = vk::ImportMemoryHostPointerInfoEXT::default()
         .handle_type(handle)
@@ -156,7 +164,9 @@ pub fn host_read_barrier(gpu: &Gpu) -> wgpu::CommandBuffer {
     // SAFETY: records one barrier into the encoder's live Vulkan command buffer.
     unsafe {
         enc.as_hal_mut::<Vulkan, _, _>(|e| {
-            let (Some(e), Some(raw)) = (e, raw) else { return };
+            let (Some(e), Some(raw)) = (e, raw) else {
+                return;
+            };
             let barrier = vk::MemoryBarrier::default()
                 .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
                 .dst_access_mask(vk::AccessFlags::HOST_READ);

@@ -20,12 +20,30 @@ const SOURCES: &[(&str, &str)] = &[
     ("phase_a.wgsl", include_str!("../../shaders/phase_a.wgsl")),
     ("phase_b.wgsl", include_str!("../../shaders/phase_b.wgsl")),
     ("release.wgsl", include_str!("../../shaders/release.wgsl")),
-    ("writeback.wgsl", include_str!("../../shaders/writeback.wgsl")),
-    ("common/hash.wgsl", include_str!("../../shaders/common/hash.wgsl")),
-    ("common/probe.wgsl", include_str!("../../shaders/common/probe.wgsl")),
-    ("common/protocol.wgsl", include_str!("../../shaders/common/protocol.wgsl")),
-    ("common/table.wgsl", include_str!("../../shaders/common/table.wgsl")),
-    ("common/tile.wgsl", include_str!("../../shaders/common/tile.wgsl")),
+    (
+        "writeback.wgsl",
+        include_str!("../../shaders/writeback.wgsl"),
+    ),
+    (
+        "common/hash.wgsl",
+        include_str!("../../shaders/common/hash.wgsl"),
+    ),
+    (
+        "common/probe.wgsl",
+        include_str!("../../shaders/common/probe.wgsl"),
+    ),
+    (
+        "common/protocol.wgsl",
+        include_str!("../../shaders/common/protocol.wgsl"),
+    ),
+    (
+        "common/table.wgsl",
+        include_str!("../../shaders/common/table.wgsl"),
+    ),
+    (
+        "common/tile.wgsl",
+        include_str!("../../shaders/common/tile.wgsl"),
+    ),
 ];
 
 /// One compute entry point.
@@ -90,7 +108,10 @@ impl Windows {
     /// Windows of at most `max_bytes` bytes (a power of two is used) covering `words` words.
     pub fn cover(words: u64, max_bytes: u64) -> Windows {
         let shift = (max_bytes / 4).max(64).ilog2();
-        Windows { count: words.div_ceil(1 << shift).max(1) as u32, shift }
+        Windows {
+            count: words.div_ceil(1 << shift).max(1) as u32,
+            shift,
+        }
     }
 
     /// Words per window.
@@ -149,9 +170,25 @@ fn prelude(cfg: &KernelConfig) -> String {
     for (name, v) in consts {
         writeln!(s, "const {name}: u32 = {v}u;").unwrap();
     }
-    let seeds: Vec<String> = cfg.seeds.locations.iter().map(|v| format!("{v}u")).collect();
-    writeln!(s, "const LOCATION_SEEDS = array<u32, {}>({});", seeds.len(), seeds.join(", ")).unwrap();
-    writeln!(s, "const FINGERPRINT_SEED: u32 = {}u;", cfg.seeds.fingerprint).unwrap();
+    let seeds: Vec<String> = cfg
+        .seeds
+        .locations
+        .iter()
+        .map(|v| format!("{v}u"))
+        .collect();
+    writeln!(
+        s,
+        "const LOCATION_SEEDS = array<u32, {}>({});",
+        seeds.len(),
+        seeds.join(", ")
+    )
+    .unwrap();
+    writeln!(
+        s,
+        "const FINGERPRINT_SEED: u32 = {}u;",
+        cfg.seeds.fingerprint
+    )
+    .unwrap();
     s.push_str(
         "
 struct Params {
@@ -162,7 +199,7 @@ struct Params {
     heap_line_base: u32,   // pool offset of the heap region, in 64-byte lines
     table_lines: u32,      // lines of the table region
     claims_mask: u32,      // entries of the claim registry - 1 (a power of two)
-    pad: u32,
+    track_lines: u32,      // 1: record dirty lines (the host persists them); 0: it only fences
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -181,23 +218,51 @@ struct Params {
     );
     let mut binding = FIRST_WINDOW_BINDING;
     for i in 0..cfg.table.count {
-        writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> table_w{i}: array<atomic<u32>>;").unwrap();
+        writeln!(
+            s,
+            "@group(0) @binding({binding}) var<storage, read_write> table_w{i}: array<atomic<u32>>;"
+        )
+        .unwrap();
         binding += 1;
     }
     for i in 0..cfg.heap.count {
-        writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> heap_w{i}: array<u32>;").unwrap();
+        writeln!(
+            s,
+            "@group(0) @binding({binding}) var<storage, read_write> heap_w{i}: array<u32>;"
+        )
+        .unwrap();
         binding += 1;
     }
-    accessor(&mut s, "table_load(a: u32) -> u32", "return atomicLoad(&table_w{i}[{a}]);", cfg.table);
-    accessor(&mut s, "table_store(a: u32, v: u32)", "atomicStore(&table_w{i}[{a}], v); return;", cfg.table);
+    accessor(
+        &mut s,
+        "table_load(a: u32) -> u32",
+        "return atomicLoad(&table_w{i}[{a}]);",
+        cfg.table,
+    );
+    accessor(
+        &mut s,
+        "table_store(a: u32, v: u32)",
+        "atomicStore(&table_w{i}[{a}], v); return;",
+        cfg.table,
+    );
     accessor(
         &mut s,
         "table_cas_weak(a: u32, expected: u32, v: u32) -> vec2<u32>",
         "let r = atomicCompareExchangeWeak(&table_w{i}[{a}], expected, v); return vec2<u32>(r.old_value, u32(r.exchanged));",
         cfg.table,
     );
-    accessor(&mut s, "heap_load(a: u32) -> u32", "return heap_w{i}[{a}];", cfg.heap);
-    accessor(&mut s, "heap_store(a: u32, v: u32)", "heap_w{i}[{a}] = v; return;", cfg.heap);
+    accessor(
+        &mut s,
+        "heap_load(a: u32) -> u32",
+        "return heap_w{i}[{a}];",
+        cfg.heap,
+    );
+    accessor(
+        &mut s,
+        "heap_store(a: u32, v: u32)",
+        "heap_w{i}[{a}] = v; return;",
+        cfg.heap,
+    );
     s
 }
 
@@ -205,7 +270,11 @@ struct Params {
 /// `{a}` the address inside it.
 fn accessor(s: &mut String, signature: &str, body: &str, w: Windows) {
     let inner = |i: u32| {
-        let a = if w.count == 1 { "a".to_string() } else { format!("a & {}u", w.words() - 1) };
+        let a = if w.count == 1 {
+            "a".to_string()
+        } else {
+            format!("a & {}u", w.words() - 1)
+        };
         body.replace("{i}", &i.to_string()).replace("{a}", &a)
     };
     writeln!(s, "fn {signature} {{").unwrap();
@@ -261,9 +330,12 @@ pub fn validate(kernel: Kernel, cfg: &KernelConfig) -> Result<naga::Module> {
     let src = source(kernel, cfg)?;
     let module = naga::front::wgsl::parse_str(&src)
         .map_err(|e| Error::Shader(format!("{}: {}", kernel.file(), e.emit_to_string(&src))))?;
-    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SUBGROUP)
-        .validate(&module)
-        .map_err(|e| Error::Shader(format!("{}: {}", kernel.file(), e.emit_to_string(&src))))?;
+    naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::SUBGROUP,
+    )
+    .validate(&module)
+    .map_err(|e| Error::Shader(format!("{}: {}", kernel.file(), e.emit_to_string(&src))))?;
     Ok(module)
 }
 
@@ -275,9 +347,25 @@ mod tests {
     fn config(layout: &str, key_bytes: u32, value_bytes: u32, windows: u32) -> KernelConfig {
         let layout: Layout = layout.parse().unwrap();
         let geo = Geometry::new(layout, key_bytes, value_bytes, 9, 5000).unwrap();
-        let table = Windows::cover(geo.table_words(), geo.table_bytes().div_ceil(windows as u64).next_power_of_two());
-        let heap = Windows::cover(geo.heap_words(), geo.heap_bytes().div_ceil(windows as u64).next_power_of_two());
-        KernelConfig { seeds: Seeds::new(7, layout.hashes), geo, tile: 32, table, heap }
+        let table = Windows::cover(
+            geo.table_words(),
+            geo.table_bytes()
+                .div_ceil(windows as u64)
+                .next_power_of_two(),
+        );
+        let heap = Windows::cover(
+            geo.heap_words(),
+            geo.heap_bytes()
+                .div_ceil(windows as u64)
+                .next_power_of_two(),
+        );
+        KernelConfig {
+            seeds: Seeds::new(7, layout.hashes),
+            geo,
+            tile: 32,
+            table,
+            heap,
+        }
     }
 
     /// A broken shader fails here, not in a user's run.
