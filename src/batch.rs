@@ -94,7 +94,7 @@ impl Batch {
         keys: &[u8],
         values: Option<&[u8]>,
     ) -> Result<Self> {
-        if key_bytes == 0 || keys.len() % key_bytes != 0 {
+        if key_bytes == 0 || !keys.len().is_multiple_of(key_bytes) {
             return Err(Error::KeyWidth {
                 found: keys.len() % key_bytes.max(1),
                 expected: key_bytes,

@@ -3,8 +3,8 @@
 
 use host_pm::{Pool, Region};
 
-use crate::engine::{Encoded, Engine, Mode, Report, Written};
-use crate::error::Result;
+use crate::engine::{Encoded, Engine, Input, Mode, Report, Written};
+use crate::error::{Error, Result};
 use crate::hash::Seeds;
 use crate::layout::Geometry;
 use crate::model::{BatchRun, Bitmap, Control, Dirty, Mem, Model};
@@ -98,6 +98,15 @@ impl CpuEngine {
     }
 }
 
+fn host<'a>(batch: Input<'a>) -> Result<&'a Encoded> {
+    match batch {
+        Input::Host(e) => Ok(e),
+        Input::Device(_) => Err(Error::MissingFeature(
+            "device-buffer batches need the GPU executor".into(),
+        )),
+    }
+}
+
 impl Engine for CpuEngine {
     fn mode(&self) -> Mode {
         Mode::Cpu {
@@ -105,7 +114,8 @@ impl Engine for CpuEngine {
         }
     }
 
-    fn phase_a(&mut self, pool: &mut Pool, batch: &Encoded) -> Result<Report> {
+    fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report> {
+        let batch = host(batch)?;
         self.run = BatchRun::new(batch.len(), self.geo.cell_words() as usize);
         let alloc = self.stage(pool, batch, |m, mem, bitmap, dirty, run, i| {
             m.alloc(mem, bitmap, dirty, batch, run, i)
@@ -123,13 +133,15 @@ impl Engine for CpuEngine {
         Ok(a)
     }
 
-    fn rollback(&mut self, pool: &mut Pool, batch: &Encoded) -> Result<Report> {
+    fn rollback(&mut self, pool: &mut Pool, batch: Input) -> Result<Report> {
+        let batch = host(batch)?;
         Ok(self.stage(pool, batch, |m, mem, bitmap, dirty, run, i| {
             m.rollback(mem, bitmap, dirty, &run.states[i])
         }))
     }
 
-    fn phase_b(&mut self, pool: &mut Pool, batch: &Encoded, publish: bool) -> Result<Report> {
+    fn phase_b(&mut self, pool: &mut Pool, batch: Input, publish: bool) -> Result<Report> {
+        let batch = host(batch)?;
         let report = if publish {
             self.stage(pool, batch, |m, mem, _, dirty, run, i| {
                 m.phase_b(mem, dirty, batch, run, i)

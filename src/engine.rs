@@ -6,6 +6,7 @@ use std::fmt;
 use host_pm::Pool;
 
 use crate::error::Result;
+use crate::gpu::engine::DeviceBatch;
 use crate::model::Control;
 use crate::protocol::OpKind;
 
@@ -40,6 +41,35 @@ impl Encoded {
     /// Whether some operation is a read (whose value must be read back).
     pub fn has_reads(&self) -> bool {
         self.kinds.contains(&(OpKind::Get as u32))
+    }
+}
+
+/// Where a batch's operations come from.
+#[derive(Clone, Copy)]
+pub enum Input<'a> {
+    /// Host slices, encoded.
+    Host(&'a Encoded),
+    /// Device buffers of a GPU-resident caller; results stay on the device.
+    Device(&'a DeviceBatch<'a>),
+}
+
+impl Input<'_> {
+    /// Operations in the batch.
+    pub fn len(&self) -> usize {
+        match self {
+            Input::Host(e) => e.len(),
+            Input::Device(d) => d.len as usize,
+        }
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether every operation is known to be a read (device batches are never assumed so).
+    pub fn read_only(&self) -> bool {
+        matches!(self, Input::Host(e) if e.read_only())
     }
 }
 
@@ -99,13 +129,13 @@ pub trait Engine: Send {
     fn mode(&self) -> Mode;
 
     /// Allocation and phase A. For reads-only batches the results are ready afterwards.
-    fn phase_a(&mut self, pool: &mut Pool, batch: &Encoded) -> Result<Report>;
+    fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report>;
 
     /// Undoes phase A of the current batch (no slot or no cell for some operation).
-    fn rollback(&mut self, pool: &mut Pool, batch: &Encoded) -> Result<Report>;
+    fn rollback(&mut self, pool: &mut Pool, batch: Input) -> Result<Report>;
 
     /// Phase B (when `publish`) and the release of cells.
-    fn phase_b(&mut self, pool: &mut Pool, batch: &Encoded, publish: bool) -> Result<Report>;
+    fn phase_b(&mut self, pool: &mut Pool, batch: Input, publish: bool) -> Result<Report>;
 
     /// The current batch's statuses and the value words of its reads (`cell_words` per
     /// operation, or empty when the batch has no read).

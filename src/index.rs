@@ -13,9 +13,10 @@ use host_pm::{Backend, CreateOptions, Header, PersistMode, Pool, ResizeRecord, T
 
 use crate::batch::{Batch, BatchResult};
 use crate::cpu::CpuEngine;
-use crate::engine::{Encoded, Engine, Mode, Written};
+use crate::engine::{Engine, Input, Mode, Written};
 use crate::error::{Error, Result};
 use crate::gpu::context::Gpu;
+use crate::gpu::engine::DeviceBatch;
 use crate::gpu::engine::{GpuEngine, GpuOptions};
 use crate::hash::Seeds;
 use crate::layout::{Geometry, Layout};
@@ -543,7 +544,10 @@ impl GpHash {
         let t = Instant::now();
         let encoded = batch.encode(ops);
         self.activity.host_time += t.elapsed();
-        match self.protocol(&encoded) {
+        match self
+            .protocol(Input::Host(&encoded))
+            .and_then(|()| self.engine.results())
+        {
             Ok((statuses, values)) => {
                 let t = Instant::now();
                 result.scatter(batch, ops, &statuses, &values);
@@ -552,19 +556,41 @@ impl GpHash {
                 self.activity.operations += ops.len() as u64;
                 Ok(())
             }
-            Err(e @ (Error::TableFull { .. } | Error::HeapFull { .. })) => {
-                self.activity.rolled_back += 1;
-                Err(e)
-            }
-            Err(e) => {
-                self.poisoned = Some(e.to_string());
-                Err(e)
-            }
+            Err(e) => Err(self.failed(e)),
         }
     }
 
-    /// Phase A, persist, phase B (or rollback), persist; the statuses and value words.
-    fn protocol(&mut self, batch: &Encoded) -> Result<(Vec<u32>, Vec<u32>)> {
+    /// Runs a batch held in device buffers (see [`DeviceBatch`]), with the semantics of
+    /// [`GpHash::execute`]; statuses and found values are written to the batch's buffers.
+    pub fn execute_device(&mut self, batch: &DeviceBatch) -> Result<()> {
+        if let Some(why) = &self.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        match self.protocol(Input::Device(batch)) {
+            Ok(()) => {
+                self.activity.batches += 1;
+                self.activity.operations += batch.len as u64;
+                Ok(())
+            }
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    /// Counts a rolled-back batch, or poisons the index after any other failure.
+    fn failed(&mut self, e: Error) -> Error {
+        match e {
+            Error::TableFull { .. } | Error::HeapFull { .. } => self.activity.rolled_back += 1,
+            Error::MissingFeature(_) | Error::InvalidConfig(_) => {}
+            _ => self.poisoned = Some(e.to_string()),
+        }
+        e
+    }
+
+    /// Phase A, persist, phase B (or rollback), persist.
+    fn protocol(&mut self, batch: Input) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
         let t = Instant::now();
         let a = self.engine.phase_a(&mut self.pool, batch)?;
         self.activity.engine_time += t.elapsed();
@@ -596,7 +622,7 @@ impl GpHash {
             self.items += b.control[control::PUBLISHED] as u64;
             self.items -= b.control[control::DELETED] as u64;
         }
-        self.engine.results()
+        Ok(())
     }
 
     fn persist(&mut self, written: &Written) -> Result<()> {

@@ -152,7 +152,7 @@ impl Geometry {
     ) -> Result<Self> {
         layout.validate()?;
         let bad = |why: String| Err(Error::InvalidConfig(why));
-        if key_bytes == 0 || key_bytes % 4 != 0 || key_bytes > 256 {
+        if key_bytes == 0 || !key_bytes.is_multiple_of(4) || key_bytes > 256 {
             return bad(format!(
                 "key width {key_bytes} bytes: must be a multiple of 4, 4 to 256"
             ));

@@ -32,7 +32,7 @@ pub use batch::{Batch, BatchResult};
 pub use engine::Mode;
 pub use error::{Error, Result};
 pub use gpu::context::Gpu;
-pub use gpu::engine::{GpuOptions, Placement};
+pub use gpu::engine::{DeviceBatch, GpuOptions, Placement};
 pub use index::{Config, Executor, GpHash, Options, Stats};
 pub use layout::Layout;
 pub use protocol::{OpKind, Status};

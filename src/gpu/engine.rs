@@ -9,7 +9,7 @@ use host_pm::{Pool, Region};
 use super::context::Gpu;
 use super::hostmem::{self, ImportGuard};
 use super::shader::{self, FIRST_WINDOW_BINDING, Kernel, KernelConfig, WORKGROUP, Windows};
-use crate::engine::{Encoded, Engine, Mode, Report, Written};
+use crate::engine::{Engine, Input, Mode, Report, Written};
 use crate::error::{Error, Result};
 use crate::model::{Bitmap, Control};
 use crate::protocol::control;
@@ -59,6 +59,53 @@ struct Params {
     table_lines: u32,
     claims_mask: u32,
     track_lines: u32,
+}
+
+/// A batch whose operations and results live in device buffers of the index's GPU, for
+/// GPU-resident callers: keys and results never leave the device. Buffers need
+/// `STORAGE` usage; words are little-endian u32, laid out as the host API encodes them.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceBatch<'a> {
+    /// Operations in the batch.
+    pub len: u32,
+    /// One [`crate::OpKind`] code per operation.
+    pub kinds: &'a wgpu::Buffer,
+    /// `key_bytes / 4` words per operation.
+    pub keys: &'a wgpu::Buffer,
+    /// `ceil(value_bytes / 4)` words per operation (read for insert, upsert, update).
+    pub values: &'a wgpu::Buffer,
+    /// Output: one [`crate::Status`] code per operation.
+    pub statuses: &'a wgpu::Buffer,
+    /// Output: `ceil(value_bytes / 4)` words per operation, the values gets found.
+    pub found: &'a wgpu::Buffer,
+}
+
+impl DeviceBatch<'_> {
+    fn validate(&self, cfg: &KernelConfig) -> Result<()> {
+        let n = self.len as u64;
+        let (kw, cw) = (cfg.geo.key_words() as u64, cfg.geo.cell_words() as u64);
+        for (name, buf, words) in [
+            ("kinds", self.kinds, n),
+            ("keys", self.keys, n * kw),
+            ("values", self.values, n * cw),
+            ("statuses", self.statuses, n),
+            ("found", self.found, n * cw),
+        ] {
+            if buf.size() < words.max(1) * 4 {
+                return Err(Error::InvalidConfig(format!(
+                    "device batch of {n} operations: buffer {name} has {} bytes, needs {}",
+                    buf.size(),
+                    words.max(1) * 4
+                )));
+            }
+            if !buf.usage().contains(wgpu::BufferUsages::STORAGE) {
+                return Err(Error::InvalidConfig(format!(
+                    "device batch: buffer {name} lacks STORAGE usage"
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What a submit reads back besides the control block.
@@ -129,6 +176,8 @@ pub struct GpuEngine {
     layout: wgpu::BindGroupLayout,
     pipelines: Vec<(Kernel, wgpu::ComputePipeline)>,
     io: Option<BatchBuffers>,
+    /// The bind group of the current device-buffer batch (`None`: the host batch buffers).
+    device_bind: Option<wgpu::BindGroup>,
     track_lines: bool,
     seq: u32,
     n: u32,
@@ -260,6 +309,7 @@ impl GpuEngine {
             layout,
             pipelines,
             io: None,
+            device_bind: None,
             track_lines,
             seq: 0,
             n: 0,
@@ -406,16 +456,17 @@ impl GpuEngine {
         if kernels.contains(&Kernel::PhaseA) {
             enc.clear_buffer(&io.claims, 0, None);
         }
+        let bind = self.device_bind.as_ref().unwrap_or(&io.bind);
         for &k in kernels {
             let mut pass = enc.begin_compute_pass(&Default::default());
             pass.set_pipeline(self.pipeline(k));
-            pass.set_bind_group(0, &io.bind, &[]);
+            pass.set_bind_group(0, bind, &[]);
             dispatch(&mut pass, n as u64);
         }
         if self.staged() {
             let mut pass = enc.begin_compute_pass(&Default::default());
             pass.set_pipeline(self.pipeline(Kernel::Writeback));
-            pass.set_bind_group(0, &io.bind, &[]);
+            pass.set_bind_group(0, bind, &[]);
             dispatch(&mut pass, (io.dirty_cap as u64 * 16).min(1 << 20));
         }
         let rl = ReadbackLayout::new(
@@ -562,49 +613,64 @@ impl Engine for GpuEngine {
         self.mode.clone()
     }
 
-    fn phase_a(&mut self, pool: &mut Pool, batch: &Encoded) -> Result<Report> {
+    fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report> {
         let n = u32::try_from(batch.len())
             .map_err(|_| Error::InvalidConfig("batch too large".into()))?;
         self.reserve(n);
         self.n = n;
         self.write_params(n);
         let io = self.io.as_ref().expect("reserved");
-        let q = &self.gpu.queue;
-        q.write_buffer(&io.kinds, 0, bytemuck::cast_slice(&batch.kinds));
-        q.write_buffer(&io.keys, 0, bytemuck::cast_slice(&batch.keys));
-        if !batch.values.is_empty() {
-            q.write_buffer(&io.vals_in, 0, bytemuck::cast_slice(&batch.values));
-        }
-        // A reads-only batch ends here: read its results back with phase A's control block.
-        let results = if batch.read_only() {
-            Results::WithValues
-        } else {
-            Results::None
+        let results = match batch {
+            Input::Host(e) => {
+                self.device_bind = None;
+                let q = &self.gpu.queue;
+                q.write_buffer(&io.kinds, 0, bytemuck::cast_slice(&e.kinds));
+                q.write_buffer(&io.keys, 0, bytemuck::cast_slice(&e.keys));
+                if !e.values.is_empty() {
+                    q.write_buffer(&io.vals_in, 0, bytemuck::cast_slice(&e.values));
+                }
+                // A reads-only batch ends here: its results come back with phase A's control.
+                if e.read_only() {
+                    Results::WithValues
+                } else {
+                    Results::None
+                }
+            }
+            Input::Device(d) => {
+                d.validate(&self.cfg)?;
+                let bind = self.bind_group(
+                    [d.kinds, d.keys, d.values, d.statuses, d.found],
+                    [&io.opstate, &io.dirty, &io.staging, &io.claims],
+                );
+                self.device_bind = Some(bind);
+                Results::None
+            }
         };
         self.phase(pool, &[Kernel::Alloc, Kernel::PhaseA], results)
     }
 
-    fn rollback(&mut self, pool: &mut Pool, _batch: &Encoded) -> Result<Report> {
+    fn rollback(&mut self, pool: &mut Pool, _batch: Input) -> Result<Report> {
         self.write_params(self.n);
-        self.phase(pool, &[Kernel::Rollback], Results::None)
+        let report = self.phase(pool, &[Kernel::Rollback], Results::None);
+        self.device_bind = None;
+        report
     }
 
-    fn phase_b(&mut self, pool: &mut Pool, batch: &Encoded, publish: bool) -> Result<Report> {
+    fn phase_b(&mut self, pool: &mut Pool, batch: Input, publish: bool) -> Result<Report> {
         self.write_params(self.n);
         let kernels: &[Kernel] = if publish {
             &[Kernel::PhaseB, Kernel::FreeCells]
         } else {
             &[Kernel::FreeCells]
         };
-        self.phase(
-            pool,
-            kernels,
-            if batch.has_reads() {
-                Results::WithValues
-            } else {
-                Results::Statuses
-            },
-        )
+        let results = match batch {
+            Input::Host(e) if e.has_reads() => Results::WithValues,
+            Input::Host(_) => Results::Statuses,
+            Input::Device(_) => Results::None,
+        };
+        let report = self.phase(pool, kernels, results);
+        self.device_bind = None;
+        report
     }
 
     fn results(&mut self) -> Result<(Vec<u32>, Vec<u32>)> {

@@ -195,7 +195,7 @@ fn check(path: &Path) -> ExitCode {
             }
         }
         Err(e) => {
-            println!("INCONSISTENT: {e}");
+            println!("cannot check {}: {e}", path.display());
             ExitCode::FAILURE
         }
     }

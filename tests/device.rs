@@ -1,0 +1,117 @@
+//! Batches in device buffers: keys and results never leave the GPU.
+
+mod common;
+
+use gphash::{Config, DeviceBatch, Error, GpHash, GpuOptions, OpKind, Status};
+use wgpu::util::DeviceExt;
+
+fn words(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn read(device: &wgpu::Device, queue: &wgpu::Queue, buf: &wgpu::Buffer) -> Vec<u32> {
+    let staging = device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: buf.size(),
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(buf, 0, &staging, 0, buf.size());
+    queue.submit([enc.finish()]);
+    staging
+        .slice(..)
+        .map_async(wgpu::MapMode::Read, |r| r.unwrap());
+    device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
+    bytemuck::cast_slice(&staging.slice(..).get_mapped_range().unwrap()).to_vec()
+}
+
+#[test]
+fn device_batches_match_the_host_api() {
+    let Some(gpu) = common::gpu() else {
+        panic!("device batches need a GPU");
+    };
+    let dir = common::pool_dir();
+    let cfg = Config {
+        capacity: 4000,
+        value_bytes: 16,
+        ..Default::default()
+    };
+    let mut t = GpHash::create(
+        Some(&dir.path().join("p")),
+        &cfg,
+        &common::gpu_options(GpuOptions::default()),
+    )
+    .unwrap();
+    let (dev, queue) = (&gpu.device, &gpu.queue);
+    let buffer = |contents: &[u32]| {
+        dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: None,
+            contents: bytemuck::cast_slice(contents),
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        })
+    };
+    let n = 2000u32;
+    let keys: Vec<u8> = (0..n as u64).flat_map(|k| common::key(k, 8)).collect();
+    let values: Vec<u8> = (0..n as u64 * 16).map(|i| (i * 7 % 251) as u8).collect();
+    // Inserts from device buffers, then the host sees them.
+    let kinds = buffer(&vec![OpKind::Insert as u32; n as usize]);
+    let (keys_buf, values_buf) = (buffer(&words(&keys)), buffer(&words(&values)));
+    let statuses = buffer(&vec![0; n as usize]);
+    let found = buffer(&vec![0; n as usize * 4]);
+    let batch = DeviceBatch {
+        len: n,
+        kinds: &kinds,
+        keys: &keys_buf,
+        values: &values_buf,
+        statuses: &statuses,
+        found: &found,
+    };
+    t.execute_device(&batch).unwrap();
+    assert!(
+        read(dev, queue, &statuses)
+            .iter()
+            .all(|&s| s == Status::Ok as u32)
+    );
+    let host = t.get(&keys).unwrap();
+    for i in 0..n as usize {
+        assert_eq!(host.value(i), Some(&values[i * 16..i * 16 + 16]));
+    }
+    // Reads from device buffers return what the host wrote, into device buffers.
+    let gets = buffer(&vec![OpKind::Get as u32; n as usize]);
+    let batch = DeviceBatch {
+        kinds: &gets,
+        ..batch
+    };
+    t.execute_device(&batch).unwrap();
+    assert!(
+        read(dev, queue, &statuses)
+            .iter()
+            .all(|&s| s == Status::Ok as u32)
+    );
+    assert_eq!(read(dev, queue, &found), words(&values));
+    assert_eq!(t.len(), n as u64);
+    assert!(t.check().ok());
+
+    // A buffer too small for the batch is refused before anything runs.
+    let small = buffer(&[0; 4]);
+    let bad = DeviceBatch {
+        keys: &small,
+        ..batch
+    };
+    assert!(matches!(
+        t.execute_device(&bad),
+        Err(Error::InvalidConfig(_))
+    ));
+    assert_eq!(t.len(), n as u64, "a refused batch changes nothing");
+
+    // The CPU executor cannot take device buffers.
+    let mut c = GpHash::create(Some(&dir.path().join("c")), &cfg, &common::cpu_options()).unwrap();
+    assert!(matches!(
+        c.execute_device(&batch),
+        Err(Error::MissingFeature(_))
+    ));
+}

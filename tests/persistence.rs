@@ -1,0 +1,262 @@
+//! Reopening pools (after a clean close and after a drop), recovery of unacknowledged claims,
+//! and bad input: corrupted, truncated, foreign and locked pools, wrong key and value widths.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use common::oracle::{Oracle, assert_same_content};
+use gphash::{Config, Error, GpHash, GpuOptions, Options, Placement, Status};
+use host_pm::{HEADER_COPY_BYTES, PoolError};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn options() -> Vec<(&'static str, Options)> {
+    let gpu = |placement| {
+        common::gpu_options(GpuOptions {
+            placement,
+            ..Default::default()
+        })
+    };
+    vec![
+        ("zero-copy", gpu(Placement::ZeroCopy)),
+        ("staged", gpu(Placement::Staged)),
+        ("cpu", common::cpu_options()),
+    ]
+}
+
+fn fill(t: &mut GpHash, oracle: &mut Oracle, rng: &mut StdRng, n: usize) {
+    let mut batch = t.batch();
+    for _ in 0..n {
+        let k = common::key(rng.random_range(0..3000), 8);
+        let v = common::value(rng, 8);
+        match rng.random_range(0..10) {
+            0..6 => batch.upsert(&k, &v).unwrap(),
+            6..8 => batch.delete(&k).unwrap(),
+            _ => batch.insert(&k, &v).unwrap(),
+        }
+    }
+    oracle.run(&batch);
+    t.execute_ordered(&batch).unwrap();
+}
+
+/// Every executor reopens what every other wrote, after a clean close and after a drop.
+#[test]
+fn pools_reopen_with_every_acknowledged_operation() {
+    let seed = common::seed("pools_reopen_with_every_acknowledged_operation");
+    let mut rng = StdRng::seed_from_u64(seed);
+    for dir in [
+        common::pool_dir(),
+        tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap(),
+    ] {
+        let path = dir.path().join("p");
+        let cfg = Config {
+            capacity: 4000,
+            ..Default::default()
+        };
+        let mut oracle = Oracle::default();
+        let opts = options();
+        let mut t = GpHash::create(Some(&path), &cfg, &opts[0].1).unwrap();
+        for (i, (name, next)) in opts.iter().cycle().skip(1).take(6).enumerate() {
+            fill(&mut t, &mut oracle, &mut rng, 700);
+            let closed = i % 2 == 0;
+            if closed {
+                t.close().unwrap();
+            } else {
+                drop(t);
+            }
+            t = GpHash::open(&path, next).unwrap();
+            let what = format!(
+                "{} reopened by {name} after a {}",
+                path.display(),
+                if closed { "close" } else { "drop" }
+            );
+            let rec = &t.stats().recovery;
+            assert_eq!(rec.clean_shutdown, closed, "{what}");
+            assert_eq!(rec.cleared_claims, 0, "{what}");
+            assert_eq!(t.len(), oracle.map.len() as u64, "{what}");
+            assert_same_content(t.entries(), &oracle.map, &what);
+            assert!(t.check().ok(), "{what}");
+        }
+        t.close().unwrap();
+    }
+}
+
+/// Word offset (in the pool file) of the state word of the first slot of bucket 0.
+fn first_state_offset(path: &Path) -> (u64, u32) {
+    let pool = host_pm::Pool::open(path).unwrap();
+    let geo = GpHash::geometry_of(&pool).unwrap();
+    (
+        pool.header().table_region.offset + geo.state_word(0, 0) * 4,
+        geo.layout.slots,
+    )
+}
+
+fn patch(path: &Path, offset: u64, bytes: &[u8]) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+/// A claim left by a batch that was never acknowledged is cleared on open.
+#[test]
+fn recovery_clears_unacknowledged_claims() {
+    let dir = common::pool_dir();
+    let path = dir.path().join("p");
+    let mut t = GpHash::create(
+        Some(&path),
+        &Config {
+            capacity: 1000,
+            ..Default::default()
+        },
+        &common::cpu_options(),
+    )
+    .unwrap();
+    let keys: Vec<u8> = (0..100).flat_map(|k| common::key(k, 8)).collect();
+    t.insert(&keys, &keys).unwrap();
+    let before: HashMap<_, _> = t.entries().into_iter().collect();
+    drop(t);
+    // Mark every empty slot of bucket 0 INSERTING, as a crash between the phases leaves it.
+    let (at, slots) = first_state_offset(&path);
+    let bytes = std::fs::read(&path).unwrap();
+    let mut planted = 0;
+    for s in 0..slots as u64 {
+        let o = (at + 4 * s) as usize;
+        if bytes[o..o + 4] == [0; 4] {
+            patch(&path, o as u64, &1u32.to_le_bytes());
+            planted += 1;
+        }
+    }
+    assert!(planted > 0);
+    let t = GpHash::open(&path, &common::gpu_options(GpuOptions::default())).unwrap();
+    assert_eq!(t.stats().recovery.cleared_claims, planted);
+    assert!(!t.stats().recovery.clean_shutdown);
+    assert_same_content(t.entries(), &before, "after recovery");
+    assert!(t.check().ok());
+    t.close().unwrap();
+    let t = GpHash::open(&path, &common::cpu_options()).unwrap();
+    assert_eq!(
+        t.stats().recovery.cleared_claims,
+        0,
+        "the clearing was persisted"
+    );
+}
+
+fn expect_pool_error(path: &Path, what: &str, ok: impl Fn(&PoolError) -> bool) {
+    match GpHash::open(path, &common::cpu_options()) {
+        Err(Error::Pool(e)) if ok(&e) => eprintln!("{what}: {e}"),
+        other => panic!("{what}: unexpected {other:?}"),
+    }
+}
+
+/// Truncated, corrupted, foreign-version and locked pools get a clear error and are left as
+/// they were.
+#[test]
+fn bad_pools_are_refused_without_damage() {
+    let dir = common::pool_dir();
+    let path = dir.path().join("p");
+    let t = GpHash::create(
+        Some(&path),
+        &Config {
+            capacity: 1000,
+            ..Default::default()
+        },
+        &common::cpu_options(),
+    )
+    .unwrap();
+    // Locked while open.
+    expect_pool_error(&path, "second open", |e| {
+        matches!(e, PoolError::Locked { .. })
+    });
+    t.close().unwrap();
+    let good = std::fs::read(&path).unwrap();
+    let restore = || std::fs::write(&path, &good).unwrap();
+
+    std::fs::write(&path, &good[..good.len() / 2]).unwrap();
+    expect_pool_error(&path, "truncated", |e| {
+        matches!(e, PoolError::Truncated { .. })
+    });
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        good[..good.len() / 2],
+        "a refused pool is not touched"
+    );
+
+    restore();
+    for copy in 0..2 {
+        patch(&path, copy * HEADER_COPY_BYTES + 30, &[0x5A]);
+    }
+    expect_pool_error(&path, "flipped header bytes", |e| {
+        matches!(e, PoolError::Corrupt { .. })
+    });
+
+    restore();
+    let mut h =
+        host_pm::decode_header(&good[..HEADER_COPY_BYTES as usize], good.len() as u64).unwrap();
+    h.version = 9;
+    for copy in 0..2 {
+        patch(&path, copy * HEADER_COPY_BYTES, &host_pm::encode_header(&h));
+    }
+    expect_pool_error(&path, "unknown version", |e| {
+        matches!(e, PoolError::UnsupportedVersion { found: 9, .. })
+    });
+
+    restore();
+    let (at, _) = first_state_offset(&path);
+    patch(&path, at, &0xFFFF_FFF0u32.to_le_bytes());
+    expect_pool_error(&path, "slot referencing a cell beyond the heap", |e| {
+        matches!(e, PoolError::Corrupt { .. })
+    });
+
+    std::fs::write(&path, b"not a pool at all").unwrap();
+    expect_pool_error(&path, "not a pool", |e| {
+        matches!(e, PoolError::Truncated { .. } | PoolError::NotAPool { .. })
+    });
+}
+
+/// Keys and values of the wrong width are refused and the table is unchanged.
+#[test]
+fn wrong_widths_are_refused() {
+    let dir = common::pool_dir();
+    let cfg = Config {
+        key_bytes: 16,
+        value_bytes: 8,
+        capacity: 500,
+        ..Default::default()
+    };
+    let mut t = GpHash::create(
+        Some(&dir.path().join("p")),
+        &cfg,
+        &common::gpu_options(GpuOptions::default()),
+    )
+    .unwrap();
+    let k = common::key(1, 16);
+    assert_eq!(t.insert(&k, &[1; 8]).unwrap(), vec![Status::Ok]);
+    assert!(matches!(
+        t.get(&[0; 15]),
+        Err(Error::KeyWidth {
+            found: 15,
+            expected: 16
+        })
+    ));
+    assert!(matches!(
+        t.insert(&common::key(2, 16), &[0; 9]),
+        Err(Error::ValueSize { .. })
+    ));
+    assert!(matches!(
+        t.upsert(&k, &[0; 4]),
+        Err(Error::ValueSize { .. })
+    ));
+    let foreign = gphash::Batch::new(8, 8);
+    assert!(matches!(
+        t.execute(&foreign),
+        Err(Error::KeyWidth {
+            found: 8,
+            expected: 16
+        })
+    ));
+    assert_eq!(t.get(&k).unwrap().value(0), Some(&[1u8; 8][..]));
+    assert_eq!(t.len(), 1);
+}
