@@ -158,8 +158,9 @@ impl Batch {
         self.value_bytes
     }
 
-    /// The batch in kernel form; `ops` selects (and orders) the operations.
-    pub(crate) fn encode(&self, ops: &[usize]) -> Encoded {
+    /// The batch in kernel form, into `e` (whose allocations are reused); `ops` selects (and
+    /// orders) the operations.
+    pub(crate) fn encode(&self, ops: &[usize], e: &mut Encoded) {
         let words = |bytes: &[u8], out: &mut Vec<u32>| {
             out.extend(
                 bytes
@@ -168,13 +169,10 @@ impl Batch {
             );
         };
         let cell_bytes = self.value_bytes.div_ceil(4) * 4;
-        let n = ops.len();
-        let mut e = Encoded {
-            kinds: Vec::with_capacity(n),
-            keys: Vec::with_capacity(n * self.key_bytes / 4),
-            values: Vec::with_capacity(n * cell_bytes / 4),
-        };
-        let whole = n == self.len() && ops.iter().enumerate().all(|(j, &i)| i == j);
+        e.kinds.clear();
+        e.keys.clear();
+        e.values.clear();
+        let whole = is_whole(ops, self.len());
         let carries_values = ops.iter().any(|&i| self.kinds[i].writes_value());
         if whole && (cell_bytes == self.value_bytes || !carries_values) {
             e.kinds.extend(self.kinds.iter().map(|&k| k as u32));
@@ -182,7 +180,7 @@ impl Batch {
             if carries_values {
                 words(&self.values, &mut e.values);
             }
-            return e;
+            return;
         }
         let mut cell = vec![0u8; cell_bytes];
         for &i in ops {
@@ -194,7 +192,6 @@ impl Batch {
                 words(&cell, &mut e.values);
             }
         }
-        e
     }
 
     /// Splits the batch into rounds in which every key appears at most once: round `r` holds
@@ -214,6 +211,11 @@ impl Batch {
         }
         rounds
     }
+}
+
+/// Whether `ops` is `0..n` in order.
+fn is_whole(ops: &[usize], n: usize) -> bool {
+    ops.len() == n && ops.iter().enumerate().all(|(j, &i)| i == j)
 }
 
 /// Results of a batch: a status per operation and the values of successful reads.
@@ -245,15 +247,21 @@ impl BatchResult {
         statuses: &[u32],
         cells: &[u32],
     ) {
-        let cw = self.value_bytes.div_ceil(4);
+        let vb = self.value_bytes;
+        let cell_bytes = vb.div_ceil(4) * 4;
+        let bytes: &[u8] = bytemuck::cast_slice(cells);
+        let bulk = !cells.is_empty() && cell_bytes == vb && is_whole(ops, self.len());
+        if bulk {
+            // Values of operations that are not successful reads are never handed out.
+            self.values.copy_from_slice(bytes);
+        }
         for (j, &i) in ops.iter().enumerate() {
-            self.statuses[i] =
-                Status::from_code(statuses[j]).expect("kernels write valid statuses");
-            if batch.kinds[i] == OpKind::Get && self.statuses[i] == Status::Ok {
-                let bytes: &[u8] = bytemuck::cast_slice(&cells[j * cw..(j + 1) * cw]);
-                self.values[i * self.value_bytes..(i + 1) * self.value_bytes]
-                    .copy_from_slice(&bytes[..self.value_bytes]);
-                self.reads[i] = true;
+            let status = Status::from_code(statuses[j]).expect("kernels write valid statuses");
+            self.statuses[i] = status;
+            self.reads[i] = status == Status::Ok && batch.kinds[i] == OpKind::Get;
+            if self.reads[i] && !bulk {
+                self.values[i * vb..(i + 1) * vb]
+                    .copy_from_slice(&bytes[j * cell_bytes..j * cell_bytes + vb]);
             }
         }
     }
@@ -312,10 +320,13 @@ mod tests {
         let mut b = Batch::new(4, 3);
         b.insert(&7u32.to_le_bytes(), &[1, 2, 3]).unwrap();
         b.get(&9u32.to_le_bytes()).unwrap();
-        let e = b.encode(&[0, 1]);
+        let mut e = Encoded::default();
+        b.encode(&[0, 1], &mut e);
         assert_eq!(e.kinds, vec![OpKind::Insert as u32, OpKind::Get as u32]);
         assert_eq!(e.keys, vec![7, 9]);
         assert_eq!(e.values, vec![0x0003_0201, 0]);
-        assert!(b.encode(&[1]).values.is_empty(), "reads carry no values");
+        b.encode(&[1], &mut e);
+        assert_eq!(e.keys, vec![9]);
+        assert!(e.values.is_empty(), "reads carry no values");
     }
 }

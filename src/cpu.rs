@@ -162,11 +162,8 @@ impl Engine for CpuEngine {
         Ok(report)
     }
 
-    fn results(&mut self) -> Result<(Vec<u32>, Vec<u32>)> {
-        Ok((
-            std::mem::take(&mut self.run.statuses),
-            std::mem::take(&mut self.run.values),
-        ))
+    fn results(&self) -> (&[u32], &[u32]) {
+        (&self.run.statuses, &self.run.values)
     }
 
     fn cells_used(&mut self) -> Result<u64> {

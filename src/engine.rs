@@ -139,7 +139,7 @@ pub trait Engine: Send {
 
     /// The current batch's statuses and the value words of its reads (`cell_words` per
     /// operation, or empty when the batch has no read).
-    fn results(&mut self) -> Result<(Vec<u32>, Vec<u32>)>;
+    fn results(&self) -> (&[u32], &[u32]);
 
     /// Value cells in use (for stats).
     fn cells_used(&mut self) -> Result<u64>;

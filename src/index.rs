@@ -13,7 +13,7 @@ use host_pm::{Backend, CreateOptions, Header, PersistMode, Pool, ResizeRecord, T
 
 use crate::batch::{Batch, BatchResult};
 use crate::cpu::CpuEngine;
-use crate::engine::{Engine, Input, Mode, Written};
+use crate::engine::{Encoded, Engine, Input, Mode, Written};
 use crate::error::{Error, Result};
 use crate::gpu::context::Gpu;
 use crate::gpu::engine::DeviceBatch;
@@ -190,6 +190,8 @@ pub struct GpHash {
     recovery: Recovery,
     activity: Activity,
     poisoned: Option<String>,
+    /// The encoded batch, kept to reuse its allocations.
+    encoded: Encoded,
 }
 
 impl fmt::Debug for GpHash {
@@ -335,6 +337,7 @@ impl GpHash {
             recovery,
             activity: Activity::default(),
             poisoned: None,
+            encoded: Encoded::default(),
         })
     }
 
@@ -542,15 +545,16 @@ impl GpHash {
             return Ok(());
         }
         let t = Instant::now();
-        let encoded = batch.encode(ops);
+        let mut encoded = std::mem::take(&mut self.encoded);
+        batch.encode(ops, &mut encoded);
         self.activity.host_time += t.elapsed();
-        match self
-            .protocol(Input::Host(&encoded))
-            .and_then(|()| self.engine.results())
-        {
-            Ok((statuses, values)) => {
+        let outcome = self.protocol(Input::Host(&encoded));
+        self.encoded = encoded;
+        match outcome {
+            Ok(()) => {
                 let t = Instant::now();
-                result.scatter(batch, ops, &statuses, &values);
+                let (statuses, values) = self.engine.results();
+                result.scatter(batch, ops, statuses, values);
                 self.activity.host_time += t.elapsed();
                 self.activity.batches += 1;
                 self.activity.operations += ops.len() as u64;

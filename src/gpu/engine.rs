@@ -505,17 +505,19 @@ impl GpuEngine {
         };
         map_read(&self.gpu, &io.readback, 0..end, |bytes| {
             ctl.copy_from_slice(bytemuck::cast_slice(&bytes[..control::WORDS * 4]));
+            // Refilled in place: the vectors keep their allocations from batch to batch.
+            statuses.clear();
+            values.clear();
             if results != Results::None {
                 let s = rl.statuses as usize;
-                *statuses = bytemuck::cast_slice(&bytes[s..s + n as usize * 4]).to_vec();
+                statuses.extend_from_slice(bytemuck::cast_slice(&bytes[s..s + n as usize * 4]));
             }
-            *values = match results {
-                Results::WithValues => {
-                    let v = rl.values as usize;
-                    bytemuck::cast_slice(&bytes[v..v + (n as u64 * cw * 4) as usize]).to_vec()
-                }
-                _ => vec![],
-            };
+            if results == Results::WithValues {
+                let v = rl.values as usize;
+                values.extend_from_slice(bytemuck::cast_slice(
+                    &bytes[v..v + (n as u64 * cw * 4) as usize],
+                ));
+            }
         })?;
         log::debug!(
             "{kernels:?} n={n}: submit {submitted:?}, wait and read back {:?}",
@@ -673,11 +675,8 @@ impl Engine for GpuEngine {
         report
     }
 
-    fn results(&mut self) -> Result<(Vec<u32>, Vec<u32>)> {
-        Ok((
-            std::mem::take(&mut self.statuses),
-            std::mem::take(&mut self.values),
-        ))
+    fn results(&self) -> (&[u32], &[u32]) {
+        (&self.statuses, &self.values)
     }
 
     fn cells_used(&mut self) -> Result<u64> {
