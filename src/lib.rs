@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod batch;
+pub mod bench;
 pub mod cpu;
 pub mod engine;
 pub mod error;
