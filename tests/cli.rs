@@ -31,6 +31,20 @@ fn gphash(args: &[&str]) -> Output {
     out
 }
 
+/// `gphash create` of an 8-byte-key table.
+fn create(pool: &Path, value_bytes: &str, capacity: &str) -> Output {
+    gphash(&[
+        "create",
+        s(pool),
+        "--key-bytes",
+        "8",
+        "--value-bytes",
+        value_bytes,
+        "--capacity",
+        capacity,
+    ])
+}
+
 fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
@@ -87,23 +101,11 @@ fn replay_gives_one_by_one_results_and_the_pool_checks_clean() {
     let mut rng = StdRng::seed_from_u64(common::seed("replay"));
     let dir = common::pool_dir();
     let pool = dir.path().join("t.pool");
-    let out = gphash(&[
-        "create",
-        s(&pool),
-        "--key-bytes",
-        "8",
-        "--value-bytes",
-        "4",
-        "--capacity",
-        "1000",
-    ]);
+    let out = create(&pool, "4", "1000");
     assert!(out.status.success());
     assert!(text(&out).contains("2L-2H-8S"));
     assert!(
-        gphash(&["create", s(&pool), "--key-bytes", "8", "--value-bytes", "4"])
-            .status
-            .code()
-            != Some(0),
+        create(&pool, "4", "1000").status.code() != Some(0),
         "create refuses an existing pool"
     );
 
@@ -115,20 +117,7 @@ fn replay_gives_one_by_one_results_and_the_pool_checks_clean() {
         // Each replay starts from the same content: replay the trace once, then undo it by
         // recreating the pool.
         std::fs::remove_file(&pool).unwrap();
-        assert!(
-            gphash(&[
-                "create",
-                s(&pool),
-                "--key-bytes",
-                "8",
-                "--value-bytes",
-                "4",
-                "--capacity",
-                "1000"
-            ])
-            .status
-            .success()
-        );
+        assert!(create(&pool, "4", "1000").status.success());
         let out = gphash(&[
             "replay",
             s(&pool),
@@ -159,11 +148,7 @@ fn replay_gives_one_by_one_results_and_the_pool_checks_clean() {
 fn malformed_traces_are_refused_before_anything_is_applied() {
     let dir = common::pool_dir();
     let pool = dir.path().join("t.pool");
-    assert!(
-        gphash(&["create", s(&pool), "--key-bytes", "8", "--value-bytes", "2"])
-            .status
-            .success()
-    );
+    assert!(create(&pool, "2", "1000").status.success());
     let trace_path = dir.path().join("bad.trace");
     std::fs::write(&trace_path, "P 1 aaaa\nP 2 bbbb\nR 3\nP 4 abc\n").unwrap();
     let out = gphash(&[
@@ -190,20 +175,7 @@ fn malformed_traces_are_refused_before_anything_is_applied() {
 fn check_reports_a_damaged_pool() {
     let dir = common::pool_dir();
     let pool = dir.path().join("t.pool");
-    assert!(
-        gphash(&[
-            "create",
-            s(&pool),
-            "--key-bytes",
-            "8",
-            "--value-bytes",
-            "8",
-            "--capacity",
-            "100"
-        ])
-        .status
-        .success()
-    );
+    assert!(create(&pool, "8", "100").status.success());
     let trace_path = dir.path().join("t.trace");
     let ops: String = (0..50).map(|k| format!("I {k} {:016x}\n", k * 3)).collect();
     std::fs::write(&trace_path, ops).unwrap();

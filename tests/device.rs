@@ -2,7 +2,7 @@
 
 mod common;
 
-use gphash::{Config, DeviceBatch, Error, GpHash, GpuOptions, OpKind, Status};
+use gphash::{Config, DeviceBatch, Error, OpKind, Status};
 use wgpu::util::DeviceExt;
 
 fn words(bytes: &[u8]) -> Vec<u32> {
@@ -40,12 +40,7 @@ fn device_batches_match_the_host_api() {
         value_bytes: 16,
         ..Default::default()
     };
-    let mut t = GpHash::create(
-        Some(&dir.path().join("p")),
-        &cfg,
-        &common::gpu_options(GpuOptions::default()),
-    )
-    .unwrap();
+    let mut t = common::gpu_table(&dir, &cfg);
     let (dev, queue) = (&gpu.device, &gpu.queue);
     let buffer = |contents: &[u32]| {
         dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -109,7 +104,7 @@ fn device_batches_match_the_host_api() {
     assert_eq!(t.len(), n as u64, "a refused batch changes nothing");
 
     // The CPU executor cannot take device buffers.
-    let mut c = GpHash::create(Some(&dir.path().join("c")), &cfg, &common::cpu_options()).unwrap();
+    let mut c = common::table(&dir, "c", &cfg, &common::cpu_options());
     assert!(matches!(
         c.execute_device(&batch),
         Err(Error::MissingFeature(_))

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::process::Command;
 
 use common::oracle::{Oracle, assert_same_content};
-use gphash::{Batch, Config, Error, GpHash, GpuOptions, Layout, OpKind, Placement, Status};
+use gphash::{Batch, Config, Error, GpuOptions, Layout, OpKind, Placement, Status};
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
@@ -90,18 +90,13 @@ fn gpu_matches_model_on_random_batches() {
             "{} key {} value {} {:?}",
             case.layout, case.key_bytes, case.value_bytes, case.gpu
         );
-        let mut gpu = GpHash::create(
-            Some(&dir.path().join(format!("g{ci}"))),
+        let mut gpu = common::table(
+            &dir,
+            &format!("g{ci}"),
             &cfg,
             &common::gpu_options(case.gpu.clone()),
-        )
-        .unwrap();
-        let mut cpu = GpHash::create(
-            Some(&dir.path().join(format!("c{ci}"))),
-            &cfg,
-            &common::cpu_options(),
-        )
-        .unwrap();
+        );
+        let mut cpu = common::table(&dir, &format!("c{ci}"), &cfg, &common::cpu_options());
         let mut oracle = Oracle::default();
         // Keys drawn from a space that keeps the load factor near 0.6 at most.
         let space = (gpu.geometry().slots() as f64 * 0.6) as usize;
@@ -182,12 +177,7 @@ fn ordered_mode_equals_one_by_one() {
         value_bytes: 12,
         ..Default::default()
     };
-    let mut t = GpHash::create(
-        Some(&dir.path().join("p")),
-        &cfg,
-        &common::gpu_options(GpuOptions::default()),
-    )
-    .unwrap();
+    let mut t = common::gpu_table(&dir, &cfg);
     let mut oracle = Oracle::default();
     for _ in 0..4 {
         let mut batch = t.batch();
@@ -226,12 +216,7 @@ fn same_key_storms_stay_linearizable() {
         value_bytes: 8,
         ..Default::default()
     };
-    let mut t = GpHash::create(
-        Some(&dir.path().join("p")),
-        &cfg,
-        &common::gpu_options(GpuOptions::default()),
-    )
-    .unwrap();
+    let mut t = common::gpu_table(&dir, &cfg);
     let mut before: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
     for round in 0..6 {
         let keys: Vec<Vec<u8>> = (0..6).map(|k| common::key(k, 8)).collect();
@@ -335,7 +320,7 @@ fn full_table_and_full_heap_roll_back() {
             capacity: 1,
             ..Default::default()
         };
-        let mut t = GpHash::create(Some(&dir.path().join(name)), &cfg, &opts).unwrap();
+        let mut t = common::table(&dir, name, &cfg, &opts);
         assert_eq!(t.geometry().slots(), 4);
         let k = |i: u64| common::key(i, 8);
         let keys: Vec<u8> = (0..4).flat_map(k).collect();

@@ -226,12 +226,7 @@ fn wrong_widths_are_refused() {
         capacity: 500,
         ..Default::default()
     };
-    let mut t = GpHash::create(
-        Some(&dir.path().join("p")),
-        &cfg,
-        &common::gpu_options(GpuOptions::default()),
-    )
-    .unwrap();
+    let mut t = common::gpu_table(&dir, &cfg);
     let k = common::key(1, 16);
     assert_eq!(t.insert(&k, &[1; 8]).unwrap(), vec![Status::Ok]);
     assert!(matches!(

@@ -96,3 +96,18 @@ pub fn seed(test: &str) -> u64 {
     eprintln!("{test}: GPHASH_TEST_SEED={seed}");
     seed
 }
+
+/// A new table named `name` in `dir`.
+pub fn table(
+    dir: &tempfile::TempDir,
+    name: &str,
+    config: &gphash::Config,
+    options: &Options,
+) -> gphash::GpHash {
+    gphash::GpHash::create(Some(&dir.path().join(name)), config, options).unwrap()
+}
+
+/// A new table on the shared GPU with default GPU settings.
+pub fn gpu_table(dir: &tempfile::TempDir, config: &gphash::Config) -> gphash::GpHash {
+    table(dir, "gpu.pool", config, &gpu_options(GpuOptions::default()))
+}
