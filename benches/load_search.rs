@@ -7,11 +7,8 @@ use gphash::bench::LoadSearch;
 use gphash::gpu::engine::Placement;
 
 fn main() -> gphash::Result<()> {
-    let dir = if std::path::Path::new("/dev/shm").is_dir() {
-        "/dev/shm".into()
-    } else {
-        std::env::temp_dir()
-    };
+    let dir =
+        if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm".into() } else { std::env::temp_dir() };
     let bench = LoadSearch {
         keys: 1 << 16,
         batch: 1 << 12,

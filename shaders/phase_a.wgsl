@@ -64,8 +64,6 @@ fn step(t: Tile, turn: Turn) -> bool {
     let found_slot = tile_bcast(t, p.found_slot, src);
     let found_state = tile_bcast(t, p.found_state, src);
 
-    // A new key: count the empty slots of each candidate bucket, pick the emptiest (the lowest
-    // candidate bucket on ties) and its lowest empty slot.
     let new_key = turn.busy && !found && (kind == OP_INSERT || kind == OP_UPSERT);
     var claimant = NONE;
     if (turn.leader && new_key) {
@@ -74,47 +72,10 @@ fn step(t: Tile, turn: Turn) -> bool {
     claimant = tile_bcast(t, claimant, turn.lead);
     let joins = new_key && claimant != op;
     let wants_slot = new_key && !joins;
-    var best_bucket = 0u;
-    var best_empty = 0u;
-    for (var cb = 0u; cb < CANDIDATE_BUCKETS; cb++) {
-        var n = 0u;
-        for (var k = 0u; k < tile_passes(t); k++) {
-            let c = k * t.size + t.lane;
-            if (c / SLOTS == cb && ((p.empty >> k) & 1u) == 1u) {
-                n++;
-            }
-        }
-        let total = tile_add(t, n);
-        if (total > best_empty) {
-            best_empty = total;
-            best_bucket = cb;
-        }
-    }
-    var mine = NONE;
-    for (var k = 0u; k < tile_passes(t); k++) {
-        let c = k * t.size + t.lane;
-        if (c / SLOTS == best_bucket && ((p.empty >> k) & 1u) == 1u) {
-            mine = min(mine, c);
-        }
-    }
-    let chosen = tile_min(t, mine);
+    let chosen = choose_empty(t, p);
+    let won = claim(t, wants_slot, loc, key, chosen, INSERTING);
     let bucket = candidate_bucket(loc.tops, chosen);
     let slot = chosen % SLOTS;
-    var won = false;
-    if (wants_slot && best_empty > 0u && chosen % t.size == t.lane) {
-        won = table_cas(state_word(bucket, slot), EMPTY, INSERTING) == EMPTY;
-    }
-    let claimed = tile_ballot(t, won) != 0u;
-    if (claimed) {
-        // Key words and fingerprint in one store instruction across the tile.
-        for (var w = t.lane; w <= KEY_WORDS; w += t.size) {
-            if (w < KEY_WORDS) {
-                table_store(key_word(bucket, slot) + w, key[w]);
-            } else {
-                table_store(fp_word(bucket, slot), loc.fp);
-            }
-        }
-    }
 
     if (turn.busy && found && kind == OP_GET) {
         // The value, with consecutive lanes: one request per cell.
@@ -145,10 +106,10 @@ fn step(t: Tile, turn: Turn) -> bool {
         count(CTRL_NEED_B);
     } else if (!wants_slot) {
         finish(op, STATUS_NOT_FOUND);
-    } else if (best_empty == 0u) {
+    } else if (chosen == NONE) {
         set_op_field(op, ST_PHASE, PHASE_FULL);
         count(CTRL_FULL);
-    } else if (claimed) {
+    } else if (won) {
         set_op_field(op, ST_PHASE, PHASE_CLAIMED);
         set_op_field(op, ST_SLOT, bucket * SLOTS + slot);
         mark_table_words(fp_word(bucket, slot), 1u);

@@ -20,36 +20,21 @@ pub struct Batch {
 impl Batch {
     /// An empty batch for keys of `key_bytes` and values of `value_bytes`.
     pub fn new(key_bytes: usize, value_bytes: usize) -> Self {
-        Batch {
-            key_bytes,
-            value_bytes,
-            kinds: vec![],
-            keys: vec![],
-            values: vec![],
-        }
+        Batch { key_bytes, value_bytes, kinds: vec![], keys: vec![], values: vec![] }
     }
 
     /// Appends one operation; `value` is required exactly for insert, upsert and update.
     pub fn push(&mut self, kind: OpKind, key: &[u8], value: Option<&[u8]>) -> Result<()> {
         if key.len() != self.key_bytes {
-            return Err(Error::KeyWidth {
-                found: key.len(),
-                expected: self.key_bytes,
-            });
+            return Err(Error::KeyWidth { found: key.len(), expected: self.key_bytes });
         }
         match (kind.writes_value(), value) {
             (true, Some(v)) if v.len() == self.value_bytes => self.values.extend_from_slice(v),
             (true, Some(v)) => {
-                return Err(Error::ValueSize {
-                    found: v.len(),
-                    expected: self.value_bytes,
-                });
+                return Err(Error::ValueSize { found: v.len(), expected: self.value_bytes });
             }
             (true, None) => {
-                return Err(Error::ValueSize {
-                    found: 0,
-                    expected: self.value_bytes,
-                });
+                return Err(Error::ValueSize { found: 0, expected: self.value_bytes });
             }
             (false, None) => self.values.resize(self.values.len() + self.value_bytes, 0),
             (false, Some(_)) => {
@@ -95,38 +80,23 @@ impl Batch {
         values: Option<&[u8]>,
     ) -> Result<Self> {
         if key_bytes == 0 || !keys.len().is_multiple_of(key_bytes) {
-            return Err(Error::KeyWidth {
-                found: keys.len() % key_bytes.max(1),
-                expected: key_bytes,
-            });
+            return Err(Error::KeyWidth { found: keys.len() % key_bytes.max(1), expected: key_bytes });
         }
         let n = keys.len() / key_bytes;
         let values = match (kind.writes_value(), values) {
             (true, Some(v)) if v.len() == n * value_bytes => v.to_vec(),
             (true, Some(v)) => {
-                return Err(Error::ValueSize {
-                    found: v.len() / n.max(1),
-                    expected: value_bytes,
-                });
+                return Err(Error::ValueSize { found: v.len() / n.max(1), expected: value_bytes });
             }
             (true, None) => {
-                return Err(Error::ValueSize {
-                    found: 0,
-                    expected: value_bytes,
-                });
+                return Err(Error::ValueSize { found: 0, expected: value_bytes });
             }
             (false, None) => vec![0; n * value_bytes],
             (false, Some(_)) => {
                 return Err(Error::InvalidConfig(format!("{kind:?} takes no value")));
             }
         };
-        Ok(Batch {
-            key_bytes,
-            value_bytes,
-            kinds: vec![kind; n],
-            keys: keys.to_vec(),
-            values,
-        })
+        Ok(Batch { key_bytes, value_bytes, kinds: vec![kind; n], keys: keys.to_vec(), values })
     }
 
     /// Operations in the batch.
@@ -162,11 +132,7 @@ impl Batch {
     /// orders) the operations.
     pub(crate) fn encode(&self, ops: &[usize], e: &mut Encoded) {
         let words = |bytes: &[u8], out: &mut Vec<u32>| {
-            out.extend(
-                bytes
-                    .chunks_exact(4)
-                    .map(|w| u32::from_le_bytes(w.try_into().unwrap())),
-            );
+            out.extend(bytes.chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())));
         };
         let cell_bytes = self.value_bytes.div_ceil(4) * 4;
         e.kinds.clear();
@@ -240,13 +206,7 @@ impl BatchResult {
 
     /// Stores the results of the operations `ops` (in that order) from kernel output; `cells`
     /// holds `cell_words` words per operation, or nothing when no operation reads.
-    pub(crate) fn scatter(
-        &mut self,
-        batch: &Batch,
-        ops: &[usize],
-        statuses: &[u32],
-        cells: &[u32],
-    ) {
+    pub(crate) fn scatter(&mut self, batch: &Batch, ops: &[usize], statuses: &[u32], cells: &[u32]) {
         let vb = self.value_bytes;
         let cell_bytes = vb.div_ceil(4) * 4;
         let bytes: &[u8] = bytemuck::cast_slice(cells);
@@ -289,17 +249,8 @@ mod tests {
     #[test]
     fn widths_are_checked() {
         let mut b = Batch::new(8, 4);
-        assert!(matches!(
-            b.get(&[0; 7]),
-            Err(Error::KeyWidth {
-                found: 7,
-                expected: 8
-            })
-        ));
-        assert!(matches!(
-            b.insert(&[0; 8], &[0; 5]),
-            Err(Error::ValueSize { .. })
-        ));
+        assert!(matches!(b.get(&[0; 7]), Err(Error::KeyWidth { found: 7, expected: 8 })));
+        assert!(matches!(b.insert(&[0; 8], &[0; 5]), Err(Error::ValueSize { .. })));
         assert!(b.push(OpKind::Insert, &[0; 8], None).is_err());
         assert!(b.push(OpKind::Delete, &[0; 8], Some(&[0; 4])).is_err());
         assert!(b.is_empty(), "a refused operation is not appended");

@@ -71,11 +71,7 @@ struct Pass {
     latencies: Vec<Duration>,
 }
 
-fn pass(
-    batches: &[Vec<u8>],
-    ops: usize,
-    mut f: impl FnMut(usize, &[u8]) -> Result<()>,
-) -> Result<Pass> {
+fn pass(batches: &[Vec<u8>], ops: usize, mut f: impl FnMut(usize, &[u8]) -> Result<()>) -> Result<Pass> {
     let mut latencies = Vec::with_capacity(batches.len());
     let t = Instant::now();
     for (i, b) in batches.iter().enumerate() {
@@ -83,10 +79,7 @@ fn pass(
         f(i, b)?;
         latencies.push(s.elapsed());
     }
-    Ok(Pass {
-        rate: ops as f64 / t.elapsed().as_secs_f64(),
-        latencies,
-    })
+    Ok(Pass { rate: ops as f64 / t.elapsed().as_secs_f64(), latencies })
 }
 
 fn row(workload: &'static str, placement: Placement, setting: &str, mut passes: Vec<Pass>) -> Row {
@@ -109,9 +102,7 @@ fn row(workload: &'static str, placement: Placement, setting: &str, mut passes: 
 /// Key `i` of width `bytes`: distinct for distinct `i`, scattered over the key space.
 pub fn key(i: u64, bytes: usize) -> Vec<u8> {
     let h = (crate::hash::fmix(i as u32) as u64) | (i << 32);
-    (0..bytes)
-        .map(|j| (h.rotate_left((j / 8) as u32 * 13) >> (8 * (j % 8))) as u8)
-        .collect()
+    (0..bytes).map(|j| (h.rotate_left((j / 8) as u32 * 13) >> (8 * (j % 8))) as u8).collect()
 }
 
 impl LoadSearch {
@@ -119,9 +110,7 @@ impl LoadSearch {
     pub fn run(&self, base: &Options, progress: &dyn Fn(u64)) -> Result<Vec<Row>> {
         let (kb, vb) = (self.key_bytes as usize, self.value_bytes as usize);
         let batches = |ids: &[u64]| -> Vec<Vec<u8>> {
-            ids.chunks(self.batch.max(1))
-                .map(|c| c.iter().flat_map(|&i| key(i, kb)).collect())
-                .collect()
+            ids.chunks(self.batch.max(1)).map(|c| c.iter().flat_map(|&i| key(i, kb)).collect()).collect()
         };
         let mut ids: Vec<u64> = (0..self.keys).collect();
         let load = batches(&ids);
@@ -143,25 +132,16 @@ impl LoadSearch {
                 capacity: self.keys,
                 ..Config::default()
             };
-            let mut index =
-                GpHash::create(Some(&dir.path().join("bench.pool")), &config, &options)?;
+            let mut index = GpHash::create(Some(&dir.path().join("bench.pool")), &config, &options)?;
             let stats = index.stats();
-            let setting = format!(
-                "{} | {}",
-                stats.adapter.as_deref().unwrap_or("no GPU"),
-                stats.mode
-            );
+            let setting = format!("{} | {}", stats.adapter.as_deref().unwrap_or("no GPU"), stats.mode);
             let inserted = pass(&load, ops, |i, b| {
                 index.insert(b, &values[i])?;
                 progress((b.len() / kb) as u64);
                 Ok(())
             })?;
             let searches = (0..self.reps)
-                .map(|_| {
-                    pass(&search, ops, |_, b| {
-                        index.get(b).map(|_| progress((b.len() / kb) as u64))
-                    })
-                })
+                .map(|_| pass(&search, ops, |_, b| index.get(b).map(|_| progress((b.len() / kb) as u64))))
                 .collect::<Result<Vec<_>>>()?;
             if index.len() != self.keys {
                 return Err(Error::Gpu(format!(

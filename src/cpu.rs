@@ -9,26 +9,22 @@ use crate::hash::Seeds;
 use crate::layout::Geometry;
 use crate::model::{BatchRun, Bitmap, Control, Dirty, Mem, Model};
 
+/// Two disjoint regions of the pool mapping, both writable.
+pub fn split_regions(pool: &mut Pool, a: Region, b: Region) -> (&mut [u8], &mut [u8]) {
+    let bytes = pool.bytes_mut();
+    if a.offset < b.offset {
+        let (lo, hi) = bytes.split_at_mut(b.offset as usize);
+        (&mut lo[a.offset as usize..a.end() as usize], &mut hi[..b.bytes as usize])
+    } else {
+        let (lo, hi) = bytes.split_at_mut(a.offset as usize);
+        (&mut hi[..a.bytes as usize], &mut lo[b.offset as usize..b.end() as usize])
+    }
+}
+
 /// Splits the pool mapping into the table and heap words.
 pub fn regions_mut(pool: &mut Pool, table: Region, heap: Region) -> Mem<'_> {
-    let bytes = pool.bytes_mut();
-    let (t, h) = if table.offset < heap.offset {
-        let (a, b) = bytes.split_at_mut(heap.offset as usize);
-        (
-            &mut a[table.offset as usize..table.end() as usize],
-            &mut b[..heap.bytes as usize],
-        )
-    } else {
-        let (a, b) = bytes.split_at_mut(table.offset as usize);
-        (
-            &mut b[..table.bytes as usize],
-            &mut a[heap.offset as usize..heap.end() as usize],
-        )
-    };
-    Mem {
-        table: bytemuck::cast_slice_mut(t),
-        heap: bytemuck::cast_slice_mut(h),
-    }
+    let (t, h) = split_regions(pool, table, heap);
+    Mem { table: bytemuck::cast_slice_mut(t), heap: bytemuck::cast_slice_mut(h) }
 }
 
 /// Executes batches with the CPU model.
@@ -52,15 +48,7 @@ impl CpuEngine {
         bitmap: Bitmap,
         reason: String,
     ) -> Self {
-        CpuEngine {
-            geo,
-            seeds,
-            table,
-            heap,
-            bitmap,
-            reason,
-            run: BatchRun::default(),
-        }
+        CpuEngine { geo, seeds, table, heap, bitmap, reason, run: BatchRun::default() }
     }
 
     /// Runs `stage` over every operation of the batch with the lines it writes collected.
@@ -71,58 +59,35 @@ impl CpuEngine {
         stage: impl Fn(&Model, &mut Mem, &mut Bitmap, &mut Dirty, &mut BatchRun, usize),
     ) -> Report {
         self.run.control = Control::default();
-        let mut dirty = Dirty {
-            table_base: self.table.offset / 64,
-            heap_base: self.heap.offset / 64,
-            lines: vec![],
-        };
-        let model = Model {
-            geo: &self.geo,
-            seeds: &self.seeds,
-        };
+        let mut dirty =
+            Dirty { table_base: self.table.offset / 64, heap_base: self.heap.offset / 64, lines: vec![] };
+        let model = Model { geo: &self.geo, seeds: &self.seeds };
         let mut mem = regions_mut(pool, self.table, self.heap);
         for i in 0..batch.len() {
-            stage(
-                &model,
-                &mut mem,
-                &mut self.bitmap,
-                &mut dirty,
-                &mut self.run,
-                i,
-            );
+            stage(&model, &mut mem, &mut self.bitmap, &mut dirty, &mut self.run, i);
         }
-        Report {
-            control: self.run.control,
-            written: Written::Lines(dirty.lines),
-        }
+        Report { control: self.run.control, written: Written::Lines(dirty.lines) }
     }
 }
 
 fn host<'a>(batch: Input<'a>) -> Result<&'a Encoded> {
     match batch {
         Input::Host(e) => Ok(e),
-        Input::Device(_) => Err(Error::MissingFeature(
-            "device-buffer batches need the GPU executor".into(),
-        )),
+        Input::Device(_) => Err(Error::MissingFeature("device-buffer batches need the GPU executor".into())),
     }
 }
 
 impl Engine for CpuEngine {
     fn mode(&self) -> Mode {
-        Mode::Cpu {
-            reason: self.reason.clone(),
-        }
+        Mode::Cpu { reason: self.reason.clone() }
     }
 
     fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report> {
         let batch = host(batch)?;
         self.run = BatchRun::new(batch.len(), self.geo.cell_words() as usize);
-        let alloc = self.stage(pool, batch, |m, mem, bitmap, dirty, run, i| {
-            m.alloc(mem, bitmap, dirty, batch, run, i)
-        });
-        let mut a = self.stage(pool, batch, |m, mem, _, dirty, run, i| {
-            m.phase_a(mem, dirty, batch, run, i)
-        });
+        let alloc = self
+            .stage(pool, batch, |m, mem, bitmap, dirty, run, i| m.alloc(mem, bitmap, dirty, batch, run, i));
+        let mut a = self.stage(pool, batch, |m, mem, _, dirty, run, i| m.phase_a(mem, dirty, batch, run, i));
         // One report for the whole phase, as the GPU's single control block gives.
         for (total, x) in a.control.iter_mut().zip(alloc.control) {
             *total += x;
@@ -143,21 +108,12 @@ impl Engine for CpuEngine {
     fn phase_b(&mut self, pool: &mut Pool, batch: Input, publish: bool) -> Result<Report> {
         let batch = host(batch)?;
         let report = if publish {
-            self.stage(pool, batch, |m, mem, _, dirty, run, i| {
-                m.phase_b(mem, dirty, batch, run, i)
-            })
+            self.stage(pool, batch, |m, mem, _, dirty, run, i| m.phase_b(mem, dirty, batch, run, i))
         } else {
-            Report {
-                control: Control::default(),
-                written: Written::Lines(vec![]),
-            }
+            Report { control: Control::default(), written: Written::Lines(vec![]) }
         };
         for st in &self.run.states {
-            Model {
-                geo: &self.geo,
-                seeds: &self.seeds,
-            }
-            .free(&mut self.bitmap, st);
+            Model { geo: &self.geo, seeds: &self.seeds }.free(&mut self.bitmap, st);
         }
         Ok(report)
     }

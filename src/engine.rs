@@ -114,10 +114,9 @@ impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Mode::ZeroCopy => write!(f, "zero-copy (the GPU reads and writes the pool in place)"),
-            Mode::Staged { reason } => write!(
-                f,
-                "staged (device copy, written back at persist points: {reason})"
-            ),
+            Mode::Staged { reason } => {
+                write!(f, "staged (device copy, written back at persist points: {reason})")
+            }
             Mode::Cpu { reason } => write!(f, "CPU fallback ({reason})"),
         }
     }

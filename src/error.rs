@@ -48,13 +48,14 @@ pub enum Error {
         load: f64,
     },
     /// The value heap has no free cell. The batch was rolled back.
-    #[error(
-        "value heap full: {failed} operation(s) found no free value cell; the batch was not applied"
-    )]
+    #[error("value heap full: {failed} operation(s) found no free value cell; the batch was not applied")]
     HeapFull {
         /// Operations that found no cell.
         failed: u64,
     },
+    /// Growing the table failed; the table is unchanged and the batch was not applied.
+    #[error("resize: {0}")]
+    Resize(String),
     /// No Vulkan adapter could be opened.
     #[error("no GPU: {0}")]
     NoAdapter(String),

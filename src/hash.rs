@@ -18,12 +18,8 @@ pub struct Seeds {
 impl Seeds {
     /// Derives the seeds of a table from its 64-bit pool seed.
     pub fn new(seed: u64, hashes: u32) -> Self {
-        let derive =
-            |i: u32| fmix((seed as u32) ^ (i + 1).wrapping_mul(0x9E37_79B9)) ^ (seed >> 32) as u32;
-        Seeds {
-            locations: (0..hashes).map(derive).collect(),
-            fingerprint: derive(hashes),
-        }
+        let derive = |i: u32| fmix((seed as u32) ^ (i + 1).wrapping_mul(0x9E37_79B9)) ^ (seed >> 32) as u32;
+        Seeds { locations: (0..hashes).map(derive).collect(), fingerprint: derive(hashes) }
     }
 }
 
@@ -40,34 +36,20 @@ pub fn fmix(mut h: u32) -> u32 {
 pub fn hash_words(key: &[u32], seed: u32) -> u32 {
     let mut h = seed;
     for &w in key {
-        let k = w
-            .wrapping_mul(0xCC9E_2D51)
-            .rotate_left(15)
-            .wrapping_mul(0x1B87_3593);
-        h = (h ^ k)
-            .rotate_left(13)
-            .wrapping_mul(5)
-            .wrapping_add(0xE654_6B64);
+        let k = w.wrapping_mul(0xCC9E_2D51).rotate_left(15).wrapping_mul(0x1B87_3593);
+        h = (h ^ k).rotate_left(13).wrapping_mul(5).wrapping_add(0xE654_6B64);
     }
     fmix(h ^ (key.len() as u32 * 4))
 }
 
 /// Top-level bucket of a location hash: its `top_level` high bits.
 pub fn top_bucket(hash: u32, top_level: u32) -> u32 {
-    if top_level == 0 {
-        0
-    } else {
-        hash >> (32 - top_level)
-    }
+    if top_level == 0 { 0 } else { hash >> (32 - top_level) }
 }
 
 /// The top-level bucket of every hash location of `key`, and its fingerprint.
 pub fn locate(key: &[u32], seeds: &Seeds, top_level: u32) -> (Vec<u32>, u32) {
-    let tops = seeds
-        .locations
-        .iter()
-        .map(|&s| top_bucket(hash_words(key, s), top_level))
-        .collect();
+    let tops = seeds.locations.iter().map(|&s| top_bucket(hash_words(key, s), top_level)).collect();
     (tops, hash_words(key, seeds.fingerprint))
 }
 
@@ -90,11 +72,7 @@ mod tests {
             let (t10, _) = locate(&key, &seeds, 10);
             let (t11, _) = locate(&key, &seeds, 11);
             for h in 0..2 {
-                assert_eq!(
-                    t11[h] >> 1,
-                    t10[h],
-                    "bucket of level 10 is the parent in level 11"
-                );
+                assert_eq!(t11[h] >> 1, t10[h], "bucket of level 10 is the parent in level 11");
             }
         }
     }

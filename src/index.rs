@@ -20,8 +20,10 @@ use crate::gpu::engine::DeviceBatch;
 use crate::gpu::engine::{GpuEngine, GpuOptions};
 use crate::hash::Seeds;
 use crate::layout::{Geometry, Layout};
+use crate::model::Bitmap;
 use crate::protocol::{OpKind, Status, control};
 use crate::recovery::{self, CheckReport, Recovery};
+use crate::resize;
 
 /// Largest number of operations one batch submits to the engine; longer calls run as several
 /// batches, each acknowledged on its own.
@@ -40,6 +42,8 @@ pub struct Config {
     pub capacity: u64,
     /// Hash seed.
     pub seed: u64,
+    /// Largest size the pool may grow to (`None`: no limit but the device's or the disk's).
+    pub max_bytes: Option<u64>,
 }
 
 impl Default for Config {
@@ -50,6 +54,7 @@ impl Default for Config {
             layout: Layout::default(),
             capacity: 1 << 20,
             seed: 0x9E37_79B9_7F4A_7C15,
+            max_bytes: None,
         }
     }
 }
@@ -67,7 +72,7 @@ pub enum Executor {
 }
 
 /// How to open a table.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Options {
     /// GPU or CPU.
     pub executor: Executor,
@@ -75,6 +80,15 @@ pub struct Options {
     pub gpu: GpuOptions,
     /// A device to share with other tables (default: open the best one).
     pub device: Option<Arc<Gpu>>,
+    /// Grow the table when an insertion finds no empty slot (default). Without growth such a
+    /// batch fails with `TableFull`.
+    pub grow: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { executor: Executor::Auto, gpu: GpuOptions::default(), device: None, grow: true }
+    }
 }
 
 /// Counters of the index's work since it was opened.
@@ -94,6 +108,10 @@ pub struct Activity {
     pub engine_time: Duration,
     /// Time spent encoding batches and decoding results on the host.
     pub host_time: Duration,
+    /// Times the table grew by a level.
+    pub resizes: u64,
+    /// Time spent growing.
+    pub resize_time: Duration,
 }
 
 /// What the index is and what it holds.
@@ -153,9 +171,7 @@ impl fmt::Display for Stats {
         writeln!(f, "value cells:   {}", self.cells)?;
         writeln!(f, "mode:          {}", self.mode)?;
         match (&self.adapter, self.subgroup_sizes) {
-            (Some(a), Some((lo, hi))) => {
-                writeln!(f, "adapter:       {a} (subgroup size {lo}..{hi})")?
-            }
+            (Some(a), Some((lo, hi))) => writeln!(f, "adapter:       {a} (subgroup size {lo}..{hi})")?,
             _ => writeln!(f, "adapter:       none")?,
         }
         writeln!(
@@ -179,13 +195,24 @@ impl fmt::Display for Stats {
     }
 }
 
+/// Who builds a grown table: the GPU if the index has one.
+fn builder<'a>(gpu: &'a std::result::Result<Arc<Gpu>, String>, opts: &'a GpuOptions) -> resize::Builder<'a> {
+    match gpu {
+        Ok(g) => resize::Builder::Gpu(g, opts),
+        Err(_) => resize::Builder::Cpu,
+    }
+}
+
 /// A persistent GPU hash index.
 pub struct GpHash {
-    // Dropped before `pool`: the engine's buffers may map the pool's memory.
-    engine: Box<dyn Engine>,
+    // Dropped before `pool`: the engine's buffers may map the pool's memory. `None` only
+    // while a resize moves the pool.
+    engine: Option<Box<dyn Engine>>,
     pool: Pool,
     geo: Geometry,
-    gpu: Option<Arc<Gpu>>,
+    /// The GPU, or why there is none.
+    gpu: std::result::Result<Arc<Gpu>, String>,
+    options: Options,
     items: u64,
     recovery: Recovery,
     activity: Activity,
@@ -196,24 +223,16 @@ pub struct GpHash {
 
 impl fmt::Debug for GpHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GpHash")
-            .field("geometry", &self.geo)
-            .field("items", &self.items)
-            .finish()
+        f.debug_struct("GpHash").field("geometry", &self.geo).field("items", &self.items).finish()
     }
 }
 
 impl GpHash {
     /// Creates a table in a new pool at `path` (`None`: anonymous, volatile memory).
     pub fn create(path: Option<&Path>, config: &Config, options: &Options) -> Result<GpHash> {
-        let geo = Geometry::for_capacity(
-            config.layout,
-            config.key_bytes,
-            config.value_bytes,
-            config.capacity,
-        )?;
-        let (table_region, heap_region, bytes) =
-            host_pm::layout_regions(geo.table_bytes(), geo.heap_bytes());
+        let geo =
+            Geometry::for_capacity(config.layout, config.key_bytes, config.value_bytes, config.capacity)?;
+        let (table_region, heap_region, bytes) = host_pm::layout_regions(geo.table_bytes(), geo.heap_bytes());
         let header = Header {
             version: host_pm::FORMAT_VERSION,
             table: TableConfig {
@@ -233,7 +252,7 @@ impl GpHash {
             sequence: 0,
             user: [0; 8],
         };
-        let pool = Pool::create(path, bytes, &header, &CreateOptions::default())?;
+        let pool = Pool::create(path, bytes, &header, &CreateOptions { max_bytes: config.max_bytes })?;
         let mut index = Self::start(pool, options)?;
         index.recovery.created = true;
         Ok(index)
@@ -252,19 +271,9 @@ impl GpHash {
             path: pool.path().map(Path::to_path_buf).unwrap_or_default(),
             why,
         };
-        let layout = Layout {
-            levels: t.levels,
-            hashes: t.hashes,
-            slots: t.slots,
-        };
-        let geo = Geometry::new(
-            layout,
-            t.key_bytes,
-            t.value_bytes,
-            t.top_level,
-            h.heap_cells,
-        )
-        .map_err(|e| incompatible(e.to_string()))?;
+        let layout = Layout { levels: t.levels, hashes: t.hashes, slots: t.slots };
+        let geo = Geometry::new(layout, t.key_bytes, t.value_bytes, t.top_level, h.heap_cells)
+            .map_err(|e| incompatible(e.to_string()))?;
         if h.table_region.bytes < geo.table_bytes() || h.heap_region.bytes < geo.heap_bytes() {
             return Err(incompatible(format!(
                 "regions of {} and {} bytes are smaller than the {} and {} bytes the table needs",
@@ -274,81 +283,120 @@ impl GpHash {
                 geo.heap_bytes()
             )));
         }
-        if h.resize.state != 0 {
-            return Err(incompatible(
-                "the pool holds an interrupted resize, which this version cannot resume".into(),
-            ));
-        }
         Ok(geo)
     }
 
     fn start(mut pool: Pool, options: &Options) -> Result<GpHash> {
-        let geo = Self::geometry_of(&pool)?;
-        let (recovery, bitmap) = recovery::recover(&mut pool, &geo)?;
-        pool.mark_dirty()?;
-        let h = *pool.header();
-        let seeds = Seeds::new(h.table.seed, geo.layout.hashes);
+        let mut geo = Self::geometry_of(&pool)?;
         let gpu = match (options.executor, &options.device) {
             (Executor::Cpu, _) => Err("the CPU executor was requested".to_string()),
             (_, Some(g)) => Ok(g.clone()),
             (exec, None) => match Gpu::new() {
                 Ok(g) => Ok(g),
-                Err(e) if exec == Executor::Auto => Err(e.to_string()),
+                Err(e) if exec == Executor::Auto => {
+                    log::warn!("no GPU, running on the CPU model: {e}");
+                    Err(e.to_string())
+                }
                 Err(e) => return Err(e),
             },
         };
-        let (engine, gpu): (Box<dyn Engine>, _) = match gpu {
-            Ok(gpu) => {
-                let e = GpuEngine::new(
-                    gpu.clone(),
-                    (geo, seeds),
-                    &mut pool,
-                    h.table_region,
-                    h.heap_region,
-                    &bitmap,
-                    &options.gpu,
-                )?;
-                (Box::new(e), Some(gpu))
-            }
-            Err(reason) => {
-                if options.executor == Executor::Auto {
-                    log::warn!("no GPU, running on the CPU model: {reason}");
+        let (mut recovery, mut bitmap) = recovery::recover(&mut pool, &geo)?;
+        if pool.header().resize.state != 0 {
+            let builder = builder(&gpu, &options.gpu);
+            match resize::complete(&mut pool, builder, &geo, recovery.items) {
+                Ok((g, b)) => (geo, bitmap, recovery.resumed_resize) = (g, b, Some(true)),
+                Err(e) => {
+                    log::warn!("an interrupted resize could not complete ({e}); the table keeps its size");
+                    resize::abandon(&mut pool)?;
+                    recovery.resumed_resize = Some(false);
                 }
-                (
-                    Box::new(CpuEngine::new(
-                        geo,
-                        seeds,
-                        h.table_region,
-                        h.heap_region,
-                        bitmap,
-                        reason,
-                    )),
-                    None,
-                )
             }
-        };
+        }
+        pool.mark_dirty()?;
         let items = recovery.items;
-        Ok(GpHash {
-            engine,
+        let mut index = GpHash {
+            engine: None,
             pool,
             geo,
             gpu,
+            options: options.clone(),
             items,
             recovery,
             activity: Activity::default(),
             poisoned: None,
             encoded: Encoded::default(),
+        };
+        index.engine = Some(index.make_engine(bitmap)?);
+        Ok(index)
+    }
+
+    /// An engine for the current table, with its allocator.
+    fn make_engine(&mut self, bitmap: Bitmap) -> Result<Box<dyn Engine>> {
+        let h = *self.pool.header();
+        let seeds = Seeds::new(h.table.seed, self.geo.layout.hashes);
+        Ok(match &self.gpu {
+            Ok(gpu) => Box::new(GpuEngine::new(
+                gpu.clone(),
+                (self.geo, seeds),
+                &mut self.pool,
+                h.table_region,
+                h.heap_region,
+                &bitmap,
+                &self.options.gpu,
+            )?),
+            Err(reason) => Box::new(CpuEngine::new(
+                self.geo,
+                seeds,
+                h.table_region,
+                h.heap_region,
+                bitmap,
+                reason.clone(),
+            )),
         })
+    }
+
+    fn engine(&mut self) -> &mut dyn Engine {
+        self.parts().0
+    }
+
+    /// The engine and the pool, borrowed together.
+    fn parts(&mut self) -> (&mut dyn Engine, &mut Pool) {
+        (self.engine.as_deref_mut().expect("an engine exists between resizes"), &mut self.pool)
+    }
+
+    /// Grows the table by one level (see [`crate::resize`]). On failure the table is unchanged.
+    fn grow(&mut self) -> Result<()> {
+        let t = Instant::now();
+        let regions = resize::plan(&self.pool, &self.geo)?;
+        // The engine's buffers may map the pool, which may move.
+        self.engine = None;
+        let builder = builder(&self.gpu, &self.options.gpu);
+        let grown = resize::begin(&mut self.pool, &self.geo, regions)
+            .and_then(|()| resize::complete(&mut self.pool, builder, &self.geo, self.items));
+        let bitmap = match grown {
+            Ok((geo, bitmap)) => {
+                self.geo = geo;
+                bitmap
+            }
+            Err(e) => {
+                // The old table is intact: forget the resize and carry on with it.
+                if self.pool.header().resize.state != 0 {
+                    resize::abandon(&mut self.pool)?;
+                }
+                let (_, bitmap) = recovery::recover(&mut self.pool, &self.geo)?;
+                self.engine = Some(self.make_engine(bitmap)?);
+                return Err(e);
+            }
+        };
+        self.engine = Some(self.make_engine(bitmap)?);
+        self.activity.resizes += 1;
+        self.activity.resize_time += t.elapsed();
+        Ok(())
     }
 
     /// Closes the table cleanly: the next open needs no recovery.
     pub fn close(self) -> Result<()> {
-        let GpHash {
-            engine,
-            pool,
-            poisoned,
-            ..
-        } = self;
+        let GpHash { engine, pool, poisoned, .. } = self;
         drop(engine);
         match poisoned {
             // Leave the pool marked dirty: the next open recovers it.
@@ -364,7 +412,7 @@ impl GpHash {
 
     /// The GPU, if batches run on one.
     pub fn gpu(&self) -> Option<&Arc<Gpu>> {
-        self.gpu.as_ref()
+        self.gpu.as_ref().ok()
     }
 
     /// The pool.
@@ -392,17 +440,11 @@ impl GpHash {
             layout: self.geo.layout,
             key_bytes: self.geo.key_bytes,
             value_bytes: self.geo.value_bytes,
-            levels: (
-                self.geo.top_level,
-                self.geo.top_level + 1 - self.geo.layout.levels,
-            ),
+            levels: (self.geo.top_level, self.geo.top_level + 1 - self.geo.layout.levels),
             cells: h.heap_cells,
-            mode: self.engine.mode(),
-            adapter: self
-                .gpu
-                .as_ref()
-                .map(|g| format!("{} ({})", g.info.name, g.info.driver)),
-            subgroup_sizes: self.gpu.as_ref().map(|g| g.info.subgroup_sizes),
+            mode: self.engine.as_ref().expect("an engine exists between resizes").mode(),
+            adapter: self.gpu.as_ref().map(|g| format!("{} ({})", g.info.name, g.info.driver)).ok(),
+            subgroup_sizes: self.gpu.as_ref().map(|g| g.info.subgroup_sizes).ok(),
             backend: self.pool.backend(),
             persist_mode: self.pool.persist_mode(),
             pool_bytes: self.pool.len(),
@@ -413,7 +455,7 @@ impl GpHash {
 
     /// Value cells in use.
     pub fn cells_used(&mut self) -> Result<u64> {
-        self.engine.cells_used()
+        self.engine().cells_used()
     }
 
     /// Checks every invariant of the table (see [`recovery::check`]).
@@ -461,13 +503,8 @@ impl GpHash {
     }
 
     fn apply(&mut self, kind: OpKind, keys: &[u8], values: Option<&[u8]>) -> Result<Vec<Status>> {
-        let b = Batch::of_kind(
-            kind,
-            self.geo.key_bytes as usize,
-            self.geo.value_bytes as usize,
-            keys,
-            values,
-        )?;
+        let b =
+            Batch::of_kind(kind, self.geo.key_bytes as usize, self.geo.value_bytes as usize, keys, values)?;
         Ok(self.execute(&b)?.statuses)
     }
 
@@ -521,10 +558,7 @@ impl GpHash {
 
     fn check_widths(&self, batch: &Batch) -> Result<()> {
         if batch.key_bytes() != self.geo.key_bytes as usize {
-            return Err(Error::KeyWidth {
-                found: batch.key_bytes(),
-                expected: self.geo.key_bytes as usize,
-            });
+            return Err(Error::KeyWidth { found: batch.key_bytes(), expected: self.geo.key_bytes as usize });
         }
         if batch.value_bytes() != self.geo.value_bytes as usize {
             return Err(Error::ValueSize {
@@ -553,7 +587,7 @@ impl GpHash {
         match outcome {
             Ok(()) => {
                 let t = Instant::now();
-                let (statuses, values) = self.engine.results();
+                let (statuses, values) = self.engine().results();
                 result.scatter(batch, ops, statuses, values);
                 self.activity.host_time += t.elapsed();
                 self.activity.batches += 1;
@@ -583,49 +617,64 @@ impl GpHash {
     /// Counts a rolled-back batch, or poisons the index after any other failure.
     fn failed(&mut self, e: Error) -> Error {
         match e {
-            Error::TableFull { .. } | Error::HeapFull { .. } => self.activity.rolled_back += 1,
+            // The batch was rolled back and the table is as it was.
+            Error::TableFull { .. }
+            | Error::HeapFull { .. }
+            | Error::Resize(_)
+            | Error::Pool(host_pm::PoolError::OutOfSpace { .. }) => self.activity.rolled_back += 1,
             Error::MissingFeature(_) | Error::InvalidConfig(_) => {}
             _ => self.poisoned = Some(e.to_string()),
         }
         e
     }
 
-    /// Phase A, persist, phase B (or rollback), persist.
+    /// Phase A, persist, phase B (or rollback), persist. A batch rolled back because the table
+    /// (or its heap) is full runs again after the table grew, unless growth is off.
     fn protocol(&mut self, batch: Input) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
-        let t = Instant::now();
-        let a = self.engine.phase_a(&mut self.pool, batch)?;
-        self.activity.engine_time += t.elapsed();
-        self.persist(&a.written)?;
-        let (full, no_cell) = (a.control[control::FULL], a.control[control::NO_CELL]);
-        if full > 0 || no_cell > 0 {
+        loop {
             let t = Instant::now();
-            let r = self.engine.rollback(&mut self.pool, batch)?;
+            let (engine, pool) = self.parts();
+            let a = engine.phase_a(pool, batch)?;
+            self.activity.engine_time += t.elapsed();
+            self.persist(&a.written)?;
+            let (full, no_cell) = (a.control[control::FULL], a.control[control::NO_CELL]);
+            if full == 0 && no_cell == 0 {
+                return self.finish(batch, a.control[control::NEED_B] > 0);
+            }
+            let t = Instant::now();
+            let (engine, pool) = self.parts();
+            let r = engine.rollback(pool, batch)?;
             self.activity.engine_time += t.elapsed();
             self.persist(&r.written)?;
-            return Err(if full > 0 {
-                Error::TableFull {
-                    failed: full as u64,
-                    load: self.items as f64 / self.geo.slots() as f64,
-                }
-            } else {
-                Error::HeapFull {
-                    failed: no_cell as u64,
-                }
-            });
+            if !self.options.grow {
+                return Err(if full > 0 {
+                    Error::TableFull {
+                        failed: full as u64,
+                        load: self.items as f64 / self.geo.slots() as f64,
+                    }
+                } else {
+                    Error::HeapFull { failed: no_cell as u64 }
+                });
+            }
+            self.grow()?;
         }
-        if !batch.read_only() {
-            let t = Instant::now();
-            let b = self
-                .engine
-                .phase_b(&mut self.pool, batch, a.control[control::NEED_B] > 0)?;
-            self.activity.engine_time += t.elapsed();
-            self.persist(&b.written)?;
-            self.items += b.control[control::PUBLISHED] as u64;
-            self.items -= b.control[control::DELETED] as u64;
+    }
+
+    /// Phase B (unless the batch only reads) and its persist.
+    fn finish(&mut self, batch: Input, publish: bool) -> Result<()> {
+        if batch.read_only() {
+            return Ok(());
         }
+        let t = Instant::now();
+        let (engine, pool) = self.parts();
+        let b = engine.phase_b(pool, batch, publish)?;
+        self.activity.engine_time += t.elapsed();
+        self.persist(&b.written)?;
+        self.items += b.control[control::PUBLISHED] as u64;
+        self.items -= b.control[control::DELETED] as u64;
         Ok(())
     }
 

@@ -46,11 +46,7 @@ pub struct Layout {
 
 impl Default for Layout {
     fn default() -> Self {
-        Layout {
-            levels: 2,
-            hashes: 2,
-            slots: 8,
-        }
+        Layout { levels: 2, hashes: 2, slots: 8 }
     }
 }
 
@@ -112,11 +108,7 @@ impl FromStr for Layout {
                 .ok_or_else(bad)?;
             n.parse().map_err(|_| bad())
         };
-        let layout = Layout {
-            levels: field('L')?,
-            hashes: field('H')?,
-            slots: field('S')?,
-        };
+        let layout = Layout { levels: field('L')?, hashes: field('H')?, slots: field('S')? };
         if parts.next().is_some() {
             return Err(bad());
         }
@@ -143,24 +135,14 @@ pub struct Geometry {
 impl Geometry {
     /// Validates a configuration. Kernels index words with u32, so the table and the heap are
     /// each limited to 2^32 words.
-    pub fn new(
-        layout: Layout,
-        key_bytes: u32,
-        value_bytes: u32,
-        top_level: u32,
-        cells: u64,
-    ) -> Result<Self> {
+    pub fn new(layout: Layout, key_bytes: u32, value_bytes: u32, top_level: u32, cells: u64) -> Result<Self> {
         layout.validate()?;
         let bad = |why: String| Err(Error::InvalidConfig(why));
         if key_bytes == 0 || !key_bytes.is_multiple_of(4) || key_bytes > 256 {
-            return bad(format!(
-                "key width {key_bytes} bytes: must be a multiple of 4, 4 to 256"
-            ));
+            return bad(format!("key width {key_bytes} bytes: must be a multiple of 4, 4 to 256"));
         }
         if value_bytes == 0 || value_bytes > 65536 {
-            return bad(format!(
-                "value size {value_bytes} bytes: must be 1 to 65536"
-            ));
+            return bad(format!("value size {value_bytes} bytes: must be 1 to 65536"));
         }
         if top_level + 1 < layout.levels || top_level > 30 {
             return bad(format!(
@@ -168,51 +150,29 @@ impl Geometry {
                 layout.levels - 1
             ));
         }
-        let g = Geometry {
-            layout,
-            key_bytes,
-            value_bytes,
-            top_level,
-            cells,
-        };
+        let g = Geometry { layout, key_bytes, value_bytes, top_level, cells };
         if g.table_words() > u32::MAX as u64 {
             return bad(format!("table of {} bytes is too large", g.table_bytes()));
         }
-        if cells == 0 || cells >= (u32::MAX - PUBLISHED) as u64 || g.heap_words() > u32::MAX as u64
-        {
-            return bad(format!(
-                "{cells} value cells: must be 1 to 2^32 - 3 and fit 16 GiB"
-            ));
+        if cells == 0 || cells >= (u32::MAX - PUBLISHED) as u64 || g.heap_words() > u32::MAX as u64 {
+            return bad(format!("{cells} value cells: must be 1 to 2^32 - 3 and fit 16 GiB"));
         }
         Ok(g)
     }
 
     /// The smallest table of this layout with room for `capacity` keys at [`TARGET_LOAD`].
-    pub fn for_capacity(
-        layout: Layout,
-        key_bytes: u32,
-        value_bytes: u32,
-        capacity: u64,
-    ) -> Result<Self> {
+    pub fn for_capacity(layout: Layout, key_bytes: u32, value_bytes: u32, capacity: u64) -> Result<Self> {
         layout.validate()?;
         let want = (capacity.max(1) as f64 / TARGET_LOAD).ceil() as u64;
         let mut top = layout.levels - 1;
         let slots_at = |top: u32| {
-            (1u64 << (top + 1 - layout.levels))
-                * layout.group_buckets() as u64
-                * layout.slots as u64
+            (1u64 << (top + 1 - layout.levels)) * layout.group_buckets() as u64 * layout.slots as u64
         };
         while slots_at(top) < want && top < 30 {
             top += 1;
         }
         let slots = slots_at(top);
-        Geometry::new(
-            layout,
-            key_bytes,
-            value_bytes,
-            top,
-            Self::cells_for_slots(slots),
-        )
+        Geometry::new(layout, key_bytes, value_bytes, top, Self::cells_for_slots(slots))
     }
 
     /// Heap cells for a table of `slots` slots: one per slot plus room for the new values of
@@ -287,10 +247,7 @@ impl Geometry {
         let level_start = (1u32 << levels) - (1u32 << (levels - level));
         let local = (top >> level) & ((1u32 << (levels - 1 - level)) - 1);
         let bucket = group * self.layout.group_buckets() as u64 + (level_start + local) as u64;
-        Candidate {
-            bucket,
-            slot: c % slots,
-        }
+        Candidate { bucket, slot: c % slots }
     }
 
     /// Word offset of the fingerprint of slot `slot` in bucket `bucket`.
@@ -305,18 +262,46 @@ impl Geometry {
 
     /// Word offset of the first key word of a slot.
     pub fn key_word(&self, bucket: u64, slot: u32) -> u64 {
-        bucket * self.bucket_words() as u64
-            + 2 * self.layout.slots as u64
-            + (slot * self.key_words()) as u64
+        bucket * self.bucket_words() as u64 + 2 * self.layout.slots as u64 + (slot * self.key_words()) as u64
+    }
+
+    /// The table one level taller: top level + 1, twice the groups, and a heap of at least as
+    /// many cells as the new slots need.
+    pub fn grown(&self) -> Result<Geometry> {
+        let mut g = Geometry { top_level: self.top_level + 1, ..*self };
+        g.cells = self.cells.max(Self::cells_for_slots(g.slots()));
+        Geometry::new(g.layout, g.key_bytes, g.value_bytes, g.top_level, g.cells)
+    }
+
+    /// Where bucket `bucket` of this table sits in the table one level taller, or `None` for a
+    /// bucket of the bottom level, whose keys are rehashed instead. Levels keep their buckets:
+    /// a level-`l` bucket keeps its index in level `l`; only the grouping changes.
+    ///
+    /// Twin: `grown_bucket` in `shaders/resize.wgsl`.
+    pub fn grown_bucket(&self, bucket: u64) -> Option<u64> {
+        let levels = self.layout.levels;
+        let gb = self.layout.group_buckets() as u64;
+        let depth = self.level_of(bucket);
+        if depth == levels - 1 {
+            return None;
+        }
+        let start = |d: u32| (1u64 << levels) - (1u64 << (levels - d));
+        let index = bucket / gb * (1 << (levels - 1 - depth)) + (bucket % gb - start(depth));
+        let d = depth + 1;
+        let group = index >> (levels - 1 - d);
+        Some(group * gb + start(d) + (index & ((1 << (levels - 1 - d)) - 1)))
+    }
+
+    /// The bottom-level bucket of group `group`.
+    pub fn bottom_bucket(&self, group: u64) -> u64 {
+        (group + 1) * self.layout.group_buckets() as u64 - 1
     }
 
     /// The level (0 = top) of a bucket.
     pub fn level_of(&self, bucket: u64) -> u32 {
         let in_group = (bucket % self.layout.group_buckets() as u64) as u32;
         let levels = self.layout.levels;
-        (0..levels)
-            .find(|&l| in_group < (1u32 << levels) - (1u32 << (levels - 1 - l)))
-            .unwrap_or(levels - 1)
+        (0..levels).find(|&l| in_group < (1u32 << levels) - (1u32 << (levels - 1 - l))).unwrap_or(levels - 1)
     }
 }
 
@@ -343,24 +328,9 @@ mod tests {
     #[test]
     fn layout_round_trips_and_rejects_nonsense() {
         let l: Layout = "4L-2H-16S".parse().unwrap();
-        assert_eq!(
-            l,
-            Layout {
-                levels: 4,
-                hashes: 2,
-                slots: 16
-            }
-        );
+        assert_eq!(l, Layout { levels: 4, hashes: 2, slots: 16 });
         assert_eq!(l.to_string(), "4L-2H-16S");
-        for bad in [
-            "",
-            "2L-2H",
-            "2L-2H-8S-1X",
-            "2H-2L-8S",
-            "0L-2H-8S",
-            "2L-2H-64S",
-            "4L-4H-16S",
-        ] {
+        for bad in ["", "2L-2H", "2L-2H-8S-1X", "2H-2L-8S", "0L-2H-8S", "2L-2H-64S", "4L-4H-16S"] {
             assert!(bad.parse::<Layout>().is_err(), "{bad} accepted");
         }
     }
@@ -376,11 +346,7 @@ mod tests {
 
     #[test]
     fn candidates_of_one_hash_share_a_group_and_follow_inter_level_sharing() {
-        let layout = Layout {
-            levels: 3,
-            hashes: 1,
-            slots: 4,
-        };
+        let layout = Layout { levels: 3, hashes: 1, slots: 4 };
         let g = Geometry::new(layout, 8, 8, 5, 100).unwrap();
         for top in 0..32u32 {
             let buckets: Vec<u64> = (0..3).map(|l| g.candidate(&[top], l * 4).bucket).collect();
@@ -393,6 +359,38 @@ mod tests {
             assert_eq!(buckets[0] % 7, (top & 3) as u64);
             assert_eq!(buckets[1] % 7, 4 + ((top >> 1) & 1) as u64);
             assert_eq!(buckets[2] % 7, 6);
+        }
+    }
+
+    #[test]
+    fn growing_keeps_every_kept_bucket_a_candidate_of_its_keys() {
+        for levels in 1..=4 {
+            let layout = Layout { levels, hashes: 2, slots: 4 };
+            let old = Geometry::new(layout, 8, 8, 6, 100).unwrap();
+            let new = old.grown().unwrap();
+            assert_eq!(new.groups(), 2 * old.groups());
+            for h in (0..u32::MAX).step_by(7_654_321) {
+                let (ot, nt) = (crate::hash::top_bucket(h, 6), crate::hash::top_bucket(h, 7));
+                for c in 0..layout.candidates() / 2 {
+                    let from = old.candidate(&[ot, ot], c);
+                    if let Some(to) = old.grown_bucket(from.bucket) {
+                        let candidates: Vec<u64> =
+                            (0..layout.candidates()).map(|c| new.candidate(&[nt, nt], c).bucket).collect();
+                        assert!(
+                            candidates.contains(&to),
+                            "L{levels}: bucket {} moved to {to}, not a candidate",
+                            from.bucket
+                        );
+                    } else {
+                        assert_eq!(old.level_of(from.bucket), levels - 1);
+                    }
+                }
+            }
+            // The move is one-to-one.
+            let moved: Vec<u64> = (0..old.buckets()).filter_map(|b| old.grown_bucket(b)).collect();
+            let distinct: std::collections::HashSet<u64> = moved.iter().copied().collect();
+            assert_eq!(distinct.len(), moved.len());
+            assert_eq!(moved.len() as u64, old.buckets() - old.groups());
         }
     }
 

@@ -27,6 +27,7 @@ pub mod layout;
 pub mod model;
 pub mod protocol;
 pub mod recovery;
+pub mod resize;
 pub mod trace;
 
 pub use batch::{Batch, BatchResult};

@@ -142,9 +142,7 @@ impl Probe {
     pub fn empty_target(&self, slots: u32) -> Option<usize> {
         let buckets = self.candidates.len() / slots as usize;
         let empties = |cb: usize| {
-            (0..slots as usize)
-                .filter(|&s| self.states[cb * slots as usize + s] == EMPTY)
-                .count()
+            (0..slots as usize).filter(|&s| self.states[cb * slots as usize + s] == EMPTY).count()
         };
         let mut best = (0, 0);
         for cb in 0..buckets {
@@ -202,35 +200,22 @@ impl Model<'_> {
         let geo = self.geo;
         let (tops, fingerprint) = locate(key, self.seeds, geo.top_level);
         let kw = geo.key_words() as usize;
-        let candidates: Vec<Candidate> = (0..geo.layout.candidates())
-            .map(|c| geo.candidate(&tops, c))
-            .collect();
-        let states = candidates
-            .iter()
-            .map(|c| table[geo.state_word(c.bucket, c.slot) as usize])
-            .collect();
+        let candidates: Vec<Candidate> =
+            (0..geo.layout.candidates()).map(|c| geo.candidate(&tops, c)).collect();
+        let states = candidates.iter().map(|c| table[geo.state_word(c.bucket, c.slot) as usize]).collect();
         let key_equal = candidates
             .iter()
             .map(|c| {
                 let k = geo.key_word(c.bucket, c.slot) as usize;
-                table[geo.fp_word(c.bucket, c.slot) as usize] == fingerprint
-                    && table[k..k + kw] == *key
+                table[geo.fp_word(c.bucket, c.slot) as usize] == fingerprint && table[k..k + kw] == *key
             })
             .collect();
-        Probe {
-            candidates,
-            fingerprint,
-            states,
-            key_equal,
-        }
+        Probe { candidates, fingerprint, states, key_equal }
     }
 
     fn slot_of(&self, id: u32) -> Candidate {
         let s = self.geo.layout.slots;
-        Candidate {
-            bucket: (id / s) as u64,
-            slot: id % s,
-        }
+        Candidate { bucket: (id / s) as u64, slot: id % s }
     }
 
     fn state_index(&self, id: u32) -> usize {
@@ -271,14 +256,7 @@ impl Model<'_> {
     /// The first operation of the batch that inserts an absent key registers in the batch's
     /// claim registry and claims a slot (EMPTY -> INSERTING, then fingerprint and key); later
     /// operations on that key join it instead, so a key is claimed at most once per batch.
-    pub fn phase_a(
-        &self,
-        mem: &mut Mem,
-        dirty: &mut Dirty,
-        batch: &Encoded,
-        run: &mut BatchRun,
-        i: usize,
-    ) {
+    pub fn phase_a(&self, mem: &mut Mem, dirty: &mut Dirty, batch: &Encoded, run: &mut BatchRun, i: usize) {
         let st = &mut run.states[i];
         if st.phase == phase::NO_CELL {
             return;
@@ -303,9 +281,7 @@ impl Model<'_> {
                 run.values[i * cw..(i + 1) * cw].copy_from_slice(&mem.heap[at..at + cw]);
                 done(st, status, Status::Ok);
             }
-            (OpKind::Get | OpKind::Update | OpKind::Delete, None) => {
-                done(st, status, Status::NotFound)
-            }
+            (OpKind::Get | OpKind::Update | OpKind::Delete, None) => done(st, status, Status::NotFound),
             (OpKind::Insert, Some(_)) => done(st, status, Status::Exists),
             (OpKind::Upsert | OpKind::Update | OpKind::Delete, Some(c)) => {
                 st.phase = phase::FOUND;
@@ -343,14 +319,7 @@ impl Model<'_> {
     /// Phase B (`shaders/phase_b.wgsl`) for operation `i`: swing or clear the slot phase A
     /// found, publish a claim (INSERTING -> 2 + cell), or act on the claim it joined: an
     /// upsert overwrites its value, an insert finds the key existing. Each is one CAS.
-    pub fn phase_b(
-        &self,
-        mem: &mut Mem,
-        dirty: &mut Dirty,
-        batch: &Encoded,
-        run: &mut BatchRun,
-        i: usize,
-    ) {
+    pub fn phase_b(&self, mem: &mut Mem, dirty: &mut Dirty, batch: &Encoded, run: &mut BatchRun, i: usize) {
         let kind = OpKind::from_code(batch.kinds[i]).expect("encoded from OpKind");
         let st = run.states[i];
         let (status, free) = match st.phase {
@@ -360,18 +329,10 @@ impl Model<'_> {
                 // A delete of this batch emptied the slot first. The batch then linearizes this
                 // update before that delete (applied, then deleted) and a second delete after it.
                 if cur < PUBLISHED {
-                    let s = if kind == OpKind::Delete {
-                        Status::NotFound
-                    } else {
-                        Status::Ok
-                    };
+                    let s = if kind == OpKind::Delete { Status::NotFound } else { Status::Ok };
                     (s, st.cell)
                 } else {
-                    mem.table[at] = if kind == OpKind::Delete {
-                        EMPTY
-                    } else {
-                        st.cell + PUBLISHED
-                    };
+                    mem.table[at] = if kind == OpKind::Delete { EMPTY } else { st.cell + PUBLISHED };
                     dirty.table(at as u64, 1);
                     if kind == OpKind::Delete {
                         run.control[control::DELETED] += 1;
@@ -382,11 +343,7 @@ impl Model<'_> {
             phase::CLAIMED => {
                 let at = self.state_index(st.slot);
                 let cur = mem.table[at];
-                mem.table[at] = if cur == INSERTING {
-                    st.cell + PUBLISHED
-                } else {
-                    cur
-                };
+                mem.table[at] = if cur == INSERTING { st.cell + PUBLISHED } else { cur };
                 dirty.table(at as u64, 1);
                 run.control[control::PUBLISHED] += 1;
                 // An upsert that joined this claim already wrote its value over it.
@@ -397,20 +354,56 @@ impl Model<'_> {
                 let cur = mem.table[at];
                 mem.table[at] = st.cell + PUBLISHED;
                 dirty.table(at as u64, 1);
-                (
-                    Status::Ok,
-                    if cur >= PUBLISHED {
-                        cur - PUBLISHED
-                    } else {
-                        NONE
-                    },
-                )
+                (Status::Ok, if cur >= PUBLISHED { cur - PUBLISHED } else { NONE })
             }
             phase::JOINED => (Status::Exists, st.cell),
             _ => return,
         };
         run.statuses[i] = status as u32;
         run.states[i].free = free;
+    }
+
+    /// Resizing, first step (`relocate` in `shaders/resize.wgsl`): every bucket of the old
+    /// table but those of its bottom level is copied to its place in the new table `to` (this
+    /// model's geometry is the new one).
+    pub fn relocate(&self, old: &Geometry, from: &[u32], to: &mut [u32]) {
+        let bw = old.bucket_words() as usize;
+        for b in 0..old.buckets() {
+            if let Some(nb) = old.grown_bucket(b) {
+                let (f, t) = (b as usize * bw, nb as usize * bw);
+                to[t..t + bw].copy_from_slice(&from[f..f + bw]);
+            }
+        }
+    }
+
+    /// Resizing, second step (`rehash` in `shaders/resize.wgsl`): the keys of the old bottom
+    /// level are inserted into the new table with their value cells; returns how many found no
+    /// empty slot (then the table must grow further).
+    pub fn rehash(&self, old: &Geometry, from: &[u32], to: &mut [u32]) -> u64 {
+        let mut failed = 0;
+        let kw = old.key_words() as usize;
+        for group in 0..old.groups() {
+            let b = old.bottom_bucket(group);
+            for s in 0..old.layout.slots {
+                let state = from[old.state_word(b, s) as usize];
+                if state < PUBLISHED {
+                    continue;
+                }
+                let k = old.key_word(b, s) as usize;
+                let key = &from[k..k + kw];
+                let probe = self.probe(to, key);
+                let Some(c) = probe.empty_target(self.geo.layout.slots) else {
+                    failed += 1;
+                    continue;
+                };
+                let at = probe.candidates[c];
+                to[self.geo.state_word(at.bucket, at.slot) as usize] = state;
+                to[self.geo.fp_word(at.bucket, at.slot) as usize] = probe.fingerprint;
+                let nk = self.geo.key_word(at.bucket, at.slot) as usize;
+                to[nk..nk + kw].copy_from_slice(key);
+            }
+        }
+        failed
     }
 
     /// Release after phase B (`free_cells` in `shaders/release.wgsl`).

@@ -98,12 +98,7 @@ pub struct OpState {
 
 impl OpState {
     /// The record of an operation before phase A.
-    pub const INITIAL: OpState = OpState {
-        phase: 0,
-        slot: NONE,
-        cell: NONE,
-        free: NONE,
-    };
+    pub const INITIAL: OpState = OpState { phase: 0, slot: NONE, cell: NONE, free: NONE };
 }
 
 /// Words of the batch control block (atomic counters the kernels update; reset per phase).

@@ -7,9 +7,8 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use host_pm::{Header, Pool};
+use host_pm::{Header, Pool, Region};
 
-use crate::cpu::regions_mut;
 use crate::hash::{Seeds, locate};
 use crate::layout::{Candidate, EMPTY, Geometry, INSERTING, PUBLISHED};
 use crate::model::Bitmap;
@@ -23,6 +22,8 @@ pub struct Recovery {
     pub clean_shutdown: bool,
     /// INSERTING slots cleared.
     pub cleared_claims: u64,
+    /// An interrupted resize was completed (`Some(true)`) or abandoned (`Some(false)`).
+    pub resumed_resize: Option<bool>,
     /// Published keys.
     pub items: u64,
 }
@@ -30,15 +31,20 @@ pub struct Recovery {
 impl fmt::Display for Recovery {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.created {
-            write!(f, "new pool")
+            write!(f, "new pool")?;
         } else if self.clean_shutdown {
-            write!(f, "clean shutdown; {} keys", self.items)
+            write!(f, "clean shutdown; {} keys", self.items)?;
         } else {
             write!(
                 f,
                 "recovered after a crash: {} unacknowledged claim(s) cleared; {} keys",
                 self.cleared_claims, self.items
-            )
+            )?;
+        }
+        match self.resumed_resize {
+            Some(true) => write!(f, "; an interrupted resize was completed"),
+            Some(false) => write!(f, "; an interrupted resize could not complete and was abandoned"),
+            None => Ok(()),
         }
     }
 }
@@ -48,54 +54,53 @@ impl fmt::Display for Recovery {
 /// the pool is refused (run `gphash check` for the full report).
 pub fn recover(pool: &mut Pool, geo: &Geometry) -> crate::Result<(Recovery, Bitmap)> {
     let h = *pool.header();
-    let table_base = h.table_region.offset / 64;
+    let mut rec = Recovery { clean_shutdown: h.clean_shutdown, ..Default::default() };
+    let (bitmap, lines) = scan(pool, geo, h.table_region, &mut rec)?;
+    pool.persist_lines(&lines)?;
+    if rec.cleared_claims > 0 {
+        log::warn!("recovery cleared {} unacknowledged claim(s)", rec.cleared_claims);
+    }
+    Ok((rec, bitmap))
+}
+
+/// Walks the table in `region`: clears INSERTING slots (returning their lines, not yet
+/// persisted), counts published keys into `rec` and builds the allocator from their cells.
+pub fn scan(
+    pool: &mut Pool,
+    geo: &Geometry,
+    region: Region,
+    rec: &mut Recovery,
+) -> crate::Result<(Bitmap, Vec<u64>)> {
     let mut bitmap = Bitmap::new(geo.cells);
-    let mut rec = Recovery {
-        clean_shutdown: h.clean_shutdown,
-        ..Default::default()
-    };
     let mut lines = vec![];
-    {
-        let mem = regions_mut(pool, h.table_region, h.heap_region);
-        for bucket in 0..geo.buckets() {
-            for s in 0..geo.layout.slots {
-                let at = geo.state_word(bucket, s);
-                let state = mem.table[at as usize];
-                if state == INSERTING {
-                    mem.table[at as usize] = EMPTY;
-                    lines.push(table_base + at * 4 / 64);
-                    rec.cleared_claims += 1;
-                } else if state >= PUBLISHED {
-                    let cell = (state - PUBLISHED) as u64;
-                    let corrupt = |why: String| host_pm::PoolError::Corrupt {
-                        what: format!("bucket {bucket} slot {s}: {why}; run `gphash check`"),
-                    };
-                    if cell >= geo.cells {
-                        return Err(corrupt(format!(
-                            "value cell {cell} beyond the heap of {} cells",
-                            geo.cells
-                        ))
-                        .into());
-                    }
-                    if bitmap.is_used(cell) {
-                        return Err(
-                            corrupt(format!("value cell {cell} is referenced twice")).into()
-                        );
-                    }
-                    bitmap.words[(cell / 32) as usize] |= 1 << (cell % 32);
-                    rec.items += 1;
+    let table: &mut [u32] = bytemuck::cast_slice_mut(pool.region_mut(region));
+    for bucket in 0..geo.buckets() {
+        for s in 0..geo.layout.slots {
+            let at = geo.state_word(bucket, s);
+            let state = table[at as usize];
+            if state == INSERTING {
+                table[at as usize] = EMPTY;
+                lines.push(region.offset / 64 + at * 4 / 64);
+                rec.cleared_claims += 1;
+            } else if state >= PUBLISHED {
+                let cell = (state - PUBLISHED) as u64;
+                let corrupt = |why: String| host_pm::PoolError::Corrupt {
+                    what: format!("bucket {bucket} slot {s}: {why}; run `gphash check`"),
+                };
+                if cell >= geo.cells {
+                    return Err(
+                        corrupt(format!("value cell {cell} beyond the heap of {} cells", geo.cells)).into()
+                    );
                 }
+                if bitmap.is_used(cell) {
+                    return Err(corrupt(format!("value cell {cell} is referenced twice")).into());
+                }
+                bitmap.words[(cell / 32) as usize] |= 1 << (cell % 32);
+                rec.items += 1;
             }
         }
     }
-    pool.persist_lines(&lines)?;
-    if rec.cleared_claims > 0 {
-        log::warn!(
-            "recovery cleared {} unacknowledged claim(s)",
-            rec.cleared_claims
-        );
-    }
-    Ok((rec, bitmap))
+    Ok((bitmap, lines))
 }
 
 /// One violated invariant.
@@ -129,18 +134,10 @@ impl CheckReport {
 
 impl fmt::Display for CheckReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "keys: {} in {} slots; unacknowledged claims: {}",
-            self.items, self.slots, self.claims
-        )?;
+        writeln!(f, "keys: {} in {} slots; unacknowledged claims: {}", self.items, self.slots, self.claims)?;
         for v in self.violations.iter().take(50) {
             match v.at {
-                Some(c) => writeln!(
-                    f,
-                    "VIOLATION bucket {} slot {}: {}",
-                    c.bucket, c.slot, v.what
-                )?,
+                Some(c) => writeln!(f, "VIOLATION bucket {} slot {}: {}", c.bucket, c.slot, v.what)?,
                 None => writeln!(f, "VIOLATION {}", v.what)?,
             }
         }
@@ -163,21 +160,13 @@ pub fn check(pool: &Pool, geo: &Geometry, header: &Header) -> CheckReport {
     let seeds = Seeds::new(header.table.seed, geo.layout.hashes);
     let table: &[u32] = bytemuck::cast_slice(pool.region(header.table_region));
     let kw = geo.key_words() as usize;
-    let mut report = CheckReport {
-        slots: geo.slots(),
-        ..Default::default()
-    };
+    let mut report = CheckReport { slots: geo.slots(), ..Default::default() };
     let mut keys: HashMap<&[u32], Candidate> = HashMap::new();
     let mut cells: HashMap<u64, Candidate> = HashMap::new();
     for bucket in 0..geo.buckets() {
         for s in 0..geo.layout.slots {
             let here = Candidate { bucket, slot: s };
-            let mut bad = |what: String| {
-                report.violations.push(Violation {
-                    at: Some(here),
-                    what,
-                })
-            };
+            let mut bad = |what: String| report.violations.push(Violation { at: Some(here), what });
             let state = table[geo.state_word(bucket, s) as usize];
             if state == INSERTING {
                 report.claims += 1;
@@ -200,22 +189,14 @@ pub fn check(pool: &Pool, geo: &Geometry, header: &Header) -> CheckReport {
                 ));
             }
             if !(0..geo.layout.candidates()).any(|c| geo.candidate(&tops, c) == here) {
-                bad(format!(
-                    "key {key:x?} is not in one of its candidate buckets"
-                ));
+                bad(format!("key {key:x?} is not in one of its candidate buckets"));
             }
             if let Some(first) = keys.insert(key, here) {
-                bad(format!(
-                    "key {key:x?} is also published at bucket {} slot {}",
-                    first.bucket, first.slot
-                ));
+                bad(format!("key {key:x?} is also published at bucket {} slot {}", first.bucket, first.slot));
             }
             let cell = (state - PUBLISHED) as u64;
             if cell >= geo.cells {
-                bad(format!(
-                    "value cell {cell} beyond the heap of {} cells",
-                    geo.cells
-                ));
+                bad(format!("value cell {cell} beyond the heap of {} cells", geo.cells));
             } else if let Some(first) = cells.insert(cell, here) {
                 bad(format!(
                     "value cell {cell} also referenced by bucket {} slot {}",

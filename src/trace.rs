@@ -23,11 +23,7 @@ use crate::protocol::{OpKind, Status};
 pub fn parse(path: &Path, text: &str, key_bytes: usize, value_bytes: usize) -> Result<Batch> {
     let mut batch = Batch::new(key_bytes, value_bytes);
     for (i, line) in text.lines().enumerate() {
-        let err = |why: String| Error::Trace {
-            path: path.to_path_buf(),
-            line: i + 1,
-            why,
-        };
+        let err = |why: String| Error::Trace { path: path.to_path_buf(), line: i + 1, why };
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
             continue;
@@ -40,9 +36,7 @@ pub fn parse(path: &Path, text: &str, key_bytes: usize, value_bytes: usize) -> R
             "R" => (OpKind::Get, false),
             "D" => (OpKind::Delete, false),
             other => {
-                return Err(err(format!(
-                    "unknown operation {other:?} (expected I, P, U, R or D)"
-                )));
+                return Err(err(format!("unknown operation {other:?} (expected I, P, U, R or D)")));
             }
         };
         let want = 2 + takes_value as usize;
@@ -54,18 +48,15 @@ pub fn parse(path: &Path, text: &str, key_bytes: usize, value_bytes: usize) -> R
                 fields.len() - 1
             )));
         }
-        let key = parse_key(fields[1], key_bytes)
-            .map_err(|why| err(format!("key {:?}: {why}", fields[1])))?;
+        let key =
+            parse_key(fields[1], key_bytes).map_err(|why| err(format!("key {:?}: {why}", fields[1])))?;
         let value = match takes_value {
             true => Some(
-                hex(fields[2], value_bytes)
-                    .map_err(|why| err(format!("value {:?}: {why}", fields[2])))?,
+                hex(fields[2], value_bytes).map_err(|why| err(format!("value {:?}: {why}", fields[2])))?,
             ),
             false => None,
         };
-        batch
-            .push(kind, &key, value.as_deref())
-            .map_err(|e| err(e.to_string()))?;
+        batch.push(kind, &key, value.as_deref()).map_err(|e| err(e.to_string()))?;
     }
     Ok(batch)
 }
@@ -76,10 +67,7 @@ fn parse_key(token: &str, key_bytes: usize) -> std::result::Result<Vec<u8>, Stri
         return hex(token, key_bytes);
     }
     if key_bytes != 8 {
-        return Err(format!(
-            "expected {} hex digits for a {key_bytes}-byte key",
-            2 * key_bytes
-        ));
+        return Err(format!("expected {} hex digits for a {key_bytes}-byte key", 2 * key_bytes));
     }
     token
         .parse::<u64>()
@@ -90,17 +78,10 @@ fn parse_key(token: &str, key_bytes: usize) -> std::result::Result<Vec<u8>, Stri
 fn hex(token: &str, bytes: usize) -> std::result::Result<Vec<u8>, String> {
     let digits = token.strip_prefix("0x").unwrap_or(token);
     if digits.len() != 2 * bytes {
-        return Err(format!(
-            "expected {} hex digits ({bytes} bytes), found {}",
-            2 * bytes,
-            digits.len()
-        ));
+        return Err(format!("expected {} hex digits ({bytes} bytes), found {}", 2 * bytes, digits.len()));
     }
     (0..bytes)
-        .map(|i| {
-            u8::from_str_radix(&digits[2 * i..2 * i + 2], 16)
-                .map_err(|_| "not hexadecimal".to_string())
-        })
+        .map(|i| u8::from_str_radix(&digits[2 * i..2 * i + 2], 16).map_err(|_| "not hexadecimal".to_string()))
         .collect()
 }
 
@@ -130,17 +111,13 @@ mod tests {
 
     #[test]
     fn parses_every_operation_and_both_key_forms() {
-        let b = parse_str("# header\nI 1 abcd\nP 0x0100000000000000 0102\n\nU 2 ffff # tail\nR 1\nD 0200000000000000\n").unwrap();
+        let b = parse_str(
+            "# header\nI 1 abcd\nP 0x0100000000000000 0102\n\nU 2 ffff # tail\nR 1\nD 0200000000000000\n",
+        )
+        .unwrap();
         assert_eq!(b.len(), 5);
-        assert_eq!(
-            b.op(0),
-            (OpKind::Insert, &1u64.to_le_bytes()[..], &[0xab, 0xcd][..])
-        );
-        assert_eq!(
-            b.op(1).1,
-            &1u64.to_le_bytes()[..],
-            "hex keys are the bytes in order"
-        );
+        assert_eq!(b.op(0), (OpKind::Insert, &1u64.to_le_bytes()[..], &[0xab, 0xcd][..]));
+        assert_eq!(b.op(1).1, &1u64.to_le_bytes()[..], "hex keys are the bytes in order");
         assert_eq!(b.op(3).0, OpKind::Get);
         assert_eq!(b.op(4).1, &2u64.to_le_bytes()[..]);
     }
@@ -162,9 +139,6 @@ mod tests {
             }
         }
         let wide = parse(Path::new("t"), "R 12\n", 16, 2);
-        assert!(
-            matches!(wide, Err(Error::Trace { line: 1, .. })),
-            "decimal keys are for 8-byte keys only"
-        );
+        assert!(matches!(wide, Err(Error::Trace { line: 1, .. })), "decimal keys are for 8-byte keys only");
     }
 }

@@ -12,16 +12,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 fn gphash(args: &[&str]) -> Output {
-    let gpu = if common::gpu().is_some() {
-        "gpu"
-    } else {
-        "cpu"
-    };
-    let out = Command::new(env!("CARGO_BIN_EXE_gphash"))
-        .args(args)
-        .args(["--executor", gpu])
-        .output()
-        .unwrap();
+    let gpu = if common::gpu().is_some() { "gpu" } else { "cpu" };
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_gphash")).args(args).args(["--executor", gpu]).output().unwrap();
     eprintln!(
         "$ gphash {}\n{}{}",
         args.join(" "),
@@ -33,16 +26,7 @@ fn gphash(args: &[&str]) -> Output {
 
 /// `gphash create` of an 8-byte-key table.
 fn create(pool: &Path, value_bytes: &str, capacity: &str) -> Output {
-    gphash(&[
-        "create",
-        s(pool),
-        "--key-bytes",
-        "8",
-        "--value-bytes",
-        value_bytes,
-        "--capacity",
-        capacity,
-    ])
+    gphash(&["create", s(pool), "--key-bytes", "8", "--value-bytes", value_bytes, "--capacity", capacity])
 }
 
 fn text(out: &Output) -> String {
@@ -71,13 +55,7 @@ fn random_trace(rng: &mut StdRng, n: usize) -> (String, String) {
             _ => (format!("D 0x{}", hex_key(k)), OpKind::Delete),
         };
         writeln!(trace, "{line}").unwrap();
-        batch
-            .push(
-                kind,
-                &k.to_le_bytes(),
-                kind.writes_value().then_some(&v[..]),
-            )
-            .unwrap();
+        batch.push(kind, &k.to_le_bytes(), kind.writes_value().then_some(&v[..])).unwrap();
     }
     let mut expect = String::new();
     for (i, (status, value)) in oracle.run(&batch).into_iter().enumerate() {
@@ -104,10 +82,7 @@ fn replay_gives_one_by_one_results_and_the_pool_checks_clean() {
     let out = create(&pool, "4", "1000");
     assert!(out.status.success());
     assert!(text(&out).contains("2L-2H-8S"));
-    assert!(
-        create(&pool, "4", "1000").status.code() != Some(0),
-        "create refuses an existing pool"
-    );
+    assert!(create(&pool, "4", "1000").status.code() != Some(0), "create refuses an existing pool");
 
     let (trace_text, expect) = random_trace(&mut rng, 3000);
     let trace_path = dir.path().join("ops.trace");
@@ -118,22 +93,10 @@ fn replay_gives_one_by_one_results_and_the_pool_checks_clean() {
         // recreating the pool.
         std::fs::remove_file(&pool).unwrap();
         assert!(create(&pool, "4", "1000").status.success());
-        let out = gphash(&[
-            "replay",
-            s(&pool),
-            "--trace",
-            s(&trace_path),
-            "--out",
-            s(&results),
-            "--batch",
-            batch,
-        ]);
+        let out =
+            gphash(&["replay", s(&pool), "--trace", s(&trace_path), "--out", s(&results), "--batch", batch]);
         assert!(out.status.success(), "batch {batch}");
-        assert_eq!(
-            std::fs::read_to_string(&results).unwrap(),
-            expect,
-            "batch {batch}"
-        );
+        assert_eq!(std::fs::read_to_string(&results).unwrap(), expect, "batch {batch}");
         let check = gphash(&["check", s(&pool)]);
         assert_eq!(check.status.code(), Some(0), "{}", text(&check));
         assert!(text(&check).contains("consistent"));
@@ -151,24 +114,11 @@ fn malformed_traces_are_refused_before_anything_is_applied() {
     assert!(create(&pool, "2", "1000").status.success());
     let trace_path = dir.path().join("bad.trace");
     std::fs::write(&trace_path, "P 1 aaaa\nP 2 bbbb\nR 3\nP 4 abc\n").unwrap();
-    let out = gphash(&[
-        "replay",
-        s(&pool),
-        "--trace",
-        s(&trace_path),
-        "--out",
-        s(&dir.path().join("r")),
-    ]);
+    let out = gphash(&["replay", s(&pool), "--trace", s(&trace_path), "--out", s(&dir.path().join("r"))]);
     assert_ne!(out.status.code(), Some(0));
-    assert!(
-        text(&out).contains("bad.trace:4"),
-        "the error names the line"
-    );
+    assert!(text(&out).contains("bad.trace:4"), "the error names the line");
     let stats = text(&gphash(&["stats", s(&pool)]));
-    assert!(
-        stats.contains("keys:          0 "),
-        "nothing was applied:\n{stats}"
-    );
+    assert!(stats.contains("keys:          0 "), "nothing was applied:\n{stats}");
 }
 
 #[test]
@@ -180,16 +130,9 @@ fn check_reports_a_damaged_pool() {
     let ops: String = (0..50).map(|k| format!("I {k} {:016x}\n", k * 3)).collect();
     std::fs::write(&trace_path, ops).unwrap();
     assert!(
-        gphash(&[
-            "replay",
-            s(&pool),
-            "--trace",
-            s(&trace_path),
-            "--out",
-            s(&dir.path().join("r"))
-        ])
-        .status
-        .success()
+        gphash(&["replay", s(&pool), "--trace", s(&trace_path), "--out", s(&dir.path().join("r"))])
+            .status
+            .success()
     );
     // Overwrite one published fingerprint: the key no longer matches its slot.
     let p = host_pm::Pool::open(&pool).unwrap();
@@ -206,17 +149,12 @@ fn check_reports_a_damaged_pool() {
     std::fs::write(&pool, bytes).unwrap();
     let out = gphash(&["check", s(&pool)]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out).contains("fingerprint"),
-        "the report says what is wrong"
-    );
+    assert!(text(&out).contains("fingerprint"), "the report says what is wrong");
 }
 
 #[test]
 fn the_demo_runs_and_reports_its_mode() {
-    let out = gphash(&[
-        "demo", "--keys", "20000", "--ops", "20000", "--batch", "4096",
-    ]);
+    let out = gphash(&["demo", "--keys", "20000", "--ops", "20000", "--batch", "4096"]);
     assert!(out.status.success());
     let t = text(&out);
     for want in ["mode:", "device:", "M ops/s", "load factor", "0 wrong"] {

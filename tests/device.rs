@@ -6,10 +6,7 @@ use gphash::{Config, DeviceBatch, Error, OpKind, Status};
 use wgpu::util::DeviceExt;
 
 fn words(bytes: &[u8]) -> Vec<u32> {
-    bytes
-        .chunks(4)
-        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
+    bytes.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
 fn read(device: &wgpu::Device, queue: &wgpu::Queue, buf: &wgpu::Buffer) -> Vec<u32> {
@@ -22,9 +19,7 @@ fn read(device: &wgpu::Device, queue: &wgpu::Queue, buf: &wgpu::Buffer) -> Vec<u
     let mut enc = device.create_command_encoder(&Default::default());
     enc.copy_buffer_to_buffer(buf, 0, &staging, 0, buf.size());
     queue.submit([enc.finish()]);
-    staging
-        .slice(..)
-        .map_async(wgpu::MapMode::Read, |r| r.unwrap());
+    staging.slice(..).map_async(wgpu::MapMode::Read, |r| r.unwrap());
     device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
     bytemuck::cast_slice(&staging.slice(..).get_mapped_range().unwrap()).to_vec()
 }
@@ -35,11 +30,7 @@ fn device_batches_match_the_host_api() {
         panic!("device batches need a GPU");
     };
     let dir = common::pool_dir();
-    let cfg = Config {
-        capacity: 4000,
-        value_bytes: 16,
-        ..Default::default()
-    };
+    let cfg = Config { capacity: 4000, value_bytes: 16, ..Default::default() };
     let mut t = common::gpu_table(&dir, &cfg);
     let (dev, queue) = (&gpu.device, &gpu.queue);
     let buffer = |contents: &[u32]| {
@@ -66,47 +57,27 @@ fn device_batches_match_the_host_api() {
         found: &found,
     };
     t.execute_device(&batch).unwrap();
-    assert!(
-        read(dev, queue, &statuses)
-            .iter()
-            .all(|&s| s == Status::Ok as u32)
-    );
+    assert!(read(dev, queue, &statuses).iter().all(|&s| s == Status::Ok as u32));
     let host = t.get(&keys).unwrap();
     for i in 0..n as usize {
         assert_eq!(host.value(i), Some(&values[i * 16..i * 16 + 16]));
     }
     // Reads from device buffers return what the host wrote, into device buffers.
     let gets = buffer(&vec![OpKind::Get as u32; n as usize]);
-    let batch = DeviceBatch {
-        kinds: &gets,
-        ..batch
-    };
+    let batch = DeviceBatch { kinds: &gets, ..batch };
     t.execute_device(&batch).unwrap();
-    assert!(
-        read(dev, queue, &statuses)
-            .iter()
-            .all(|&s| s == Status::Ok as u32)
-    );
+    assert!(read(dev, queue, &statuses).iter().all(|&s| s == Status::Ok as u32));
     assert_eq!(read(dev, queue, &found), words(&values));
     assert_eq!(t.len(), n as u64);
     assert!(t.check().ok());
 
     // A buffer too small for the batch is refused before anything runs.
     let small = buffer(&[0; 4]);
-    let bad = DeviceBatch {
-        keys: &small,
-        ..batch
-    };
-    assert!(matches!(
-        t.execute_device(&bad),
-        Err(Error::InvalidConfig(_))
-    ));
+    let bad = DeviceBatch { keys: &small, ..batch };
+    assert!(matches!(t.execute_device(&bad), Err(Error::InvalidConfig(_))));
     assert_eq!(t.len(), n as u64, "a refused batch changes nothing");
 
     // The CPU executor cannot take device buffers.
     let mut c = common::table(&dir, "c", &cfg, &common::cpu_options());
-    assert!(matches!(
-        c.execute_device(&batch),
-        Err(Error::MissingFeature(_))
-    ));
+    assert!(matches!(c.execute_device(&batch), Err(Error::MissingFeature(_))));
 }

@@ -22,24 +22,10 @@ struct Case {
 }
 
 fn cases() -> Vec<Case> {
-    let opts = |placement, tile, max_window_bytes| GpuOptions {
-        placement,
-        tile,
-        max_window_bytes,
-    };
+    let opts = |placement, tile, max_window_bytes| GpuOptions { placement, tile, max_window_bytes };
     vec![
-        Case {
-            layout: "2L-2H-8S",
-            key_bytes: 8,
-            value_bytes: 8,
-            gpu: opts(Placement::ZeroCopy, 32, None),
-        },
-        Case {
-            layout: "2L-2H-8S",
-            key_bytes: 32,
-            value_bytes: 128,
-            gpu: opts(Placement::Staged, 32, None),
-        },
+        Case { layout: "2L-2H-8S", key_bytes: 8, value_bytes: 8, gpu: opts(Placement::ZeroCopy, 32, None) },
+        Case { layout: "2L-2H-8S", key_bytes: 32, value_bytes: 128, gpu: opts(Placement::Staged, 32, None) },
         Case {
             layout: "4L-2H-16S",
             key_bytes: 16,
@@ -52,12 +38,7 @@ fn cases() -> Vec<Case> {
             value_bytes: 3,
             gpu: opts(Placement::Staged, 4, Some(64 << 10)),
         },
-        Case {
-            layout: "3L-3H-4S",
-            key_bytes: 8,
-            value_bytes: 64,
-            gpu: opts(Placement::ZeroCopy, 8, None),
-        },
+        Case { layout: "3L-3H-4S", key_bytes: 8, value_bytes: 64, gpu: opts(Placement::ZeroCopy, 8, None) },
     ]
 }
 
@@ -85,17 +66,11 @@ fn gpu_matches_model_on_random_batches() {
             layout: case.layout.parse().unwrap(),
             capacity: 3000,
             seed: rng.random(),
+            max_bytes: None,
         };
-        let what = format!(
-            "{} key {} value {} {:?}",
-            case.layout, case.key_bytes, case.value_bytes, case.gpu
-        );
-        let mut gpu = common::table(
-            &dir,
-            &format!("g{ci}"),
-            &cfg,
-            &common::gpu_options(case.gpu.clone()),
-        );
+        let what =
+            format!("{} key {} value {} {:?}", case.layout, case.key_bytes, case.value_bytes, case.gpu);
+        let mut gpu = common::table(&dir, &format!("g{ci}"), &cfg, &common::gpu_options(case.gpu.clone()));
         let mut cpu = common::table(&dir, &format!("c{ci}"), &cfg, &common::cpu_options());
         let mut oracle = Oracle::default();
         // Keys drawn from a space that keeps the load factor near 0.6 at most.
@@ -115,47 +90,24 @@ fn gpu_matches_model_on_random_batches() {
                     .unwrap();
             }
             let want = oracle.run(&batch);
-            let g = gpu
-                .execute(&batch)
-                .unwrap_or_else(|e| panic!("{what} round {round}: {e}"));
+            let g = gpu.execute(&batch).unwrap_or_else(|e| panic!("{what} round {round}: {e}"));
             let c = cpu.execute(&batch).unwrap();
             for (i, (status, value)) in want.iter().enumerate() {
-                assert_eq!(
-                    g.statuses[i],
-                    *status,
-                    "{what} round {round} op {i} ({:?}): GPU",
-                    batch.op(i).0
-                );
+                assert_eq!(g.statuses[i], *status, "{what} round {round} op {i} ({:?}): GPU", batch.op(i).0);
                 assert_eq!(
                     c.statuses[i],
                     *status,
                     "{what} round {round} op {i} ({:?}): model",
                     batch.op(i).0
                 );
-                assert_eq!(
-                    g.value(i),
-                    value.as_deref(),
-                    "{what} round {round} op {i}: GPU value"
-                );
-                assert_eq!(
-                    c.value(i),
-                    value.as_deref(),
-                    "{what} round {round} op {i}: model value"
-                );
+                assert_eq!(g.value(i), value.as_deref(), "{what} round {round} op {i}: GPU value");
+                assert_eq!(c.value(i), value.as_deref(), "{what} round {round} op {i}: model value");
             }
             for (name, t) in [("GPU", &mut gpu), ("model", &mut cpu)] {
-                assert_same_content(
-                    t.entries(),
-                    &oracle.map,
-                    &format!("{what} round {round} {name}"),
-                );
+                assert_same_content(t.entries(), &oracle.map, &format!("{what} round {round} {name}"));
                 let report = t.check();
                 assert!(report.ok(), "{what} round {round} {name}: {report}");
-                assert_eq!(
-                    t.len(),
-                    oracle.map.len() as u64,
-                    "{what} {name}: item count"
-                );
+                assert_eq!(t.len(), oracle.map.len() as u64, "{what} {name}: item count");
                 assert_eq!(
                     t.cells_used().unwrap(),
                     t.len(),
@@ -172,11 +124,7 @@ fn ordered_mode_equals_one_by_one() {
     let seed = common::seed("ordered_mode_equals_one_by_one");
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = common::pool_dir();
-    let cfg = Config {
-        capacity: 2000,
-        value_bytes: 12,
-        ..Default::default()
-    };
+    let cfg = Config { capacity: 2000, value_bytes: 12, ..Default::default() };
     let mut t = common::gpu_table(&dir, &cfg);
     let mut oracle = Oracle::default();
     for _ in 0..4 {
@@ -185,9 +133,7 @@ fn ordered_mode_equals_one_by_one() {
             let kind = random_kind(&mut rng);
             let v = common::value(&mut rng, 12);
             let k = common::key(rng.random_range(0..40), 8);
-            batch
-                .push(kind, &k, kind.writes_value().then_some(&v[..]))
-                .unwrap();
+            batch.push(kind, &k, kind.writes_value().then_some(&v[..])).unwrap();
         }
         let want = oracle.run(&batch);
         let got = t.execute_ordered(&batch).unwrap();
@@ -211,11 +157,7 @@ fn same_key_storms_stay_linearizable() {
     let seed = common::seed("same_key_storms_stay_linearizable");
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = common::pool_dir();
-    let cfg = Config {
-        capacity: 1000,
-        value_bytes: 8,
-        ..Default::default()
-    };
+    let cfg = Config { capacity: 1000, value_bytes: 8, ..Default::default() };
     let mut t = common::gpu_table(&dir, &cfg);
     let mut before: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
     for round in 0..6 {
@@ -229,29 +171,21 @@ fn same_key_storms_stay_linearizable() {
             if kind.writes_value() {
                 written.entry(key.clone()).or_default().insert(v.clone());
             }
-            batch
-                .push(kind, key, kind.writes_value().then_some(&v[..]))
-                .unwrap();
+            batch.push(kind, key, kind.writes_value().then_some(&v[..])).unwrap();
         }
         let r = t.execute(&batch).unwrap();
         let report = t.check();
         assert!(report.ok(), "round {round}: {report}");
         let after: HashMap<Vec<u8>, Vec<u8>> = t.entries().into_iter().collect();
         for key in &keys {
-            let ops: Vec<usize> = (0..batch.len())
-                .filter(|&i| batch.op(i).1 == &key[..])
-                .collect();
+            let ops: Vec<usize> = (0..batch.len()).filter(|&i| batch.op(i).1 == &key[..]).collect();
             let batch = &batch;
             let of = |k: OpKind| ops.iter().copied().filter(move |&i| batch.op(i).0 == k);
             let ok = |i: &usize| r.statuses[*i] == Status::Ok;
             let pre = before.get(key);
             // Reads see the state before the batch.
             for i in of(OpKind::Get) {
-                assert_eq!(
-                    r.value(i),
-                    pre.map(|v| &v[..]),
-                    "round {round}: get sees the pre-batch value"
-                );
+                assert_eq!(r.value(i), pre.map(|v| &v[..]), "round {round}: get sees the pre-batch value");
             }
             let inserts_ok = of(OpKind::Insert).filter(ok).count();
             let deletes_ok = of(OpKind::Delete).filter(ok).count();
@@ -269,11 +203,7 @@ fn same_key_storms_stay_linearizable() {
                     );
                     assert!(of(OpKind::Upsert).all(|i| ok(&i)));
                     let claimed = has(OpKind::Insert) || has(OpKind::Upsert);
-                    assert_eq!(
-                        after.contains_key(key),
-                        claimed,
-                        "round {round}: key lost or invented"
-                    );
+                    assert_eq!(after.contains_key(key), claimed, "round {round}: key lost or invented");
                     if claimed && !has(OpKind::Upsert) {
                         assert_eq!(inserts_ok, 1, "round {round}: some insert must win");
                     }
@@ -295,10 +225,7 @@ fn same_key_storms_stay_linearizable() {
             }
             if let Some(v) = after.get(key) {
                 let from_batch = written.get(key).is_some_and(|w| w.contains(v));
-                assert!(
-                    from_batch || pre == Some(v),
-                    "round {round}: value from nowhere"
-                );
+                assert!(from_batch || pre == Some(v), "round {round}: value from nowhere");
             }
         }
         assert_eq!(t.cells_used().unwrap(), t.len());
@@ -306,20 +233,16 @@ fn same_key_storms_stay_linearizable() {
     }
 }
 
-/// A batch with an insertion that finds no slot is rolled back whole; so is one whose values
-/// find no free cell. The table is unchanged and keeps working.
+/// With growth off, a batch with an insertion that finds no slot is rolled back whole; so is
+/// one whose values find no free cell. The table is unchanged and keeps working.
 #[test]
 fn full_table_and_full_heap_roll_back() {
     let dir = common::pool_dir();
-    for (name, opts) in [
-        ("GPU", common::gpu_options(GpuOptions::default())),
-        ("model", common::cpu_options()),
-    ] {
-        let cfg = Config {
-            layout: "1L-1H-4S".parse::<Layout>().unwrap(),
-            capacity: 1,
-            ..Default::default()
-        };
+    for (name, opts) in
+        [("GPU", common::gpu_options(GpuOptions::default())), ("model", common::cpu_options())]
+    {
+        let opts = gphash::Options { grow: false, ..opts };
+        let cfg = Config { layout: "1L-1H-4S".parse::<Layout>().unwrap(), capacity: 1, ..Default::default() };
         let mut t = common::table(&dir, name, &cfg, &opts);
         assert_eq!(t.geometry().slots(), 4);
         let k = |i: u64| common::key(i, 8);
@@ -336,11 +259,7 @@ fn full_table_and_full_heap_roll_back() {
         }
         let unchanged: HashMap<Vec<u8>, Vec<u8>> = (0..4).map(|i| (k(i), k(i))).collect();
         assert_same_content(t.entries(), &unchanged, name);
-        assert_eq!(
-            t.cells_used().unwrap(),
-            4,
-            "{name}: rollback released the batch's cells"
-        );
+        assert_eq!(t.cells_used().unwrap(), 4, "{name}: rollback released the batch's cells");
         // More updates in one batch than free cells: the heap is full, nothing applies.
         let many = Batch::of_kind(
             OpKind::Update,
@@ -350,10 +269,7 @@ fn full_table_and_full_heap_roll_back() {
             Some(&vec![5; 8 * t.geometry().cells as usize]),
         )
         .unwrap();
-        assert!(
-            matches!(t.execute(&many), Err(Error::HeapFull { .. })),
-            "{name}"
-        );
+        assert!(matches!(t.execute(&many), Err(Error::HeapFull { .. })), "{name}");
         assert_same_content(t.entries(), &unchanged, name);
         assert!(t.check().ok());
         // Still usable.
@@ -389,13 +305,7 @@ fn subgroup_sizes_4_8_16() {
             continue;
         }
         let out = Command::new(&exe)
-            .args([
-                "gpu_matches_model",
-                "ordered_mode",
-                "same_key_storms",
-                "full_table",
-                "--test-threads=1",
-            ])
+            .args(["gpu_matches_model", "ordered_mode", "same_key_storms", "full_table", "--test-threads=1"])
             .env("LP_NATIVE_VECTOR_WIDTH", width.to_string())
             .env(common::EXPECT_SUBGROUP_ENV, size.to_string())
             .output()
@@ -406,16 +316,10 @@ fn subgroup_sizes_4_8_16() {
             "subgroup size {size}:\n{text}\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(
-            text.contains("4 passed"),
-            "subgroup size {size}: expected 4 tests to run:\n{text}"
-        );
+        assert!(text.contains("4 passed"), "subgroup size {size}: expected 4 tests to run:\n{text}");
         eprintln!(
             "subgroup size {size}: {}",
-            text.lines()
-                .rev()
-                .find(|l| l.contains("test result"))
-                .unwrap_or("")
+            text.lines().rev().find(|l| l.contains("test result")).unwrap_or("")
         );
     }
 }

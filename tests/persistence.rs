@@ -13,12 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 fn options() -> Vec<(&'static str, Options)> {
-    let gpu = |placement| {
-        common::gpu_options(GpuOptions {
-            placement,
-            ..Default::default()
-        })
-    };
+    let gpu = |placement| common::gpu_options(GpuOptions { placement, ..Default::default() });
     vec![
         ("zero-copy", gpu(Placement::ZeroCopy)),
         ("staged", gpu(Placement::Staged)),
@@ -46,15 +41,9 @@ fn fill(t: &mut GpHash, oracle: &mut Oracle, rng: &mut StdRng, n: usize) {
 fn pools_reopen_with_every_acknowledged_operation() {
     let seed = common::seed("pools_reopen_with_every_acknowledged_operation");
     let mut rng = StdRng::seed_from_u64(seed);
-    for dir in [
-        common::pool_dir(),
-        tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap(),
-    ] {
+    for dir in [common::pool_dir(), tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()] {
         let path = dir.path().join("p");
-        let cfg = Config {
-            capacity: 4000,
-            ..Default::default()
-        };
+        let cfg = Config { capacity: 4000, ..Default::default() };
         let mut oracle = Oracle::default();
         let opts = options();
         let mut t = GpHash::create(Some(&path), &cfg, &opts[0].1).unwrap();
@@ -87,10 +76,7 @@ fn pools_reopen_with_every_acknowledged_operation() {
 fn first_state_offset(path: &Path) -> (u64, u32) {
     let pool = host_pm::Pool::open(path).unwrap();
     let geo = GpHash::geometry_of(&pool).unwrap();
-    (
-        pool.header().table_region.offset + geo.state_word(0, 0) * 4,
-        geo.layout.slots,
-    )
+    (pool.header().table_region.offset + geo.state_word(0, 0) * 4, geo.layout.slots)
 }
 
 fn patch(path: &Path, offset: u64, bytes: &[u8]) {
@@ -105,15 +91,9 @@ fn patch(path: &Path, offset: u64, bytes: &[u8]) {
 fn recovery_clears_unacknowledged_claims() {
     let dir = common::pool_dir();
     let path = dir.path().join("p");
-    let mut t = GpHash::create(
-        Some(&path),
-        &Config {
-            capacity: 1000,
-            ..Default::default()
-        },
-        &common::cpu_options(),
-    )
-    .unwrap();
+    let mut t =
+        GpHash::create(Some(&path), &Config { capacity: 1000, ..Default::default() }, &common::cpu_options())
+            .unwrap();
     let keys: Vec<u8> = (0..100).flat_map(|k| common::key(k, 8)).collect();
     t.insert(&keys, &keys).unwrap();
     let before: HashMap<_, _> = t.entries().into_iter().collect();
@@ -137,11 +117,7 @@ fn recovery_clears_unacknowledged_claims() {
     assert!(t.check().ok());
     t.close().unwrap();
     let t = GpHash::open(&path, &common::cpu_options()).unwrap();
-    assert_eq!(
-        t.stats().recovery.cleared_claims,
-        0,
-        "the clearing was persisted"
-    );
+    assert_eq!(t.stats().recovery.cleared_claims, 0, "the clearing was persisted");
 }
 
 fn expect_pool_error(path: &Path, what: &str, ok: impl Fn(&PoolError) -> bool) {
@@ -157,44 +133,27 @@ fn expect_pool_error(path: &Path, what: &str, ok: impl Fn(&PoolError) -> bool) {
 fn bad_pools_are_refused_without_damage() {
     let dir = common::pool_dir();
     let path = dir.path().join("p");
-    let t = GpHash::create(
-        Some(&path),
-        &Config {
-            capacity: 1000,
-            ..Default::default()
-        },
-        &common::cpu_options(),
-    )
-    .unwrap();
+    let t =
+        GpHash::create(Some(&path), &Config { capacity: 1000, ..Default::default() }, &common::cpu_options())
+            .unwrap();
     // Locked while open.
-    expect_pool_error(&path, "second open", |e| {
-        matches!(e, PoolError::Locked { .. })
-    });
+    expect_pool_error(&path, "second open", |e| matches!(e, PoolError::Locked { .. }));
     t.close().unwrap();
     let good = std::fs::read(&path).unwrap();
     let restore = || std::fs::write(&path, &good).unwrap();
 
     std::fs::write(&path, &good[..good.len() / 2]).unwrap();
-    expect_pool_error(&path, "truncated", |e| {
-        matches!(e, PoolError::Truncated { .. })
-    });
-    assert_eq!(
-        std::fs::read(&path).unwrap(),
-        good[..good.len() / 2],
-        "a refused pool is not touched"
-    );
+    expect_pool_error(&path, "truncated", |e| matches!(e, PoolError::Truncated { .. }));
+    assert_eq!(std::fs::read(&path).unwrap(), good[..good.len() / 2], "a refused pool is not touched");
 
     restore();
     for copy in 0..2 {
         patch(&path, copy * HEADER_COPY_BYTES + 30, &[0x5A]);
     }
-    expect_pool_error(&path, "flipped header bytes", |e| {
-        matches!(e, PoolError::Corrupt { .. })
-    });
+    expect_pool_error(&path, "flipped header bytes", |e| matches!(e, PoolError::Corrupt { .. }));
 
     restore();
-    let mut h =
-        host_pm::decode_header(&good[..HEADER_COPY_BYTES as usize], good.len() as u64).unwrap();
+    let mut h = host_pm::decode_header(&good[..HEADER_COPY_BYTES as usize], good.len() as u64).unwrap();
     h.version = 9;
     for copy in 0..2 {
         patch(&path, copy * HEADER_COPY_BYTES, &host_pm::encode_header(&h));
@@ -220,38 +179,15 @@ fn bad_pools_are_refused_without_damage() {
 #[test]
 fn wrong_widths_are_refused() {
     let dir = common::pool_dir();
-    let cfg = Config {
-        key_bytes: 16,
-        value_bytes: 8,
-        capacity: 500,
-        ..Default::default()
-    };
+    let cfg = Config { key_bytes: 16, value_bytes: 8, capacity: 500, ..Default::default() };
     let mut t = common::gpu_table(&dir, &cfg);
     let k = common::key(1, 16);
     assert_eq!(t.insert(&k, &[1; 8]).unwrap(), vec![Status::Ok]);
-    assert!(matches!(
-        t.get(&[0; 15]),
-        Err(Error::KeyWidth {
-            found: 15,
-            expected: 16
-        })
-    ));
-    assert!(matches!(
-        t.insert(&common::key(2, 16), &[0; 9]),
-        Err(Error::ValueSize { .. })
-    ));
-    assert!(matches!(
-        t.upsert(&k, &[0; 4]),
-        Err(Error::ValueSize { .. })
-    ));
+    assert!(matches!(t.get(&[0; 15]), Err(Error::KeyWidth { found: 15, expected: 16 })));
+    assert!(matches!(t.insert(&common::key(2, 16), &[0; 9]), Err(Error::ValueSize { .. })));
+    assert!(matches!(t.upsert(&k, &[0; 4]), Err(Error::ValueSize { .. })));
     let foreign = gphash::Batch::new(8, 8);
-    assert!(matches!(
-        t.execute(&foreign),
-        Err(Error::KeyWidth {
-            found: 8,
-            expected: 16
-        })
-    ));
+    assert!(matches!(t.execute(&foreign), Err(Error::KeyWidth { found: 8, expected: 16 })));
     assert_eq!(t.get(&k).unwrap().value(0), Some(&[1u8; 8][..]));
     assert_eq!(t.len(), 1);
 }

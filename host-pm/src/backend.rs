@@ -54,9 +54,7 @@ pub(crate) fn classify(
     device_name: Option<&str>,
 ) -> std::result::Result<Backend, String> {
     match node {
-        NodeKind::Regular if fs_magic == TMPFS_MAGIC || fs_magic == HUGETLBFS_MAGIC => {
-            Ok(Backend::Tmpfs)
-        }
+        NodeKind::Regular if fs_magic == TMPFS_MAGIC || fs_magic == HUGETLBFS_MAGIC => Ok(Backend::Tmpfs),
         NodeKind::Regular => Ok(Backend::File),
         NodeKind::CharDevice => match device_name {
             Some(name) if name.starts_with("dax") => Ok(Backend::DevDax),
@@ -94,30 +92,19 @@ pub(crate) fn probe(file: &File, path: &Path) -> Result<FileInfo> {
     let ft = meta.file_type();
     let invalid = |why: String| PoolError::InvalidArgument(format!("{}: {why}", path.display()));
     if ft.is_char_device() {
-        let sys = PathBuf::from(format!(
-            "/sys/dev/char/{}:{}",
-            libc::major(meta.rdev()),
-            libc::minor(meta.rdev())
-        ));
+        let sys =
+            PathBuf::from(format!("/sys/dev/char/{}:{}", libc::major(meta.rdev()), libc::minor(meta.rdev())));
         let name = std::fs::read_link(&sys)
             .ok()
             .and_then(|target| Some(target.file_name()?.to_string_lossy().into_owned()));
         let backend = classify(NodeKind::CharDevice, 0, name.as_deref()).map_err(invalid)?;
         let size_path = sys.join("size");
         let text = std::fs::read_to_string(&size_path).map_err(io_err(&size_path, "read"))?;
-        let bytes = parse_sysfs_u64(&text)
-            .ok_or_else(|| invalid(format!("unreadable device size {text:?}")))?;
-        return Ok(FileInfo {
-            backend,
-            bytes,
-            granule: REGION_ALIGN,
-        });
+        let bytes =
+            parse_sysfs_u64(&text).ok_or_else(|| invalid(format!("unreadable device size {text:?}")))?;
+        return Ok(FileInfo { backend, bytes, granule: REGION_ALIGN });
     }
-    let node = if ft.is_file() {
-        NodeKind::Regular
-    } else {
-        NodeKind::Other
-    };
+    let node = if ft.is_file() { NodeKind::Regular } else { NodeKind::Other };
     // SAFETY: `statfs` is plain old data, so all-zero is a valid value; fstatfs fills it from
     // an fd that `file` keeps open for the duration of the call.
     let st = unsafe {
@@ -131,16 +118,8 @@ pub(crate) fn probe(file: &File, path: &Path) -> Result<FileInfo> {
     let magic = st.f_type as u32;
     let backend = classify(node, magic, None).map_err(invalid)?;
     // hugetlbfs files are sized and mapped in whole huge pages (f_bsize).
-    let granule = if magic == HUGETLBFS_MAGIC {
-        (st.f_bsize as u64).max(REGION_ALIGN)
-    } else {
-        REGION_ALIGN
-    };
-    Ok(FileInfo {
-        backend,
-        bytes: meta.len(),
-        granule,
-    })
+    let granule = if magic == HUGETLBFS_MAGIC { (st.f_bsize as u64).max(REGION_ALIGN) } else { REGION_ALIGN };
+    Ok(FileInfo { backend, bytes: meta.len(), granule })
 }
 
 #[cfg(test)]
@@ -155,10 +134,7 @@ mod tests {
         assert_eq!(classify(Regular, 0xEF53, None), Ok(Backend::File)); // ext4
         assert_eq!(classify(Regular, 0x5846_5342, None), Ok(Backend::File)); // xfs
         assert_eq!(classify(CharDevice, 0, Some("dax0.0")), Ok(Backend::DevDax));
-        assert_eq!(
-            classify(CharDevice, 0, Some("dax12.3")),
-            Ok(Backend::DevDax)
-        );
+        assert_eq!(classify(CharDevice, 0, Some("dax12.3")), Ok(Backend::DevDax));
         assert!(classify(CharDevice, 0, Some("null")).is_err());
         assert!(classify(CharDevice, 0, None).is_err());
         assert!(classify(Other, TMPFS_MAGIC, None).is_err());
@@ -190,15 +166,10 @@ mod tests {
 
     #[test]
     fn display() {
-        let names: Vec<String> = [
-            Backend::DevDax,
-            Backend::Tmpfs,
-            Backend::File,
-            Backend::Anonymous,
-        ]
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+        let names: Vec<String> = [Backend::DevDax, Backend::Tmpfs, Backend::File, Backend::Anonymous]
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(names, ["devdax", "tmpfs", "file", "anonymous"]);
     }
 }

@@ -189,23 +189,14 @@ fn corrupt(what: impl Into<String>) -> PoolError {
 /// rejects the result, so nothing is ever mapped from it.
 pub fn layout_regions(table_bytes: u64, heap_bytes: u64) -> (Region, Region, u64) {
     let align = |b: u64| b.div_ceil(REGION_ALIGN).saturating_mul(REGION_ALIGN);
-    let table = Region {
-        offset: HEADER_AREA,
-        bytes: align(table_bytes),
-    };
-    let heap = Region {
-        offset: table.end(),
-        bytes: align(heap_bytes),
-    };
+    let table = Region { offset: HEADER_AREA, bytes: align(table_bytes) };
+    let heap = Region { offset: table.end(), bytes: align(heap_bytes) };
     (table, heap, heap.end())
 }
 
 fn validate_config(c: &TableConfig) -> Result<()> {
     if !(4..=256).contains(&c.key_bytes) || !c.key_bytes.is_multiple_of(4) {
-        return Err(corrupt(format!(
-            "table.key_bytes {} is not a multiple of 4 in 4..=256",
-            c.key_bytes
-        )));
+        return Err(corrupt(format!("table.key_bytes {} is not a multiple of 4 in 4..=256", c.key_bytes)));
     }
     let ranges = [
         ("value_bytes", c.value_bytes, 1, 65536),
@@ -215,9 +206,7 @@ fn validate_config(c: &TableConfig) -> Result<()> {
     ];
     for (name, value, lo, hi) in ranges {
         if !(lo..=hi).contains(&value) {
-            return Err(corrupt(format!(
-                "table.{name} {value} is outside {lo}..={hi}"
-            )));
+            return Err(corrupt(format!("table.{name} {value} is outside {lo}..={hi}")));
         }
     }
     // levels is already known to be >= 1 here.
@@ -268,34 +257,22 @@ fn check_region_shape(name: &str, r: Region) -> Result<()> {
 /// [`PoolError::UnsupportedVersion`]; anything else [`PoolError::Corrupt`] naming the field.
 pub fn validate_header(h: &Header, file_bytes: u64) -> Result<()> {
     if h.version != FORMAT_VERSION {
-        return Err(PoolError::UnsupportedVersion {
-            found: h.version,
-            supported: FORMAT_VERSION,
-        });
+        return Err(PoolError::UnsupportedVersion { found: h.version, supported: FORMAT_VERSION });
     }
     validate_config(&h.table)?;
     if h.heap_cells == 0 {
         return Err(corrupt("heap_cells is 0"));
     }
-    let mut regions = vec![
-        ("table_region", h.table_region),
-        ("heap_region", h.heap_region),
-    ];
+    let mut regions = vec![("table_region", h.table_region), ("heap_region", h.heap_region)];
     let r = &h.resize;
     if r.state > 15 {
         return Err(corrupt(format!("resize.state {} is above 15", r.state)));
     }
     if r.new_top_level > 40 {
-        return Err(corrupt(format!(
-            "resize.new_top_level {} is above 40",
-            r.new_top_level
-        )));
+        return Err(corrupt(format!("resize.new_top_level {} is above 40", r.new_top_level)));
     }
     if r.state == 0 {
-        for (name, region) in [
-            ("resize.new_table", r.new_table),
-            ("resize.new_heap", r.new_heap),
-        ] {
+        for (name, region) in [("resize.new_table", r.new_table), ("resize.new_heap", r.new_heap)] {
             if region != Region::default() {
                 return Err(corrupt(format!(
                     "{name} (offset {:#x}, {:#x} bytes) must be empty when resize.state is 0",
@@ -352,13 +329,7 @@ fn header_extent(h: &Header) -> u64 {
 /// The pool length stored beside the header is the end of the header's last region, and no
 /// growth limit; [`crate::Pool`] stores its real length and limit.
 pub fn encode_header(h: &Header) -> Vec<u8> {
-    encode_raw(
-        h,
-        Extras {
-            pool_bytes: header_extent(h),
-            max_bytes: 0,
-        },
-    )
+    encode_raw(h, Extras { pool_bytes: header_extent(h), max_bytes: 0 })
 }
 
 pub(crate) fn encode_raw(h: &Header, x: Extras) -> Vec<u8> {
@@ -411,24 +382,15 @@ fn rd_u64(b: &[u8; COPY], at: usize) -> u64 {
 }
 
 fn rd_region(b: &[u8; COPY], at: usize) -> Region {
-    Region {
-        offset: rd_u64(b, at),
-        bytes: rd_u64(b, at + 8),
-    }
+    Region { offset: rd_u64(b, at), bytes: rd_u64(b, at + 8) }
 }
 
 /// Decode one copy; the error says how far the copy got (magic, checksum, version, fields).
-pub(crate) fn decode_raw(
-    raw: &[u8],
-    file_bytes: u64,
-) -> std::result::Result<(Header, Extras), CopyError> {
+pub(crate) fn decode_raw(raw: &[u8], file_bytes: u64) -> std::result::Result<(Header, Extras), CopyError> {
     let Ok(b) = <&[u8; COPY]>::try_from(raw) else {
         return Err(CopyError::Invalid {
             sequence: 0,
-            error: corrupt(format!(
-                "a header copy is {HEADER_COPY_BYTES} bytes, got {}",
-                raw.len()
-            )),
+            error: corrupt(format!("a header copy is {HEADER_COPY_BYTES} bytes, got {}", raw.len())),
         });
     };
     if b[off::MAGIC..off::MAGIC + MAGIC.len()] != MAGIC {
@@ -449,16 +411,11 @@ pub(crate) fn decode_raw(
         0 => false,
         1 => true,
         v => {
-            return Err(invalid(corrupt(format!(
-                "clean_shutdown is {v}, not 0 or 1"
-            ))));
+            return Err(invalid(corrupt(format!("clean_shutdown is {v}, not 0 or 1"))));
         }
     };
     if let Some(pos) = b[off::RESERVED..off::CHECKSUM].iter().position(|&x| x != 0) {
-        return Err(invalid(corrupt(format!(
-            "reserved header byte {} is not zero",
-            off::RESERVED + pos
-        ))));
+        return Err(invalid(corrupt(format!("reserved header byte {} is not zero", off::RESERVED + pos))));
     }
     let mut user = [0u64; 8];
     for (i, w) in user.iter_mut().enumerate() {
@@ -488,10 +445,7 @@ pub(crate) fn decode_raw(
         sequence,
         user,
     };
-    let x = Extras {
-        pool_bytes: rd_u64(b, off::POOL_BYTES),
-        max_bytes: rd_u64(b, off::MAX_BYTES),
-    };
+    let x = Extras { pool_bytes: rd_u64(b, off::POOL_BYTES), max_bytes: rd_u64(b, off::MAX_BYTES) };
     validate_extras(&h, x, file_bytes).map_err(invalid)?;
     validate_header(&h, file_bytes).map_err(invalid)?;
     Ok((h, x))
@@ -511,8 +465,7 @@ fn validate_extras(h: &Header, x: Extras, file_bytes: u64) -> Result<()> {
             x.pool_bytes
         )));
     }
-    if x.max_bytes != 0 && (!x.max_bytes.is_multiple_of(REGION_ALIGN) || x.max_bytes < x.pool_bytes)
-    {
+    if x.max_bytes != 0 && (!x.max_bytes.is_multiple_of(REGION_ALIGN) || x.max_bytes < x.pool_bytes) {
         return Err(corrupt(format!(
             "max_bytes {:#x} is not a multiple of {REGION_ALIGN:#x} of at least pool_bytes {:#x}",
             x.max_bytes, x.pool_bytes
@@ -520,10 +473,7 @@ fn validate_extras(h: &Header, x: Extras, file_bytes: u64) -> Result<()> {
     }
     // A file shorter than the pool it once was has lost data, even past the regions.
     if x.pool_bytes > file_bytes {
-        return Err(PoolError::Truncated {
-            file_bytes,
-            needed: x.pool_bytes,
-        });
+        return Err(PoolError::Truncated { file_bytes, needed: x.pool_bytes });
     }
     Ok(())
 }
@@ -532,19 +482,12 @@ fn validate_extras(h: &Header, x: Extras, file_bytes: u64) -> Result<()> {
 /// magic, the checksum, the version, then every field ([`validate_header`] against
 /// `file_bytes`). Never panics, whatever the input.
 pub fn decode_header(raw: &[u8], file_bytes: u64) -> Result<Header> {
-    decode_raw(raw, file_bytes)
-        .map(|(h, _)| h)
-        .map_err(|e| match e {
-            CopyError::BadMagic => PoolError::NotAPool {
-                path: Default::default(),
-            },
-            CopyError::Checksum { .. } => corrupt(e.reason()),
-            CopyError::Version(found) => PoolError::UnsupportedVersion {
-                found,
-                supported: FORMAT_VERSION,
-            },
-            CopyError::Invalid { error, .. } => error,
-        })
+    decode_raw(raw, file_bytes).map(|(h, _)| h).map_err(|e| match e {
+        CopyError::BadMagic => PoolError::NotAPool { path: Default::default() },
+        CopyError::Checksum { .. } => corrupt(e.reason()),
+        CopyError::Version(found) => PoolError::UnsupportedVersion { found, supported: FORMAT_VERSION },
+        CopyError::Invalid { error, .. } => error,
+    })
 }
 
 #[cfg(test)]
@@ -593,10 +536,7 @@ mod tests {
     #[test]
     fn round_trip_with_extras() {
         let h = sample();
-        let x = Extras {
-            pool_bytes: 1 << 24,
-            max_bytes: 1 << 30,
-        };
+        let x = Extras { pool_bytes: 1 << 24, max_bytes: 1 << 30 };
         let raw = encode_raw(&h, x);
         let (h2, x2) = decode_raw(&raw, 1 << 24).expect("valid copy");
         assert_eq!(h2, h);
@@ -612,55 +552,22 @@ mod tests {
         let h = sample();
         let end = h.heap_region.end();
         let cases = [
-            (
-                Extras {
-                    pool_bytes: end + 1,
-                    max_bytes: 0,
-                },
-                "pool_bytes",
-            ),
-            (
-                Extras {
-                    pool_bytes: end - REGION_ALIGN,
-                    max_bytes: 0,
-                },
-                "smaller than the end",
-            ),
-            (
-                Extras {
-                    pool_bytes: end,
-                    max_bytes: end - REGION_ALIGN,
-                },
-                "max_bytes",
-            ),
-            (
-                Extras {
-                    pool_bytes: end,
-                    max_bytes: end + 7,
-                },
-                "max_bytes",
-            ),
+            (Extras { pool_bytes: end + 1, max_bytes: 0 }, "pool_bytes"),
+            (Extras { pool_bytes: end - REGION_ALIGN, max_bytes: 0 }, "smaller than the end"),
+            (Extras { pool_bytes: end, max_bytes: end - REGION_ALIGN }, "max_bytes"),
+            (Extras { pool_bytes: end, max_bytes: end + 7 }, "max_bytes"),
         ];
         for (x, needle) in cases {
             match decode_raw(&encode_raw(&h, x), 1 << 30) {
-                Err(CopyError::Invalid {
-                    error: PoolError::Corrupt { what },
-                    sequence: 7,
-                }) => {
+                Err(CopyError::Invalid { error: PoolError::Corrupt { what }, sequence: 7 }) => {
                     assert!(what.contains(needle), "{what:?} lacks {needle:?}")
                 }
                 other => panic!("{x:?}: expected Corrupt, got {other:?}"),
             }
         }
-        let x = Extras {
-            pool_bytes: end + REGION_ALIGN,
-            max_bytes: 0,
-        };
+        let x = Extras { pool_bytes: end + REGION_ALIGN, max_bytes: 0 };
         match decode_raw(&encode_raw(&h, x), end) {
-            Err(CopyError::Invalid {
-                error: PoolError::Truncated { file_bytes, needed },
-                ..
-            }) => {
+            Err(CopyError::Invalid { error: PoolError::Truncated { file_bytes, needed }, .. }) => {
                 assert_eq!((file_bytes, needed), (end, end + REGION_ALIGN))
             }
             other => panic!("expected Truncated, got {other:?}"),
@@ -682,40 +589,22 @@ mod tests {
         let mut raw = encode_header(&h);
         raw[off::RESERVED + 100] = 1;
         let err = decode_header(&reseal(raw), 1 << 30).unwrap_err();
-        assert!(
-            err.to_string().contains("reserved header byte 316"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("reserved header byte 316"), "{err}");
     }
 
     #[test]
     fn wrong_length_is_corrupt() {
         for len in [0, 1, 4095, 4097] {
             let raw = vec![0u8; len];
-            assert!(matches!(
-                decode_header(&raw, 1 << 30),
-                Err(PoolError::Corrupt { .. })
-            ));
+            assert!(matches!(decode_header(&raw, 1 << 30), Err(PoolError::Corrupt { .. })));
         }
     }
 
     #[test]
     fn layout_regions_rounds_and_saturates() {
         let (t, h, total) = layout_regions(1, REGION_ALIGN + 1);
-        assert_eq!(
-            t,
-            Region {
-                offset: HEADER_AREA,
-                bytes: REGION_ALIGN
-            }
-        );
-        assert_eq!(
-            h,
-            Region {
-                offset: HEADER_AREA + REGION_ALIGN,
-                bytes: 2 * REGION_ALIGN
-            }
-        );
+        assert_eq!(t, Region { offset: HEADER_AREA, bytes: REGION_ALIGN });
+        assert_eq!(h, Region { offset: HEADER_AREA + REGION_ALIGN, bytes: 2 * REGION_ALIGN });
         assert_eq!(total, HEADER_AREA + 3 * REGION_ALIGN);
         let (_, _, total) = layout_regions(u64::MAX, u64::MAX);
         assert_eq!(total, u64::MAX);

@@ -47,8 +47,8 @@ use std::path::PathBuf;
 
 pub use backend::Backend;
 pub use header::{
-    HEADER_COPY_BYTES, Header, MAGIC, Region, ResizeRecord, TableConfig, decode_header,
-    encode_header, layout_regions, validate_header,
+    HEADER_COPY_BYTES, Header, MAGIC, Region, ResizeRecord, TableConfig, decode_header, encode_header,
+    layout_regions, validate_header,
 };
 pub use persist::PersistMode;
 pub use pool::{CreateOptions, Pool};

@@ -66,11 +66,7 @@ fn detect() -> Option<FlushInstr> {
     use std::arch::x86_64::{__cpuid, __cpuid_count};
     // Leaf 0 gives the highest standard leaf; leaf 7 may be missing on old CPUs.
     let max_leaf = __cpuid(0).eax;
-    let ebx7 = if max_leaf >= 7 {
-        __cpuid_count(7, 0).ebx
-    } else {
-        0
-    };
+    let ebx7 = if max_leaf >= 7 { __cpuid_count(7, 0).ebx } else { 0 };
     Some(if ebx7 & (1 << 24) != 0 {
         FlushInstr::Clwb
     } else if ebx7 & (1 << 23) != 0 {
@@ -88,11 +84,7 @@ fn detect() -> Option<FlushInstr> {
 
 /// The persist mode a backend gets by default. `force_flush` (`HOST_PM_FORCE_FLUSH=1`) makes
 /// tmpfs and file pools flush cache lines too, so that path runs without real PM.
-pub(crate) fn default_mode(
-    backend: Backend,
-    force_flush: bool,
-    flush: Option<FlushInstr>,
-) -> PersistMode {
+pub(crate) fn default_mode(backend: Backend, force_flush: bool, flush: Option<FlushInstr>) -> PersistMode {
     match (backend, flush) {
         (Backend::DevDax, Some(_)) => PersistMode::FlushFence,
         (Backend::Tmpfs | Backend::File, Some(_)) if force_flush => PersistMode::FlushFence,
@@ -157,10 +149,7 @@ pub(crate) fn page_size() -> u64 {
     *PAGE.get_or_init(|| {
         // SAFETY: sysconf reads a constant of the running system.
         let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        u64::try_from(p)
-            .ok()
-            .filter(|&p| p >= LINE_BYTES)
-            .unwrap_or(4096)
+        u64::try_from(p).ok().filter(|&p| p >= LINE_BYTES).unwrap_or(4096)
     })
 }
 
@@ -179,9 +168,7 @@ pub(crate) fn page_runs(lines: &[u64], page_bytes: u64) -> Vec<(u64, u64)> {
             _ => runs.push((page, 1)),
         }
     }
-    runs.into_iter()
-        .map(|(first, count)| (first * page_bytes, count * page_bytes))
-        .collect()
+    runs.into_iter().map(|(first, count)| (first * page_bytes, count * page_bytes)).collect()
 }
 
 #[cfg(test)]
@@ -239,39 +226,15 @@ mod tests {
     #[test]
     fn modes_per_backend() {
         let flush = Some(FlushInstr::Clwb);
-        assert_eq!(
-            default_mode(Backend::DevDax, false, flush),
-            PersistMode::FlushFence
-        );
-        assert_eq!(
-            default_mode(Backend::Tmpfs, false, flush),
-            PersistMode::Fence
-        );
-        assert_eq!(
-            default_mode(Backend::File, false, flush),
-            PersistMode::Msync
-        );
-        assert_eq!(
-            default_mode(Backend::Anonymous, false, flush),
-            PersistMode::None
-        );
-        assert_eq!(
-            default_mode(Backend::Tmpfs, true, flush),
-            PersistMode::FlushFence
-        );
-        assert_eq!(
-            default_mode(Backend::File, true, flush),
-            PersistMode::FlushFence
-        );
-        assert_eq!(
-            default_mode(Backend::Anonymous, true, flush),
-            PersistMode::None
-        );
+        assert_eq!(default_mode(Backend::DevDax, false, flush), PersistMode::FlushFence);
+        assert_eq!(default_mode(Backend::Tmpfs, false, flush), PersistMode::Fence);
+        assert_eq!(default_mode(Backend::File, false, flush), PersistMode::Msync);
+        assert_eq!(default_mode(Backend::Anonymous, false, flush), PersistMode::None);
+        assert_eq!(default_mode(Backend::Tmpfs, true, flush), PersistMode::FlushFence);
+        assert_eq!(default_mode(Backend::File, true, flush), PersistMode::FlushFence);
+        assert_eq!(default_mode(Backend::Anonymous, true, flush), PersistMode::None);
         // No flush instruction (not x86_64).
-        assert_eq!(
-            default_mode(Backend::DevDax, false, None),
-            PersistMode::Fence
-        );
+        assert_eq!(default_mode(Backend::DevDax, false, None), PersistMode::Fence);
         assert_eq!(default_mode(Backend::File, true, None), PersistMode::Msync);
     }
 
@@ -279,13 +242,7 @@ mod tests {
     fn display_names() {
         let flush = PersistMode::FlushFence.to_string();
         assert!(
-            [
-                "clwb+sfence",
-                "clflushopt+sfence",
-                "clflush+sfence",
-                "flush+sfence"
-            ]
-            .contains(&flush.as_str()),
+            ["clwb+sfence", "clflushopt+sfence", "clflush+sfence", "flush+sfence"].contains(&flush.as_str()),
             "{flush}"
         );
         assert_eq!(PersistMode::Msync.to_string(), "msync");

@@ -11,9 +11,7 @@ use std::sync::atomic::{Ordering, fence};
 use memmap2::{MmapMut, MmapOptions};
 
 use crate::backend::{self, Backend, FileInfo, io_err};
-use crate::header::{
-    CopyError, Extras, HEADER_COPY_BYTES, Header, decode_raw, encode_raw, validate_header,
-};
+use crate::header::{CopyError, Extras, HEADER_COPY_BYTES, Header, decode_raw, encode_raw, validate_header};
 use crate::persist::{self, FlushInstr, PersistMode};
 use crate::{HEADER_AREA, LINE_BYTES, PoolError, REGION_ALIGN, Region, Result};
 
@@ -92,9 +90,8 @@ fn refuse(e: PoolError) -> PoolError {
 }
 
 fn to_usize(bytes: u64) -> Result<usize> {
-    usize::try_from(bytes).map_err(|_| {
-        PoolError::InvalidArgument(format!("{bytes} bytes do not fit the address space"))
-    })
+    usize::try_from(bytes)
+        .map_err(|_| PoolError::InvalidArgument(format!("{bytes} bytes do not fit the address space")))
 }
 
 /// Name used in I/O errors of anonymous pools.
@@ -113,9 +110,7 @@ fn lock(file: &File, path: &Path) -> Result<()> {
         match err.raw_os_error() {
             Some(libc::EINTR) => continue,
             Some(libc::EWOULDBLOCK) => {
-                return Err(PoolError::Locked {
-                    path: path.to_path_buf(),
-                });
+                return Err(PoolError::Locked { path: path.to_path_buf() });
             }
             _ => return Err(io_err(path, "lock")(err)),
         }
@@ -142,12 +137,10 @@ fn allocate(file: &File, path: &Path, bytes: u64) -> Result<()> {
     match rc {
         0 => Ok(()),
         // File systems without fallocate (e.g. some tmpfs setups): a sparse extension will do.
-        libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS => file
-            .set_len(bytes)
-            .map_err(io_err(path, "set the length of")),
-        e => Err(io_err(path, "allocate")(std::io::Error::from_raw_os_error(
-            e,
-        ))),
+        libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS => {
+            file.set_len(bytes).map_err(io_err(path, "set the length of"))
+        }
+        e => Err(io_err(path, "allocate")(std::io::Error::from_raw_os_error(e))),
     }
 }
 
@@ -157,9 +150,7 @@ fn sync_parent_dir(path: &Path) -> Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(dir, "sync directory"))
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(dir, "sync directory"))
 }
 
 /// Removes a half-created pool file unless disarmed.
@@ -177,19 +168,12 @@ impl Drop for RemoveOnError<'_> {
 /// highest sequence, ties to copy 0. If that copy fails validation the pool is reported, not
 /// silently rolled back: an intact copy is never the product of a torn write, so an invalid
 /// one means the file was damaged (e.g. truncated) after the header was written.
-fn choose_header(
-    copies: [&[u8]; 2],
-    file_bytes: u64,
-    path: &Path,
-) -> Result<(Header, Extras, usize)> {
+fn choose_header(copies: [&[u8]; 2], file_bytes: u64, path: &Path) -> Result<(Header, Extras, usize)> {
     let results = copies.map(|raw| decode_raw(raw, file_bytes));
     // A pool written by a newer format must not be touched, whatever the other copy says.
     for r in &results {
         if let Err(CopyError::Version(found)) = r {
-            return Err(PoolError::UnsupportedVersion {
-                found: *found,
-                supported: crate::FORMAT_VERSION,
-            });
+            return Err(PoolError::UnsupportedVersion { found: *found, supported: crate::FORMAT_VERSION });
         }
     }
     let intact_sequence = |r: &std::result::Result<(Header, Extras), CopyError>| match r {
@@ -204,32 +188,22 @@ fn choose_header(
     match newest {
         Some((_, slot)) => match if slot == 0 { r0 } else { r1 } {
             Ok((h, x)) => Ok((h, x, slot)),
-            Err(CopyError::Invalid {
-                sequence,
-                error: PoolError::Corrupt { what },
-            }) => Err(PoolError::Corrupt {
-                what: format!("header copy {slot} (sequence {sequence}): {what}"),
-            }),
+            Err(CopyError::Invalid { sequence, error: PoolError::Corrupt { what } }) => {
+                Err(PoolError::Corrupt { what: format!("header copy {slot} (sequence {sequence}): {what}") })
+            }
             Err(CopyError::Invalid { error, .. }) => Err(error),
             // Not intact, so not chosen.
-            Err(other) => Err(PoolError::Corrupt {
-                what: other.reason(),
-            }),
+            Err(other) => Err(PoolError::Corrupt { what: other.reason() }),
         },
         None => match (r0, r1) {
-            (Err(CopyError::BadMagic), Err(CopyError::BadMagic)) => Err(PoolError::NotAPool {
-                path: path.to_path_buf(),
-            }),
+            (Err(CopyError::BadMagic), Err(CopyError::BadMagic)) => {
+                Err(PoolError::NotAPool { path: path.to_path_buf() })
+            }
             (a, b) => {
-                let reason = |r: std::result::Result<_, CopyError>| {
-                    r.err().map(|e| e.reason()).unwrap_or_default()
-                };
+                let reason =
+                    |r: std::result::Result<_, CopyError>| r.err().map(|e| e.reason()).unwrap_or_default();
                 Err(PoolError::Corrupt {
-                    what: format!(
-                        "no valid header copy: copy 0: {}; copy 1: {}",
-                        reason(a),
-                        reason(b)
-                    ),
+                    what: format!("no valid header copy: copy 0: {}; copy 1: {}", reason(a), reason(b)),
                 })
             }
         },
@@ -245,12 +219,7 @@ impl Pool {
     /// zeroed; a new file is zero already). `None` creates volatile anonymous memory. The
     /// caller lays out the header's regions, e.g. with [`crate::layout_regions`]; a header that
     /// does not validate against the pool size is refused ([`PoolError::InvalidArgument`]).
-    pub fn create(
-        path: Option<&Path>,
-        bytes: u64,
-        header: &Header,
-        opts: &CreateOptions,
-    ) -> Result<Pool> {
+    pub fn create(path: Option<&Path>, bytes: u64, header: &Header, opts: &CreateOptions) -> Result<Pool> {
         let total = bytes
             .checked_next_multiple_of(REGION_ALIGN)
             .ok_or_else(|| PoolError::InvalidArgument(format!("pool size {bytes} is too large")))?;
@@ -305,11 +274,7 @@ impl Pool {
     }
 
     fn create_devdax(path: &Path, total: u64, h: Header, limit: Option<u64>) -> Result<Pool> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(io_err(path, "open"))?;
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io_err(path, "open"))?;
         lock(&file, path)?;
         let info = backend::probe(&file, path)?;
         check_limit(total, Some(info.bytes))?;
@@ -336,9 +301,7 @@ impl Pool {
             persist::force_flush_from_env(),
             persist::flush_instr(),
         ) {
-            PersistMode::FlushFence => {
-                persist::flush_instr().map_or(Persist::Fence, Persist::Flush)
-            }
+            PersistMode::FlushFence => persist::flush_instr().map_or(Persist::Fence, Persist::Flush),
             PersistMode::Msync => Persist::Msync,
             PersistMode::Fence => Persist::Fence,
             PersistMode::None => Persist::None,
@@ -387,27 +350,16 @@ impl Pool {
     /// If the newest intact copy (right magic and checksum) fails validation, that error is
     /// returned rather than falling back to the older copy: only a damaged file produces it.
     pub fn open(path: &Path) -> Result<Pool> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(io_err(path, "open"))?;
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io_err(path, "open"))?;
         lock(&file, path)?;
         let info = backend::probe(&file, path)?;
         if info.bytes < HEADER_AREA {
-            return Err(PoolError::Truncated {
-                file_bytes: info.bytes,
-                needed: HEADER_AREA,
-            });
+            return Err(PoolError::Truncated { file_bytes: info.bytes, needed: HEADER_AREA });
         }
         let map = map_file(&file, info.bytes, path)?;
         let (h, x, slot) = choose_header([&map[..COPY], &map[COPY..2 * COPY]], info.bytes, path)?;
         // A devdax pool is as long as its header says; a file pool is the whole file.
-        let len = if info.backend == Backend::DevDax {
-            x.pool_bytes
-        } else {
-            info.bytes
-        };
+        let len = if info.backend == Backend::DevDax { x.pool_bytes } else { info.bytes };
         let max_bytes = (x.max_bytes != 0).then_some(x.max_bytes);
         if let Some(m) = max_bytes
             && len > m
@@ -441,10 +393,11 @@ impl Pool {
     /// length is refused ([`PoolError::InvalidArgument`]) and nothing is written.
     pub fn write_header(&mut self, header: &Header) -> Result<()> {
         let mut h = *header;
-        h.sequence =
-            self.header.sequence.checked_add(1).ok_or_else(|| {
-                PoolError::InvalidArgument("header sequence exhausted".to_string())
-            })?;
+        h.sequence = self
+            .header
+            .sequence
+            .checked_add(1)
+            .ok_or_else(|| PoolError::InvalidArgument("header sequence exhausted".to_string()))?;
         validate_header(&h, self.len).map_err(refuse)?;
         let slot = 1 - self.slot;
         let raw = encode_raw(&h, self.extras());
@@ -482,11 +435,9 @@ impl Pool {
     /// the caller's choice.
     pub fn set_persist_mode(&mut self, mode: PersistMode) -> Result<()> {
         self.persist = match mode {
-            PersistMode::FlushFence => {
-                persist::flush_instr().map(Persist::Flush).ok_or_else(|| {
-                    PoolError::InvalidArgument("this CPU has no cache-line flush".to_string())
-                })?
-            }
+            PersistMode::FlushFence => persist::flush_instr()
+                .map(Persist::Flush)
+                .ok_or_else(|| PoolError::InvalidArgument("this CPU has no cache-line flush".to_string()))?,
             PersistMode::Msync if self.file.is_none() => {
                 return Err(PoolError::InvalidArgument(
                     "msync needs a file-backed pool, this one is anonymous".to_string(),
@@ -550,9 +501,7 @@ impl Pool {
     /// Byte range of a region, checked against the pool.
     fn span(&self, r: Region) -> std::ops::Range<usize> {
         assert!(
-            r.offset
-                .checked_add(r.bytes)
-                .is_some_and(|end| end <= self.len),
+            r.offset.checked_add(r.bytes).is_some_and(|end| end <= self.len),
             "region {r:?} is outside the pool of {} bytes",
             self.len
         );
@@ -573,9 +522,7 @@ impl Pool {
     }
 
     fn msync(&self, start: u64, len: u64) -> Result<()> {
-        self.map
-            .flush_range(start as usize, len as usize)
-            .map_err(io_err(&self.display_path(), "msync"))
+        self.map.flush_range(start as usize, len as usize).map_err(io_err(&self.display_path(), "msync"))
     }
 
     /// Persist mapping bytes `start..end` (already checked to be inside the mapping).
@@ -596,15 +543,12 @@ impl Pool {
     /// `msync(MS_SYNC)` the covering pages, fence, or nothing, per [`Pool::persist_mode`].
     /// A range outside the pool is [`PoolError::InvalidArgument`].
     pub fn persist_range(&self, offset: u64, len: u64) -> Result<()> {
-        let end = offset
-            .checked_add(len)
-            .filter(|&end| end <= self.len)
-            .ok_or_else(|| {
-                PoolError::InvalidArgument(format!(
-                    "persist range {offset:#x}+{len:#x} is outside the pool of {:#x} bytes",
-                    self.len
-                ))
-            })?;
+        let end = offset.checked_add(len).filter(|&end| end <= self.len).ok_or_else(|| {
+            PoolError::InvalidArgument(format!(
+                "persist range {offset:#x}+{len:#x} is outside the pool of {:#x} bytes",
+                self.len
+            ))
+        })?;
         if len == 0 {
             return Ok(());
         }
@@ -660,13 +604,9 @@ impl Pool {
     /// with [`Pool::write_header`] once it has filled them.
     pub fn grow(&mut self, new_bytes: u64) -> Result<()> {
         let limit = self.max_bytes();
-        let new =
-            new_bytes
-                .checked_next_multiple_of(self.granule)
-                .ok_or(PoolError::OutOfSpace {
-                    needed: new_bytes,
-                    limit: limit.unwrap_or(u64::MAX),
-                })?;
+        let new = new_bytes
+            .checked_next_multiple_of(self.granule)
+            .ok_or(PoolError::OutOfSpace { needed: new_bytes, limit: limit.unwrap_or(u64::MAX) })?;
         if new <= self.len {
             return Ok(());
         }
@@ -688,17 +628,61 @@ impl Pool {
             }
             _ => {
                 // Anonymous memory (or a pool without its file, which cannot happen): copy.
-                let mut map =
-                    MmapMut::map_anon(to_usize(new)?).map_err(io_err(&anon_path(), "mmap"))?;
+                let mut map = MmapMut::map_anon(to_usize(new)?).map_err(io_err(&anon_path(), "mmap"))?;
                 map[..old as usize].copy_from_slice(&self.map[..old as usize]);
                 self.map = map;
             }
         }
         self.len = new;
-        log::debug!(
-            "grew pool {} from {old} to {new} bytes",
-            self.display_path().display()
-        );
+        log::debug!("grew pool {} from {old} to {new} bytes", self.display_path().display());
+        Ok(())
+    }
+
+    /// Give back the storage of a region that holds nothing any more (the regions a resize
+    /// left behind): a hole is punched in file and tmpfs pools, anonymous pages are dropped; it
+    /// reads as zeros afterwards. Devdax memory cannot be given back and is left as it is.
+    /// Where the filesystem cannot punch holes the region simply stays allocated.
+    pub fn discard(&mut self, region: Region) -> Result<()> {
+        if region.end() > self.len || region.offset < HEADER_AREA {
+            return Err(PoolError::InvalidArgument(format!(
+                "discard of {:#x}+{:#x}: outside the pool's regions ({:#x} bytes)",
+                region.offset, region.bytes, self.len
+            )));
+        }
+        if region.is_empty() {
+            return Ok(());
+        }
+        match (self.backend, &self.file) {
+            (Backend::Tmpfs | Backend::File, Some(file)) => {
+                let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+                // SAFETY: plain syscall on an open descriptor; the range is inside the file.
+                let r = unsafe {
+                    libc::fallocate(
+                        file.as_raw_fd(),
+                        mode,
+                        region.offset as libc::off_t,
+                        region.bytes as libc::off_t,
+                    )
+                };
+                if r != 0 {
+                    log::debug!(
+                        "punching a hole failed ({}); the region stays allocated",
+                        std::io::Error::last_os_error()
+                    );
+                }
+            }
+            (Backend::Anonymous, _) => {
+                // SAFETY: the range lies inside our own private anonymous mapping.
+                unsafe {
+                    libc::madvise(
+                        self.map.as_mut_ptr().add(region.offset as usize).cast(),
+                        region.bytes as usize,
+                        libc::MADV_DONTNEED,
+                    );
+                }
+            }
+            _ => {}
+        }
         Ok(())
     }
 
@@ -792,11 +776,7 @@ mod tests {
         let mut bad = header(4);
         bad.heap_cells = 0;
         let err = choose(&old, &encode_header(&bad)).unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("header copy 1 (sequence 4): heap_cells is 0"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("header copy 1 (sequence 4): heap_cells is 0"), "{err}");
         // An older invalid copy does not matter.
         let mut older = header(2);
         older.heap_cells = 0;
@@ -806,10 +786,7 @@ mod tests {
     #[test]
     fn errors_when_no_copy_is_usable() {
         let zero = vec![0u8; COPY];
-        assert!(matches!(
-            choose(&zero, &zero),
-            Err(PoolError::NotAPool { .. })
-        ));
+        assert!(matches!(choose(&zero, &zero), Err(PoolError::NotAPool { .. })));
         let mut torn = encode_header(&header(1));
         torn[30] ^= 4;
         match choose(&torn, &zero) {

@@ -14,25 +14,13 @@ use host_pm::{Backend, CreateOptions, PersistMode, Pool};
 #[test]
 fn env_var_forces_flush_fence() {
     let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_with_force_flush",
-            "--ignored",
-            "--nocapture",
-        ])
+        .args(["--exact", "child_with_force_flush", "--ignored", "--nocapture"])
         .env("HOST_PM_FORCE_FLUSH", "1")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "child failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains("1 passed"),
-        "the child test did not run:\n{stdout}"
-    );
+    assert!(out.status.success(), "child failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("1 passed"), "the child test did not run:\n{stdout}");
 }
 
 #[test]
@@ -51,17 +39,12 @@ fn child_with_force_flush() {
             assert!(pool.persist_mode().to_string().ends_with("+sfence"));
         }
         pool.region_mut(h.table_region)[100] = 9;
-        pool.persist_lines(&[h.table_region.offset / 64 + 1, 0, 0])
-            .unwrap();
+        pool.persist_lines(&[h.table_region.offset / 64 + 1, 0, 0]).unwrap();
         pool.persist_range(h.table_region.offset, 4096).unwrap();
         pool.close().unwrap();
         let pool = Pool::open(&path).unwrap();
         if cfg!(target_arch = "x86_64") {
-            assert_eq!(
-                pool.persist_mode(),
-                PersistMode::FlushFence,
-                "open honours it too"
-            );
+            assert_eq!(pool.persist_mode(), PersistMode::FlushFence, "open honours it too");
         }
         assert_eq!(pool.region(h.table_region)[100], 9);
         assert!(pool.header().clean_shutdown);

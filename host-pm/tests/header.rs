@@ -4,8 +4,8 @@ mod common;
 
 use common::*;
 use host_pm::{
-    FORMAT_VERSION, HEADER_AREA, HEADER_COPY_BYTES, Header, PoolError, REGION_ALIGN, Region,
-    decode_header, encode_header, layout_regions, validate_header,
+    FORMAT_VERSION, HEADER_AREA, HEADER_COPY_BYTES, Header, PoolError, REGION_ALIGN, Region, decode_header,
+    encode_header, layout_regions, validate_header,
 };
 
 const A: u64 = REGION_ALIGN;
@@ -40,37 +40,19 @@ fn every_rule_is_enforced() {
             h.table.top_level = 2;
         }),
         ("heap_cells", |h, _, _, _| h.heap_cells = 0),
-        ("table_region is empty", |h, _, _, _| {
-            h.table_region.bytes = 0
-        }),
-        ("heap_region is empty", |h, _, _, _| {
-            h.heap_region = Region::default()
-        }),
-        ("not aligned", |h, t, _, _| {
-            h.table_region.offset = t.offset + 64
-        }),
-        ("not aligned", |h, _, hp, _| {
-            h.heap_region.bytes = hp.bytes - 1
-        }),
+        ("table_region is empty", |h, _, _, _| h.table_region.bytes = 0),
+        ("heap_region is empty", |h, _, _, _| h.heap_region = Region::default()),
+        ("not aligned", |h, t, _, _| h.table_region.offset = t.offset + 64),
+        ("not aligned", |h, _, hp, _| h.heap_region.bytes = hp.bytes - 1),
         ("header area", |h, _, _, _| h.table_region.offset = 0),
         ("overlaps", |h, t, _, _| h.heap_region.offset = t.offset),
-        ("overlaps", |h, t, hp, _| {
-            h.table_region = region(t.offset, hp.end() - t.offset)
-        }),
-        ("beyond 2^64", |h, _, _, _| {
-            h.heap_region.offset = u64::MAX - A + 1
-        }),
+        ("overlaps", |h, t, hp, _| h.table_region = region(t.offset, hp.end() - t.offset)),
+        ("beyond 2^64", |h, _, _, _| h.heap_region.offset = u64::MAX - A + 1),
         ("resize.state", |h, _, _, _| h.resize.state = 16),
         ("new_top_level", |h, _, _, _| h.resize.new_top_level = 41),
-        ("resize.new_table", |h, _, _, total| {
-            h.resize.new_table = region(total - A, A)
-        }),
-        ("resize.new_heap", |h, _, _, _| {
-            h.resize.new_heap = region(0, A)
-        }),
-        ("resize.new_heap", |h, _, _, _| {
-            h.resize.new_heap = region(A, 0)
-        }),
+        ("resize.new_table", |h, _, _, total| h.resize.new_table = region(total - A, A)),
+        ("resize.new_heap", |h, _, _, _| h.resize.new_heap = region(0, A)),
+        ("resize.new_heap", |h, _, _, _| h.resize.new_heap = region(A, 0)),
         ("resize.new_table is empty", |h, _, _, _| h.resize.state = 1),
         ("overlaps resize.new_table", |h, _, hp, _| {
             h.resize.state = 1;
@@ -94,10 +76,7 @@ fn every_rule_is_enforced() {
         mutate(&mut h, t, hp, total);
         match validate_header(&h, file) {
             Err(PoolError::Corrupt { what }) => {
-                assert!(
-                    what.contains(needle),
-                    "case {i}: {what:?} does not mention {needle:?}"
-                )
+                assert!(what.contains(needle), "case {i}: {what:?} does not mention {needle:?}")
             }
             other => panic!("case {i} ({needle}): expected Corrupt, got {other:?}"),
         }
@@ -109,10 +88,7 @@ fn every_rule_is_enforced() {
     h.version = 2;
     assert!(matches!(
         validate_header(&h, total),
-        Err(PoolError::UnsupportedVersion {
-            found: 2,
-            supported: FORMAT_VERSION
-        })
+        Err(PoolError::UnsupportedVersion { found: 2, supported: FORMAT_VERSION })
     ));
     // Regions past the end of the file: Truncated, with the size needed.
     assert!(matches!(
@@ -155,11 +131,7 @@ fn boundary_values_are_accepted() {
     // The smallest pool.
     let (t, hp, total) = layout_regions(1, 1);
     assert_eq!(total, HEADER_AREA + 2 * A);
-    let small = Header {
-        table_region: t,
-        heap_region: hp,
-        ..base
-    };
+    let small = Header { table_region: t, heap_region: hp, ..base };
     validate_header(&small, total).unwrap();
 }
 
@@ -172,10 +144,7 @@ fn decode_round_trip_and_error_kinds() {
 
     let mut bad = raw.clone();
     bad[0] = b'X';
-    assert!(matches!(
-        decode_header(&bad, total),
-        Err(PoolError::NotAPool { .. })
-    ));
+    assert!(matches!(decode_header(&bad, total), Err(PoolError::NotAPool { .. })));
     let mut bad = raw.clone();
     bad[2000] = 1;
     let err = decode_header(&bad, total).unwrap_err();
@@ -183,10 +152,7 @@ fn decode_round_trip_and_error_kinds() {
     let mut bad = raw.clone();
     bad[8] = 9;
     reseal(&mut bad);
-    assert!(matches!(
-        decode_header(&bad, total),
-        Err(PoolError::UnsupportedVersion { found: 9, .. })
-    ));
+    assert!(matches!(decode_header(&bad, total), Err(PoolError::UnsupportedVersion { found: 9, .. })));
     assert!(matches!(
         decode_header(&raw, total - 1),
         Err(PoolError::Truncated { needed, .. }) if needed == total
@@ -229,11 +195,7 @@ fn decode_never_panics() {
                         2 => rng.below(1 << 20),
                         _ => rng.next(),
                     };
-                    let width = if rng.below(2) == 0 {
-                        4
-                    } else {
-                        8.min(216 - at)
-                    };
+                    let width = if rng.below(2) == 0 { 4 } else { 8.min(216 - at) };
                     raw[at..at + width].copy_from_slice(&v.to_le_bytes()[..width]);
                 }
                 if round % 4 == 2 {

@@ -35,10 +35,7 @@ fn round_trip(dir: &Path, backend: Backend, mode: PersistMode) {
 
     let table = h.table_region;
     let heap = h.heap_region;
-    assert!(
-        pool.region(table).iter().all(|&b| b == 0),
-        "a new pool reads as zero"
-    );
+    assert!(pool.region(table).iter().all(|&b| b == 0), "a new pool reads as zero");
     for (i, b) in pool.region_mut(table).iter_mut().enumerate() {
         *b = (i % 253) as u8;
     }
@@ -63,12 +60,7 @@ fn round_trip(dir: &Path, backend: Backend, mode: PersistMode) {
     assert_eq!(got.heap_cells, 77);
     assert_eq!(got.table, h.table);
     assert_eq!((got.table_region, got.heap_region), (table, heap));
-    assert!(
-        pool.region(table)
-            .iter()
-            .enumerate()
-            .all(|(i, &b)| b == (i % 253) as u8)
-    );
+    assert!(pool.region(table).iter().enumerate().all(|(i, &b)| b == (i % 253) as u8));
     assert_eq!(&pool.region(heap)[..6], b"hello\0");
 }
 
@@ -83,31 +75,21 @@ fn round_trip_tmp_file() {
     // /tmp may be tmpfs or a disk depending on the machine: ask statfs what to expect.
     let dir = tmp_dir();
     let backend = expected_backend(dir.path());
-    let mode = if backend == Backend::Tmpfs {
-        PersistMode::Fence
-    } else {
-        PersistMode::Msync
-    };
+    let mode = if backend == Backend::Tmpfs { PersistMode::Fence } else { PersistMode::Msync };
     round_trip(dir.path(), backend, mode);
 }
 
 #[test]
 fn round_trip_disk_file() {
     let dir = disk_dir();
-    assert_eq!(
-        expected_backend(dir.path()),
-        Backend::File,
-        "the target dir should be on a disk"
-    );
+    assert_eq!(expected_backend(dir.path()), Backend::File, "the target dir should be on a disk");
     round_trip(dir.path(), Backend::File, PersistMode::Msync);
 }
 
 #[test]
 fn anonymous_pool() {
     let (h, total) = sample();
-    let opts = CreateOptions {
-        max_bytes: Some(total + 2 * REGION_ALIGN),
-    };
+    let opts = CreateOptions { max_bytes: Some(total + 2 * REGION_ALIGN) };
     let mut pool = Pool::create(None, total, &h, &opts).unwrap();
     assert_eq!(pool.backend(), Backend::Anonymous);
     assert_eq!(pool.persist_mode(), PersistMode::None);
@@ -129,10 +111,7 @@ fn anonymous_pool() {
         pool.grow(total + 3 * REGION_ALIGN),
         Err(PoolError::OutOfSpace { needed, limit }) if needed == total + 3 * REGION_ALIGN && limit == total + 2 * REGION_ALIGN
     ));
-    assert!(matches!(
-        pool.set_persist_mode(PersistMode::Msync),
-        Err(PoolError::InvalidArgument(_))
-    ));
+    assert!(matches!(pool.set_persist_mode(PersistMode::Msync), Err(PoolError::InvalidArgument(_))));
     pool.mark_dirty().unwrap();
     pool.close().unwrap();
 }
@@ -145,11 +124,7 @@ fn create_refuses_an_existing_file() {
     let (h, total) = sample();
     let err = Pool::create(Some(&path), total, &h, &CreateOptions::default()).unwrap_err();
     match &err {
-        PoolError::Io {
-            path: p,
-            op,
-            source,
-        } => {
+        PoolError::Io { path: p, op, source } => {
             assert_eq!(p, &path);
             assert_eq!(*op, "create");
             assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists);
@@ -166,22 +141,14 @@ fn create_refuses_bad_input_without_leaving_a_file() {
     let path = dir.path().join("pool");
     let (h, total) = sample();
     // Too small for the header's regions.
-    let err = Pool::create(
-        Some(&path),
-        total - REGION_ALIGN,
-        &h,
-        &CreateOptions::default(),
-    )
-    .unwrap_err();
+    let err = Pool::create(Some(&path), total - REGION_ALIGN, &h, &CreateOptions::default()).unwrap_err();
     assert!(matches!(err, PoolError::InvalidArgument(_)), "{err:?}");
     let mut bad = h;
     bad.table.levels = 0;
     let err = Pool::create(Some(&path), total, &bad, &CreateOptions::default()).unwrap_err();
     assert!(err.to_string().contains("table.levels 0"), "{err}");
     // Above max_bytes (rounded down to REGION_ALIGN).
-    let opts = CreateOptions {
-        max_bytes: Some(total - 1),
-    };
+    let opts = CreateOptions { max_bytes: Some(total - 1) };
     let err = Pool::create(Some(&path), total, &h, &opts).unwrap_err();
     assert!(
         matches!(err, PoolError::OutOfSpace { needed, limit } if needed == total && limit == total - REGION_ALIGN),
@@ -189,13 +156,7 @@ fn create_refuses_bad_input_without_leaving_a_file() {
     );
     assert!(!path.exists());
     // A character device that is not devdax is refused, and left alone.
-    let err = Pool::create(
-        Some(Path::new("/dev/null")),
-        total,
-        &h,
-        &CreateOptions::default(),
-    )
-    .unwrap_err();
+    let err = Pool::create(Some(Path::new("/dev/null")), total, &h, &CreateOptions::default()).unwrap_err();
     assert!(err.to_string().contains("not a devdax device"), "{err}");
     assert!(Path::new("/dev/null").exists());
 }
@@ -207,23 +168,13 @@ fn sizes_round_up_to_region_align() {
     let (h, total) = sample();
     let pool = Pool::create(Some(&path), total + 1, &h, &CreateOptions::default()).unwrap();
     assert_eq!(pool.len(), total + REGION_ALIGN);
-    assert_eq!(
-        std::fs::metadata(&path).unwrap().len(),
-        total + REGION_ALIGN
-    );
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), total + REGION_ALIGN);
 }
 
 /// Path of the header copy holding the highest sequence, and that sequence.
 fn newest_slot(path: &Path) -> (u64, u64) {
-    let seqs = [
-        raw_sequence(&read_copy(path, 0)),
-        raw_sequence(&read_copy(path, 1)),
-    ];
-    if seqs[1] > seqs[0] {
-        (1, seqs[1])
-    } else {
-        (0, seqs[0])
-    }
+    let seqs = [raw_sequence(&read_copy(path, 0)), raw_sequence(&read_copy(path, 1))];
+    if seqs[1] > seqs[0] { (1, seqs[1]) } else { (0, seqs[0]) }
 }
 
 #[test]
@@ -306,25 +257,10 @@ fn other_version_with_valid_checksum_is_unsupported() {
     // Even one copy written by a newer format stops the open: that format owns the pool now.
     patch(&path, HEADER_COPY_BYTES, &copy);
     let err = Pool::open(&path).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            PoolError::UnsupportedVersion {
-                found: 2,
-                supported: 1
-            }
-        ),
-        "{err:?}"
-    );
+    assert!(matches!(err, PoolError::UnsupportedVersion { found: 2, supported: 1 }), "{err:?}");
     patch(&path, 0, &copy);
     let err = Pool::open(&path).unwrap_err();
-    assert!(matches!(
-        err,
-        PoolError::UnsupportedVersion {
-            found: 2,
-            supported: 1
-        }
-    ));
+    assert!(matches!(err, PoolError::UnsupportedVersion { found: 2, supported: 1 }));
     assert!(err.to_string().contains("version 2"), "{err}");
 }
 
@@ -333,18 +269,12 @@ fn files_that_are_not_pools() {
     let dir = shm_dir();
     let zeros = dir.path().join("zeros");
     std::fs::write(&zeros, vec![0u8; 1 << 20]).unwrap();
-    assert!(matches!(
-        Pool::open(&zeros),
-        Err(PoolError::NotAPool { .. })
-    ));
+    assert!(matches!(Pool::open(&zeros), Err(PoolError::NotAPool { .. })));
     let noise = dir.path().join("noise");
     let mut rng = Rng(7);
     let bytes: Vec<u8> = (0..1 << 20).map(|_| rng.next() as u8).collect();
     std::fs::write(&noise, bytes).unwrap();
-    assert!(matches!(
-        Pool::open(&noise),
-        Err(PoolError::NotAPool { .. })
-    ));
+    assert!(matches!(Pool::open(&noise), Err(PoolError::NotAPool { .. })));
     let missing = dir.path().join("missing");
     match Pool::open(&missing).unwrap_err() {
         PoolError::Io { path, op, source } => {
@@ -388,11 +318,7 @@ fn truncated_files() {
         match Pool::open(&p) {
             Err(PoolError::Truncated { file_bytes, needed }) => {
                 assert_eq!(file_bytes, cut);
-                let want = if cut < HEADER_AREA {
-                    HEADER_AREA
-                } else {
-                    total
-                };
+                let want = if cut < HEADER_AREA { HEADER_AREA } else { total };
                 assert_eq!(needed, want, "cut at {cut}");
             }
             other => panic!("cut at {cut}: expected Truncated, got {other:?}"),
@@ -421,15 +347,12 @@ fn grow_on(dir: &Path, backend: Backend) {
     let path = dir.join("pool");
     let (h, total) = sample();
     let limit = total + 8 * REGION_ALIGN;
-    let opts = CreateOptions {
-        max_bytes: Some(limit + 100),
-    };
+    let opts = CreateOptions { max_bytes: Some(limit + 100) };
     let mut pool = Pool::create(Some(&path), total, &h, &opts).unwrap();
     assert_eq!(pool.backend(), backend);
     assert_eq!(pool.max_bytes(), Some(limit));
     pool.region_mut(h.heap_region).fill(0xAB);
-    pool.persist_range(h.heap_region.offset, h.heap_region.bytes)
-        .unwrap();
+    pool.persist_range(h.heap_region.offset, h.heap_region.bytes).unwrap();
 
     pool.grow(total - REGION_ALIGN).unwrap(); // no-op
     assert_eq!(pool.len(), total);
@@ -437,14 +360,8 @@ fn grow_on(dir: &Path, backend: Backend) {
     let grown = total + 4 * REGION_ALIGN;
     assert_eq!(pool.len(), grown);
     assert_eq!(std::fs::metadata(&path).unwrap().len(), grown);
-    assert!(
-        pool.region(h.heap_region).iter().all(|&b| b == 0xAB),
-        "contents preserved"
-    );
-    assert!(
-        pool.bytes()[total as usize..].iter().all(|&b| b == 0),
-        "new bytes are zero"
-    );
+    assert!(pool.region(h.heap_region).iter().all(|&b| b == 0xAB), "contents preserved");
+    assert!(pool.bytes()[total as usize..].iter().all(|&b| b == 0), "new bytes are zero");
     let err = pool.grow(limit + 1).unwrap_err();
     assert!(
         matches!(err, PoolError::OutOfSpace { needed, limit: l } if needed == limit + REGION_ALIGN && l == limit),
@@ -453,10 +370,7 @@ fn grow_on(dir: &Path, backend: Backend) {
     assert_eq!(pool.len(), grown);
 
     // Record a resize into the grown area, the way the table crate will.
-    let new_table = Region {
-        offset: total,
-        bytes: 3 * REGION_ALIGN,
-    };
+    let new_table = Region { offset: total, bytes: 3 * REGION_ALIGN };
     pool.region_mut(new_table)[..3].copy_from_slice(b"new");
     pool.persist_range(new_table.offset, 3).unwrap();
     let mut next = *pool.header();
@@ -499,11 +413,7 @@ fn clean_shutdown_flag() {
     assert!(!pool.header().clean_shutdown);
     let seq = pool.header().sequence;
     pool.mark_dirty().unwrap();
-    assert_eq!(
-        pool.header().sequence,
-        seq,
-        "already dirty: nothing written"
-    );
+    assert_eq!(pool.header().sequence, seq, "already dirty: nothing written");
     pool.close().unwrap();
 
     let mut pool = Pool::open(&path).unwrap();
@@ -545,20 +455,12 @@ fn persist_calls_on_every_backend() {
     let shm = shm_dir();
     let disk = disk_dir();
     let (h, total) = sample();
-    let paths: [Option<PathBuf>; 3] = [
-        Some(shm.path().join("p")),
-        Some(disk.path().join("p")),
-        None,
-    ];
+    let paths: [Option<PathBuf>; 3] = [Some(shm.path().join("p")), Some(disk.path().join("p")), None];
     for path in &paths {
         let mut pool = Pool::create(path.as_deref(), total, &h, &CreateOptions::default()).unwrap();
         let lines = total / 64;
-        let mut modes = vec![
-            pool.persist_mode(),
-            PersistMode::FlushFence,
-            PersistMode::Fence,
-            PersistMode::None,
-        ];
+        let mut modes =
+            vec![pool.persist_mode(), PersistMode::FlushFence, PersistMode::Fence, PersistMode::None];
         if path.is_some() {
             modes.push(PersistMode::Msync);
         }
@@ -569,22 +471,15 @@ fn persist_calls_on_every_backend() {
             pool.persist_range(HEADER_AREA + 3, 200).unwrap();
             pool.persist_range(total - 1, 1).unwrap();
             pool.persist_range(total, 0).unwrap();
-            pool.persist_lines(&[lines - 1, 2000, 1025, 1024, 2000, 1100, 3])
-                .unwrap();
+            pool.persist_lines(&[lines - 1, 2000, 1025, 1024, 2000, 1100, 3]).unwrap();
             pool.persist_lines(&[]).unwrap();
             pool.persist_all().unwrap();
             for (off, len) in [(total, 1), (total - 1, 2), (u64::MAX, 2)] {
                 let err = pool.persist_range(off, len).unwrap_err();
-                assert!(
-                    matches!(err, PoolError::InvalidArgument(_)),
-                    "{mode}: {err:?}"
-                );
+                assert!(matches!(err, PoolError::InvalidArgument(_)), "{mode}: {err:?}");
             }
             let err = pool.persist_lines(&[0, lines]).unwrap_err();
-            assert!(
-                matches!(err, PoolError::InvalidArgument(_)),
-                "{mode}: {err:?}"
-            );
+            assert!(matches!(err, PoolError::InvalidArgument(_)), "{mode}: {err:?}");
             assert!(pool.persist_lines(&[u64::MAX]).is_err());
         }
         // The header path (write_header persists) works in the strongest mode too.
@@ -600,10 +495,7 @@ fn persist_calls_on_every_backend() {
 fn region_outside_the_pool_is_a_bug() {
     let (h, total) = sample();
     let pool = Pool::create(None, total, &h, &CreateOptions::default()).unwrap();
-    let _ = pool.region(Region {
-        offset: total - 64,
-        bytes: 128,
-    });
+    let _ = pool.region(Region { offset: total - 64, bytes: 128 });
 }
 
 #[test]

@@ -63,6 +63,60 @@ fn probe_lane(t: Tile, busy: bool, key: array<u32, KEY_WORDS>, loc: Located) -> 
     return p;
 }
 
+// The candidate a new key takes: the lowest empty slot of the candidate bucket with the most
+// empty slots (the lowest candidate bucket on ties), or NONE when every candidate is taken.
+// The same on every lane of the tile.
+fn choose_empty(t: Tile, p: LaneProbe) -> u32 {
+    var best_bucket = 0u;
+    var best_empty = 0u;
+    for (var cb = 0u; cb < CANDIDATE_BUCKETS; cb++) {
+        var n = 0u;
+        for (var k = 0u; k < tile_passes(t); k++) {
+            let c = k * t.size + t.lane;
+            if (c / SLOTS == cb && ((p.empty >> k) & 1u) == 1u) {
+                n++;
+            }
+        }
+        let total = tile_add(t, n);
+        if (total > best_empty) {
+            best_empty = total;
+            best_bucket = cb;
+        }
+    }
+    var mine = NONE;
+    for (var k = 0u; k < tile_passes(t); k++) {
+        let c = k * t.size + t.lane;
+        if (c / SLOTS == best_bucket && ((p.empty >> k) & 1u) == 1u) {
+            mine = min(mine, c);
+        }
+    }
+    return tile_min(t, mine);
+}
+
+// Takes candidate `chosen` (EMPTY -> `state`) when `wanted`, then writes the key and its
+// fingerprint into it; true on every lane of the tile when the slot was taken. A false return
+// with `wanted` means another operation took the slot first: probe again.
+fn claim(t: Tile, wanted: bool, loc: Located, key: array<u32, KEY_WORDS>, chosen: u32, state: u32) -> bool {
+    let bucket = candidate_bucket(loc.tops, chosen);
+    let slot = chosen % SLOTS;
+    var won = false;
+    if (wanted && chosen != NONE && chosen % t.size == t.lane) {
+        won = table_cas(state_word(bucket, slot), EMPTY, state) == EMPTY;
+    }
+    let claimed = tile_ballot(t, won) != 0u;
+    if (claimed) {
+        // Key words and fingerprint in one store instruction across the tile.
+        for (var w = t.lane; w <= KEY_WORDS; w += t.size) {
+            if (w < KEY_WORDS) {
+                table_store(key_word(bucket, slot) + w, key[w]);
+            } else {
+                table_store(fp_word(bucket, slot), loc.fp);
+            }
+        }
+    }
+    return claimed;
+}
+
 // The tile's operation: the lowest lane with a pending operation leads it.
 struct Turn {
     busy: bool,  // this tile has an operation this round

@@ -69,9 +69,7 @@ impl Gpu {
             Ok(want) => adapters
                 .into_iter()
                 .find(|a| a.get_info().name.contains(&want))
-                .ok_or_else(|| {
-                    Error::NoAdapter(format!("no Vulkan adapter matches {ADAPTER_ENV}={want}"))
-                })?,
+                .ok_or_else(|| Error::NoAdapter(format!("no Vulkan adapter matches {ADAPTER_ENV}={want}")))?,
             Err(_) => pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
                 power_preference: wgpu::PowerPreference::HighPerformance,
                 force_fallback_adapter: false,
@@ -97,21 +95,19 @@ impl Gpu {
         // SAFETY: the hal adapter is only used to query capabilities and to open the device
         // with one extra extension that the physical device reports.
         let open = unsafe {
-            let hal = adapter.as_hal::<Vulkan>().ok_or_else(|| {
-                Error::NoAdapter(format!("{} is not a Vulkan adapter", ainfo.name))
-            })?;
+            let hal = adapter
+                .as_hal::<Vulkan>()
+                .ok_or_else(|| Error::NoAdapter(format!("{} is not a Vulkan adapter", ainfo.name)))?;
             let has_ext = hal.physical_device_capabilities().supports_extension(ext);
             hal.open_with_callback(
                 features,
                 &limits,
                 &wgpu::MemoryHints::Performance,
-                Some(Box::new(
-                    move |args: wgpu::hal::vulkan::CreateDeviceCallbackArgs| {
-                        if has_ext && !args.extensions.contains(&ext) {
-                            args.extensions.push(ext);
-                        }
-                    },
-                )),
+                Some(Box::new(move |args: wgpu::hal::vulkan::CreateDeviceCallbackArgs| {
+                    if has_ext && !args.extensions.contains(&ext) {
+                        args.extensions.push(ext);
+                    }
+                })),
             )
         }
         .map_err(|e| Error::Gpu(format!("opening {}: {e}", ainfo.name)))?;
@@ -135,9 +131,7 @@ impl Gpu {
         let (host_import, import_alignment) = import_support(&device);
         let info = DeviceInfo {
             name: ainfo.name.clone(),
-            driver: format!("{} {}", ainfo.driver, ainfo.driver_info)
-                .trim()
-                .to_string(),
+            driver: format!("{} {}", ainfo.driver, ainfo.driver_info).trim().to_string(),
             device_type: ainfo.device_type,
             subgroup_sizes: (ainfo.subgroup_min_size, ainfo.subgroup_max_size),
             host_import,
@@ -147,11 +141,7 @@ impl Gpu {
             max_storage_buffers: limits.max_storage_buffers_per_shader_stage,
         };
         log::info!("gphash device: {info:?}");
-        Ok(Arc::new(Gpu {
-            device,
-            queue,
-            info,
-        }))
+        Ok(Arc::new(Gpu { device, queue, info }))
     }
 
     /// The raw Vulkan handles of the device, for host-memory import.
@@ -181,10 +171,7 @@ fn import_support(device: &wgpu::Device) -> (bool, u64) {
         let Some(hal) = device.as_hal::<Vulkan>() else {
             return (false, 0);
         };
-        if !hal
-            .enabled_device_extensions()
-            .contains(&ash::ext::external_memory_host::NAME)
-        {
+        if !hal.enabled_device_extensions().contains(&ash::ext::external_memory_host::NAME) {
             return (false, 0);
         }
         let inst = hal.shared_instance().raw_instance();

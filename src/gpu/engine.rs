@@ -8,7 +8,11 @@ use host_pm::{Pool, Region};
 
 use super::context::Gpu;
 use super::hostmem::{self, ImportGuard};
-use super::shader::{self, FIRST_WINDOW_BINDING, Kernel, KernelConfig, WORKGROUP, Windows};
+use super::resources::{
+    bind_group_layout, build_pipelines, check_bindings, dispatch, download_region, import_region, map_read,
+    max_window, release_imports, upload_region,
+};
+use super::shader::{Kernel, KernelConfig, Params, Windows};
 use crate::engine::{Engine, Input, Mode, Report, Written};
 use crate::error::{Error, Result};
 use crate::model::{Bitmap, Control};
@@ -39,26 +43,8 @@ pub struct GpuOptions {
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions {
-            placement: Placement::Auto,
-            tile: 32,
-            max_window_bytes: None,
-        }
+        GpuOptions { placement: Placement::Auto, tile: 32, max_window_bytes: None }
     }
-}
-
-/// Parameters of one dispatch; twin of `Params` in the generated prelude.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    n: u32,
-    seed: u32,
-    dirty_cap: u32,
-    table_line_base: u32,
-    heap_line_base: u32,
-    table_lines: u32,
-    claims_mask: u32,
-    track_lines: u32,
 }
 
 /// A batch whose operations and results live in device buffers of the index's GPU, for
@@ -99,9 +85,7 @@ impl DeviceBatch<'_> {
                 )));
             }
             if !buf.usage().contains(wgpu::BufferUsages::STORAGE) {
-                return Err(Error::InvalidConfig(format!(
-                    "device batch: buffer {name} lacks STORAGE usage"
-                )));
+                return Err(Error::InvalidConfig(format!("device batch: buffer {name} lacks STORAGE usage")));
             }
         }
         Ok(())
@@ -150,13 +134,7 @@ impl ReadbackLayout {
         let lines = values + up(cap * cell_words * 4);
         let staging = lines + up(dirty_cap * 4);
         let total = staging + if staged { dirty_cap * 64 } else { 0 };
-        ReadbackLayout {
-            statuses,
-            values,
-            lines,
-            staging,
-            total,
-        }
+        ReadbackLayout { statuses, values, lines, staging, total }
     }
 }
 
@@ -198,61 +176,36 @@ impl GpuEngine {
     ) -> Result<Self> {
         let (geo, seeds) = cfg_base;
         if !opts.tile.is_power_of_two() || !(4..=32).contains(&opts.tile) {
-            return Err(Error::InvalidConfig(format!(
-                "tile of {} lanes: must be 4, 8, 16 or 32",
-                opts.tile
-            )));
+            return Err(Error::InvalidConfig(format!("tile of {} lanes: must be 4, 8, 16 or 32", opts.tile)));
         }
-        let info = &gpu.info;
-        let max_window = opts
-            .max_window_bytes
-            .unwrap_or(info.max_binding)
-            .min(info.max_binding)
-            .min(info.max_buffer);
+        let max_window = max_window(&gpu.info, opts.max_window_bytes);
         let cfg = KernelConfig {
             table: Windows::cover(geo.table_words(), max_window),
             heap: Windows::cover(geo.heap_words(), max_window),
             geo,
             seeds,
             tile: opts.tile,
+            source: None,
         };
-        let bindings = FIRST_WINDOW_BINDING + cfg.table.count + cfg.heap.count;
-        if bindings - 1 > info.max_storage_buffers {
-            return Err(Error::InvalidConfig(format!(
-                "the table needs {} storage bindings; {} allows {}",
-                bindings - 1,
-                info.name,
-                info.max_storage_buffers
-            )));
-        }
-        if table_region.offset / 64 + table_region.bytes / 64 > u32::MAX as u64
-            || heap_region.end() / 64 > u32::MAX as u64
-        {
-            return Err(Error::InvalidConfig(
-                "pools beyond 256 GiB are not supported".into(),
-            ));
+        check_bindings(&cfg, &gpu.info)?;
+        if table_region.end() / 64 > u32::MAX as u64 || heap_region.end() / 64 > u32::MAX as u64 {
+            return Err(Error::InvalidConfig("pools beyond 256 GiB are not supported".into()));
         }
         let guard = ImportGuard::default();
         let imported = match opts.placement {
             Placement::Staged => Err("staged placement was requested".to_string()),
-            _ => import_regions(&gpu, pool, &cfg, table_region, heap_region, &guard),
+            _ => import_region(&gpu, pool, table_region, cfg.table, &guard, "table")
+                .and_then(|t| Ok((t, import_region(&gpu, pool, heap_region, cfg.heap, &guard, "heap")?))),
         };
         let (table, heap, mode) = match imported {
             Ok((t, h)) => (t, h, Mode::ZeroCopy),
             Err(reason) if opts.placement == Placement::ZeroCopy => {
-                return Err(Error::Gpu(format!(
-                    "zero-copy import of the pool failed: {reason}"
-                )));
+                return Err(Error::Gpu(format!("zero-copy import of the pool failed: {reason}")));
             }
             Err(reason) => {
-                let t = upload_region(
-                    &gpu,
-                    pool,
-                    table_region,
-                    cfg.table,
-                    geo.table_words(),
-                    "table",
-                )?;
+                // Buffers imported before the failure must be gone before the pool is read.
+                release_imports(&gpu, &guard);
+                let t = upload_region(&gpu, pool, table_region, cfg.table, geo.table_words(), "table")?;
                 let h = upload_region(&gpu, pool, heap_region, cfg.heap, geo.heap_words(), "heap")?;
                 (t, h, Mode::Staged { reason })
             }
@@ -269,30 +222,20 @@ impl GpuEngine {
                 mapped_at_creation: false,
             })
         };
-        let bitmap_buf = storage(
-            "bitmap",
-            bitmap.words.len() as u64 * 4,
-            wgpu::BufferUsages::empty(),
-        );
-        gpu.queue
-            .write_buffer(&bitmap_buf, 0, bytemuck::cast_slice(&bitmap.words));
-        let control_buf = storage(
-            "control",
-            (control::WORDS * 4) as u64,
-            wgpu::BufferUsages::empty(),
-        );
+        let bitmap_buf = storage("bitmap", bitmap.words.len() as u64 * 4, wgpu::BufferUsages::empty());
+        gpu.queue.write_buffer(&bitmap_buf, 0, bytemuck::cast_slice(&bitmap.words));
+        let control_buf = storage("control", (control::WORDS * 4) as u64, wgpu::BufferUsages::empty());
         let params = dev.create_buffer(&wgpu::BufferDescriptor {
             label: Some("params"),
             size: std::mem::size_of::<Params>() as u64,
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let layout = bind_group_layout(dev, bindings);
-        let pipelines = build_pipelines(&gpu, &cfg, &layout)?;
-        let track_lines = !matches!(
-            pool.persist_mode(),
-            host_pm::PersistMode::Fence | host_pm::PersistMode::None
-        ) || matches!(mode, Mode::Staged { .. });
+        let layout = bind_group_layout(dev, &cfg);
+        let pipelines = build_pipelines(&gpu, &cfg, &layout, &Kernel::BATCH)?;
+        let track_lines =
+            !matches!(pool.persist_mode(), host_pm::PersistMode::Fence | host_pm::PersistMode::None)
+                || matches!(mode, Mode::Staged { .. });
         gpu.queue.submit([]);
         Ok(GpuEngine {
             gpu,
@@ -323,12 +266,7 @@ impl GpuEngine {
     }
 
     fn pipeline(&self, k: Kernel) -> &wgpu::ComputePipeline {
-        &self
-            .pipelines
-            .iter()
-            .find(|(kk, _)| *kk == k)
-            .expect("every kernel is built")
-            .1
+        &self.pipelines.iter().find(|(kk, _)| *kk == k).expect("every kernel is built").1
     }
 
     /// Makes sure the batch buffers hold `n` operations.
@@ -361,14 +299,7 @@ impl GpuEngine {
         let vals_out = storage("vals_out", cap64 * cw * 4);
         let opstate = storage("opstate", cap64 * 16);
         let dirty = storage("dirty", dirty_cap as u64 * 4);
-        let staging = storage(
-            "staging",
-            if self.staged() {
-                dirty_cap as u64 * 64
-            } else {
-                16
-            },
-        );
+        let staging = storage("staging", if self.staged() { dirty_cap as u64 * 64 } else { 16 });
         // The claim registry, at most half full.
         let claims = storage("claims", cap64 * 2 * 4);
         let rl = ReadbackLayout::new(cap64, dirty_cap as u64, cw, self.staged());
@@ -410,18 +341,13 @@ impl GpuEngine {
         let entries: Vec<wgpu::BindGroupEntry> = entries
             .iter()
             .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry {
-                binding: i as u32,
-                resource: b.as_entire_binding(),
-            })
+            .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
             .collect();
-        self.gpu
-            .device
-            .create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("gphash"),
-                layout: &self.layout,
-                entries: &entries,
-            })
+        self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("gphash"),
+            layout: &self.layout,
+            entries: &entries,
+        })
     }
 
     fn write_params(&mut self, n: u32) {
@@ -437,12 +363,8 @@ impl GpuEngine {
             claims_mask: (io.claims.size() / 4 - 1) as u32,
             track_lines: self.track_lines as u32,
         };
-        self.gpu
-            .queue
-            .write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
-        self.gpu
-            .queue
-            .write_buffer(&self.control, 0, &[0u8; control::WORDS * 4]);
+        self.gpu.queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
+        self.gpu.queue.write_buffer(&self.control, 0, &[0u8; control::WORDS * 4]);
     }
 
     /// Records `kernels` (one compute pass each, so wgpu orders them with barriers), the
@@ -476,13 +398,7 @@ impl GpuEngine {
             self.staged(),
         );
         let cw = self.cfg.geo.cell_words() as u64;
-        enc.copy_buffer_to_buffer(
-            &self.control,
-            0,
-            &io.readback,
-            0,
-            (control::WORDS * 4) as u64,
-        );
+        enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, (control::WORDS * 4) as u64);
         if results != Results::None && n > 0 {
             enc.copy_buffer_to_buffer(&io.statuses, 0, &io.readback, rl.statuses, n as u64 * 4);
         }
@@ -514,9 +430,7 @@ impl GpuEngine {
             }
             if results == Results::WithValues {
                 let v = rl.values as usize;
-                values.extend_from_slice(bytemuck::cast_slice(
-                    &bytes[v..v + (n as u64 * cw * 4) as usize],
-                ));
+                values.extend_from_slice(bytemuck::cast_slice(&bytes[v..v + (n as u64 * cw * 4) as usize]));
             }
         })?;
         log::debug!(
@@ -579,28 +493,8 @@ impl GpuEngine {
 
     /// Staged mode, dirty list overflowed: copy both regions back whole.
     fn download_all(&mut self, pool: &mut Pool) -> Result<()> {
-        let regions = [
-            (self.table_region, &self.table, self.cfg.table),
-            (self.heap_region, &self.heap, self.cfg.heap),
-        ];
-        for (region, buffers, win) in regions {
-            for (i, buf) in buffers.iter().enumerate() {
-                let at = region.offset + i as u64 * win.words() * 4;
-                let len = buf.size().min(region.end() - at);
-                let rb = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("download"),
-                    size: len,
-                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                });
-                let mut enc = self.gpu.device.create_command_encoder(&Default::default());
-                enc.copy_buffer_to_buffer(buf, 0, &rb, 0, len);
-                self.gpu.queue.submit([enc.finish()]);
-                let dst = &mut pool.bytes_mut()[at as usize..(at + len) as usize];
-                map_read(&self.gpu, &rb, 0..len, |bytes| dst.copy_from_slice(bytes))?;
-            }
-        }
-        Ok(())
+        download_region(&self.gpu, &self.table, self.cfg.table, self.table_region, pool)?;
+        download_region(&self.gpu, &self.heap, self.cfg.heap, self.heap_region, pool)
     }
 
     fn phase(&mut self, pool: &mut Pool, kernels: &[Kernel], results: Results) -> Result<Report> {
@@ -616,8 +510,7 @@ impl Engine for GpuEngine {
     }
 
     fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report> {
-        let n = u32::try_from(batch.len())
-            .map_err(|_| Error::InvalidConfig("batch too large".into()))?;
+        let n = u32::try_from(batch.len()).map_err(|_| Error::InvalidConfig("batch too large".into()))?;
         self.reserve(n);
         self.n = n;
         self.write_params(n);
@@ -632,11 +525,7 @@ impl Engine for GpuEngine {
                     q.write_buffer(&io.vals_in, 0, bytemuck::cast_slice(&e.values));
                 }
                 // A reads-only batch ends here: its results come back with phase A's control.
-                if e.read_only() {
-                    Results::WithValues
-                } else {
-                    Results::None
-                }
+                if e.read_only() { Results::WithValues } else { Results::None }
             }
             Input::Device(d) => {
                 d.validate(&self.cfg)?;
@@ -660,11 +549,8 @@ impl Engine for GpuEngine {
 
     fn phase_b(&mut self, pool: &mut Pool, batch: Input, publish: bool) -> Result<Report> {
         self.write_params(self.n);
-        let kernels: &[Kernel] = if publish {
-            &[Kernel::PhaseB, Kernel::FreeCells]
-        } else {
-            &[Kernel::FreeCells]
-        };
+        let kernels: &[Kernel] =
+            if publish { &[Kernel::PhaseB, Kernel::FreeCells] } else { &[Kernel::FreeCells] };
         let results = match batch {
             Input::Host(e) if e.has_reads() => Results::WithValues,
             Input::Host(_) => Results::Statuses,
@@ -704,186 +590,11 @@ impl Engine for GpuEngine {
 impl Drop for GpuEngine {
     fn drop(&mut self) {
         // Imported buffers reference the pool mapping: make sure wgpu destroyed them (and the
-        // GPU stopped using them) before the pool is unmapped.
+        // GPU stopped using them) before the pool is unmapped or moved.
         self.io = None;
+        self.device_bind = None;
         self.table.clear();
         self.heap.clear();
-        for _ in 0..100 {
-            if self.guard.live() == 0 {
-                return;
-            }
-            let _ = self.gpu.wait();
-        }
-        log::error!(
-            "{} imported buffers still alive after the engine closed",
-            self.guard.live()
-        );
+        release_imports(&self.gpu, &self.guard);
     }
-}
-
-fn dispatch(pass: &mut wgpu::ComputePass<'_>, invocations: u64) {
-    let groups = invocations.div_ceil(WORKGROUP as u64).max(1);
-    let x = groups.min(65535);
-    pass.dispatch_workgroups(x as u32, groups.div_ceil(x) as u32, 1);
-}
-
-/// Maps `range` of a MAP_READ buffer, hands the bytes to `f`, unmaps.
-fn map_read(
-    gpu: &Gpu,
-    buf: &wgpu::Buffer,
-    range: std::ops::Range<u64>,
-    f: impl FnOnce(&[u8]),
-) -> Result<()> {
-    let slice = buf.slice(range);
-    let (tx, rx) = std::sync::mpsc::channel();
-    slice.map_async(wgpu::MapMode::Read, move |r| {
-        let _ = tx.send(r);
-    });
-    gpu.wait()?;
-    rx.recv()
-        .map_err(|e| Error::Gpu(format!("mapping lost: {e}")))?
-        .map_err(|e| Error::Gpu(format!("mapping a readback buffer: {e}")))?;
-    {
-        let view = slice
-            .get_mapped_range()
-            .map_err(|e| Error::Gpu(format!("reading a readback buffer: {e:?}")))?;
-        f(&view);
-    }
-    buf.unmap();
-    Ok(())
-}
-
-fn bind_group_layout(dev: &wgpu::Device, bindings: u32) -> wgpu::BindGroupLayout {
-    let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..bindings)
-        .map(|i| wgpu::BindGroupLayoutEntry {
-            binding: i,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: match i {
-                0 => wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Uniform,
-                    has_dynamic_offset: false,
-                    min_binding_size: None,
-                },
-                _ => wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Storage {
-                        read_only: (1..=3).contains(&i),
-                    },
-                    has_dynamic_offset: false,
-                    min_binding_size: None,
-                },
-            },
-            count: None,
-        })
-        .collect();
-    dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-        label: Some("gphash"),
-        entries: &entries,
-    })
-}
-
-fn build_pipelines(
-    gpu: &Gpu,
-    cfg: &KernelConfig,
-    layout: &wgpu::BindGroupLayout,
-) -> Result<Vec<(Kernel, wgpu::ComputePipeline)>> {
-    let dev = &gpu.device;
-    let pl = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-        label: Some("gphash"),
-        bind_group_layouts: &[Some(layout)],
-        immediate_size: 0,
-    });
-    let mut out = vec![];
-    for k in Kernel::ALL {
-        let src = shader::source(k, cfg)?;
-        let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(k.file()),
-            source: wgpu::ShaderSource::Wgsl(src.into()),
-        });
-        let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(k.file()),
-            layout: Some(&pl),
-            module: &module,
-            entry_point: Some(k.entry()),
-            compilation_options: Default::default(),
-            cache: None,
-        });
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(Error::Shader(format!("{} ({}): {e}", k.file(), k.entry())));
-        }
-        out.push((k, pipeline));
-    }
-    Ok(out)
-}
-
-type Windowed = (Vec<wgpu::Buffer>, Vec<wgpu::Buffer>);
-
-/// Imports every window of both regions; `Err` says why the driver refused.
-fn import_regions(
-    gpu: &Gpu,
-    pool: &mut Pool,
-    cfg: &KernelConfig,
-    table: Region,
-    heap: Region,
-    guard: &ImportGuard,
-) -> std::result::Result<Windowed, String> {
-    let base = pool.as_mut_ptr();
-    let one = |region: Region,
-               win: Windows,
-               label: &str|
-     -> std::result::Result<Vec<wgpu::Buffer>, String> {
-        (0..win.count)
-            .map(|i| {
-                let at = i as u64 * win.words() * 4;
-                let len = (region.bytes - at).min(win.words() * 4);
-                // SAFETY: the range lies inside the pool mapping, which outlives the engine:
-                // the engine's drop waits until `guard` reports every import destroyed.
-                unsafe {
-                    hostmem::import(
-                        gpu,
-                        base.add((region.offset + at) as usize),
-                        len,
-                        guard,
-                        label,
-                    )
-                }
-            })
-            .collect()
-    };
-    Ok((
-        one(table, cfg.table, "table")?,
-        one(heap, cfg.heap, "heap")?,
-    ))
-}
-
-/// Staged mode: a device buffer per window, filled from the pool.
-fn upload_region(
-    gpu: &Gpu,
-    pool: &Pool,
-    region: Region,
-    win: Windows,
-    words: u64,
-    label: &str,
-) -> Result<Vec<wgpu::Buffer>> {
-    let bytes = &pool.bytes()[region.offset as usize..region.end() as usize];
-    (0..win.count)
-        .map(|i| {
-            let len = win.len(i, words) * 4;
-            let at = (i as u64 * win.words() * 4) as usize;
-            let buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size: len,
-                usage: wgpu::BufferUsages::STORAGE
-                    | wgpu::BufferUsages::COPY_DST
-                    | wgpu::BufferUsages::COPY_SRC,
-                mapped_at_creation: false,
-            });
-            for chunk in (0..len as usize).step_by(64 << 20) {
-                let end = (chunk + (64 << 20)).min(len as usize);
-                gpu.queue
-                    .write_buffer(&buf, chunk as u64, &bytes[at + chunk..at + end]);
-            }
-            Ok(buf)
-        })
-        .collect()
 }

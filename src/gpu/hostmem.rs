@@ -70,8 +70,7 @@ pub unsafe fn import(
         .sharing_mode(vk::SharingMode::EXCLUSIVE)
         .push_next(&mut external);
     // SAFETY: plain object creation on a live device.
-    let buf =
-        unsafe { raw.create_buffer(&info, None) }.map_err(|e| format!("vkCreateBuffer: {e:?}"))?;
+    let buf = unsafe { raw.create_buffer(&info, None) }.map_err(|e| format!("vkCreateBuffer: {e:?}"))?;
     // SAFETY: `buf` was just created on `raw`; destroyed on every error path below.
     let req = unsafe { raw.get_buffer_memory_requirements(buf) };
     let mem_props = unsafe { inst.get_physical_device_memory_properties(pd) };
@@ -80,10 +79,7 @@ pub unsafe fn import(
     // only for HOST_VISIBLE import types.
     let pick = |want: vk::MemoryPropertyFlags| {
         (0..mem_props.memory_type_count).find(|&i| {
-            bits & (1 << i) != 0
-                && mem_props.memory_types[i as usize]
-                    .property_flags
-                    .contains(want)
+            bits & (1 << i) != 0 && mem_props.memory_types[i as usize].property_flags.contains(want)
         })
     };
     let destroy = |why: String| {
@@ -91,9 +87,8 @@ pub unsafe fn import(
         unsafe { raw.destroy_buffer(buf, None) };
         Err(why)
     };
-    let Some(index) =
-        pick(vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT)
-            .or_else(|| pick(vk::MemoryPropertyFlags::HOST_VISIBLE))
+    let Some(index) = pick(vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT)
+        .or_else(|| pick(vk::MemoryPropertyFlags::HOST_VISIBLE))
     else {
         return destroy(format!(
             "no host-visible memory type can import it (pointer types {:#x}, buffer types {:#x})",
@@ -101,14 +96,10 @@ pub unsafe fn import(
         ));
     };
     if req.size > len {
-        return destroy(format!(
-            "the buffer needs {} bytes, more than {len}",
-            req.size
-        ));
+        return destroy(format!("the buffer needs {} bytes, more than {len}", req.size));
     }
-    let mut import = vk::ImportMemoryHostPointerInfoEXT::default()
-        .handle_type(handle)
-        .host_pointer(ptr as *mut c_void);
+    let mut import =
+        vk::ImportMemoryHostPointerInfoEXT::default().handle_type(handle).host_pointer(ptr as *mut c_void);
     let alloc = vk::MemoryAllocateInfo::default()
         .allocation_size(len)
         .memory_type_index(index)

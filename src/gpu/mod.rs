@@ -3,4 +3,6 @@
 pub mod context;
 pub mod engine;
 pub mod hostmem;
+pub mod resize;
+pub mod resources;
 pub mod shader;

@@ -20,30 +20,13 @@ const SOURCES: &[(&str, &str)] = &[
     ("phase_a.wgsl", include_str!("../../shaders/phase_a.wgsl")),
     ("phase_b.wgsl", include_str!("../../shaders/phase_b.wgsl")),
     ("release.wgsl", include_str!("../../shaders/release.wgsl")),
-    (
-        "writeback.wgsl",
-        include_str!("../../shaders/writeback.wgsl"),
-    ),
-    (
-        "common/hash.wgsl",
-        include_str!("../../shaders/common/hash.wgsl"),
-    ),
-    (
-        "common/probe.wgsl",
-        include_str!("../../shaders/common/probe.wgsl"),
-    ),
-    (
-        "common/protocol.wgsl",
-        include_str!("../../shaders/common/protocol.wgsl"),
-    ),
-    (
-        "common/table.wgsl",
-        include_str!("../../shaders/common/table.wgsl"),
-    ),
-    (
-        "common/tile.wgsl",
-        include_str!("../../shaders/common/tile.wgsl"),
-    ),
+    ("resize.wgsl", include_str!("../../shaders/resize.wgsl")),
+    ("writeback.wgsl", include_str!("../../shaders/writeback.wgsl")),
+    ("common/hash.wgsl", include_str!("../../shaders/common/hash.wgsl")),
+    ("common/probe.wgsl", include_str!("../../shaders/common/probe.wgsl")),
+    ("common/protocol.wgsl", include_str!("../../shaders/common/protocol.wgsl")),
+    ("common/table.wgsl", include_str!("../../shaders/common/table.wgsl")),
+    ("common/tile.wgsl", include_str!("../../shaders/common/tile.wgsl")),
 ];
 
 /// One compute entry point.
@@ -61,11 +44,15 @@ pub enum Kernel {
     Rollback,
     /// Staged mode: gather dirty lines for the host.
     Writeback,
+    /// Resizing: copy the kept buckets of the old table to the new one.
+    Relocate,
+    /// Resizing: insert the keys of the old bottom level into the new table.
+    Rehash,
 }
 
 impl Kernel {
-    /// Every kernel.
-    pub const ALL: [Kernel; 6] = [
+    /// The kernels of batches.
+    pub const BATCH: [Kernel; 6] = [
         Kernel::Alloc,
         Kernel::PhaseA,
         Kernel::PhaseB,
@@ -73,6 +60,9 @@ impl Kernel {
         Kernel::Rollback,
         Kernel::Writeback,
     ];
+
+    /// The kernels of a resize (they need a [`KernelConfig::source`]).
+    pub const RESIZE: [Kernel; 2] = [Kernel::Relocate, Kernel::Rehash];
 
     /// The file the kernel lives in.
     pub fn file(self) -> &'static str {
@@ -82,6 +72,7 @@ impl Kernel {
             Kernel::PhaseB => "phase_b.wgsl",
             Kernel::FreeCells | Kernel::Rollback => "release.wgsl",
             Kernel::Writeback => "writeback.wgsl",
+            Kernel::Relocate | Kernel::Rehash => "resize.wgsl",
         }
     }
 
@@ -90,6 +81,8 @@ impl Kernel {
         match self {
             Kernel::FreeCells => "free_cells",
             Kernel::Rollback => "rollback",
+            Kernel::Relocate => "relocate",
+            Kernel::Rehash => "rehash",
             _ => "main",
         }
     }
@@ -108,10 +101,7 @@ impl Windows {
     /// Windows of at most `max_bytes` bytes (a power of two is used) covering `words` words.
     pub fn cover(words: u64, max_bytes: u64) -> Windows {
         let shift = (max_bytes / 4).max(64).ilog2();
-        Windows {
-            count: words.div_ceil(1 << shift).max(1) as u32,
-            shift,
-        }
+        Windows { count: words.div_ceil(1 << shift).max(1) as u32, shift }
     }
 
     /// Words per window.
@@ -138,6 +128,17 @@ pub struct KernelConfig {
     pub table: Windows,
     /// Heap bindings.
     pub heap: Windows,
+    /// The old table of a resize, read-only (resize kernels only).
+    pub source: Option<Source>,
+}
+
+/// The table a resize reads from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Source {
+    /// Its bindings.
+    pub windows: Windows,
+    /// Its top level.
+    pub top_level: u32,
 }
 
 impl KernelConfig {
@@ -145,6 +146,35 @@ impl KernelConfig {
     pub fn bitmap_words(&self) -> u32 {
         self.geo.cells.div_ceil(32) as u32
     }
+
+    /// Storage bindings (and the uniform at binding 0), and whether binding `i` is read-only.
+    pub fn bindings(&self) -> (u32, impl Fn(u32) -> bool + use<>) {
+        let windows = FIRST_WINDOW_BINDING + self.table.count + self.heap.count;
+        let source = self.source.map_or(0, |s| s.windows.count);
+        (windows + source, move |i| (1..=3).contains(&i) || i >= windows)
+    }
+}
+
+/// Parameters of one dispatch (binding 0); twin of `Params` in the generated prelude.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct Params {
+    /// Operations (invocations) of the dispatch.
+    pub n: u32,
+    /// Varies per batch (allocator start words).
+    pub seed: u32,
+    /// Entries the dirty list holds.
+    pub dirty_cap: u32,
+    /// Pool offset of the table region, in 64-byte lines.
+    pub table_line_base: u32,
+    /// Pool offset of the heap region, in 64-byte lines.
+    pub heap_line_base: u32,
+    /// Lines of the table region.
+    pub table_lines: u32,
+    /// Entries of the claim registry - 1 (a power of two).
+    pub claims_mask: u32,
+    /// 1: record dirty lines; 0: the host only fences.
+    pub track_lines: u32,
 }
 
 /// The generated prelude: constants, bindings and window accessors.
@@ -170,25 +200,9 @@ fn prelude(cfg: &KernelConfig) -> String {
     for (name, v) in consts {
         writeln!(s, "const {name}: u32 = {v}u;").unwrap();
     }
-    let seeds: Vec<String> = cfg
-        .seeds
-        .locations
-        .iter()
-        .map(|v| format!("{v}u"))
-        .collect();
-    writeln!(
-        s,
-        "const LOCATION_SEEDS = array<u32, {}>({});",
-        seeds.len(),
-        seeds.join(", ")
-    )
-    .unwrap();
-    writeln!(
-        s,
-        "const FINGERPRINT_SEED: u32 = {}u;",
-        cfg.seeds.fingerprint
-    )
-    .unwrap();
+    let seeds: Vec<String> = cfg.seeds.locations.iter().map(|v| format!("{v}u")).collect();
+    writeln!(s, "const LOCATION_SEEDS = array<u32, {}>({});", seeds.len(), seeds.join(", ")).unwrap();
+    writeln!(s, "const FINGERPRINT_SEED: u32 = {}u;", cfg.seeds.fingerprint).unwrap();
     s.push_str(
         "
 struct Params {
@@ -218,51 +232,32 @@ struct Params {
     );
     let mut binding = FIRST_WINDOW_BINDING;
     for i in 0..cfg.table.count {
-        writeln!(
-            s,
-            "@group(0) @binding({binding}) var<storage, read_write> table_w{i}: array<atomic<u32>>;"
-        )
-        .unwrap();
+        writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> table_w{i}: array<atomic<u32>>;")
+            .unwrap();
         binding += 1;
     }
     for i in 0..cfg.heap.count {
-        writeln!(
-            s,
-            "@group(0) @binding({binding}) var<storage, read_write> heap_w{i}: array<u32>;"
-        )
-        .unwrap();
+        writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> heap_w{i}: array<u32>;").unwrap();
         binding += 1;
     }
-    accessor(
-        &mut s,
-        "table_load(a: u32) -> u32",
-        "return atomicLoad(&table_w{i}[{a}]);",
-        cfg.table,
-    );
-    accessor(
-        &mut s,
-        "table_store(a: u32, v: u32)",
-        "atomicStore(&table_w{i}[{a}], v); return;",
-        cfg.table,
-    );
+    accessor(&mut s, "table_load(a: u32) -> u32", "return atomicLoad(&table_w{i}[{a}]);", cfg.table);
+    accessor(&mut s, "table_store(a: u32, v: u32)", "atomicStore(&table_w{i}[{a}], v); return;", cfg.table);
     accessor(
         &mut s,
         "table_cas_weak(a: u32, expected: u32, v: u32) -> vec2<u32>",
         "let r = atomicCompareExchangeWeak(&table_w{i}[{a}], expected, v); return vec2<u32>(r.old_value, u32(r.exchanged));",
         cfg.table,
     );
-    accessor(
-        &mut s,
-        "heap_load(a: u32) -> u32",
-        "return heap_w{i}[{a}];",
-        cfg.heap,
-    );
-    accessor(
-        &mut s,
-        "heap_store(a: u32, v: u32)",
-        "heap_w{i}[{a}] = v; return;",
-        cfg.heap,
-    );
+    accessor(&mut s, "heap_load(a: u32) -> u32", "return heap_w{i}[{a}];", cfg.heap);
+    accessor(&mut s, "heap_store(a: u32, v: u32)", "heap_w{i}[{a}] = v; return;", cfg.heap);
+    if let Some(src) = cfg.source {
+        writeln!(s, "const SOURCE_TOP_LEVEL: u32 = {}u;", src.top_level).unwrap();
+        for i in 0..src.windows.count {
+            writeln!(s, "@group(0) @binding({binding}) var<storage, read> source_w{i}: array<u32>;").unwrap();
+            binding += 1;
+        }
+        accessor(&mut s, "source_load(a: u32) -> u32", "return source_w{i}[{a}];", src.windows);
+    }
     s
 }
 
@@ -270,11 +265,7 @@ struct Params {
 /// `{a}` the address inside it.
 fn accessor(s: &mut String, signature: &str, body: &str, w: Windows) {
     let inner = |i: u32| {
-        let a = if w.count == 1 {
-            "a".to_string()
-        } else {
-            format!("a & {}u", w.words() - 1)
-        };
+        let a = if w.count == 1 { "a".to_string() } else { format!("a & {}u", w.words() - 1) };
         body.replace("{i}", &i.to_string()).replace("{a}", &a)
     };
     writeln!(s, "fn {signature} {{").unwrap();
@@ -330,12 +321,9 @@ pub fn validate(kernel: Kernel, cfg: &KernelConfig) -> Result<naga::Module> {
     let src = source(kernel, cfg)?;
     let module = naga::front::wgsl::parse_str(&src)
         .map_err(|e| Error::Shader(format!("{}: {}", kernel.file(), e.emit_to_string(&src))))?;
-    naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::SUBGROUP,
-    )
-    .validate(&module)
-    .map_err(|e| Error::Shader(format!("{}: {}", kernel.file(), e.emit_to_string(&src))))?;
+    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SUBGROUP)
+        .validate(&module)
+        .map_err(|e| Error::Shader(format!("{}: {}", kernel.file(), e.emit_to_string(&src))))?;
     Ok(module)
 }
 
@@ -347,25 +335,12 @@ mod tests {
     fn config(layout: &str, key_bytes: u32, value_bytes: u32, windows: u32) -> KernelConfig {
         let layout: Layout = layout.parse().unwrap();
         let geo = Geometry::new(layout, key_bytes, value_bytes, 9, 5000).unwrap();
-        let table = Windows::cover(
-            geo.table_words(),
-            geo.table_bytes()
-                .div_ceil(windows as u64)
-                .next_power_of_two(),
-        );
-        let heap = Windows::cover(
-            geo.heap_words(),
-            geo.heap_bytes()
-                .div_ceil(windows as u64)
-                .next_power_of_two(),
-        );
-        KernelConfig {
-            seeds: Seeds::new(7, layout.hashes),
-            geo,
-            tile: 32,
-            table,
-            heap,
-        }
+        let table =
+            Windows::cover(geo.table_words(), geo.table_bytes().div_ceil(windows as u64).next_power_of_two());
+        let heap =
+            Windows::cover(geo.heap_words(), geo.heap_bytes().div_ceil(windows as u64).next_power_of_two());
+        let source = Some(Source { windows: table, top_level: geo.top_level - 1 });
+        KernelConfig { seeds: Seeds::new(7, layout.hashes), geo, tile: 32, table, heap, source }
     }
 
     /// A broken shader fails here, not in a user's run.
@@ -379,7 +354,7 @@ mod tests {
             ("3L-3H-8S", 256, 7, 2),
         ] {
             let cfg = config(layout, k, v, w);
-            for kernel in Kernel::ALL {
+            for kernel in Kernel::BATCH.into_iter().chain(Kernel::RESIZE) {
                 if let Err(e) = validate(kernel, &cfg) {
                     panic!("{layout} key {k} value {v} windows {w}: {e}");
                 }

@@ -32,7 +32,9 @@ pub fn gpu() -> Option<Arc<Gpu>> {
             eprintln!("WARNING: no GPU ({e}); GPHASH_SKIP_GPU_TESTS=1, GPU tests run on the CPU executor");
             None
         }
-        Err(e) => panic!("no GPU: {e} (install a Vulkan driver such as Mesa's lavapipe, or set GPHASH_SKIP_GPU_TESTS=1)"),
+        Err(e) => panic!(
+            "no GPU: {e} (install a Vulkan driver such as Mesa's lavapipe, or set GPHASH_SKIP_GPU_TESTS=1)"
+        ),
     })
     .clone()
 }
@@ -40,31 +42,20 @@ pub fn gpu() -> Option<Arc<Gpu>> {
 /// Options that run on the shared GPU (or the CPU when the tests were told to skip the GPU).
 pub fn gpu_options(gpu: GpuOptions) -> Options {
     match self::gpu() {
-        Some(g) => Options {
-            executor: Executor::Gpu,
-            gpu,
-            device: Some(g),
-        },
+        Some(g) => Options { executor: Executor::Gpu, gpu, device: Some(g), ..Options::default() },
         None => cpu_options(),
     }
 }
 
 /// Options that run on the CPU model.
 pub fn cpu_options() -> Options {
-    Options {
-        executor: Executor::Cpu,
-        ..Default::default()
-    }
+    Options { executor: Executor::Cpu, ..Default::default() }
 }
 
 /// A fresh directory for pools: on tmpfs where there is one (zero-copy imports work there).
 pub fn pool_dir() -> tempfile::TempDir {
     let shm = PathBuf::from("/dev/shm");
-    if shm.is_dir() {
-        tempfile::tempdir_in(shm).unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    }
+    if shm.is_dir() { tempfile::tempdir_in(shm).unwrap() } else { tempfile::tempdir().unwrap() }
 }
 
 /// Key number `k` as `width` bytes (distinct numbers give distinct keys).
@@ -89,10 +80,8 @@ pub fn value(rng: &mut impl Rng, width: usize) -> Vec<u8> {
 
 /// Seed for randomized tests: `GPHASH_TEST_SEED` or a fresh one, printed so a failure can be replayed.
 pub fn seed(test: &str) -> u64 {
-    let seed = std::env::var("GPHASH_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed =
+        std::env::var("GPHASH_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
     eprintln!("{test}: GPHASH_TEST_SEED={seed}");
     seed
 }

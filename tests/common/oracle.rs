@@ -41,22 +41,13 @@ impl Oracle {
 }
 
 /// Asserts a table's content equals a map.
-pub fn assert_same_content(
-    entries: Vec<(Vec<u8>, Vec<u8>)>,
-    map: &HashMap<Vec<u8>, Vec<u8>>,
-    what: &str,
-) {
+pub fn assert_same_content(entries: Vec<(Vec<u8>, Vec<u8>)>, map: &HashMap<Vec<u8>, Vec<u8>>, what: &str) {
     let got: HashMap<Vec<u8>, Vec<u8>> = entries.iter().cloned().collect();
     assert_eq!(got.len(), entries.len(), "{what}: a key is published twice");
     if &got != map {
         let missing = map.keys().filter(|k| !got.contains_key(*k)).count();
         let extra = got.keys().filter(|k| !map.contains_key(*k)).count();
-        let differ = map
-            .iter()
-            .filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v))
-            .count();
-        panic!(
-            "{what}: content differs: {missing} missing, {extra} extra, {differ} with another value"
-        );
+        let differ = map.iter().filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v)).count();
+        panic!("{what}: content differs: {missing} missing, {extra} extra, {differ} with another value");
     }
 }

@@ -62,12 +62,7 @@ pub fn expected_backend(dir: &Path) -> Backend {
     // SAFETY: `c` is a valid C string and `st` a plain struct statfs fills in.
     let st = unsafe {
         let mut st: libc::statfs = std::mem::zeroed();
-        assert_eq!(
-            libc::statfs(c.as_ptr(), &mut st),
-            0,
-            "statfs {}",
-            dir.display()
-        );
+        assert_eq!(libc::statfs(c.as_ptr(), &mut st), 0, "statfs {}", dir.display());
         st
     };
     match st.f_type as u32 {

@@ -41,9 +41,7 @@ pub fn run(args: &BenchArgs, options: &Options) -> gphash::Result<()> {
         .map(|p| match p.as_str() {
             "zero-copy" => Ok(Placement::ZeroCopy),
             "staged" => Ok(Placement::Staged),
-            other => Err(gphash::Error::InvalidConfig(format!(
-                "unknown placement {other}"
-            ))),
+            other => Err(gphash::Error::InvalidConfig(format!("unknown placement {other}"))),
         })
         .collect::<gphash::Result<Vec<_>>>()?;
     let bench = LoadSearch {
@@ -55,10 +53,7 @@ pub fn run(args: &BenchArgs, options: &Options) -> gphash::Result<()> {
         placements,
         pool_dir: args.pool_dir.clone(),
     };
-    let bar = progress(
-        args.keys * (1 + args.reps as u64) * bench.placements.len() as u64,
-        "bench",
-    );
+    let bar = progress(args.keys * (1 + args.reps as u64) * bench.placements.len() as u64, "bench");
     let rows = bench.run(options, &|n| bar.inc(n))?;
     bar.finish_and_clear();
     println!(

@@ -26,11 +26,7 @@ pub struct DemoArgs {
 
 impl Default for DemoArgs {
     fn default() -> Self {
-        DemoArgs {
-            keys: 1 << 20,
-            ops: 1 << 20,
-            batch: 1 << 16,
-        }
+        DemoArgs { keys: 1 << 20, ops: 1 << 20, batch: 1 << 16 }
     }
 }
 
@@ -49,29 +45,16 @@ pub fn run(args: &DemoArgs, options: &Options) -> gphash::Result<()> {
     } else {
         tempfile::tempdir()
     }
-    .map_err(|source| gphash::Error::Io {
-        what: "creating a temporary directory".into(),
-        source,
-    })?;
+    .map_err(|source| gphash::Error::Io { what: "creating a temporary directory".into(), source })?;
     let path = dir.path().join("demo.pool");
-    let config = Config {
-        capacity: args.keys,
-        ..Config::default()
-    };
+    let config = Config { capacity: args.keys, ..Config::default() };
     let mut index = GpHash::create(Some(&path), &config, options)?;
     let stats = index.stats();
-    println!(
-        "gphash demo: pool {} ({:?}, persist by {})",
-        path.display(),
-        stats.backend,
-        stats.persist_mode
-    );
+    println!("gphash demo: pool {} ({:?}, persist by {})", path.display(), stats.backend, stats.persist_mode);
     println!("  device: {}", stats.adapter.as_deref().unwrap_or("none"));
     println!("  mode:   {}", stats.mode);
     let batch = args.batch.max(1);
-    let mut expect: Vec<u64> = (0..args.keys)
-        .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-        .collect();
+    let mut expect: Vec<u64> = (0..args.keys).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
 
     let bar = progress(args.keys, "load");
     let t = Instant::now();
@@ -142,17 +125,11 @@ pub fn run(args: &DemoArgs, options: &Options) -> gphash::Result<()> {
         "  values verified: {} wrong of {} reads; check: {}",
         wrong,
         args.ops,
-        if report.ok() {
-            "consistent"
-        } else {
-            "INCONSISTENT"
-        }
+        if report.ok() { "consistent" } else { "INCONSISTENT" }
     );
     index.close()?;
     if wrong > 0 || !report.ok() {
-        return Err(gphash::Error::Gpu(format!(
-            "the demo read {wrong} wrong values; {report}"
-        )));
+        return Err(gphash::Error::Gpu(format!("the demo read {wrong} wrong values; {report}")));
     }
     Ok(())
 }

@@ -14,10 +14,7 @@ use gphash::{Config, Executor, GpHash, GpuOptions, Layout, Options, Placement, t
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Parser)]
-#[command(
-    version,
-    about = "A persistent, lock-free hash index driven by the GPU through Vulkan"
-)]
+#[command(version, about = "A persistent, lock-free hash index driven by the GPU through Vulkan")]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -71,6 +68,7 @@ impl ExecArgs {
                 max_window_bytes: None,
             },
             device: None,
+            grow: true,
         }
     }
 }
@@ -90,9 +88,13 @@ enum Command {
         /// Levels, hash locations and slots per bucket.
         #[arg(long, default_value = "2L-2H-8S")]
         layout: Layout,
-        /// Keys the table should hold (it is sized for a load factor of 0.75).
+        /// Keys the table should hold at first (it is sized for a load factor of 0.75 and
+        /// grows by a level whenever an insertion finds no empty slot).
         #[arg(long, default_value_t = 1 << 20)]
         capacity: u64,
+        /// Largest size the pool file may grow to, in bytes (beyond it: OutOfSpace).
+        #[arg(long)]
+        max_bytes: Option<u64>,
     },
     /// Apply a trace in batches, with the results of one-by-one application; each batch's
     /// result lines are appended to the output only once the batch is persisted.
@@ -133,28 +135,11 @@ fn main() -> ExitCode {
         None => demo::run(&demo::DemoArgs::default(), &options),
         Some(Command::Demo(args)) => demo::run(&args, &options),
         Some(Command::Bench(args)) => bench::run(&args, &options),
-        Some(Command::Create {
-            pool,
-            key_bytes,
-            value_bytes,
-            layout,
-            capacity,
-        }) => {
-            let config = Config {
-                key_bytes,
-                value_bytes,
-                layout,
-                capacity,
-                ..Config::default()
-            };
+        Some(Command::Create { pool, key_bytes, value_bytes, layout, capacity, max_bytes }) => {
+            let config = Config { key_bytes, value_bytes, layout, capacity, max_bytes, ..Config::default() };
             create(&pool, &config, &options)
         }
-        Some(Command::Replay {
-            pool,
-            trace,
-            out,
-            batch,
-        }) => replay(&pool, &trace, &out, batch, &options),
+        Some(Command::Replay { pool, trace, out, batch }) => replay(&pool, &trace, &out, batch, &options),
         Some(Command::Stats { pool }) => stats(&pool, &options),
         Some(Command::Check { pool }) => return check(&pool),
     };
@@ -188,11 +173,7 @@ fn check(path: &Path) -> ExitCode {
     match report {
         Ok(r) => {
             println!("{r}");
-            if r.ok() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
+            if r.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
         }
         Err(e) => {
             println!("cannot check {}: {e}", path.display());
@@ -210,20 +191,13 @@ fn replay(
 ) -> gphash::Result<()> {
     let io = |what: String| move |source| gphash::Error::Io { what, source };
     if batch_size == 0 {
-        return Err(gphash::Error::InvalidConfig(
-            "--batch must be at least 1".into(),
-        ));
+        return Err(gphash::Error::InvalidConfig("--batch must be at least 1".into()));
     }
     let mut index = GpHash::open(path, options)?;
     let g = *index.geometry();
-    let text = std::fs::read_to_string(trace_path)
-        .map_err(io(format!("reading {}", trace_path.display())))?;
-    let ops = trace::parse(
-        trace_path,
-        &text,
-        g.key_bytes as usize,
-        g.value_bytes as usize,
-    )?;
+    let text =
+        std::fs::read_to_string(trace_path).map_err(io(format!("reading {}", trace_path.display())))?;
+    let ops = trace::parse(trace_path, &text, g.key_bytes as usize, g.value_bytes as usize)?;
     let mut out = File::create(out_path).map_err(io(format!("creating {}", out_path.display())))?;
     let bar = progress(ops.len() as u64, "replay");
     let mut lines = String::new();
@@ -241,10 +215,8 @@ fn replay(
             lines.push_str(&trace::result_line(&batch, &result, i));
             lines.push('\n');
         }
-        out.write_all(lines.as_bytes())
-            .map_err(io(format!("writing {}", out_path.display())))?;
-        out.sync_data()
-            .map_err(io(format!("syncing {}", out_path.display())))?;
+        out.write_all(lines.as_bytes()).map_err(io(format!("writing {}", out_path.display())))?;
+        out.sync_data().map_err(io(format!("syncing {}", out_path.display())))?;
         bar.inc(batch.len() as u64);
     }
     bar.finish_and_clear();

@@ -1,0 +1,98 @@
+// Resizing into a table one level taller (TOP_LEVEL = SOURCE_TOP_LEVEL + 1). The old table is
+// `source_load`; the new one, zeroed, is the table. Every level of the old table but its bottom
+// keeps its buckets (a level-l bucket keeps its index in level l; only the grouping changes):
+// `relocate` copies them. The keys of the old bottom level are inserted into the new table with
+// their value cells unchanged: `rehash`, one key per tile at a time, as phase A claims slots.
+// The new table becomes visible only when the host switches the header to it.
+// Twins: Geometry::grown_bucket in src/layout.rs, Model::relocate and Model::rehash.
+
+#include "common/prelude.wgsl"
+#include "common/protocol.wgsl"
+#include "common/hash.wgsl"
+#include "common/tile.wgsl"
+#include "common/table.wgsl"
+#include "common/probe.wgsl"
+
+// First bucket of level `depth` (0 = top) inside a group.
+fn level_start(depth: u32) -> u32 {
+    return (1u << LEVELS) - (1u << (LEVELS - depth));
+}
+
+// Where old bucket `b` goes in the new table, or NONE for the old bottom level.
+fn grown_bucket(b: u32) -> u32 {
+    let p = b % GROUP_BUCKETS;
+    var depth = 0u;
+    while (p >= level_start(depth + 1u)) {
+        depth++;
+    }
+    if (depth == LEVELS - 1u) {
+        return NONE;
+    }
+    let index = b / GROUP_BUCKETS * (1u << (LEVELS - 1u - depth)) + (p - level_start(depth));
+    let d = depth + 1u;
+    let group = index >> (LEVELS - 1u - d);
+    return group * GROUP_BUCKETS + level_start(d) + (index & ((1u << (LEVELS - 1u - d)) - 1u));
+}
+
+// One word of the old table per invocation (`params.n` = the old table's words).
+@compute @workgroup_size(WG)
+fn relocate(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let w = op_index(wid, nwg, li);
+    if (w >= params.n) {
+        return;
+    }
+    let to = grown_bucket(w / BUCKET_WORDS);
+    if (to != NONE) {
+        table_store(to * BUCKET_WORDS + w % BUCKET_WORDS, source_load(w));
+    }
+}
+
+// One slot of the old bottom level per invocation (`params.n` = old groups * SLOTS).
+@compute @workgroup_size(WG)
+fn rehash(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+    @builtin(subgroup_invocation_id) sg_lane: u32,
+    @builtin(subgroup_size) sg_size: u32,
+) {
+    let t = tile_of(sg_lane, sg_size);
+    let me = op_index(wid, nwg, li);
+    let bottom = (me / SLOTS + 1u) * GROUP_BUCKETS - 1u;
+    var state = EMPTY;
+    if (me < params.n) {
+        state = source_load(state_word(bottom, me % SLOTS));
+    }
+    var pending = state >= PUBLISHED;
+    loop {
+        if (!subgroupAny(pending)) {
+            break;
+        }
+        let turn = take_turn(t, pending, me);
+        let old_bucket = (turn.op / SLOTS + 1u) * GROUP_BUCKETS - 1u;
+        var key: array<u32, KEY_WORDS>;
+        if (turn.busy) {
+            for (var i = 0u; i < KEY_WORDS; i++) {
+                key[i] = source_load(key_word(old_bucket, turn.op % SLOTS) + i);
+            }
+        }
+        let loc = locate(key);
+        let p = probe_lane(t, turn.busy, key, loc);
+        let chosen = choose_empty(t, p);
+        // Published at once: nothing else reads the new table before the switch.
+        let won = claim(t, turn.busy, loc, key, chosen, tile_bcast(t, state, turn.lead));
+        if (turn.leader) {
+            if (chosen == NONE) {
+                count(CTRL_FULL);
+                pending = false;
+            } else if (won) {
+                count(CTRL_PUBLISHED);
+                pending = false;
+            }
+        }
+    }
+}

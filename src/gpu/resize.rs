@@ -1,0 +1,133 @@
+//! Resizing on the GPU: the grown table is built from the old one with the `relocate` and
+//! `rehash` kernels (`shaders/resize.wgsl`), in place in the pool (zero-copy) or on device
+//! copies that are then written back (staged).
+
+use std::sync::Arc;
+
+use host_pm::{Pool, Region};
+
+use super::context::Gpu;
+use super::engine::{GpuOptions, Placement};
+use super::hostmem::{self, ImportGuard};
+use super::resources::{
+    bind_group_layout, build_pipelines, check_bindings, dispatch, download_region, import_region, map_read,
+    max_window, release_imports, upload_region,
+};
+use super::shader::{Kernel, KernelConfig, Params, Source, Windows};
+use crate::error::Result;
+use crate::hash::Seeds;
+use crate::layout::Geometry;
+use crate::model::Control;
+use crate::protocol::control;
+
+/// Builds the table `new` (zeroed, in region `new_region`) from `old` (in `old_region`);
+/// returns the control block (keys rehashed, keys that found no slot).
+pub fn build(
+    gpu: &Arc<Gpu>,
+    opts: &GpuOptions,
+    pool: &mut Pool,
+    seeds: &Seeds,
+    (old, old_region): (&Geometry, Region),
+    (new, new_region): (&Geometry, Region),
+) -> Result<Control> {
+    let window = max_window(&gpu.info, opts.max_window_bytes);
+    let cfg = KernelConfig {
+        geo: *new,
+        seeds: seeds.clone(),
+        tile: opts.tile,
+        table: Windows::cover(new.table_words(), window),
+        // The resize kernels touch no heap: one small dummy window.
+        heap: Windows::cover(16, 64),
+        source: Some(Source { windows: Windows::cover(old.table_words(), window), top_level: old.top_level }),
+    };
+    check_bindings(&cfg, &gpu.info)?;
+    let source = cfg.source.expect("set above").windows;
+    let guard = ImportGuard::default();
+    let imported = match opts.placement {
+        Placement::Staged => Err("staged placement was requested".to_string()),
+        _ => import_region(gpu, pool, old_region, source, &guard, "old table")
+            .and_then(|o| Ok((o, import_region(gpu, pool, new_region, cfg.table, &guard, "new table")?))),
+    };
+    let (from, to, staged) = match imported {
+        Ok((o, n)) => (o, n, false),
+        Err(reason) => {
+            log::info!("resizing on device copies: {reason}");
+            release_imports(gpu, &guard);
+            let o = upload_region(gpu, pool, old_region, source, old.table_words(), "old table")?;
+            let n = upload_region(gpu, pool, new_region, cfg.table, new.table_words(), "new table")?;
+            (o, n, true)
+        }
+    };
+    let dev = &gpu.device;
+    let buffer = |label, size: u64, usage| {
+        dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage,
+            mapped_at_creation: false,
+        })
+    };
+    let storage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+    let params = buffer(
+        "params",
+        std::mem::size_of::<Params>() as u64,
+        wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+    );
+    let ctl = buffer("control", (control::WORDS * 4) as u64, storage);
+    let readback = buffer(
+        "control readback",
+        (control::WORDS * 4) as u64,
+        wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+    );
+    // Bindings the resize kernels do not use.
+    let (unused_ro, unused_rw) = (buffer("unused", 256, storage), buffer("unused", 256, storage));
+    let layout = bind_group_layout(dev, &cfg);
+    let pipelines = build_pipelines(gpu, &cfg, &layout, &Kernel::RESIZE)?;
+    let mut entries: Vec<&wgpu::Buffer> = vec![&params, &unused_ro, &unused_ro, &unused_ro];
+    entries
+        .extend([&unused_rw, &unused_rw, &unused_rw, &ctl, &unused_rw, &unused_rw, &unused_rw, &unused_rw]);
+    entries.extend(to.iter());
+    entries.push(&unused_rw);
+    entries.extend(from.iter());
+    let entries: Vec<wgpu::BindGroupEntry> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+        .collect();
+    let bind = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("resize"),
+        layout: &layout,
+        entries: &entries,
+    });
+
+    // One submit per kernel: each reads its own invocation count from the parameters.
+    let rehash_slots = old.groups() * old.layout.slots as u64;
+    for ((kernel, pipeline), n) in pipelines.iter().zip([old.table_words(), rehash_slots]) {
+        let p = Params { n: n as u32, ..Params::default() };
+        gpu.queue.write_buffer(&params, 0, bytemuck::bytes_of(&p));
+        let mut enc = dev.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &bind, &[]);
+            dispatch(&mut pass, n);
+        }
+        if *kernel == Kernel::Rehash {
+            enc.copy_buffer_to_buffer(&ctl, 0, &readback, 0, (control::WORDS * 4) as u64);
+        }
+        gpu.queue.submit([enc.finish()]);
+    }
+    if !staged {
+        gpu.queue.submit([hostmem::host_read_barrier(gpu)]);
+    }
+    let mut out = Control::default();
+    map_read(gpu, &readback, 0..(control::WORDS * 4) as u64, |b| {
+        out.copy_from_slice(bytemuck::cast_slice(b))
+    })?;
+    if staged {
+        download_region(gpu, &to, cfg.table, new_region, pool)?;
+    }
+    drop((bind, from, to));
+    release_imports(gpu, &guard);
+    Ok(out)
+}

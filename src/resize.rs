@@ -1,0 +1,191 @@
+//! Growing the table by one level, crash-consistently.
+//!
+//! The table grows when an insertion finds no empty candidate slot (or a value no free cell):
+//!
+//! 1. [`begin`]: place regions for the grown table and heap in free space of the pool (growing
+//!    the file when needed), then durably record them in the header's resize record. The old
+//!    table stays the one the header names.
+//! 2. [`complete`]: zero the new table, copy the heap (cells keep their indices), build the new
+//!    table (every level but the old bottom keeps its buckets at their new places; the keys of
+//!    the old bottom level are rehashed, on the GPU with the `relocate` and `rehash` kernels
+//!    or on the CPU model), check that it holds exactly the keys of the old one, persist it,
+//!    and switch the header to it in one durable write. The old regions are then discarded.
+//!
+//! A crash before the switch leaves the old table in charge: open finds the record and runs
+//! [`complete`] again from the start. A crash after it leaves the new one. The build runs
+//! between batches, so the old table holds no claim.
+
+use std::sync::Arc;
+
+use host_pm::{Pool, REGION_ALIGN, Region, ResizeRecord};
+
+use crate::cpu::split_regions;
+use crate::error::{Error, Result};
+use crate::gpu::context::Gpu;
+use crate::gpu::engine::GpuOptions;
+use crate::hash::Seeds;
+use crate::layout::Geometry;
+use crate::model::{Bitmap, Model};
+use crate::protocol::control;
+use crate::recovery::{Recovery, scan};
+
+/// Resize state of the header's record while a grown table is being built.
+pub const BUILDING: u32 = 1;
+
+/// Who builds the grown table.
+#[derive(Clone, Copy)]
+pub enum Builder<'a> {
+    /// The GPU, with these settings.
+    Gpu(&'a Arc<Gpu>, &'a GpuOptions),
+    /// The CPU model.
+    Cpu,
+}
+
+/// Places regions of `sizes` bytes (rounded up to [`REGION_ALIGN`]) first-fit in the free
+/// space around the regions `used` (the pool grows where none fits).
+pub fn place(used: &[Region], sizes: &[u64]) -> Vec<Region> {
+    let mut taken: Vec<Region> = used.to_vec();
+    sizes
+        .iter()
+        .map(|&size| {
+            let bytes = size.div_ceil(REGION_ALIGN) * REGION_ALIGN;
+            taken.sort_by_key(|r| r.offset);
+            let mut at = host_pm::HEADER_AREA;
+            for r in &taken {
+                if r.offset >= at + bytes {
+                    break;
+                }
+                at = at.max(r.end());
+            }
+            let region = Region { offset: at, bytes };
+            taken.push(region);
+            region
+        })
+        .collect()
+}
+
+/// Where the table one level taller than `geo` goes: its table and heap regions.
+/// `OutOfSpace` when the pool cannot grow to hold them.
+pub fn plan(pool: &Pool, geo: &Geometry) -> Result<[Region; 2]> {
+    let new = geo.grown()?;
+    let h = pool.header();
+    let placed = place(&[h.table_region, h.heap_region], &[new.table_bytes(), new.heap_bytes()]);
+    let end = placed.iter().map(Region::end).max().unwrap_or(0);
+    if let Some(limit) = pool.max_bytes()
+        && end > limit
+    {
+        return Err(Error::Pool(host_pm::PoolError::OutOfSpace { needed: end, limit }));
+    }
+    Ok([placed[0], placed[1]])
+}
+
+/// Step 1: reserves the planned regions and durably records them in the header.
+pub fn begin(pool: &mut Pool, geo: &Geometry, [table, heap]: [Region; 2]) -> Result<()> {
+    pool.grow(table.end().max(heap.end()))?;
+    let mut h = *pool.header();
+    h.resize =
+        ResizeRecord { state: BUILDING, new_top_level: geo.top_level + 1, new_table: table, new_heap: heap };
+    pool.write_header(&h)?;
+    log::info!("growing the table from level {}", geo.top_level);
+    Ok(())
+}
+
+/// Abandons a recorded resize: the header forgets it and its regions are discarded.
+pub fn abandon(pool: &mut Pool) -> Result<()> {
+    let mut h = *pool.header();
+    let record = h.resize;
+    h.resize = ResizeRecord::default();
+    pool.write_header(&h)?;
+    pool.discard(record.new_table)?;
+    pool.discard(record.new_heap)?;
+    Ok(())
+}
+
+/// Step 2: builds the grown table of the header's resize record from the current one, which
+/// holds `items` keys, and switches the header to it. Returns its geometry and allocator.
+pub fn complete(pool: &mut Pool, builder: Builder, old: &Geometry, items: u64) -> Result<(Geometry, Bitmap)> {
+    let h = *pool.header();
+    let record = h.resize;
+    let new = old.grown()?;
+    let corrupt =
+        |what: String| Error::Pool(host_pm::PoolError::Corrupt { what: format!("resize record: {what}") });
+    if record.state != BUILDING {
+        return Err(corrupt(format!("unknown state {}", record.state)));
+    }
+    if record.new_top_level != new.top_level {
+        return Err(corrupt(format!("grows to level {} from level {}", record.new_top_level, old.top_level)));
+    }
+    if record.new_table.bytes < new.table_bytes() || record.new_heap.bytes < new.heap_bytes() {
+        return Err(corrupt("its regions are smaller than the grown table needs".into()));
+    }
+    // Whatever an interrupted build left in the new regions is cleared first.
+    pool.region_mut(record.new_table).fill(0);
+    let (from, to) = split_regions(pool, h.heap_region, record.new_heap);
+    to[..old.heap_bytes() as usize].copy_from_slice(&from[..old.heap_bytes() as usize]);
+    let seeds = Seeds::new(h.table.seed, new.layout.hashes);
+    let failed = match builder {
+        Builder::Gpu(gpu, opts) => {
+            let c = crate::gpu::resize::build(
+                gpu,
+                opts,
+                pool,
+                &seeds,
+                (old, h.table_region),
+                (&new, record.new_table),
+            )?;
+            c[control::FULL] as u64
+        }
+        Builder::Cpu => {
+            let (from, to) = split_regions(pool, h.table_region, record.new_table);
+            let (from, to): (&[u32], &mut [u32]) = (bytemuck::cast_slice(from), bytemuck::cast_slice_mut(to));
+            let model = Model { geo: &new, seeds: &seeds };
+            model.relocate(old, from, to);
+            model.rehash(old, from, to)
+        }
+    };
+    if failed > 0 {
+        return Err(Error::Resize(format!(
+            "{failed} key(s) of the bottom level found no slot in the grown table"
+        )));
+    }
+    let mut counted = Recovery::default();
+    let (bitmap, _) = scan(pool, &new, record.new_table, &mut counted)?;
+    if counted.items != items || counted.cleared_claims != 0 {
+        return Err(Error::Resize(format!(
+            "the grown table holds {} keys, the old one {items}",
+            counted.items
+        )));
+    }
+    pool.persist_range(record.new_table.offset, record.new_table.bytes)?;
+    pool.persist_range(record.new_heap.offset, record.new_heap.bytes)?;
+    let mut switched = h;
+    switched.table.top_level = new.top_level;
+    switched.table_region = record.new_table;
+    switched.heap_region = record.new_heap;
+    switched.heap_cells = new.cells;
+    switched.resize = ResizeRecord::default();
+    pool.write_header(&switched)?;
+    pool.discard(h.table_region)?;
+    pool.discard(h.heap_region)?;
+    log::info!("the table grew to level {}: {} slots, {} keys", new.top_level, new.slots(), items);
+    Ok((new, bitmap))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: u64 = REGION_ALIGN;
+
+    #[test]
+    fn placement_is_first_fit_around_used_regions() {
+        let h = host_pm::HEADER_AREA;
+        let used = [Region { offset: h, bytes: 2 * A }, Region { offset: h + 5 * A, bytes: A }];
+        // A 3-region gap after the first region; the second request no longer fits there.
+        let placed = place(&used, &[2 * A, 2 * A]);
+        assert_eq!(placed[0], Region { offset: h + 2 * A, bytes: 2 * A });
+        assert_eq!(placed[1], Region { offset: h + 6 * A, bytes: 2 * A });
+        // Sizes are rounded up to whole regions.
+        assert_eq!(place(&[], &[1])[0], Region { offset: h, bytes: A });
+    }
+}

@@ -1,0 +1,146 @@
+//! Growth: tables grow by a level instead of failing, on the GPU (zero-copy and staged) and on
+//! the CPU model, interrupted resizes resume on open, and a pool that cannot grow says so
+//! without losing anything.
+
+mod common;
+
+use common::oracle::{Oracle, assert_same_content};
+use gphash::{Config, Error, GpHash, GpuOptions, Layout, Options, Placement};
+use host_pm::PoolError;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn random_batch(t: &GpHash, rng: &mut StdRng, space: u64, n: usize, value_bytes: usize) -> gphash::Batch {
+    let mut batch = t.batch();
+    for _ in 0..n {
+        let k = common::key(rng.random_range(0..space), t.geometry().key_bytes as usize);
+        let v = common::value(rng, value_bytes);
+        match rng.random_range(0..10) {
+            0..6 => batch.insert(&k, &v).unwrap(),
+            6..8 => batch.upsert(&k, &v).unwrap(),
+            8 => batch.delete(&k).unwrap(),
+            _ => batch.get(&k).unwrap(),
+        }
+    }
+    batch
+}
+
+/// From a table of a few hundred slots to tens of thousands of keys: every batch applies, the
+/// content always equals the oracle's, and every invariant holds.
+#[test]
+fn tables_grow_instead_of_failing() {
+    let seed = common::seed("tables_grow_instead_of_failing");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let gpu = |placement| common::gpu_options(GpuOptions { placement, tile: 32, max_window_bytes: Some(1 << 20) });
+    let cases: [(&str, &str, Options); 4] = [
+        ("2L-2H-8S", "gpu zero-copy", gpu(Placement::ZeroCopy)),
+        ("4L-2H-4S", "gpu staged", gpu(Placement::Staged)),
+        ("1L-2H-8S", "gpu zero-copy", gpu(Placement::ZeroCopy)),
+        ("3L-2H-8S", "cpu", common::cpu_options()),
+    ];
+    for (layout, name, options) in cases {
+        let dir = common::pool_dir();
+        let cfg = Config { layout: layout.parse::<Layout>().unwrap(), capacity: 100, value_bytes: 12, ..Default::default() };
+        let mut t = common::table(&dir, "p", &cfg, &options);
+        let first_slots = t.geometry().slots();
+        let mut oracle = Oracle::default();
+        for round in 0..8 {
+            let batch = random_batch(&t, &mut rng, 40_000, 2500, 12);
+            let want = oracle.run(&batch);
+            let got = t.execute_ordered(&batch).unwrap_or_else(|e| panic!("{layout} {name} round {round}: {e}"));
+            for (i, (status, value)) in want.iter().enumerate() {
+                assert_eq!((got.statuses[i], got.value(i)), (*status, value.as_deref()), "{layout} {name} op {i}");
+            }
+            assert_same_content(t.entries(), &oracle.map, &format!("{layout} {name} round {round}"));
+            assert!(t.check().ok(), "{layout} {name} round {round}: {}", t.check());
+            assert_eq!(t.cells_used().unwrap(), t.len());
+        }
+        let s = t.stats();
+        assert!(s.activity.resizes >= 3, "{layout} {name}: {} resizes", s.activity.resizes);
+        assert_eq!(s.slots, first_slots << s.activity.resizes, "{layout} {name}: each resize doubles the slots");
+        assert!(s.levels.0 > s.levels.1 || layout.starts_with("1L"));
+        eprintln!("{layout} {name}: {} resizes, load factor {:.3}", s.activity.resizes, s.load_factor);
+        t.close().unwrap();
+        // The grown table reopens as it was.
+        let t = GpHash::open(&dir.path().join("p"), &common::cpu_options()).unwrap();
+        assert_same_content(t.entries(), &oracle.map, &format!("{layout} {name} reopened"));
+    }
+}
+
+/// A pool that cannot grow (a size limit, as a devdax device has) refuses the batch that needs
+/// growth with OutOfSpace; nothing is lost and the table keeps serving.
+#[test]
+fn a_pool_that_cannot_grow_loses_nothing() {
+    let dir = common::pool_dir();
+    for (name, options) in [("gpu", common::gpu_options(GpuOptions::default())), ("cpu", common::cpu_options())] {
+        let path = dir.path().join(name);
+        let cfg = Config { capacity: 200, ..Default::default() };
+        let size = GpHash::create(Some(&path), &cfg, &common::cpu_options()).unwrap().pool().len();
+        std::fs::remove_file(&path).unwrap();
+        let cfg = Config { max_bytes: Some(size), ..cfg };
+        let mut t = common::table(&dir, name, &cfg, &options);
+        let mut oracle = Oracle::default();
+        let mut refused = 0;
+        for k in 0..40u64 {
+            let mut batch = t.batch();
+            for i in 0..50 {
+                batch.insert(&common::key(k * 50 + i, 8), &(k * 50 + i).to_le_bytes()).unwrap();
+            }
+            match t.execute(&batch) {
+                Ok(_) => {
+                    oracle.run(&batch);
+                }
+                Err(Error::Pool(PoolError::OutOfSpace { limit, .. })) => {
+                    assert_eq!(limit, size);
+                    refused += 1;
+                }
+                Err(e) => panic!("{name}: {e}"),
+            }
+            assert_same_content(t.entries(), &oracle.map, name);
+        }
+        assert!(refused > 0, "{name}: the table never needed to grow");
+        assert_eq!(t.pool().len(), size, "{name}: the pool stayed within its limit");
+        assert!(t.check().ok());
+        // Still usable: reads, deletes, and inserts that fit.
+        let some = common::key(0, 8);
+        assert_eq!(t.get(&some).unwrap().value(0), Some(&0u64.to_le_bytes()[..]));
+        assert_eq!(t.delete(&some).unwrap(), vec![gphash::Status::Ok]);
+        assert_eq!(t.insert(&some, &[1; 8]).unwrap(), vec![gphash::Status::Ok]);
+    }
+}
+
+/// A crash between recording a resize and switching to the grown table (here: before the
+/// build, and halfway through it) leaves the old table in charge; open completes the resize.
+#[test]
+fn an_interrupted_resize_completes_on_open() {
+    let dir = common::pool_dir();
+    for (half_built, options) in [(false, common::gpu_options(GpuOptions::default())), (true, common::cpu_options())] {
+        let path = dir.path().join(format!("p{half_built}"));
+        let cfg = Config { capacity: 500, ..Default::default() };
+        let mut t = GpHash::create(Some(&path), &cfg, &options).unwrap();
+        let keys: Vec<u8> = (0..300).flat_map(|k| common::key(k, 8)).collect();
+        t.insert(&keys, &keys).unwrap();
+        let before: std::collections::HashMap<_, _> = t.entries().into_iter().collect();
+        let top = t.geometry().top_level;
+        t.close().unwrap();
+
+        let mut pool = host_pm::Pool::open(&path).unwrap();
+        let geo = GpHash::geometry_of(&pool).unwrap();
+        let regions = gphash::resize::plan(&pool, &geo).unwrap();
+        gphash::resize::begin(&mut pool, &geo, regions).unwrap();
+        if half_built {
+            // Garbage where the build had got to.
+            let r = pool.header().resize.new_table;
+            pool.region_mut(r)[..4096].fill(0xA5);
+        }
+        drop(pool);
+
+        let t = GpHash::open(&path, &options).unwrap();
+        let s = t.stats();
+        assert_eq!(s.recovery.resumed_resize, Some(true), "{}", s.recovery);
+        assert_eq!(t.geometry().top_level, top + 1);
+        assert_same_content(t.entries(), &before, "after the resumed resize");
+        assert!(t.check().ok());
+        assert_eq!(t.pool().header().resize.state, 0);
+    }
+}
