@@ -72,7 +72,7 @@ pub enum Executor {
 }
 
 /// How to open a table.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Options {
     /// GPU or CPU.
     pub executor: Executor,
@@ -83,11 +83,31 @@ pub struct Options {
     /// Grow the table when an insertion finds no empty slot (default). Without growth such a
     /// batch fails with `TableFull`.
     pub grow: bool,
+    /// Shown the pool at every persist point (see [`host_pm::Observer`]): for crash tests.
+    pub observer: Option<host_pm::Observer>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { executor: Executor::Auto, gpu: GpuOptions::default(), device: None, grow: true }
+        Options {
+            executor: Executor::Auto,
+            gpu: GpuOptions::default(),
+            device: None,
+            grow: true,
+            observer: None,
+        }
+    }
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("executor", &self.executor)
+            .field("gpu", &self.gpu)
+            .field("device", &self.device)
+            .field("grow", &self.grow)
+            .field("observer", &self.observer.is_some())
+            .finish()
     }
 }
 
@@ -287,6 +307,7 @@ impl GpHash {
     }
 
     fn start(mut pool: Pool, options: &Options) -> Result<GpHash> {
+        pool.set_observer(options.observer.clone());
         let mut geo = Self::geometry_of(&pool)?;
         let gpu = match (options.executor, &options.device) {
             (Executor::Cpu, _) => Err("the CPU executor was requested".to_string()),
@@ -686,7 +707,8 @@ impl GpHash {
                 self.activity.persisted_lines += lines.len() as u64;
             }
             Written::Overflow => self.pool.persist_all()?,
-            Written::NotTracked => std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst),
+            // The pool's persist mode is a fence or nothing: no line list needed.
+            Written::NotTracked => self.pool.persist_lines(&[])?,
         }
         self.activity.persist_time += t.elapsed();
         Ok(())

@@ -103,6 +103,35 @@ pub fn scan(
     Ok((bitmap, lines))
 }
 
+/// A resize record (`host_pm` checked that its regions lie in the pool without overlaps) must
+/// describe the table one level taller, in regions large enough for it.
+fn check_resize_record(geo: &Geometry, header: &Header, report: &mut CheckReport) {
+    let r = header.resize;
+    let mut bad =
+        |what: String| report.violations.push(Violation { at: None, what: format!("resize record: {what}") });
+    if r.state == 0 {
+        return;
+    }
+    if r.state != crate::resize::BUILDING {
+        bad(format!("unknown state {}", r.state));
+        return;
+    }
+    if header.clean_shutdown {
+        bad("a cleanly closed pool has a resize in progress".into());
+    }
+    match geo.grown() {
+        Ok(g) if r.new_top_level != g.top_level => {
+            bad(format!("grows to level {} from level {}", r.new_top_level, geo.top_level))
+        }
+        Ok(g) if r.new_table.bytes < g.table_bytes() || r.new_heap.bytes < g.heap_bytes() => bad(format!(
+            "regions of {} and {} bytes cannot hold the grown table",
+            r.new_table.bytes, r.new_heap.bytes
+        )),
+        Ok(_) => {}
+        Err(e) => bad(format!("the table cannot grow: {e}")),
+    }
+}
+
 /// One violated invariant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
@@ -161,6 +190,7 @@ pub fn check(pool: &Pool, geo: &Geometry, header: &Header) -> CheckReport {
     let table: &[u32] = bytemuck::cast_slice(pool.region(header.table_region));
     let kw = geo.key_words() as usize;
     let mut report = CheckReport { slots: geo.slots(), ..Default::default() };
+    check_resize_record(geo, header, &mut report);
     let mut keys: HashMap<&[u32], Candidate> = HashMap::new();
     let mut cells: HashMap<u64, Candidate> = HashMap::new();
     for bucket in 0..geo.buckets() {

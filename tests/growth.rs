@@ -31,7 +31,8 @@ fn random_batch(t: &GpHash, rng: &mut StdRng, space: u64, n: usize, value_bytes:
 fn tables_grow_instead_of_failing() {
     let seed = common::seed("tables_grow_instead_of_failing");
     let mut rng = StdRng::seed_from_u64(seed);
-    let gpu = |placement| common::gpu_options(GpuOptions { placement, tile: 32, max_window_bytes: Some(1 << 20) });
+    let gpu =
+        |placement| common::gpu_options(GpuOptions { placement, tile: 32, max_window_bytes: Some(1 << 20) });
     let cases: [(&str, &str, Options); 4] = [
         ("2L-2H-8S", "gpu zero-copy", gpu(Placement::ZeroCopy)),
         ("4L-2H-4S", "gpu staged", gpu(Placement::Staged)),
@@ -40,16 +41,26 @@ fn tables_grow_instead_of_failing() {
     ];
     for (layout, name, options) in cases {
         let dir = common::pool_dir();
-        let cfg = Config { layout: layout.parse::<Layout>().unwrap(), capacity: 100, value_bytes: 12, ..Default::default() };
+        let cfg = Config {
+            layout: layout.parse::<Layout>().unwrap(),
+            capacity: 100,
+            value_bytes: 12,
+            ..Default::default()
+        };
         let mut t = common::table(&dir, "p", &cfg, &options);
         let first_slots = t.geometry().slots();
         let mut oracle = Oracle::default();
         for round in 0..8 {
             let batch = random_batch(&t, &mut rng, 40_000, 2500, 12);
             let want = oracle.run(&batch);
-            let got = t.execute_ordered(&batch).unwrap_or_else(|e| panic!("{layout} {name} round {round}: {e}"));
+            let got =
+                t.execute_ordered(&batch).unwrap_or_else(|e| panic!("{layout} {name} round {round}: {e}"));
             for (i, (status, value)) in want.iter().enumerate() {
-                assert_eq!((got.statuses[i], got.value(i)), (*status, value.as_deref()), "{layout} {name} op {i}");
+                assert_eq!(
+                    (got.statuses[i], got.value(i)),
+                    (*status, value.as_deref()),
+                    "{layout} {name} op {i}"
+                );
             }
             assert_same_content(t.entries(), &oracle.map, &format!("{layout} {name} round {round}"));
             assert!(t.check().ok(), "{layout} {name} round {round}: {}", t.check());
@@ -57,7 +68,11 @@ fn tables_grow_instead_of_failing() {
         }
         let s = t.stats();
         assert!(s.activity.resizes >= 3, "{layout} {name}: {} resizes", s.activity.resizes);
-        assert_eq!(s.slots, first_slots << s.activity.resizes, "{layout} {name}: each resize doubles the slots");
+        assert_eq!(
+            s.slots,
+            first_slots << s.activity.resizes,
+            "{layout} {name}: each resize doubles the slots"
+        );
         assert!(s.levels.0 > s.levels.1 || layout.starts_with("1L"));
         eprintln!("{layout} {name}: {} resizes, load factor {:.3}", s.activity.resizes, s.load_factor);
         t.close().unwrap();
@@ -72,7 +87,9 @@ fn tables_grow_instead_of_failing() {
 #[test]
 fn a_pool_that_cannot_grow_loses_nothing() {
     let dir = common::pool_dir();
-    for (name, options) in [("gpu", common::gpu_options(GpuOptions::default())), ("cpu", common::cpu_options())] {
+    for (name, options) in
+        [("gpu", common::gpu_options(GpuOptions::default())), ("cpu", common::cpu_options())]
+    {
         let path = dir.path().join(name);
         let cfg = Config { capacity: 200, ..Default::default() };
         let size = GpHash::create(Some(&path), &cfg, &common::cpu_options()).unwrap().pool().len();
@@ -114,7 +131,9 @@ fn a_pool_that_cannot_grow_loses_nothing() {
 #[test]
 fn an_interrupted_resize_completes_on_open() {
     let dir = common::pool_dir();
-    for (half_built, options) in [(false, common::gpu_options(GpuOptions::default())), (true, common::cpu_options())] {
+    for (half_built, options) in
+        [(false, common::gpu_options(GpuOptions::default())), (true, common::cpu_options())]
+    {
         let path = dir.path().join(format!("p{half_built}"));
         let cfg = Config { capacity: 500, ..Default::default() };
         let mut t = GpHash::create(Some(&path), &cfg, &options).unwrap();

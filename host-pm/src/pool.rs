@@ -69,7 +69,13 @@ pub struct Pool {
     header: Header,
     /// Header copy slot (0 or 1) that holds `header`; the next write goes to the other one.
     slot: usize,
+    /// Called with the pool's bytes at every persist point (crash-consistency tests).
+    observer: Option<Observer>,
 }
+
+/// A function shown the whole pool at every persist point: after each `persist_*` call, header
+/// write, growth and discard. Crash-consistency tests use it to snapshot the durable states.
+pub type Observer = std::sync::Arc<dyn Fn(&[u8]) + Send + Sync>;
 
 impl fmt::Debug for Pool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -243,6 +249,7 @@ impl Pool {
                 max_bytes: limit,
                 header: h,
                 slot: 0,
+                observer: None,
             };
             return pool.format();
         };
@@ -324,6 +331,7 @@ impl Pool {
             max_bytes: limit,
             header: h,
             slot: 0,
+            observer: None,
         }
     }
 
@@ -549,10 +557,23 @@ impl Pool {
                 self.len
             ))
         })?;
-        if len == 0 {
-            return Ok(());
+        if len > 0 {
+            self.persist_span(offset, end)?;
         }
-        self.persist_span(offset, end)
+        self.observe();
+        Ok(())
+    }
+
+    /// Shows the pool to the observer, if there is one.
+    fn observe(&self) {
+        if let Some(o) = &self.observer {
+            o(&self.map[..self.len as usize]);
+        }
+    }
+
+    /// Sets (or removes) the function shown the pool at every persist point.
+    pub fn set_observer(&mut self, observer: Option<Observer>) {
+        self.observer = observer;
     }
 
     /// Make the given 64-byte lines durable (line `i` = pool bytes `64 i .. 64 i + 64`). The
@@ -561,6 +582,11 @@ impl Pool {
     /// A line outside the pool is [`PoolError::InvalidArgument`] and nothing is persisted.
     pub fn persist_lines(&self, lines: &[u64]) -> Result<()> {
         let Some(&max) = lines.iter().max() else {
+            // Nothing written, but a fence still orders what comes next.
+            if self.persist == Persist::Fence {
+                fence(Ordering::SeqCst);
+            }
+            self.observe();
             return Ok(());
         };
         let line_count = self.len.div_ceil(LINE_BYTES);
@@ -587,6 +613,7 @@ impl Pool {
             Persist::Fence => fence(Ordering::SeqCst),
             Persist::None => {}
         }
+        self.observe();
         Ok(())
     }
 
@@ -634,6 +661,7 @@ impl Pool {
             }
         }
         self.len = new;
+        self.observe();
         log::debug!("grew pool {} from {old} to {new} bytes", self.display_path().display());
         Ok(())
     }
@@ -683,6 +711,7 @@ impl Pool {
             }
             _ => {}
         }
+        self.observe();
         Ok(())
     }
 

@@ -67,8 +67,7 @@ impl ExecArgs {
                 tile: self.tile,
                 max_window_bytes: None,
             },
-            device: None,
-            grow: true,
+            ..Options::default()
         }
     }
 }
