@@ -18,6 +18,9 @@ use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 
+/// Keys and values of a table.
+type Content = HashMap<Vec<u8>, Vec<u8>>;
+
 /// The words written between two persist points, as (word index, new value).
 struct Interval {
     len: usize,
@@ -83,7 +86,7 @@ fn crash_images_recover_to_acknowledged_states() {
         common::table(&dir, "run", &Config { capacity: 64, value_bytes: 12, ..Default::default() }, &options);
 
     // The run: batches of distinct keys, so each operation of a batch stands alone.
-    let mut states: Vec<HashMap<Vec<u8>, Vec<u8>>> = vec![HashMap::new()];
+    let mut states: Vec<Content> = vec![HashMap::new()];
     let mut batches = vec![];
     let mut acked_after = vec![];
     let mut oracle = Oracle::default();
@@ -142,14 +145,14 @@ fn crash_images_recover_to_acknowledged_states() {
 /// application gives `after`) whole or absent.
 fn verify(
     path: &std::path::Path,
-    acked: &HashMap<Vec<u8>, Vec<u8>>,
-    in_flight: Option<(&gphash::Batch, &HashMap<Vec<u8>, Vec<u8>>)>,
+    acked: &Content,
+    in_flight: Option<(&gphash::Batch, &Content)>,
     what: &str,
 ) {
     let t = GpHash::open(path, &common::cpu_options()).unwrap_or_else(|e| panic!("{what}: open failed: {e}"));
     let report = t.check();
     assert!(report.ok(), "{what}: {report}");
-    let got: HashMap<Vec<u8>, Vec<u8>> = t.entries().into_iter().collect();
+    let got: Content = t.entries().into_iter().collect();
     let touched: Vec<&[u8]> =
         in_flight.map(|(b, _)| (0..b.len()).map(|i| b.op(i).1).collect()).unwrap_or_default();
     for key in acked.keys().chain(got.keys()).chain(in_flight.map(|(_, a)| a.keys()).into_iter().flatten()) {
