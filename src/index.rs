@@ -85,6 +85,9 @@ pub struct Options {
     pub grow: bool,
     /// Shown the pool at every persist point (see [`host_pm::Observer`]): for crash tests.
     pub observer: Option<host_pm::Observer>,
+    /// Use this persist primitive instead of the backend's (benchmarks: `clwb` on tmpfs to
+    /// measure what persistent memory would cost).
+    pub persist_mode: Option<PersistMode>,
 }
 
 impl Default for Options {
@@ -95,6 +98,7 @@ impl Default for Options {
             device: None,
             grow: true,
             observer: None,
+            persist_mode: None,
         }
     }
 }
@@ -107,6 +111,7 @@ impl fmt::Debug for Options {
             .field("device", &self.device)
             .field("grow", &self.grow)
             .field("observer", &self.observer.is_some())
+            .field("persist_mode", &self.persist_mode)
             .finish()
     }
 }
@@ -308,6 +313,9 @@ impl GpHash {
 
     fn start(mut pool: Pool, options: &Options) -> Result<GpHash> {
         pool.set_observer(options.observer.clone());
+        if let Some(mode) = options.persist_mode {
+            pool.set_persist_mode(mode)?;
+        }
         let mut geo = Self::geometry_of(&pool)?;
         let gpu = match (options.executor, &options.device) {
             (Executor::Cpu, _) => Err("the CPU executor was requested".to_string()),
@@ -385,8 +393,12 @@ impl GpHash {
         (self.engine.as_deref_mut().expect("an engine exists between resizes"), &mut self.pool)
     }
 
-    /// Grows the table by one level (see [`crate::resize`]). On failure the table is unchanged.
-    fn grow(&mut self) -> Result<()> {
+    /// Grows the table by one level now (see [`crate::resize`]); it also grows by itself when
+    /// an insertion finds no empty slot. On failure the table is unchanged.
+    pub fn grow(&mut self) -> Result<()> {
+        if let Some(why) = &self.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
         let t = Instant::now();
         let regions = resize::plan(&self.pool, &self.geo)?;
         // The engine's buffers may map the pool, which may move.

@@ -122,6 +122,20 @@ fn malformed_traces_are_refused_before_anything_is_applied() {
 }
 
 #[test]
+fn a_trace_for_other_key_widths_is_refused() {
+    let dir = common::pool_dir();
+    let pool = dir.path().join("wide.pool");
+    let out = gphash(&["create", s(&pool), "--key-bytes", "16", "--value-bytes", "8"]);
+    assert!(out.status.success());
+    let trace_path = dir.path().join("narrow.trace");
+    std::fs::write(&trace_path, "P 1 0000000000000001\n").unwrap();
+    let out = gphash(&["replay", s(&pool), "--trace", s(&trace_path), "--out", s(&dir.path().join("r"))]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(text(&out).contains("narrow.trace:1"), "the error names the line");
+    assert!(text(&out).contains("32 hex digits"), "the error says what a key must be");
+}
+
+#[test]
 fn check_reports_a_damaged_pool() {
     let dir = common::pool_dir();
     let pool = dir.path().join("t.pool");

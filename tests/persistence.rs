@@ -191,3 +191,56 @@ fn wrong_widths_are_refused() {
     assert_eq!(t.get(&k).unwrap().value(0), Some(&[1u8; 8][..]));
     assert_eq!(t.len(), 1);
 }
+
+/// A corpus of randomly damaged pools (header and contents): opening, checking and using each
+/// gives a result or a typed error, never a panic.
+#[test]
+fn damaged_pools_never_panic() {
+    let seed = common::seed("damaged_pools_never_panic");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = common::pool_dir();
+    let pristine = dir.path().join("pristine");
+    let mut t = GpHash::create(
+        Some(&pristine),
+        &Config { capacity: 300, ..Default::default() },
+        &common::cpu_options(),
+    )
+    .unwrap();
+    let keys: Vec<u8> = (0..200).flat_map(|k| common::key(k, 8)).collect();
+    t.insert(&keys, &keys).unwrap();
+    t.close().unwrap();
+    let good = std::fs::read(&pristine).unwrap();
+    let (mut opened, mut refused) = (0, 0);
+    for i in 0..400 {
+        let mut bytes = good.clone();
+        for _ in 0..rng.random_range(1..8) {
+            let at = if rng.random_bool(0.5) {
+                rng.random_range(0..8192)
+            } else {
+                rng.random_range(0..bytes.len())
+            };
+            bytes[at] ^= 1 << rng.random_range(0..8);
+        }
+        let path = dir.path().join("damaged");
+        std::fs::write(&path, &bytes).unwrap();
+        let options =
+            if i % 10 == 0 { common::gpu_options(GpuOptions::default()) } else { common::cpu_options() };
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match GpHash::open(&path, &options) {
+                Ok(mut t) => {
+                    let _ = t.check().to_string();
+                    let _ = t.get(&keys[..80]);
+                    let _ = t.insert(&common::key(9999, 8), &[1; 8]);
+                    true
+                }
+                Err(_) => false,
+            }));
+        match outcome {
+            Ok(true) => opened += 1,
+            Ok(false) => refused += 1,
+            Err(_) => panic!("seed {seed}, damage {i}: a damaged pool made gphash panic"),
+        }
+    }
+    eprintln!("{opened} damaged pools opened, {refused} refused");
+    assert!(refused > 0, "header damage must be refused");
+}

@@ -1,16 +1,38 @@
-//! `gphash bench`: load and search throughput per placement (see `gphash::bench`).
+//! `gphash bench ...`: the benchmarks of `gphash::bench`, with their knobs.
 
 use std::path::PathBuf;
 
-use clap::Args;
-use gphash::bench::LoadSearch;
-use gphash::{Options, Placement};
+use clap::{Args, Subcommand};
+use gphash::bench::{Fill, LoadSearch, PersistCost, ResizeRecovery};
+use gphash::{Layout, Options, Placement};
+use host_pm::PersistMode;
 
 use crate::progress;
 
-/// Benchmark settings.
+/// Benchmarks.
+#[derive(Subcommand, Clone)]
+pub enum Bench {
+    /// Insert and search throughput per placement.
+    LoadSearch(LoadSearchArgs),
+    /// The load factor at which each layout first finds no slot for an insertion.
+    Fill(FillArgs),
+    /// Time to grow a loaded table by one level and to recover it after a crash.
+    Resize(ResizeArgs),
+    /// Cost of the persist steps per batch on the pools given.
+    Persist(PersistArgs),
+}
+
+/// Where pools go.
 #[derive(Args, Clone)]
-pub struct BenchArgs {
+pub struct PoolDir {
+    /// Directory of the pools (tmpfs imports zero-copy).
+    #[arg(long, default_value = "/dev/shm")]
+    pool_dir: PathBuf,
+}
+
+/// `bench load-search` settings.
+#[derive(Args, Clone)]
+pub struct LoadSearchArgs {
     /// Keys loaded.
     #[arg(long, default_value_t = 1 << 24)]
     keys: u64,
@@ -29,12 +51,121 @@ pub struct BenchArgs {
     /// Placements to compare (zero-copy, staged).
     #[arg(long, value_delimiter = ',', default_value = "zero-copy,staged")]
     placements: Vec<String>,
-    /// Directory of the pools (tmpfs imports zero-copy).
-    #[arg(long, default_value = "/dev/shm")]
-    pool_dir: PathBuf,
+    #[command(flatten)]
+    dir: PoolDir,
 }
 
-pub fn run(args: &BenchArgs, options: &Options) -> gphash::Result<()> {
+/// `bench fill` settings.
+#[derive(Args, Clone)]
+pub struct FillArgs {
+    /// Layouts measured.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "2L-2H-8S,2L-2H-4S,2L-2H-16S,3L-2H-8S,4L-2H-8S,2L-3H-8S,1L-2H-8S"
+    )]
+    layouts: Vec<Layout>,
+    /// About how many slots each table has.
+    #[arg(long, default_value_t = 1 << 20)]
+    slots: u64,
+    /// Insertions per batch (the figure's resolution).
+    #[arg(long, default_value_t = 1024)]
+    batch: usize,
+    #[command(flatten)]
+    dir: PoolDir,
+}
+
+/// `bench resize` settings.
+#[derive(Args, Clone)]
+pub struct ResizeArgs {
+    /// Keys loaded before the resize.
+    #[arg(long, default_value_t = 1 << 24)]
+    keys: u64,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 8)]
+    value_bytes: u32,
+    #[command(flatten)]
+    dir: PoolDir,
+}
+
+/// `bench persist` settings.
+#[derive(Args, Clone)]
+pub struct PersistArgs {
+    /// Keys loaded first.
+    #[arg(long, default_value_t = 1 << 22)]
+    keys: u64,
+    /// Upserts measured.
+    #[arg(long, default_value_t = 1 << 22)]
+    updates: u64,
+    /// Operations per batch.
+    #[arg(long, default_value_t = 1 << 16)]
+    batch: usize,
+    /// Pool directories to compare; `DIR:clwb` forces cache-line flushes there (what
+    /// persistent memory would cost), `DIR:msync` forces msync.
+    #[arg(long, value_delimiter = ',', default_value = "/dev/shm,/dev/shm:clwb,/var/tmp")]
+    pools: Vec<String>,
+}
+
+pub fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
+    match bench {
+        Bench::LoadSearch(a) => load_search(a, options),
+        Bench::Fill(a) => {
+            println!("# load factor at the first insertion that finds no slot (about {} slots)", a.slots);
+            for &layout in &a.layouts {
+                let f = Fill {
+                    layout,
+                    slots: a.slots,
+                    batch: a.batch,
+                    key_bytes: 8,
+                    pool_dir: a.dir.pool_dir.clone(),
+                }
+                .run(options)?;
+                println!("{layout:<10} load {:.4}   ({} keys in {} slots)", f.load(), f.items, f.slots);
+            }
+            Ok(())
+        }
+        Bench::Resize(a) => {
+            let bar = progress(a.keys, "load");
+            let r =
+                ResizeRecovery { keys: a.keys, value_bytes: a.value_bytes, pool_dir: a.dir.pool_dir.clone() }
+                    .run(options, &|n| bar.inc(n))?;
+            bar.finish_and_clear();
+            println!("# {} keys, values of {} bytes | {}", a.keys, a.value_bytes, r.setting);
+            println!("resize {} -> {} slots: {:.3} s", r.slots.0, r.slots.1, r.resize.as_secs_f64());
+            println!("recovery after a crash: {:.3} s", r.recovery.as_secs_f64());
+            println!("open after a clean close: {:.3} s", r.clean_open.as_secs_f64());
+            Ok(())
+        }
+        Bench::Persist(a) => {
+            println!("# {} upserts of {} loaded keys, batches of {}", a.updates, a.keys, a.batch);
+            for spec in &a.pools {
+                let (dir, mode) = match spec.split_once(':') {
+                    Some((d, "clwb")) => (d, Some(PersistMode::FlushFence)),
+                    Some((d, "msync")) => (d, Some(PersistMode::Msync)),
+                    Some((_, other)) => {
+                        return Err(gphash::Error::InvalidConfig(format!("unknown persist mode {other}")));
+                    }
+                    None => (spec.as_str(), None),
+                };
+                let opts = Options { persist_mode: mode, ..options.clone() };
+                let c =
+                    PersistCost { keys: a.keys, updates: a.updates, batch: a.batch, pool_dir: dir.into() };
+                let f = c.run(&opts)?;
+                println!(
+                    "{spec:<16} {:<34} persist {:>8.3} ms/batch   {:>9.0} lines/batch   engine {:>8.3} ms/batch   [{}]",
+                    f.pool,
+                    f.persist_per_batch.as_secs_f64() * 1e3,
+                    f.lines_per_batch,
+                    f.engine_per_batch.as_secs_f64() * 1e3,
+                    f.mode
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+fn load_search(args: &LoadSearchArgs, options: &Options) -> gphash::Result<()> {
     let placements = args
         .placements
         .iter()
@@ -51,7 +182,7 @@ pub fn run(args: &BenchArgs, options: &Options) -> gphash::Result<()> {
         key_bytes: args.key_bytes,
         value_bytes: args.value_bytes,
         placements,
-        pool_dir: args.pool_dir.clone(),
+        pool_dir: args.dir.pool_dir.clone(),
     };
     let bar = progress(args.keys * (1 + args.reps as u64) * bench.placements.len() as u64, "bench");
     let rows = bench.run(options, &|n| bar.inc(n))?;

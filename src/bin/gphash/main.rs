@@ -122,8 +122,9 @@ enum Command {
     },
     /// The demo that runs when no command is given.
     Demo(demo::DemoArgs),
-    /// Insert and search throughput per placement.
-    Bench(bench::BenchArgs),
+    /// Benchmarks (throughput, load factor, resize and recovery time, persist cost).
+    #[command(subcommand)]
+    Bench(bench::Bench),
 }
 
 fn main() -> ExitCode {
