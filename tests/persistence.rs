@@ -12,13 +12,11 @@ use host_pm::{HEADER_COPY_BYTES, PoolError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+/// Automatic placement (zero-copy where the driver imports the pool: on lavapipe always, on
+/// NVIDIA for tmpfs but not for disk files), staged, and the CPU model.
 fn options() -> Vec<(&'static str, Options)> {
     let gpu = |placement| common::gpu_options(GpuOptions { placement, ..Default::default() });
-    vec![
-        ("zero-copy", gpu(Placement::ZeroCopy)),
-        ("staged", gpu(Placement::Staged)),
-        ("cpu", common::cpu_options()),
-    ]
+    vec![("auto", gpu(Placement::Auto)), ("staged", gpu(Placement::Staged)), ("cpu", common::cpu_options())]
 }
 
 fn fill(t: &mut GpHash, oracle: &mut Oracle, rng: &mut StdRng, n: usize) {

@@ -103,6 +103,10 @@ pub fn build_pipelines(
 }
 
 /// Imports every window of a region of the pool mapping; `Err` says why the driver refused.
+///
+/// A small probe goes first: the NVIDIA driver refuses `MAP_SHARED` files on disk filesystems
+/// only after pinning what it was asked to import, and a refused import of hundreds of MiB
+/// leaves later allocations out of memory.
 pub fn import_region(
     gpu: &Gpu,
     pool: &mut Pool,
@@ -112,13 +116,18 @@ pub fn import_region(
     label: &str,
 ) -> std::result::Result<Vec<wgpu::Buffer>, String> {
     let base = pool.as_mut_ptr();
+    let import = |at: u64, len: u64| {
+        // SAFETY: the range lies inside the pool mapping, which outlives the buffers: their
+        // owners wait until `guard` reports every import destroyed before the pool moves.
+        unsafe { hostmem::import(gpu, base.add((region.offset + at) as usize), len, guard, label) }
+    };
+    let probe = import(0, region.bytes.min(host_pm::REGION_ALIGN))?;
+    drop(probe);
+    release_imports(gpu, guard);
     (0..win.count)
         .map(|i| {
             let at = i as u64 * win.words() * 4;
-            let len = (region.bytes - at).min(win.words() * 4);
-            // SAFETY: the range lies inside the pool mapping, which outlives the buffers: their
-            // owners wait until `guard` reports every import destroyed before the pool moves.
-            unsafe { hostmem::import(gpu, base.add((region.offset + at) as usize), len, guard, label) }
+            import(at, (region.bytes - at).min(win.words() * 4))
         })
         .collect()
 }
