@@ -10,7 +10,7 @@ use super::context::Gpu;
 use super::hostmem::{self, ImportGuard};
 use super::resources::{
     bind_group_layout, build_pipelines, check_bindings, dispatch, download_region, import_region, map_read,
-    max_window, release_imports, upload_region,
+    max_window, release_imports, staged_reason, upload_region,
 };
 use super::shader::{Kernel, KernelConfig, Params, Windows};
 use crate::engine::{Engine, Input, Mode, Report, Written};
@@ -192,9 +192,9 @@ impl GpuEngine {
             return Err(Error::InvalidConfig("pools beyond 256 GiB are not supported".into()));
         }
         let guard = ImportGuard::default();
-        let imported = match opts.placement {
-            Placement::Staged => Err("staged placement was requested".to_string()),
-            _ => import_region(&gpu, pool, table_region, cfg.table, &guard, "table")
+        let imported = match staged_reason(pool, opts.placement) {
+            Some(reason) => Err(reason),
+            None => import_region(&gpu, pool, table_region, cfg.table, &guard, "table")
                 .and_then(|t| Ok((t, import_region(&gpu, pool, heap_region, cfg.heap, &guard, "heap")?))),
         };
         let (table, heap, mode) = match imported {
@@ -593,8 +593,9 @@ impl Drop for GpuEngine {
         // GPU stopped using them) before the pool is unmapped or moved.
         self.io = None;
         self.device_bind = None;
-        self.table.clear();
-        self.heap.clear();
+        for b in self.table.drain(..).chain(self.heap.drain(..)) {
+            b.destroy();
+        }
         release_imports(&self.gpu, &self.guard);
     }
 }

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use host_pm::{Pool, Region};
 
 use super::context::Gpu;
-use super::engine::{GpuOptions, Placement};
+use super::engine::GpuOptions;
 use super::hostmem::{self, ImportGuard};
 use super::resources::{
     bind_group_layout, build_pipelines, check_bindings, dispatch, download_region, import_region, map_read,
-    max_window, release_imports, upload_region,
+    max_window, release_imports, staged_reason, upload_region,
 };
 use super::shader::{Kernel, KernelConfig, Params, Source, Windows};
 use crate::error::Result;
@@ -43,9 +43,9 @@ pub fn build(
     check_bindings(&cfg, &gpu.info)?;
     let source = cfg.source.expect("set above").windows;
     let guard = ImportGuard::default();
-    let imported = match opts.placement {
-        Placement::Staged => Err("staged placement was requested".to_string()),
-        _ => import_region(gpu, pool, old_region, source, &guard, "old table")
+    let imported = match staged_reason(pool, opts.placement) {
+        Some(reason) => Err(reason),
+        None => import_region(gpu, pool, old_region, source, &guard, "old table")
             .and_then(|o| Ok((o, import_region(gpu, pool, new_region, cfg.table, &guard, "new table")?))),
     };
     let (from, to, staged) = match imported {
@@ -127,7 +127,10 @@ pub fn build(
     if staged {
         download_region(gpu, &to, cfg.table, new_region, pool)?;
     }
-    drop((bind, from, to));
+    drop(bind);
+    for b in from.into_iter().chain(to) {
+        b.destroy();
+    }
     release_imports(gpu, &guard);
     Ok(out)
 }

@@ -1,9 +1,10 @@
 //! Device resources shared by the engine and the resize: windows of pool regions (imported
 //! or uploaded), pipelines, bind group layouts, readbacks.
 
-use host_pm::{Pool, Region};
+use host_pm::{Backend, Pool, Region};
 
 use super::context::{DeviceInfo, Gpu};
+use super::engine::Placement;
 use super::hostmem::{self, ImportGuard};
 use super::shader::{self, Kernel, KernelConfig, WORKGROUP, Windows};
 use crate::error::{Error, Result};
@@ -121,8 +122,7 @@ pub fn import_region(
         // owners wait until `guard` reports every import destroyed before the pool moves.
         unsafe { hostmem::import(gpu, base.add((region.offset + at) as usize), len, guard, label) }
     };
-    let probe = import(0, region.bytes.min(host_pm::REGION_ALIGN))?;
-    drop(probe);
+    import(0, region.bytes.min(host_pm::REGION_ALIGN))?.destroy();
     release_imports(gpu, guard);
     (0..win.count)
         .map(|i| {
@@ -130,6 +130,19 @@ pub fn import_region(
             import(at, (region.bytes - at).min(win.words() * 4))
         })
         .collect()
+}
+
+/// Why a pool is not imported zero-copy, if it is not: staged placement was asked for, or the
+/// pool is a file on a disk filesystem under automatic placement (NVIDIA refuses those, and a
+/// refused import leaves later allocations of the device out of memory).
+pub fn staged_reason(pool: &Pool, placement: Placement) -> Option<String> {
+    match (placement, pool.backend()) {
+        (Placement::Staged, _) => Some("staged placement was requested".into()),
+        (Placement::Auto, Backend::File) => {
+            Some("the pool is a file on a disk filesystem, which drivers do not import reliably".into())
+        }
+        _ => None,
+    }
 }
 
 /// Staged mode: a device buffer per window, filled from the pool.
