@@ -209,6 +209,8 @@ pub fn max_window(info: &DeviceInfo, max_window_bytes: Option<u64>) -> u64 {
 
 /// Waits until every buffer imported under `guard` is destroyed (the pool may then move).
 pub fn release_imports(gpu: &Gpu, guard: &ImportGuard) {
+    // wgpu frees buffers that never took part in a submit at the next submit.
+    gpu.queue.submit([]);
     for _ in 0..100 {
         if guard.live() == 0 {
             return;
