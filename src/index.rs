@@ -342,6 +342,10 @@ impl GpHash {
             }
         }
         pool.mark_dirty()?;
+        log::info!(
+            "opened {}: {recovery}",
+            pool.path().map_or("anonymous memory".into(), |p| p.display().to_string())
+        );
         let items = recovery.items;
         let mut index = GpHash {
             engine: None,

@@ -122,6 +122,24 @@ fn malformed_traces_are_refused_before_anything_is_applied() {
 }
 
 #[test]
+fn replay_grows_a_small_table() {
+    let dir = common::pool_dir();
+    let pool = dir.path().join("small.pool");
+    assert!(create(&pool, "4", "16").status.success());
+    let levels = |out: &Output| text(out).lines().find(|l| l.starts_with("levels:")).unwrap().to_string();
+    let before = levels(&gphash(&["stats", s(&pool)]));
+    let trace_path = dir.path().join("many.trace");
+    std::fs::write(&trace_path, (0..3000).map(|k| format!("I {k} {:08x}\n", k)).collect::<String>()).unwrap();
+    let results = dir.path().join("r");
+    assert!(gphash(&["replay", s(&pool), "--trace", s(&trace_path), "--out", s(&results)]).status.success());
+    assert_eq!(std::fs::read_to_string(&results).unwrap(), "OK\n".repeat(3000));
+    let after = gphash(&["stats", s(&pool)]);
+    assert_ne!(levels(&after), before, "the table grew");
+    assert!(text(&after).contains("keys:          3000 "));
+    assert_eq!(gphash(&["check", s(&pool)]).status.code(), Some(0));
+}
+
+#[test]
 fn a_trace_for_other_key_widths_is_refused() {
     let dir = common::pool_dir();
     let pool = dir.path().join("wide.pool");
