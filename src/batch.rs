@@ -130,7 +130,7 @@ impl Batch {
 
     /// The batch in kernel form, into `e` (whose allocations are reused); `ops` selects (and
     /// orders) the operations.
-    pub(crate) fn encode(&self, ops: &[usize], e: &mut Encoded) {
+    pub fn encode(&self, ops: &[usize], e: &mut Encoded) {
         let words = |bytes: &[u8], out: &mut Vec<u32>| {
             out.extend(bytes.chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())));
         };

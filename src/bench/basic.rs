@@ -1,5 +1,5 @@
-//! Benchmarks shared by `gphash bench` and `cargo bench`: load a table, then search every key,
-//! under each placement; medians of several passes, with batch latencies.
+//! The basic benchmarks: load and search per placement (medians of several passes, with batch
+//! latencies), load factor at the first resize, resize and recovery time, persist cost.
 
 use std::fmt;
 use std::path::PathBuf;

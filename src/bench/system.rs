@@ -1,0 +1,143 @@
+//! One interface for every system a workload runs against: gphash in its placements and the
+//! baselines. Batches live in device buffers, as a GPU-resident application holds them; a
+//! system reads them there and writes its results there.
+
+use std::sync::Arc;
+
+use wgpu::util::DeviceExt;
+
+use crate::batch::Batch;
+use crate::error::{Error, Result};
+use crate::gpu::context::Gpu;
+use crate::gpu::engine::DeviceBatch;
+use crate::protocol::{OpKind, Status};
+
+/// Memory traffic of one operation in the memory the system's table lives in.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Traffic {
+    /// Separate memory requests (over PCIe each costs about the same up to 512 bytes).
+    pub requests: f64,
+    /// Bytes moved.
+    pub bytes: f64,
+}
+
+/// A key-value system driven with batches in device buffers.
+///
+/// Semantics every system gives: a batch's results and final state equal applying its
+/// operations one by one in some order; when `run` returns, the batch is durable (as far as
+/// the system persists at all) and its results are in the batch's output buffers. Status codes
+/// and value words are those of [`DeviceBatch`].
+pub trait System {
+    /// Short name for tables and plots (`gphash-zc`, `slab`, `cpu`, ...).
+    fn name(&self) -> String;
+    /// Device, memory placement and persistence, for the report.
+    fn setting(&self) -> String;
+    /// Runs one batch.
+    fn run(&mut self, batch: &DeviceBatch) -> Result<()>;
+    /// Published keys.
+    fn len(&self) -> u64;
+    /// Modelled traffic of one operation of `kind` that finds (`hit`) or misses its key.
+    fn traffic(&self, kind: OpKind, hit: bool) -> Traffic;
+}
+
+/// The buffers of one batch on the device, made from a host [`Batch`].
+pub struct DeviceOps {
+    len: u32,
+    kinds: wgpu::Buffer,
+    keys: wgpu::Buffer,
+    values: wgpu::Buffer,
+    statuses: wgpu::Buffer,
+    found: wgpu::Buffer,
+    value_bytes: usize,
+}
+
+impl DeviceOps {
+    /// Uploads a batch (keys and values as the host API encodes them).
+    pub fn new(gpu: &Gpu, batch: &Batch) -> DeviceOps {
+        let cell_words = batch.value_bytes().div_ceil(4);
+        let n = batch.len();
+        let mut encoded = crate::engine::Encoded::default();
+        batch.encode(&(0..n).collect::<Vec<_>>(), &mut encoded);
+        if encoded.values.is_empty() {
+            encoded.values = vec![0; n * cell_words];
+        }
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+        let init = |label, words: &[u32]| {
+            let words: &[u32] = if words.is_empty() { &[0] } else { words };
+            gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: bytemuck::cast_slice(words),
+                usage,
+            })
+        };
+        DeviceOps {
+            len: n as u32,
+            kinds: init("kinds", &encoded.kinds),
+            keys: init("keys", &encoded.keys),
+            values: init("values", &encoded.values),
+            statuses: init("statuses", &vec![0; n]),
+            found: init("found", &vec![0; n * cell_words]),
+            value_bytes: batch.value_bytes(),
+        }
+    }
+
+    /// The batch, for [`System::run`].
+    pub fn batch(&self) -> DeviceBatch<'_> {
+        DeviceBatch {
+            len: self.len,
+            kinds: &self.kinds,
+            keys: &self.keys,
+            values: &self.values,
+            statuses: &self.statuses,
+            found: &self.found,
+        }
+    }
+
+    /// Downloads the results: a status per operation and the value each found (for reads that
+    /// found their key; `None` otherwise).
+    pub fn results(&self, gpu: &Gpu, batch: &Batch) -> Result<Vec<(Status, Option<Vec<u8>>)>> {
+        let statuses = download(gpu, &self.statuses)?;
+        let found = download(gpu, &self.found)?;
+        let cell_bytes = self.value_bytes.div_ceil(4) * 4;
+        let bytes: &[u8] = bytemuck::cast_slice(&found);
+        (0..self.len as usize)
+            .map(|i| {
+                let s = Status::from_code(statuses[i])
+                    .ok_or_else(|| Error::Gpu(format!("operation {i}: status code {}", statuses[i])))?;
+                let read = (batch.op(i).0 == OpKind::Get && s == Status::Ok)
+                    .then(|| bytes[i * cell_bytes..i * cell_bytes + self.value_bytes].to_vec());
+                Ok((s, read))
+            })
+            .collect()
+    }
+}
+
+/// Reads a whole storage buffer (made with `COPY_SRC`) back to the host.
+pub fn download(gpu: &Gpu, buffer: &wgpu::Buffer) -> Result<Vec<u32>> {
+    let size = buffer.size();
+    let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("download"),
+        size,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
+    gpu.queue.submit([enc.finish()]);
+    let mut out = vec![];
+    crate::gpu::resources::map_read(gpu, &staging, 0..size, |b| out = bytemuck::cast_slice(b).to_vec())?;
+    Ok(out)
+}
+
+/// Writes words into a storage buffer (made with `COPY_DST`), in queue order.
+pub fn upload(gpu: &Gpu, buffer: &wgpu::Buffer, words: &[u32]) {
+    gpu.queue.write_buffer(buffer, 0, bytemuck::cast_slice(words));
+}
+
+/// Runs `batch` through `system` and returns its results: for tests that hold a system to the
+/// oracle, and for loading tables.
+pub fn run_host(system: &mut dyn System, gpu: &Arc<Gpu>, batch: &Batch) -> Result<Vec<(Status, Option<Vec<u8>>)>> {
+    let ops = DeviceOps::new(gpu, batch);
+    system.run(&ops.batch())?;
+    ops.results(gpu, batch)
+}
