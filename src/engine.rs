@@ -103,6 +103,8 @@ pub enum Mode {
         /// Why zero-copy was not used.
         reason: String,
     },
+    /// The GPU works on a device-memory copy and nothing is written back (benchmarks only).
+    Volatile,
     /// No GPU: the CPU model executes the batches.
     Cpu {
         /// Why no GPU was used.
@@ -116,6 +118,9 @@ impl fmt::Display for Mode {
             Mode::ZeroCopy => write!(f, "zero-copy (the GPU reads and writes the pool in place)"),
             Mode::Staged { reason } => {
                 write!(f, "staged (device copy, written back at persist points: {reason})")
+            }
+            Mode::Volatile => {
+                write!(f, "volatile (device memory only; nothing persists: a benchmark upper bound)")
             }
             Mode::Cpu { reason } => write!(f, "CPU fallback ({reason})"),
         }

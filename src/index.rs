@@ -403,6 +403,9 @@ impl GpHash {
         if let Some(why) = &self.poisoned {
             return Err(Error::Poisoned(why.clone()));
         }
+        if self.stats().mode == Mode::Volatile {
+            return Err(Error::Resize("a volatile table cannot grow: size it for its keys".into()));
+        }
         let t = Instant::now();
         let regions = resize::plan(&self.pool, &self.geo)?;
         // The engine's buffers may map the pool, which may move.

@@ -39,6 +39,10 @@ fn cases() -> Vec<Case> {
             gpu: opts(Placement::Staged, 4, Some(64 << 10)),
         },
         Case { layout: "3L-3H-4S", key_bytes: 8, value_bytes: 64, gpu: opts(Placement::ZeroCopy, 8, None) },
+        // The naive baseline: one invocation per operation, no cooperation.
+        Case { layout: "2L-2H-8S", key_bytes: 16, value_bytes: 8, gpu: opts(Placement::ZeroCopy, 1, None) },
+        // Volatile: device memory only (its results are compared; its pool is not).
+        Case { layout: "2L-2H-8S", key_bytes: 8, value_bytes: 8, gpu: opts(Placement::Volatile, 2, None) },
     ]
 }
 
@@ -104,9 +108,24 @@ fn gpu_matches_model_on_random_batches() {
                 assert_eq!(c.value(i), value.as_deref(), "{what} round {round} op {i}: model value");
             }
             for (name, t) in [("GPU", &mut gpu), ("model", &mut cpu)] {
-                assert_same_content(t.entries(), &oracle.map, &format!("{what} round {round} {name}"));
-                let report = t.check();
-                assert!(report.ok(), "{what} round {round} {name}: {report}");
+                if case.gpu.placement == Placement::Volatile && name == "GPU" {
+                    // Its pool is never written: read every key of the space through the GPU.
+                    let keys: Vec<u8> =
+                        (0..space as u64).flat_map(|k| common::key(k, case.key_bytes as usize)).collect();
+                    let got = t.get(&keys).unwrap();
+                    for k in 0..space {
+                        let key = &keys[k * case.key_bytes as usize..(k + 1) * case.key_bytes as usize];
+                        assert_eq!(
+                            got.value(k),
+                            oracle.map.get(key).map(|v| &v[..]),
+                            "{what} round {round}: key {k}"
+                        );
+                    }
+                } else {
+                    assert_same_content(t.entries(), &oracle.map, &format!("{what} round {round} {name}"));
+                    let report = t.check();
+                    assert!(report.ok(), "{what} round {round} {name}: {report}");
+                }
                 assert_eq!(t.len(), oracle.map.len() as u64, "{what} {name}: item count");
                 assert_eq!(
                     t.cells_used().unwrap(),

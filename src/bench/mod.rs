@@ -4,4 +4,6 @@
 pub mod basic;
 pub mod system;
 
-pub use basic::{Fill, Filled, LoadSearch, PersistCost, PersistFigures, ResizeFigures, ResizeRecovery, Row, key};
+pub use basic::{
+    Fill, Filled, LoadSearch, PersistCost, PersistFigures, ResizeFigures, ResizeRecovery, Row, key,
+};

@@ -136,7 +136,11 @@ pub fn upload(gpu: &Gpu, buffer: &wgpu::Buffer, words: &[u32]) {
 
 /// Runs `batch` through `system` and returns its results: for tests that hold a system to the
 /// oracle, and for loading tables.
-pub fn run_host(system: &mut dyn System, gpu: &Arc<Gpu>, batch: &Batch) -> Result<Vec<(Status, Option<Vec<u8>>)>> {
+pub fn run_host(
+    system: &mut dyn System,
+    gpu: &Arc<Gpu>,
+    batch: &Batch,
+) -> Result<Vec<(Status, Option<Vec<u8>>)>> {
     let ops = DeviceOps::new(gpu, batch);
     system.run(&ops.batch())?;
     ops.results(gpu, batch)

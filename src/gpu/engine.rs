@@ -28,6 +28,10 @@ pub enum Placement {
     ZeroCopy,
     /// Always a device-memory copy written back at persist points.
     Staged,
+    /// The table lives in device memory only and nothing is written back: the upper bound of
+    /// benchmarks. Nothing persists, the pool on the host goes stale (do not reopen it) and
+    /// the table cannot grow.
+    Volatile,
 }
 
 /// GPU-specific settings.
@@ -35,7 +39,8 @@ pub enum Placement {
 pub struct GpuOptions {
     /// Zero-copy or staged.
     pub placement: Placement,
-    /// Lanes per operation (power of two, 4 to 32).
+    /// Lanes per operation (a power of two up to 32; 1 is the `naive` baseline: one
+    /// invocation per operation, no subgroup cooperation).
     pub tile: u32,
     /// Largest storage window in bytes (default: the device's binding limit).
     pub max_window_bytes: Option<u64>,
@@ -175,8 +180,14 @@ impl GpuEngine {
         opts: &GpuOptions,
     ) -> Result<Self> {
         let (geo, seeds) = cfg_base;
-        if !opts.tile.is_power_of_two() || !(4..=32).contains(&opts.tile) {
-            return Err(Error::InvalidConfig(format!("tile of {} lanes: must be 4, 8, 16 or 32", opts.tile)));
+        // A lane keeps one bit per pass over the candidates: at most 32 passes.
+        if !opts.tile.is_power_of_two() || opts.tile > 32 || opts.tile * 32 < geo.layout.candidates() {
+            return Err(Error::InvalidConfig(format!(
+                "tile of {} lanes: must be a power of two up to 32, and at least {} for {} candidate slots",
+                opts.tile,
+                geo.layout.candidates().div_ceil(32),
+                geo.layout.candidates()
+            )));
         }
         let max_window = max_window(&gpu.info, opts.max_window_bytes);
         let cfg = KernelConfig {
@@ -207,7 +218,11 @@ impl GpuEngine {
                 release_imports(&gpu, &guard);
                 let t = upload_region(&gpu, pool, table_region, cfg.table, geo.table_words(), "table")?;
                 let h = upload_region(&gpu, pool, heap_region, cfg.heap, geo.heap_words(), "heap")?;
-                (t, h, Mode::Staged { reason })
+                let mode = match opts.placement {
+                    Placement::Volatile => Mode::Volatile,
+                    _ => Mode::Staged { reason },
+                };
+                (t, h, mode)
             }
         };
         let dev = &gpu.device;
@@ -233,9 +248,11 @@ impl GpuEngine {
         });
         let layout = bind_group_layout(dev, &cfg);
         let pipelines = build_pipelines(&gpu, &cfg, &layout, &Kernel::BATCH)?;
-        let track_lines =
-            !matches!(pool.persist_mode(), host_pm::PersistMode::Fence | host_pm::PersistMode::None)
-                || matches!(mode, Mode::Staged { .. });
+        let track_lines = match mode {
+            Mode::Staged { .. } => true,
+            Mode::Volatile => false,
+            _ => !matches!(pool.persist_mode(), host_pm::PersistMode::Fence | host_pm::PersistMode::None),
+        };
         gpu.queue.submit([]);
         Ok(GpuEngine {
             gpu,

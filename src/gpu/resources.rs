@@ -138,6 +138,7 @@ pub fn import_region(
 pub fn staged_reason(pool: &Pool, placement: Placement) -> Option<String> {
     match (placement, pool.backend()) {
         (Placement::Staged, _) => Some("staged placement was requested".into()),
+        (Placement::Volatile, _) => Some("volatile placement was requested".into()),
         (Placement::Auto, Backend::File) => {
             Some("the pool is a file on a disk filesystem, which drivers do not import reliably".into())
         }
