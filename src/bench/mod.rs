@@ -2,7 +2,9 @@
 //! baselines through one interface (`system`).
 
 pub mod basic;
+pub mod ceiling;
 pub mod system;
+pub mod systems;
 
 pub use basic::{
     Fill, Filled, LoadSearch, PersistCost, PersistFigures, ResizeFigures, ResizeRecovery, Row, key,

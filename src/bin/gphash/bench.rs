@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use gphash::bench::ceiling::{self, Method};
 use gphash::bench::{Fill, LoadSearch, PersistCost, ResizeRecovery};
 use gphash::{Layout, Options, Placement};
 use host_pm::PersistMode;
@@ -20,6 +21,20 @@ pub enum Bench {
     Resize(ResizeArgs),
     /// Cost of the persist steps per batch on the pools given.
     Persist(PersistArgs),
+    /// Memory ceilings of the device: sequential bandwidth and random request rates, in device
+    /// memory and in host memory imported zero-copy.
+    Ceilings(CeilingArgs),
+}
+
+/// `bench ceilings` settings.
+#[derive(Args, Clone)]
+pub struct CeilingArgs {
+    /// Buffer size in MiB (capped by the device's binding limit).
+    #[arg(long, default_value_t = 1024)]
+    mib: u64,
+    /// Repetitions (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
 }
 
 /// Where pools go.
@@ -108,6 +123,15 @@ pub struct PersistArgs {
 
 pub fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
     match bench {
+        Bench::Ceilings(a) => {
+            let gpu = gphash::Gpu::new()?;
+            let method = Method { bytes: a.mib << 20, reps: a.reps, ..Method::default() };
+            println!("# {} ({})", gpu.info.name, gpu.info.driver);
+            for (memory, c) in ceiling::measure(&gpu, &method)? {
+                println!("{memory:<7} {c}");
+            }
+            Ok(())
+        }
         Bench::LoadSearch(a) => load_search(a, options),
         Bench::Fill(a) => {
             println!("# load factor at the first insertion that finds no slot (about {} slots)", a.slots);

@@ -1,0 +1,109 @@
+//! gphash as a benchmark [`System`]: zero-copy, staged and volatile placements, and the
+//! `naive` baseline (the same table with one invocation per operation, no subgroup
+//! cooperation: a tile of one lane).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::bench::system::{System, Traffic};
+use crate::error::Result;
+use crate::gpu::context::Gpu;
+use crate::gpu::engine::{DeviceBatch, GpuOptions, Placement};
+use crate::index::{Config, Executor, GpHash, Options};
+use crate::layout::Geometry;
+use crate::protocol::OpKind;
+
+/// gphash behind the [`System`] interface.
+pub struct GpHashSystem {
+    name: String,
+    index: GpHash,
+}
+
+impl GpHashSystem {
+    /// A table for `config` in a new pool at `path` (`None`: anonymous memory), on `gpu`.
+    pub fn create(
+        name: &str,
+        path: Option<&Path>,
+        config: &Config,
+        gpu: &Arc<Gpu>,
+        placement: Placement,
+        tile: u32,
+    ) -> Result<GpHashSystem> {
+        let options = Options {
+            executor: Executor::Gpu,
+            gpu: GpuOptions { placement, tile, max_window_bytes: None },
+            device: Some(gpu.clone()),
+            ..Options::default()
+        };
+        Ok(GpHashSystem { name: name.into(), index: GpHash::create(path, config, &options)? })
+    }
+
+    /// The index.
+    pub fn index(&self) -> &GpHash {
+        &self.index
+    }
+}
+
+/// Requests and bytes one operation of gphash costs in the table's memory (the model behind
+/// the "% of ceiling" figures; `docs/protocol.md` describes the accesses):
+///
+/// - a probe reads the candidate buckets of each hash location, which lie in one group: `H`
+///   requests of the fingerprint and state words of `L` buckets (plus the key of a slot whose
+///   fingerprint matches);
+/// - a read that finds its key reads its value cell: 1 request;
+/// - a new value is written into a fresh cell: 1 request;
+/// - a claim is a CAS and a write of fingerprint and key: 2 requests; publishing it, and
+///   swinging or clearing a found slot, is one CAS: 1 request.
+pub fn traffic(geo: &Geometry, kind: OpKind, hit: bool) -> Traffic {
+    let l = geo.layout;
+    let group = (l.levels * 2 * l.slots * 4) as f64;
+    let probe = Traffic { requests: l.hashes as f64, bytes: l.hashes as f64 * group + if hit { geo.key_bytes as f64 } else { 0.0 } };
+    let cell = (geo.cell_words() * 4) as f64;
+    let (requests, bytes) = match (kind, hit) {
+        (OpKind::Get, true) => (1.0, cell),
+        (OpKind::Get | OpKind::Update | OpKind::Delete, false) => (0.0, 0.0),
+        (OpKind::Insert, true) => (0.0, 0.0),
+        (OpKind::Insert | OpKind::Upsert, false) => (4.0, cell + 4.0 + 4.0 + geo.key_bytes as f64 + 4.0),
+        (OpKind::Update | OpKind::Upsert, true) => (2.0, cell + 4.0),
+        (OpKind::Delete, true) => (1.0, 4.0),
+    };
+    Traffic { requests: probe.requests + requests, bytes: probe.bytes + bytes }
+}
+
+impl System for GpHashSystem {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn setting(&self) -> String {
+        let s = self.index.stats();
+        format!("{} | {} | pool {:?} ({})", s.adapter.unwrap_or_default(), s.mode, s.backend, s.persist_mode)
+    }
+
+    fn run(&mut self, batch: &DeviceBatch) -> Result<()> {
+        self.index.execute_device(batch)
+    }
+
+    fn len(&self) -> u64 {
+        self.index.len()
+    }
+
+    fn traffic(&self, kind: OpKind, hit: bool) -> Traffic {
+        traffic(self.index.geometry(), kind, hit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Layout;
+
+    #[test]
+    fn a_positive_search_is_three_requests_of_the_default_layout() {
+        let g = Geometry::new(Layout::default(), 8, 128, 10, 100).unwrap();
+        assert_eq!(traffic(&g, OpKind::Get, true).requests, 3.0);
+        assert_eq!(traffic(&g, OpKind::Get, false).requests, 2.0);
+        assert_eq!(traffic(&g, OpKind::Insert, false).requests, 6.0);
+        assert_eq!(traffic(&g, OpKind::Update, true).requests, 4.0);
+    }
+}
