@@ -15,6 +15,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod baselines;
 pub mod batch;
 pub mod bench;
 pub mod cpu;

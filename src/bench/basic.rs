@@ -99,10 +99,24 @@ fn row(workload: &'static str, placement: Placement, setting: &str, mut passes: 
     }
 }
 
-/// Key `i` of width `bytes`: distinct for distinct `i`, scattered over the key space.
+/// A bijective mix of 64-bit integers (SplitMix64's finaliser: every step is invertible).
+fn mix64(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// Key `i` of width `bytes`: scattered over the key space, and distinct for distinct `i` (its
+/// first 8 bytes are a bijection of `i`; 4-byte keys are not).
 pub fn key(i: u64, bytes: usize) -> Vec<u8> {
-    let h = (crate::hash::fmix(i as u32) as u64) | (i << 32);
-    (0..bytes).map(|j| (h.rotate_left((j / 8) as u32 * 13) >> (8 * (j % 8))) as u8).collect()
+    let mut out = Vec::with_capacity(bytes.next_multiple_of(8));
+    let mut h = mix64(i);
+    while out.len() < bytes {
+        out.extend_from_slice(&h.to_le_bytes());
+        h = mix64(h ^ 0x9E37_79B9_7F4A_7C15);
+    }
+    out.truncate(bytes);
+    out
 }
 
 impl LoadSearch {

@@ -139,28 +139,38 @@ impl<'a> Bench<'a> {
             })
         };
         let (main, cas) = (module("ceiling.wgsl", SHADER), module("ceiling_cas.wgsl", CAS_SHADER));
-        let pipelines = [("seq_read", &main), ("seq_write", &main), ("random_read", &main), ("random_write", &main), ("cas", &cas)]
-            .into_iter()
-            .map(|(entry, module)| {
-                let p = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some(entry),
-                    layout: Some(&pl),
-                    module,
-                    entry_point: Some(entry),
-                    compilation_options: Default::default(),
-                    cache: None,
-                });
-                (entry, p)
-            })
-            .collect();
+        let pipelines = [
+            ("seq_read", &main),
+            ("seq_write", &main),
+            ("random_read", &main),
+            ("random_write", &main),
+            ("cas", &cas),
+        ]
+        .into_iter()
+        .map(|(entry, module)| {
+            let p = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(entry),
+                layout: Some(&pl),
+                module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+            (entry, p)
+        })
+        .collect();
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Shader(format!("ceiling kernels: {e}")));
         }
         let buffer = |label, size, usage| {
-            dev.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
+            dev.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size,
+                usage,
+                mapped_at_creation: false,
+            })
         };
-        let params =
-            buffer("params", 16, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+        let params = buffer("params", 16, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
         let sink = buffer("sink", 1 << 20, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC);
         Ok(Bench { gpu, layout, pipelines, params, sink })
     }
@@ -210,9 +220,11 @@ impl<'a> Bench<'a> {
         while run(iters, 0)? < method.target / 10 && iters < 1 << 20 {
             iters *= 2;
         }
-        let scaled = ((iters as f64) * (method.target.as_secs_f64() / run(iters, 1)?.as_secs_f64()).max(1.0)) as u32;
-        let mut rates: Vec<f64> =
-            (0..method.reps).map(|r| Ok(units(scaled) / run(scaled, 2 + r as u32)?.as_secs_f64())).collect::<Result<_>>()?;
+        let scaled =
+            ((iters as f64) * (method.target.as_secs_f64() / run(iters, 1)?.as_secs_f64()).max(1.0)) as u32;
+        let mut rates: Vec<f64> = (0..method.reps)
+            .map(|r| Ok(units(scaled) / run(scaled, 2 + r as u32)?.as_secs_f64()))
+            .collect::<Result<_>>()?;
         rates.sort_by(f64::total_cmp);
         // The sink keeps the reads alive; reading it back also proves the kernels ran.
         let mut sum = 0u32;
@@ -294,10 +306,14 @@ mod tests {
     #[test]
     fn ceiling_kernels_validate() {
         for src in [super::SHADER, super::CAS_SHADER] {
-            let module = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(src)));
-            naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SUBGROUP)
-                .validate(&module)
-                .unwrap_or_else(|e| panic!("{}", e.emit_to_string(src)));
+            let module =
+                naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(src)));
+            naga::valid::Validator::new(
+                naga::valid::ValidationFlags::all(),
+                naga::valid::Capabilities::SUBGROUP,
+            )
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{}", e.emit_to_string(src)));
         }
     }
 }

@@ -3,8 +3,12 @@
 
 pub mod basic;
 pub mod ceiling;
+pub mod plots;
+pub mod runner;
 pub mod system;
 pub mod systems;
+pub mod traces;
+pub mod ycsb;
 
 pub use basic::{
     Fill, Filled, LoadSearch, PersistCost, PersistFigures, ResizeFigures, ResizeRecovery, Row, key,

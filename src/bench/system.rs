@@ -36,6 +36,10 @@ pub trait System {
     fn run(&mut self, batch: &DeviceBatch) -> Result<()>;
     /// Published keys.
     fn len(&self) -> u64;
+    /// Whether the table is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Modelled traffic of one operation of `kind` that finds (`hit`) or misses its key.
     fn traffic(&self, kind: OpKind, hit: bool) -> Traffic;
 }

@@ -57,7 +57,10 @@ impl GpHashSystem {
 pub fn traffic(geo: &Geometry, kind: OpKind, hit: bool) -> Traffic {
     let l = geo.layout;
     let group = (l.levels * 2 * l.slots * 4) as f64;
-    let probe = Traffic { requests: l.hashes as f64, bytes: l.hashes as f64 * group + if hit { geo.key_bytes as f64 } else { 0.0 } };
+    let probe = Traffic {
+        requests: l.hashes as f64,
+        bytes: l.hashes as f64 * group + if hit { geo.key_bytes as f64 } else { 0.0 },
+    };
     let cell = (geo.cell_words() * 4) as f64;
     let (requests, bytes) = match (kind, hit) {
         (OpKind::Get, true) => (1.0, cell),

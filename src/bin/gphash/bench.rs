@@ -4,7 +4,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use gphash::bench::ceiling::{self, Method};
+use gphash::bench::runner::{self, Suite, SystemKind};
+use gphash::bench::ycsb::{Distribution, Workload};
 use gphash::bench::{Fill, LoadSearch, PersistCost, ResizeRecovery};
+use gphash::bench::{plots, traces};
 use gphash::{Layout, Options, Placement};
 use host_pm::PersistMode;
 
@@ -24,6 +27,89 @@ pub enum Bench {
     /// Memory ceilings of the device: sequential bandwidth and random request rates, in device
     /// memory and in host memory imported zero-copy.
     Ceilings(CeilingArgs),
+    /// YCSB core and micro workloads against gphash and the baselines, with the ceilings of the
+    /// same run: a table on stdout, JSON, CSV and SVG plots.
+    Suite(SuiteArgs),
+    /// Index-microbench trace files (a load file and a run file) against the systems.
+    Trace(TraceArgs),
+}
+
+/// `bench suite` settings.
+#[derive(Args, Clone)]
+pub struct SuiteArgs {
+    /// Workloads (load runs first in any case): a, b, c, d, f, search+, search-, insert, update, delete.
+    #[arg(long, value_delimiter = ',', default_value = "c,b,a,f,d,search+,search-,update,insert,delete")]
+    workloads: Vec<Workload>,
+    /// Systems: gphash-zc, gphash-staged, gphash-volatile, naive, slab, cpu.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "gphash-zc,gphash-staged,gphash-volatile,naive,slab,cpu"
+    )]
+    systems: Vec<SystemKind>,
+    /// Key widths in bytes.
+    #[arg(long, value_delimiter = ',', default_value = "8,32")]
+    key_bytes: Vec<u32>,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 128)]
+    value_bytes: u32,
+    /// Records loaded.
+    #[arg(long, default_value_t = 1 << 24)]
+    records: u64,
+    /// Operations of each micro workload.
+    #[arg(long, default_value_t = 1 << 24)]
+    micro_ops: u64,
+    /// Operations of each core workload.
+    #[arg(long, default_value_t = 1 << 26)]
+    macro_ops: u64,
+    /// Batch sizes (`sweep`: every power of two from 2^8 to 2^20).
+    #[arg(long, default_value = "4096,65536")]
+    batches: String,
+    /// Batch size of the load.
+    #[arg(long, default_value_t = 1 << 16)]
+    load_batch: usize,
+    /// Key distribution instead of each workload's default (zipf:0.99, uniform, latest).
+    #[arg(long)]
+    distribution: Option<Distribution>,
+    /// Seed of the workloads.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Host threads of the cpu system (default: all).
+    #[arg(long)]
+    cpu_threads: Option<usize>,
+    /// Buffer size of the ceiling measurements in MiB (0: do not measure).
+    #[arg(long, default_value_t = 1024)]
+    ceiling_mib: u64,
+    /// Directory for results.json, results.csv and the plots.
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+    #[command(flatten)]
+    dir: PoolDir,
+}
+
+/// `bench trace` settings.
+#[derive(Args, Clone)]
+pub struct TraceArgs {
+    /// Load file (INSERT lines).
+    #[arg(long)]
+    load: PathBuf,
+    /// Run file (READ, INSERT, UPDATE, DELETE lines).
+    #[arg(long)]
+    run: PathBuf,
+    /// Systems.
+    #[arg(long, value_delimiter = ',', default_value = "gphash-zc,slab,cpu")]
+    systems: Vec<SystemKind>,
+    /// Key width in bytes.
+    #[arg(long, default_value_t = 8)]
+    key_bytes: u32,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 128)]
+    value_bytes: u32,
+    /// Operations per batch.
+    #[arg(long, default_value_t = 1 << 16)]
+    batch: usize,
+    #[command(flatten)]
+    dir: PoolDir,
 }
 
 /// `bench ceilings` settings.
@@ -123,6 +209,27 @@ pub struct PersistArgs {
 
 pub fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
     match bench {
+        Bench::Suite(a) => suite(a),
+        Bench::Trace(a) => {
+            let gpu = gphash::Gpu::new()?;
+            let (load, run) = (traces::read_trace(&a.load)?, traces::read_trace(&a.run)?);
+            let bar = progress((load.len() + run.len()) as u64 * a.systems.len() as u64, "trace");
+            let records = runner::run_traces(
+                &a.systems,
+                &gpu,
+                (&load, &run),
+                a.batch,
+                a.key_bytes,
+                a.value_bytes,
+                &a.dir.pool_dir,
+                threads(None),
+                &[],
+                &|n| bar.inc(n),
+            )?;
+            bar.finish_and_clear();
+            records.iter().for_each(|r| println!("{}", r.line()));
+            Ok(())
+        }
         Bench::Ceilings(a) => {
             let gpu = gphash::Gpu::new()?;
             let method = Method { bytes: a.mib << 20, reps: a.reps, ..Method::default() };
@@ -187,6 +294,71 @@ pub fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
             Ok(())
         }
     }
+}
+
+fn threads(n: Option<usize>) -> usize {
+    n.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+fn suite(a: &SuiteArgs) -> gphash::Result<()> {
+    let gpu = gphash::Gpu::new()?;
+    let batches: Vec<usize> = match a.batches.as_str() {
+        "sweep" => (8..=20).map(|p| 1 << p).collect(),
+        list => list
+            .split(',')
+            .map(|b| b.trim().parse().map_err(|_| gphash::Error::InvalidConfig(format!("batch size {b:?}"))))
+            .collect::<gphash::Result<_>>()?,
+    };
+    let suite = Suite {
+        workloads: a.workloads.clone(),
+        systems: a.systems.clone(),
+        key_bytes: a.key_bytes.clone(),
+        value_bytes: a.value_bytes,
+        records: a.records,
+        micro_ops: a.micro_ops,
+        macro_ops: a.macro_ops,
+        batches: batches.clone(),
+        load_batch: a.load_batch,
+        distribution: a.distribution,
+        seed: a.seed,
+        pool_dir: a.dir.pool_dir.clone(),
+        cpu_threads: threads(a.cpu_threads),
+    };
+    println!("# {} ({}), {} host threads", gpu.info.name, gpu.info.driver, suite.cpu_threads);
+    let ceilings = match a.ceiling_mib {
+        0 => vec![],
+        mib => ceiling::measure(&gpu, &Method { bytes: mib << 20, ..Method::default() })?,
+    };
+    for (memory, c) in &ceilings {
+        println!("# ceiling {memory:<7} {c}");
+    }
+    println!(
+        "# {} records, keys {:?} bytes, values {} bytes, {} micro / {} core operations, batches {:?}",
+        a.records, a.key_bytes, a.value_bytes, a.micro_ops, a.macro_ops, batches
+    );
+    let per_workload = |w: &Workload| {
+        if matches!(w, Workload::A | Workload::B | Workload::C | Workload::D | Workload::F) {
+            a.macro_ops
+        } else {
+            a.micro_ops
+        }
+    };
+    let total = (a.records + a.workloads.iter().map(per_workload).sum::<u64>() * batches.len() as u64)
+        * (a.systems.len() * a.key_bytes.len()) as u64;
+    let bar = progress(total, "suite");
+    let records = runner::run(&suite, &gpu, &ceilings, &|n| bar.inc(n), &mut |r| bar.println(r.line()))?;
+    bar.finish_and_clear();
+    runner::write_files(&records, &ceilings, &a.out)?;
+    for &k in &a.key_bytes {
+        for w in std::iter::once(Workload::Load).chain(a.workloads.iter().copied()) {
+            plots::curves(&records, &w.to_string(), k, &a.out)?;
+        }
+        for &b in &batches {
+            plots::comparison(&records, k, b, &a.out)?;
+        }
+    }
+    println!("# results and plots in {}", a.out.display());
+    Ok(())
 }
 
 fn load_search(args: &LoadSearchArgs, options: &Options) -> gphash::Result<()> {
