@@ -46,6 +46,25 @@ fn join_claim(op: u32, key: array<u32, KEY_WORDS>, h: u32) -> u32 {
     return holder;
 }
 
+// Records what the operation touched, for the loading phases (its target group, or the group
+// of every hash location when it has no target) and the cache's statistics.
+fn note(loc: Located, target_slot: u32, target_entry: u32, table_reads: u32, cached_value: bool) {
+    if (CACHE_ENTRIES == 0u) {
+        return;
+    }
+    if (target_slot != NONE) {
+        note_access(target_slot / SLOTS / GROUP_BUCKETS);
+        tally_add(CTRL_CACHE_TARGETS, 1u);
+        tally_add(CTRL_CACHE_HITS, u32(target_entry != NONE));
+    } else {
+        for (var h = 0u; h < HASHES; h++) {
+            note_access(loc.tops[h] >> (LEVELS - 1u));
+        }
+    }
+    tally_add(CTRL_CACHE_GROUPS_SAVED, HASHES - table_reads);
+    tally_add(CTRL_CACHE_VALUES_SAVED, u32(cached_value));
+}
+
 // One attempt at the tile's operation; false when it must be retried (a lost claim race).
 fn step(t: Tile, turn: Turn) -> bool {
     let op = turn.op;
@@ -56,13 +75,14 @@ fn step(t: Tile, turn: Turn) -> bool {
         key = load_key(op);
     }
     let loc = locate(key);
-    let p = probe_lane(t, turn.busy, key, loc);
+    let p = probe(t, turn.busy, key, loc);
 
     let found_lanes = tile_ballot(t, p.found_slot != NONE);
     let found = found_lanes != 0u;
     let src = select(0u, firstTrailingBit(found_lanes), found);
     let found_slot = tile_bcast(t, p.found_slot, src);
     let found_state = tile_bcast(t, p.found_state, src);
+    let found_entry = tile_bcast(t, p.found_entry, src);
 
     let new_key = turn.busy && !found && (kind == OP_INSERT || kind == OP_UPSERT);
     var claimant = NONE;
@@ -77,16 +97,30 @@ fn step(t: Tile, turn: Turn) -> bool {
     let bucket = candidate_bucket(loc.tops, chosen);
     let slot = chosen % SLOTS;
 
-    if (turn.busy && found && kind == OP_GET) {
-        // The value, with consecutive lanes: one request per cell.
+    let read_value = turn.busy && found && kind == OP_GET;
+    if (read_value) {
+        // The value, with consecutive lanes: one request per cell (none for a cached group).
         let cell = found_state - PUBLISHED;
         for (var w = t.lane; w < CELL_WORDS; w += t.size) {
-            vals_out[op * CELL_WORDS + w] = heap_load(cell * CELL_WORDS + w);
+            var v: u32;
+            if (found_entry == NONE) {
+                v = heap_load(cell * CELL_WORDS + w);
+            } else {
+                v = cheap_load(cached_value_word(found_entry, found_slot) + w);
+            }
+            vals_out[op * CELL_WORDS + w] = v;
         }
     }
 
     if (!turn.leader) {
         return true;
+    }
+    if (found) {
+        note(loc, found_slot, found_entry, table_group_reads(loc, found_entry, true), read_value && found_entry != NONE);
+    } else if (won) {
+        note(loc, bucket * SLOTS + slot, candidate_entry(loc, chosen), table_group_reads(loc, NONE, false), false);
+    } else if (!wants_slot || chosen == NONE) {
+        note(loc, NONE, NONE, table_group_reads(loc, NONE, false), false);
     }
     if (kind == OP_GET) {
         if (found) {
@@ -99,23 +133,23 @@ fn step(t: Tile, turn: Turn) -> bool {
     } else if (found) {
         set_op_field(op, ST_PHASE, PHASE_FOUND);
         set_op_field(op, ST_SLOT, found_slot);
-        count(CTRL_NEED_B);
+        tally_add(CTRL_NEED_B, 1u);
     } else if (joins) {
         set_op_field(op, ST_PHASE, PHASE_JOINED);
         set_op_field(op, ST_SLOT, claimant);
-        count(CTRL_NEED_B);
+        tally_add(CTRL_NEED_B, 1u);
     } else if (!wants_slot) {
         finish(op, STATUS_NOT_FOUND);
     } else if (chosen == NONE) {
         set_op_field(op, ST_PHASE, PHASE_FULL);
-        count(CTRL_FULL);
+        tally_add(CTRL_FULL, 1u);
     } else if (won) {
         set_op_field(op, ST_PHASE, PHASE_CLAIMED);
         set_op_field(op, ST_SLOT, bucket * SLOTS + slot);
         mark_table_words(fp_word(bucket, slot), 1u);
         mark_table_words(state_word(bucket, slot), 1u);
         mark_table_words(key_word(bucket, slot), KEY_WORDS);
-        count(CTRL_NEED_B);
+        tally_add(CTRL_NEED_B, 1u);
     } else {
         return false;
     }
@@ -143,4 +177,5 @@ fn main(
             pending = false;
         }
     }
+    flush_tally(sg_lane);
 }

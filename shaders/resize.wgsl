@@ -81,7 +81,7 @@ fn rehash(
             }
         }
         let loc = locate(key);
-        let p = probe_lane(t, turn.busy, key, loc);
+        let p = probe(t, turn.busy, key, loc);
         let chosen = choose_empty(t, p);
         // Published at once: nothing else reads the new table before the switch.
         let won = claim(t, turn.busy, loc, key, chosen, tile_bcast(t, state, turn.lead));

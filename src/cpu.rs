@@ -122,6 +122,10 @@ impl Engine for CpuEngine {
         (&self.run.statuses, &self.run.values)
     }
 
+    fn cache_status(&self) -> crate::cache::CacheStatus {
+        crate::cache::CacheStatus::Off { reason: "the CPU executor has no device memory".into() }
+    }
+
     fn cells_used(&mut self) -> Result<u64> {
         Ok(self.bitmap.used(self.geo.cells))
     }

@@ -5,6 +5,7 @@ use std::fmt;
 
 use host_pm::Pool;
 
+use crate::cache::{CacheStatus, Snapshot};
 use crate::error::Result;
 use crate::gpu::engine::DeviceBatch;
 use crate::model::Control;
@@ -147,4 +148,12 @@ pub trait Engine: Send {
 
     /// Value cells in use (for stats).
     fn cells_used(&mut self) -> Result<u64>;
+
+    /// The bucket cache: whether there is one, and what it did.
+    fn cache_status(&self) -> CacheStatus;
+
+    /// What the bucket cache holds (empty without a cache).
+    fn cache_snapshot(&mut self) -> Result<Snapshot> {
+        Ok(Snapshot::default())
+    }
 }

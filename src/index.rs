@@ -174,6 +174,8 @@ pub struct Stats {
     pub recovery: Recovery,
     /// Work since open.
     pub activity: Activity,
+    /// The bucket cache in device memory.
+    pub cache: crate::cache::CacheStatus,
 }
 
 impl fmt::Display for Stats {
@@ -205,6 +207,7 @@ impl fmt::Display for Stats {
             self.pool_bytes, self.backend, self.persist_mode
         )?;
         writeln!(f, "recovery:      {}", self.recovery)?;
+        writeln!(f, "cache:         {}", self.cache)?;
         write!(
             f,
             "activity:      {} batches, {} operations, {} rolled back, {} lines persisted\n\
@@ -490,7 +493,13 @@ impl GpHash {
             pool_bytes: self.pool.len(),
             recovery: self.recovery.clone(),
             activity: self.activity.clone(),
+            cache: self.engine.as_ref().expect("an engine exists between resizes").cache_status(),
         }
+    }
+
+    /// What the bucket cache holds now (for tests and diagnostics; empty without a cache).
+    pub fn cache_snapshot(&mut self) -> Result<crate::cache::Snapshot> {
+        self.engine().cache_snapshot()
     }
 
     /// Value cells in use.

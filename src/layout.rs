@@ -193,7 +193,17 @@ impl Geometry {
 
     /// Bytes of one group (the run one hash location reads).
     pub fn group_bytes(&self) -> u64 {
-        self.layout.group_buckets() as u64 * self.bucket_words() as u64 * 4
+        self.group_words() * 4
+    }
+
+    /// 32-bit words of one group.
+    pub fn group_words(&self) -> u64 {
+        self.layout.group_buckets() as u64 * self.bucket_words() as u64
+    }
+
+    /// Slots of one group.
+    pub fn group_slots(&self) -> u64 {
+        self.layout.group_buckets() as u64 * self.layout.slots as u64
     }
 
     /// Groups in the table (buckets of the bottom level).

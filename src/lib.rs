@@ -18,6 +18,7 @@
 pub mod baselines;
 pub mod batch;
 pub mod bench;
+pub mod cache;
 pub mod cpu;
 pub mod engine;
 pub mod error;
@@ -32,6 +33,7 @@ pub mod resize;
 pub mod trace;
 
 pub use batch::{Batch, BatchResult};
+pub use cache::{CacheOptions, CacheStats, CacheStatus, Policy};
 pub use engine::Mode;
 pub use error::{Error, Result};
 pub use gpu::context::Gpu;

@@ -115,6 +115,20 @@ pub mod control {
     pub const PUBLISHED: usize = 4;
     /// Keys deleted in phase B.
     pub const DELETED: usize = 5;
+    /// Operations that found their key or claimed a slot (cache hit rate's denominator).
+    pub const CACHE_TARGETS: usize = 6;
+    /// Of those, operations whose slot was in a cached group.
+    pub const CACHE_HITS: usize = 7;
+    /// Group reads served by the cache or skipped because a cached group held the key.
+    pub const CACHE_GROUPS_SAVED: usize = 8;
+    /// Value reads served by the cache.
+    pub const CACHE_VALUES_SAVED: usize = 9;
+    /// State words the write-through refresh read from the table.
+    pub const CACHE_REFRESHED: usize = 10;
+    /// Claims that found a cached copy stale.
+    pub const CACHE_STALE: usize = 11;
+    /// Groups a loading slice copied into the cache.
+    pub const CACHE_FILLED: usize = 12;
     /// Words in the block.
-    pub const WORDS: usize = 8;
+    pub const WORDS: usize = 16;
 }

@@ -31,8 +31,14 @@ fn random_batch(t: &GpHash, rng: &mut StdRng, space: u64, n: usize, value_bytes:
 fn tables_grow_instead_of_failing() {
     let seed = common::seed("tables_grow_instead_of_failing");
     let mut rng = StdRng::seed_from_u64(seed);
-    let gpu =
-        |placement| common::gpu_options(GpuOptions { placement, tile: 32, max_window_bytes: Some(1 << 20) });
+    let gpu = |placement| {
+        common::gpu_options(GpuOptions {
+            placement,
+            tile: 32,
+            max_window_bytes: Some(1 << 20),
+            ..GpuOptions::default()
+        })
+    };
     let cases: [(&str, &str, Options); 4] = [
         ("2L-2H-8S", "gpu zero-copy", gpu(Placement::ZeroCopy)),
         ("4L-2H-4S", "gpu staged", gpu(Placement::Staged)),

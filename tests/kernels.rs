@@ -22,7 +22,12 @@ struct Case {
 }
 
 fn cases() -> Vec<Case> {
-    let opts = |placement, tile, max_window_bytes| GpuOptions { placement, tile, max_window_bytes };
+    let opts = |placement, tile, max_window_bytes| GpuOptions {
+        placement,
+        tile,
+        max_window_bytes,
+        ..GpuOptions::default()
+    };
     vec![
         Case { layout: "2L-2H-8S", key_bytes: 8, value_bytes: 8, gpu: opts(Placement::ZeroCopy, 32, None) },
         Case { layout: "2L-2H-8S", key_bytes: 32, value_bytes: 128, gpu: opts(Placement::Staged, 32, None) },

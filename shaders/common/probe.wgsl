@@ -1,9 +1,12 @@
-// One-shot probe: the lanes of a tile read all candidate slots of one key at once.
+// One-shot probe: the lanes of a tile read all candidate slots of one key at once, those of
+// cached groups from device memory first (BktCache), the others from the table only when the
+// cached groups do not hold the key.
 // Twin: Model::probe in src/model.rs.
 
 struct Located {
-    tops: array<u32, HASHES>,  // top-level bucket per hash location
-    fp: u32,                   // fingerprint
+    tops: array<u32, HASHES>,     // top-level bucket per hash location
+    entries: array<u32, HASHES>,  // cache entry holding each location's group, or NONE
+    fp: u32,                      // fingerprint
 }
 
 fn load_key(op: u32) -> array<u32, KEY_WORDS> {
@@ -18,14 +21,20 @@ fn locate(key: array<u32, KEY_WORDS>) -> Located {
     var loc: Located;
     for (var h = 0u; h < HASHES; h++) {
         loc.tops[h] = top_bucket(hash_key(key, LOCATION_SEEDS[h]));
+        loc.entries[h] = cache_entry(loc.tops[h] >> (LEVELS - 1u));
     }
     loc.fp = hash_key(key, FINGERPRINT_SEED);
     return loc;
 }
 
-fn key_at(key: array<u32, KEY_WORDS>, word: u32) -> bool {
+// The cache entry candidate `c` is read from (NONE: the table).
+fn candidate_entry(loc: Located, c: u32) -> u32 {
+    return loc.entries[min(c, CANDIDATES - 1u) / (SLOTS * LEVELS)];
+}
+
+fn key_at(key: array<u32, KEY_WORDS>, entry: u32, bucket: u32, slot: u32) -> bool {
     for (var i = 0u; i < KEY_WORDS; i++) {
-        if (table_load(word + i) != key[i]) {
+        if (bucket_load(entry, bucket, 2u * SLOTS + slot * KEY_WORDS + i) != key[i]) {
             return false;
         }
     }
@@ -37,30 +46,63 @@ struct LaneProbe {
     empty: u32,        // bit k: candidate k * size + lane is EMPTY
     found_slot: u32,   // first of its candidates holding the key published (slot id), or NONE
     found_state: u32,  // that slot's state word
+    found_entry: u32,  // the cache entry it was read from, or NONE
 }
 
-fn probe_lane(t: Tile, busy: bool, key: array<u32, KEY_WORDS>, loc: Located) -> LaneProbe {
-    var p = LaneProbe(0u, NONE, 0u);
+// Reads this lane's candidates that lie in cached groups (`cached`) or in the others.
+fn probe_lane(t: Tile, busy: bool, key: array<u32, KEY_WORDS>, loc: Located, cached: bool) -> LaneProbe {
+    var p = LaneProbe(0u, NONE, 0u, NONE);
     for (var k = 0u; k < tile_passes(t); k++) {
         let c = k * t.size + t.lane;
         if (!busy || c >= CANDIDATES) {
             continue;
         }
+        let entry = candidate_entry(loc, c);
+        if ((entry != NONE) != cached) {
+            continue;
+        }
         let bucket = candidate_bucket(loc.tops, c);
         let s = c % SLOTS;
-        let state = table_load(state_word(bucket, s));
-        let fp = table_load(fp_word(bucket, s));
+        let state = bucket_load(entry, bucket, SLOTS + s);
+        let fp = bucket_load(entry, bucket, s);
         if (state == EMPTY) {
             p.empty |= 1u << k;
             continue;
         }
-        if (state == INSERTING || p.found_slot != NONE || fp != loc.fp || !key_at(key, key_word(bucket, s))) {
+        if (state == INSERTING || p.found_slot != NONE || fp != loc.fp || !key_at(key, entry, bucket, s)) {
             continue;
         }
         p.found_slot = bucket * SLOTS + s;
         p.found_state = state;
+        p.found_entry = entry;
     }
     return p;
+}
+
+// The whole probe of the tile's key: cached groups first; the table's groups only when the
+// cached ones do not hold the key. Every lane of the tile gets its own candidates' view.
+fn probe(t: Tile, busy: bool, key: array<u32, KEY_WORDS>, loc: Located) -> LaneProbe {
+    let cached = probe_lane(t, busy, key, loc, true);
+    let hit = tile_ballot(t, cached.found_slot != NONE) != 0u;
+    var p = cached;
+    if (!hit) {
+        p = probe_lane(t, busy, key, loc, false);
+        // Each candidate is read in exactly one of the two passes.
+        p.empty |= cached.empty;
+    }
+    return p;
+}
+
+// Hash locations whose group the probe read from the table (none when a cached group held the key).
+fn table_group_reads(loc: Located, found_entry: u32, found: bool) -> u32 {
+    if (found && found_entry != NONE) {
+        return 0u;
+    }
+    var n = 0u;
+    for (var h = 0u; h < HASHES; h++) {
+        n += u32(loc.entries[h] == NONE);
+    }
+    return n;
 }
 
 // The candidate a new key takes: the lowest empty slot of the candidate bucket with the most
@@ -93,15 +135,37 @@ fn choose_empty(t: Tile, p: LaneProbe) -> u32 {
     return tile_min(t, mine);
 }
 
+// EMPTY -> `state` on a slot. In a cached group the copy decides between claimants (every
+// operation of the batch probed that copy), then the table follows; the table's CAS cannot then
+// fail, since the copy and the table agree between batches. Should it fail, the copy takes the
+// table's word and the claim is lost (retried), and the stale copy is counted.
+fn claim_slot(entry: u32, bucket: u32, slot: u32, state: u32) -> bool {
+    if (entry == NONE) {
+        return table_cas(state_word(bucket, slot), EMPTY, state) == EMPTY;
+    }
+    let copy = cached_word(entry, bucket, SLOTS + slot);
+    if (ctable_cas(copy, EMPTY, state) != EMPTY) {
+        return false;
+    }
+    let seen = table_cas(state_word(bucket, slot), EMPTY, state);
+    if (seen != EMPTY) {
+        ctable_store(copy, seen);
+        count(CTRL_CACHE_STALE);
+        return false;
+    }
+    return true;
+}
+
 // Takes candidate `chosen` (EMPTY -> `state`) when `wanted`, then writes the key and its
 // fingerprint into it; true on every lane of the tile when the slot was taken. A false return
-// with `wanted` means another operation took the slot first: probe again.
+// with `wanted` means another operation took the slot first: probe again. (A cached copy
+// receives the key and fingerprint from the write-through refresh after phase B.)
 fn claim(t: Tile, wanted: bool, loc: Located, key: array<u32, KEY_WORDS>, chosen: u32, state: u32) -> bool {
     let bucket = candidate_bucket(loc.tops, chosen);
     let slot = chosen % SLOTS;
     var won = false;
     if (wanted && chosen != NONE && chosen % t.size == t.lane) {
-        won = table_cas(state_word(bucket, slot), EMPTY, state) == EMPTY;
+        won = claim_slot(candidate_entry(loc, chosen), bucket, slot, state);
     }
     let claimed = tile_ballot(t, won) != 0u;
     if (claimed) {

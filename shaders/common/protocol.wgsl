@@ -30,6 +30,14 @@ const CTRL_FULL: u32 = 2u;
 const CTRL_NO_CELL: u32 = 3u;
 const CTRL_PUBLISHED: u32 = 4u;
 const CTRL_DELETED: u32 = 5u;
+const CTRL_CACHE_TARGETS: u32 = 6u;
+const CTRL_CACHE_HITS: u32 = 7u;
+const CTRL_CACHE_GROUPS_SAVED: u32 = 8u;
+const CTRL_CACHE_VALUES_SAVED: u32 = 9u;
+const CTRL_CACHE_REFRESHED: u32 = 10u;
+const CTRL_CACHE_STALE: u32 = 11u;
+const CTRL_CACHE_FILLED: u32 = 12u;
+const CTRL_WORDS: u32 = 16u;
 
 // Per-operation record (4 words), twin of `OpState`.
 const ST_PHASE: u32 = 0u;
@@ -56,6 +64,24 @@ fn op_index(wid: vec3<u32>, nwg: vec3<u32>, li: u32) -> u32 {
 
 fn count(counter: u32) {
     atomicAdd(&control[counter], 1u);
+}
+
+// Per-invocation counts, added to the control block once per subgroup by `flush_tally`: the
+// hot kernels would otherwise make every operation contend for the same few atomic words.
+var<private> tally: array<u32, CTRL_WORDS>;
+
+fn tally_add(counter: u32, n: u32) {
+    tally[counter] += n;
+}
+
+// Call from subgroup-uniform control flow, once at the end of the kernel.
+fn flush_tally(sg_lane: u32) {
+    for (var c = 0u; c < CTRL_WORDS; c++) {
+        let total = subgroupAdd(tally[c]);
+        if (sg_lane == 0u && total != 0u) {
+            atomicAdd(&control[c], total);
+        }
+    }
 }
 
 // Appends one pool cache line to the dirty list; the host persists exactly these lines.

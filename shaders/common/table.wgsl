@@ -44,3 +44,54 @@ fn mark_table_words(first: u32, count: u32) {
 fn mark_heap_words(first: u32, count: u32) {
     mark_words(params.heap_line_base, first, count);
 }
+
+// Compare-and-swap on a cached group copy; as `table_cas`.
+fn ctable_cas(word: u32, expected: u32, desired: u32) -> u32 {
+    var r = ctable_cas_weak(word, expected, desired);
+    while (r.y == 0u && r.x == expected) {
+        r = ctable_cas_weak(word, expected, desired);
+    }
+    return r.x;
+}
+
+// BktCache (twin: src/cache.rs). An entry holds a group's words exactly as the table does, then,
+// in the value windows, the value cell of each of its slots by position in the group.
+
+// The cache entry holding `group`, or NONE.
+fn cache_entry(group: u32) -> u32 {
+    if (CACHE_ENTRIES == 0u) {
+        return NONE;
+    }
+    return cache_map[group];
+}
+
+// Word `w` of bucket `bucket` (a bucket offset such as `SLOTS + slot`), from the cached copy of
+// its group when `entry` is one, else from the table.
+fn bucket_load(entry: u32, bucket: u32, w: u32) -> u32 {
+    if (entry == NONE) {
+        return table_load(bucket * BUCKET_WORDS + w);
+    }
+    return ctable_load(cached_word(entry, bucket, w));
+}
+
+// Where word `w` of `bucket` lies in the copy of its group held by `entry`.
+fn cached_word(entry: u32, bucket: u32, w: u32) -> u32 {
+    return entry * GROUP_WORDS + (bucket % GROUP_BUCKETS) * BUCKET_WORDS + w;
+}
+
+// Where the value of slot `id` (`bucket * SLOTS + slot`) lies in `entry`.
+fn cached_value_word(entry: u32, id: u32) -> u32 {
+    return (entry * GROUP_SLOTS + id % GROUP_SLOTS) * CELL_WORDS;
+}
+
+// Records an access to `group` for the loading phases' choice of hot groups.
+fn note_access(group: u32) {
+    if (CACHE_ENTRIES == 0u) {
+        return;
+    }
+    if (CACHE_COUNT == 1u) {
+        atomicAdd(&cache_counts[group], 1u);
+    } else if (CACHE_COUNT == 2u) {
+        atomicMax(&cache_counts[group], params.stamp);
+    }
+}

@@ -185,7 +185,15 @@ fn create(
     let config = Config { key_bytes, value_bytes, capacity, ..Config::default() };
     let gphash = |placement, tile| -> Result<Box<dyn System>> {
         let path = (placement != Placement::Volatile).then_some(path.as_path());
-        Ok(Box::new(GpHashSystem::create(kind.name(), path, &config, gpu, placement, tile)?))
+        Ok(Box::new(GpHashSystem::create(
+            kind.name(),
+            path,
+            &config,
+            gpu,
+            placement,
+            tile,
+            crate::cache::CacheOptions::off(),
+        )?))
     };
     match kind {
         SystemKind::ZeroCopy => gphash(Placement::ZeroCopy, 32),

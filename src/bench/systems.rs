@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::bench::system::{System, Traffic};
+use crate::cache::CacheOptions;
 use crate::error::Result;
 use crate::gpu::context::Gpu;
 use crate::gpu::engine::{DeviceBatch, GpuOptions, Placement};
@@ -28,10 +29,11 @@ impl GpHashSystem {
         gpu: &Arc<Gpu>,
         placement: Placement,
         tile: u32,
+        cache: CacheOptions,
     ) -> Result<GpHashSystem> {
         let options = Options {
             executor: Executor::Gpu,
-            gpu: GpuOptions { placement, tile, max_window_bytes: None },
+            gpu: GpuOptions { placement, tile, max_window_bytes: None, cache },
             device: Some(gpu.clone()),
             ..Options::default()
         };

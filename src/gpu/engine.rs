@@ -6,13 +6,15 @@ use std::sync::Arc;
 
 use host_pm::{Pool, Region};
 
+use super::cache::DeviceCache;
 use super::context::Gpu;
 use super::hostmem::{self, ImportGuard};
 use super::resources::{
     bind_group_layout, build_pipelines, check_bindings, dispatch, download_region, import_region, map_read,
     max_window, release_imports, staged_reason, upload_region,
 };
-use super::shader::{Kernel, KernelConfig, Params, Windows};
+use super::shader::{CacheConfig, Kernel, KernelConfig, Params, Windows};
+use crate::cache::{CacheOptions, CacheStatus, Snapshot};
 use crate::engine::{Engine, Input, Mode, Report, Written};
 use crate::error::{Error, Result};
 use crate::model::{Bitmap, Control};
@@ -44,11 +46,19 @@ pub struct GpuOptions {
     pub tile: u32,
     /// Largest storage window in bytes (default: the device's binding limit).
     pub max_window_bytes: Option<u64>,
+    /// The bucket cache in device memory (used when the pool is zero-copy: otherwise the
+    /// table is in device memory already).
+    pub cache: CacheOptions,
 }
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { placement: Placement::Auto, tile: 32, max_window_bytes: None }
+        GpuOptions {
+            placement: Placement::Auto,
+            tile: 32,
+            max_window_bytes: None,
+            cache: CacheOptions::default(),
+        }
     }
 }
 
@@ -153,6 +163,7 @@ pub struct GpuEngine {
     table: Vec<wgpu::Buffer>,
     heap: Vec<wgpu::Buffer>,
     guard: ImportGuard,
+    cache: DeviceCache,
     bitmap: wgpu::Buffer,
     control: wgpu::Buffer,
     params: wgpu::Buffer,
@@ -163,6 +174,8 @@ pub struct GpuEngine {
     device_bind: Option<wgpu::BindGroup>,
     track_lines: bool,
     seq: u32,
+    /// Batches started (the LRU stamp).
+    batches: u32,
     n: u32,
     statuses: Vec<u32>,
     values: Vec<u32>,
@@ -190,12 +203,13 @@ impl GpuEngine {
             )));
         }
         let max_window = max_window(&gpu.info, opts.max_window_bytes);
-        let cfg = KernelConfig {
+        let mut cfg = KernelConfig {
             table: Windows::cover(geo.table_words(), max_window),
             heap: Windows::cover(geo.heap_words(), max_window),
             geo,
             seeds,
             tile: opts.tile,
+            cache: CacheConfig::off(),
             source: None,
         };
         check_bindings(&cfg, &gpu.info)?;
@@ -225,6 +239,10 @@ impl GpuEngine {
                 (t, h, mode)
             }
         };
+        // Only a table in host memory gains from a copy of its hot groups in device memory.
+        let cache = DeviceCache::new(&gpu, &geo, &opts.cache, mode == Mode::ZeroCopy, max_window)?;
+        cfg.cache = cache.config();
+        check_bindings(&cfg, &gpu.info)?;
         let dev = &gpu.device;
         let storage = |label, size: u64, extra| {
             dev.create_buffer(&wgpu::BufferDescriptor {
@@ -263,6 +281,7 @@ impl GpuEngine {
             table,
             heap,
             guard,
+            cache,
             bitmap: bitmap_buf,
             control: control_buf,
             params,
@@ -272,6 +291,7 @@ impl GpuEngine {
             device_bind: None,
             track_lines,
             seq: 0,
+            batches: 0,
             n: 0,
             statuses: vec![],
             values: vec![],
@@ -351,10 +371,12 @@ impl GpuEngine {
     /// `statuses`, `vals_out`) and working buffers (`opstate`, `dirty`, `staging`, `claims`).
     fn bind_group(&self, io: [&wgpu::Buffer; 5], work: [&wgpu::Buffer; 4]) -> wgpu::BindGroup {
         let [opstate, dirty, staging, claims] = work;
+        let c = &self.cache;
         let mut entries: Vec<&wgpu::Buffer> = vec![&self.params];
         entries.extend(io);
         entries.extend([opstate, &self.control, dirty, &self.bitmap, staging, claims]);
-        entries.extend(self.table.iter().chain(&self.heap));
+        entries.extend([&c.map, &c.owner, &c.counts, &c.plan]);
+        entries.extend(self.table.iter().chain(&self.heap).chain(&c.table).chain(&c.heap));
         let entries: Vec<wgpu::BindGroupEntry> = entries
             .iter()
             .enumerate()
@@ -370,6 +392,7 @@ impl GpuEngine {
     fn write_params(&mut self, n: u32) {
         let io = self.io.as_ref().expect("reserved");
         self.seq = self.seq.wrapping_add(1);
+        self.n = n;
         let p = Params {
             n,
             seed: self.seq.wrapping_mul(0x9E37_79B9),
@@ -379,6 +402,8 @@ impl GpuEngine {
             table_lines: (self.table_region.bytes / 64) as u32,
             claims_mask: (io.claims.size() / 4 - 1) as u32,
             track_lines: self.track_lines as u32,
+            stamp: self.batches,
+            pad: [0; 3],
         };
         self.gpu.queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
         self.gpu.queue.write_buffer(&self.control, 0, &[0u8; control::WORDS * 4]);
@@ -402,7 +427,7 @@ impl GpuEngine {
             pass.set_bind_group(0, bind, &[]);
             dispatch(&mut pass, n as u64);
         }
-        if self.staged() {
+        if self.staged() && kernels.iter().any(|k| k.writes_pool()) {
             let mut pass = enc.begin_compute_pass(&Default::default());
             pass.set_pipeline(self.pipeline(Kernel::Writeback));
             pass.set_bind_group(0, bind, &[]);
@@ -516,8 +541,46 @@ impl GpuEngine {
 
     fn phase(&mut self, pool: &mut Pool, kernels: &[Kernel], results: Results) -> Result<Report> {
         let control = self.run(kernels, results)?;
+        self.cache.record(&control);
         let written = self.written(pool, &control)?;
         Ok(Report { control, written })
+    }
+
+    /// Before a batch: a slice of the cache's loading phase, starting the phase when one is due
+    /// (hot groups chosen from the counts read now; LFU counts then halve).
+    fn cache_slice(&mut self) -> Result<()> {
+        let started = std::time::Instant::now();
+        if !self.cache.loading() {
+            let counts =
+                if self.cache.counts_accesses() { self.cache.download_counts(&self.gpu)? } else { vec![] };
+            self.cache.start_load(&counts);
+            if self.cfg.cache.count_mode == crate::cache::Policy::Lfu.count_mode() {
+                self.write_params(self.cache.groups() as u32);
+                self.run(&[Kernel::CacheDecay], Results::None)?;
+            }
+        }
+        let n = self.cache.next_slice(&self.gpu);
+        let mut filled = 0;
+        if n > 0 {
+            self.write_params(n);
+            filled = self.run(&[Kernel::CacheFill], Results::None)?[control::CACHE_FILLED];
+        }
+        self.cache.slice_done(n, started.elapsed(), filled);
+        Ok(())
+    }
+
+    /// The kernels that end a batch: phase B (when `publish`) or a rollback, the release of
+    /// cells, and the write-through of changed slots to the cache.
+    fn closing(&self, publish: bool, rollback: bool) -> Vec<Kernel> {
+        let mut k = match (rollback, publish) {
+            (true, _) => vec![Kernel::Rollback],
+            (false, true) => vec![Kernel::PhaseB, Kernel::FreeCells],
+            (false, false) => vec![Kernel::FreeCells],
+        };
+        if self.cache.enabled() && (publish || rollback) {
+            k.push(Kernel::CacheRefresh);
+        }
+        k
     }
 }
 
@@ -529,7 +592,10 @@ impl Engine for GpuEngine {
     fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report> {
         let n = u32::try_from(batch.len()).map_err(|_| Error::InvalidConfig("batch too large".into()))?;
         self.reserve(n);
-        self.n = n;
+        self.batches = self.batches.wrapping_add(1);
+        if self.cache.batch_starts(n as u64) {
+            self.cache_slice()?;
+        }
         self.write_params(n);
         let io = self.io.as_ref().expect("reserved");
         let results = match batch {
@@ -559,27 +625,39 @@ impl Engine for GpuEngine {
 
     fn rollback(&mut self, pool: &mut Pool, _batch: Input) -> Result<Report> {
         self.write_params(self.n);
-        let report = self.phase(pool, &[Kernel::Rollback], Results::None);
+        let kernels = self.closing(false, true);
+        let report = self.phase(pool, &kernels, Results::None);
         self.device_bind = None;
         report
     }
 
     fn phase_b(&mut self, pool: &mut Pool, batch: Input, publish: bool) -> Result<Report> {
         self.write_params(self.n);
-        let kernels: &[Kernel] =
-            if publish { &[Kernel::PhaseB, Kernel::FreeCells] } else { &[Kernel::FreeCells] };
+        let kernels = self.closing(publish, false);
         let results = match batch {
             Input::Host(e) if e.has_reads() => Results::WithValues,
             Input::Host(_) => Results::Statuses,
             Input::Device(_) => Results::None,
         };
-        let report = self.phase(pool, kernels, results);
+        let report = self.phase(pool, &kernels, results);
         self.device_bind = None;
         report
     }
 
     fn results(&self) -> (&[u32], &[u32]) {
         (&self.statuses, &self.values)
+    }
+
+    fn cache_status(&self) -> CacheStatus {
+        match &self.mode {
+            _ if self.cache.enabled() => CacheStatus::On(self.cache.stats()),
+            Mode::ZeroCopy => CacheStatus::Off { reason: "cache ratio 0".into() },
+            _ => CacheStatus::Off { reason: "the table is in device memory already".into() },
+        }
+    }
+
+    fn cache_snapshot(&mut self) -> Result<Snapshot> {
+        self.cache.snapshot(&self.gpu)
     }
 
     fn cells_used(&mut self) -> Result<u64> {

@@ -1,5 +1,6 @@
 //! The GPU executor: device, host-memory import, kernels, engine.
 
+pub mod cache;
 pub mod context;
 pub mod engine;
 pub mod hostmem;

@@ -13,7 +13,7 @@ use super::resources::{
     bind_group_layout, build_pipelines, check_bindings, dispatch, download_region, import_region, map_read,
     max_window, release_imports, staged_reason, upload_region,
 };
-use super::shader::{Kernel, KernelConfig, Params, Source, Windows};
+use super::shader::{CacheConfig, FIXED, Kernel, KernelConfig, Params, Source, Windows, fixed_binding};
 use crate::error::Result;
 use crate::hash::Seeds;
 use crate::layout::Geometry;
@@ -38,6 +38,7 @@ pub fn build(
         table: Windows::cover(new.table_words(), window),
         // The resize kernels touch no heap: one small dummy window.
         heap: Windows::cover(16, 64),
+        cache: CacheConfig::off(),
         source: Some(Source { windows: Windows::cover(old.table_words(), window), top_level: old.top_level }),
     };
     check_bindings(&cfg, &gpu.info)?;
@@ -83,11 +84,16 @@ pub fn build(
     let (unused_ro, unused_rw) = (buffer("unused", 256, storage), buffer("unused", 256, storage));
     let layout = bind_group_layout(dev, &cfg);
     let pipelines = build_pipelines(gpu, &cfg, &layout, &Kernel::RESIZE)?;
-    let mut entries: Vec<&wgpu::Buffer> = vec![&params, &unused_ro, &unused_ro, &unused_ro];
-    entries
-        .extend([&unused_rw, &unused_rw, &unused_rw, &ctl, &unused_rw, &unused_rw, &unused_rw, &unused_rw]);
+    let mut entries: Vec<&wgpu::Buffer> = vec![&params];
+    entries.extend(FIXED.iter().map(|(name, _, read_only)| match (*name, read_only) {
+        ("control", _) => &ctl,
+        (_, true) => &unused_ro,
+        (_, false) => &unused_rw,
+    }));
+    debug_assert_eq!(entries.len(), fixed_binding("cache_plan") + 1);
     entries.extend(to.iter());
-    entries.push(&unused_rw);
+    // The heap and the cache: one unused window each.
+    entries.extend([&unused_rw, &unused_rw, &unused_rw]);
     entries.extend(from.iter());
     let entries: Vec<wgpu::BindGroupEntry> = entries
         .iter()

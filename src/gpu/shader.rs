@@ -11,8 +11,35 @@ use crate::layout::Geometry;
 /// Invocations per workgroup: a multiple of every subgroup size up to 128.
 pub const WORKGROUP: u32 = 128;
 
-/// Binding of the first table window; heap windows follow the table windows.
-pub const FIRST_WINDOW_BINDING: u32 = 12;
+/// The storage buffers every kernel binds after the uniform parameters (binding 0), in binding
+/// order: name, WGSL element type, read-only. Windows of the table, the heap, the cache's group
+/// copies, the cache's values and (resize kernels) the old table follow them.
+pub const FIXED: [(&str, &str, bool); 15] = [
+    ("kinds", "u32", true),
+    ("keys", "u32", true),
+    ("vals_in", "u32", true),
+    ("statuses", "u32", false),
+    ("vals_out", "u32", false),
+    ("opstate", "u32", false),
+    ("control", "atomic<u32>", false),
+    ("dirty", "u32", false),
+    ("bitmap", "atomic<u32>", false),
+    ("staging", "u32", false),
+    ("claims", "atomic<u32>", false),
+    // BktCache: group -> entry, entry -> group, per-group access counts, a loading slice.
+    ("cache_map", "u32", false),
+    ("cache_owner", "u32", false),
+    ("cache_counts", "atomic<u32>", false),
+    ("cache_plan", "u32", true),
+];
+
+/// Binding of the first table window.
+pub const FIRST_WINDOW_BINDING: u32 = FIXED.len() as u32 + 1;
+
+/// The binding of the fixed buffer `name`.
+pub fn fixed_binding(name: &str) -> usize {
+    1 + FIXED.iter().position(|(n, _, _)| *n == name).expect("a fixed binding")
+}
 
 /// The shader files, embedded at build time.
 const SOURCES: &[(&str, &str)] = &[
@@ -22,6 +49,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("release.wgsl", include_str!("../../shaders/release.wgsl")),
     ("resize.wgsl", include_str!("../../shaders/resize.wgsl")),
     ("writeback.wgsl", include_str!("../../shaders/writeback.wgsl")),
+    ("cache.wgsl", include_str!("../../shaders/cache.wgsl")),
     ("common/hash.wgsl", include_str!("../../shaders/common/hash.wgsl")),
     ("common/probe.wgsl", include_str!("../../shaders/common/probe.wgsl")),
     ("common/protocol.wgsl", include_str!("../../shaders/common/protocol.wgsl")),
@@ -42,6 +70,12 @@ pub enum Kernel {
     FreeCells,
     /// Undo phase A of a batch that cannot complete.
     Rollback,
+    /// After phase B or a rollback: write the slots it changed through to their cached copies.
+    CacheRefresh,
+    /// A slice of a cache loading phase: copy groups (and their values) into entries.
+    CacheFill,
+    /// At a loading phase: halve the access counts (LFU ageing).
+    CacheDecay,
     /// Staged mode: gather dirty lines for the host.
     Writeback,
     /// Resizing: copy the kept buckets of the old table to the new one.
@@ -52,17 +86,25 @@ pub enum Kernel {
 
 impl Kernel {
     /// The kernels of batches.
-    pub const BATCH: [Kernel; 6] = [
+    pub const BATCH: [Kernel; 9] = [
         Kernel::Alloc,
         Kernel::PhaseA,
         Kernel::PhaseB,
         Kernel::FreeCells,
         Kernel::Rollback,
         Kernel::Writeback,
+        Kernel::CacheRefresh,
+        Kernel::CacheFill,
+        Kernel::CacheDecay,
     ];
 
     /// The kernels of a resize (they need a [`KernelConfig::source`]).
     pub const RESIZE: [Kernel; 2] = [Kernel::Relocate, Kernel::Rehash];
+
+    /// Whether the kernel writes the pool's regions (staged mode then gathers dirty lines).
+    pub fn writes_pool(self) -> bool {
+        matches!(self, Kernel::Alloc | Kernel::PhaseA | Kernel::PhaseB | Kernel::Rollback)
+    }
 
     /// The file the kernel lives in.
     pub fn file(self) -> &'static str {
@@ -73,6 +115,7 @@ impl Kernel {
             Kernel::FreeCells | Kernel::Rollback => "release.wgsl",
             Kernel::Writeback => "writeback.wgsl",
             Kernel::Relocate | Kernel::Rehash => "resize.wgsl",
+            Kernel::CacheRefresh | Kernel::CacheFill | Kernel::CacheDecay => "cache.wgsl",
         }
     }
 
@@ -83,6 +126,9 @@ impl Kernel {
             Kernel::Rollback => "rollback",
             Kernel::Relocate => "relocate",
             Kernel::Rehash => "rehash",
+            Kernel::CacheRefresh => "refresh",
+            Kernel::CacheFill => "fill",
+            Kernel::CacheDecay => "decay",
             _ => "main",
         }
     }
@@ -128,8 +174,31 @@ pub struct KernelConfig {
     pub table: Windows,
     /// Heap bindings.
     pub heap: Windows,
+    /// The bucket cache.
+    pub cache: CacheConfig,
     /// The old table of a resize, read-only (resize kernels only).
     pub source: Option<Source>,
+}
+
+/// How the kernels see the bucket cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Entries (0: no cache; the kernels then never read the cache's buffers).
+    pub entries: u32,
+    /// How phase A records accesses ([`crate::cache::Policy::count_mode`]).
+    pub count_mode: u32,
+    /// Bindings of the entries' group copies.
+    pub table: Windows,
+    /// Bindings of the entries' values.
+    pub heap: Windows,
+}
+
+impl CacheConfig {
+    /// No cache: one tiny window each, never read.
+    pub fn off() -> Self {
+        let tiny = Windows::cover(16, 64);
+        CacheConfig { entries: 0, count_mode: 0, table: tiny, heap: tiny }
+    }
 }
 
 /// The table a resize reads from.
@@ -149,9 +218,17 @@ impl KernelConfig {
 
     /// Storage bindings (and the uniform at binding 0), and whether binding `i` is read-only.
     pub fn bindings(&self) -> (u32, impl Fn(u32) -> bool + use<>) {
-        let windows = FIRST_WINDOW_BINDING + self.table.count + self.heap.count;
+        let windows = FIRST_WINDOW_BINDING + self.windows().iter().map(|w| w.count).sum::<u32>();
         let source = self.source.map_or(0, |s| s.windows.count);
-        (windows + source, move |i| (1..=3).contains(&i) || i >= windows)
+        let fixed_read_only = |i: u32| FIXED.get(i as usize - 1).is_some_and(|f| f.2);
+        (windows + source, move |i| {
+            (1..FIRST_WINDOW_BINDING).contains(&i) && fixed_read_only(i) || i >= windows
+        })
+    }
+
+    /// The read-write windows in binding order: table, heap, cache copies, cache values.
+    pub fn windows(&self) -> [Windows; 4] {
+        [self.table, self.heap, self.cache.table, self.cache.heap]
     }
 }
 
@@ -175,6 +252,10 @@ pub struct Params {
     pub claims_mask: u32,
     /// 1: record dirty lines; 0: the host only fences.
     pub track_lines: u32,
+    /// The batch's number (LRU access stamps).
+    pub stamp: u32,
+    /// Padding to the uniform's 16-byte size.
+    pub pad: [u32; 3],
 }
 
 /// The generated prelude: constants, bindings and window accessors.
@@ -182,7 +263,7 @@ fn prelude(cfg: &KernelConfig) -> String {
     let g = &cfg.geo;
     let l = &g.layout;
     let mut s = String::new();
-    let consts: [(&str, u64); 13] = [
+    let consts: [(&str, u64); 18] = [
         ("WG", WORKGROUP as u64),
         ("TILE", cfg.tile as u64),
         ("KEY_WORDS", g.key_words() as u64),
@@ -195,7 +276,12 @@ fn prelude(cfg: &KernelConfig) -> String {
         ("CANDIDATE_BUCKETS", l.candidate_buckets() as u64),
         ("GROUP_BUCKETS", l.group_buckets() as u64),
         ("BUCKET_WORDS", g.bucket_words() as u64),
+        ("GROUP_WORDS", g.group_words()),
+        ("GROUP_SLOTS", g.group_slots()),
+        ("GROUPS", g.groups()),
         ("BITMAP_WORDS", cfg.bitmap_words() as u64),
+        ("CACHE_ENTRIES", cfg.cache.entries as u64),
+        ("CACHE_COUNT", cfg.cache.count_mode as u64),
     ];
     for (name, v) in consts {
         writeln!(s, "const {name}: u32 = {v}u;").unwrap();
@@ -214,42 +300,59 @@ struct Params {
     table_lines: u32,      // lines of the table region
     claims_mask: u32,      // entries of the claim registry - 1 (a power of two)
     track_lines: u32,      // 1: record dirty lines (the host persists them); 0: it only fences
+    stamp: u32,            // the batch's number (LRU access stamps)
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> kinds: array<u32>;
-@group(0) @binding(2) var<storage, read> keys: array<u32>;
-@group(0) @binding(3) var<storage, read> vals_in: array<u32>;
-@group(0) @binding(4) var<storage, read_write> statuses: array<u32>;
-@group(0) @binding(5) var<storage, read_write> vals_out: array<u32>;
-@group(0) @binding(6) var<storage, read_write> opstate: array<u32>;
-@group(0) @binding(7) var<storage, read_write> control: array<atomic<u32>>;
-@group(0) @binding(8) var<storage, read_write> dirty: array<u32>;
-@group(0) @binding(9) var<storage, read_write> bitmap: array<atomic<u32>>;
-@group(0) @binding(10) var<storage, read_write> staging: array<u32>;
-@group(0) @binding(11) var<storage, read_write> claims: array<atomic<u32>>;
 ",
     );
+    for (i, (name, ty, read_only)) in FIXED.iter().enumerate() {
+        let access = if *read_only { "read" } else { "read_write" };
+        writeln!(s, "@group(0) @binding({}) var<storage, {access}> {name}: array<{ty}>;", i + 1).unwrap();
+    }
     let mut binding = FIRST_WINDOW_BINDING;
-    for i in 0..cfg.table.count {
-        writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> table_w{i}: array<atomic<u32>>;")
-            .unwrap();
-        binding += 1;
+    let names = [("table", "atomic<u32>"), ("heap", "u32"), ("ctable", "atomic<u32>"), ("cheap", "u32")];
+    for ((name, ty), w) in names.iter().zip(cfg.windows()) {
+        for i in 0..w.count {
+            writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> {name}_w{i}: array<{ty}>;")
+                .unwrap();
+            binding += 1;
+        }
     }
-    for i in 0..cfg.heap.count {
-        writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> heap_w{i}: array<u32>;").unwrap();
-        binding += 1;
+    for (name, w) in [("table", cfg.table), ("ctable", cfg.cache.table)] {
+        accessor(
+            &mut s,
+            &format!("{name}_load(a: u32) -> u32"),
+            &format!("return atomicLoad(&{name}_w{{i}}[{{a}}]);"),
+            w,
+        );
+        accessor(
+            &mut s,
+            &format!("{name}_store(a: u32, v: u32)"),
+            &format!("atomicStore(&{name}_w{{i}}[{{a}}], v); return;"),
+            w,
+        );
+        accessor(
+            &mut s,
+            &format!("{name}_cas_weak(a: u32, expected: u32, v: u32) -> vec2<u32>"),
+            &format!(
+                "let r = atomicCompareExchangeWeak(&{name}_w{{i}}[{{a}}], expected, v); return vec2<u32>(r.old_value, u32(r.exchanged));"
+            ),
+            w,
+        );
     }
-    accessor(&mut s, "table_load(a: u32) -> u32", "return atomicLoad(&table_w{i}[{a}]);", cfg.table);
-    accessor(&mut s, "table_store(a: u32, v: u32)", "atomicStore(&table_w{i}[{a}], v); return;", cfg.table);
-    accessor(
-        &mut s,
-        "table_cas_weak(a: u32, expected: u32, v: u32) -> vec2<u32>",
-        "let r = atomicCompareExchangeWeak(&table_w{i}[{a}], expected, v); return vec2<u32>(r.old_value, u32(r.exchanged));",
-        cfg.table,
-    );
-    accessor(&mut s, "heap_load(a: u32) -> u32", "return heap_w{i}[{a}];", cfg.heap);
-    accessor(&mut s, "heap_store(a: u32, v: u32)", "heap_w{i}[{a}] = v; return;", cfg.heap);
+    for (name, w) in [("heap", cfg.heap), ("cheap", cfg.cache.heap)] {
+        accessor(&mut s, &format!("{name}_load(a: u32) -> u32"), &format!("return {name}_w{{i}}[{{a}}];"), w);
+        accessor(
+            &mut s,
+            &format!("{name}_store(a: u32, v: u32)"),
+            &format!("{name}_w{{i}}[{{a}}] = v; return;"),
+            w,
+        );
+    }
     if let Some(src) = cfg.source {
         writeln!(s, "const SOURCE_TOP_LEVEL: u32 = {}u;", src.top_level).unwrap();
         for i in 0..src.windows.count {
@@ -340,7 +443,8 @@ mod tests {
         let heap =
             Windows::cover(geo.heap_words(), geo.heap_bytes().div_ceil(windows as u64).next_power_of_two());
         let source = Some(Source { windows: table, top_level: geo.top_level - 1 });
-        KernelConfig { seeds: Seeds::new(7, layout.hashes), geo, tile: 32, table, heap, source }
+        let cache = CacheConfig { entries: 3, count_mode: 1, table: heap, heap: table };
+        KernelConfig { seeds: Seeds::new(7, layout.hashes), geo, tile: 32, table, heap, cache, source }
     }
 
     /// A broken shader fails here, not in a user's run.

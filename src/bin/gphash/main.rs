@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use gphash::{Config, Executor, GpHash, GpuOptions, Layout, Options, Placement, trace};
+use gphash::{CacheOptions, Config, Executor, GpHash, GpuOptions, Layout, Options, Placement, Policy, trace};
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Parser)]
@@ -34,6 +34,16 @@ struct ExecArgs {
     /// Lanes that serve one operation (4, 8, 16 or 32).
     #[arg(long, global = true, default_value_t = 32)]
     tile: u32,
+    /// Bucket cache in device memory, as a fraction of the table's groups (0: none; 1: all).
+    /// Used when the pool is zero-copy.
+    #[arg(long, global = true, default_value_t = CacheOptions::default().ratio)]
+    cache_ratio: f64,
+    /// How loading phases pick the groups to cache: lfu, lru or random.
+    #[arg(long, global = true, default_value_t = Policy::Lfu)]
+    cache_policy: Policy,
+    /// Operations between two loading phases of the cache.
+    #[arg(long, global = true, default_value_t = CacheOptions::default().period)]
+    cache_period: u64,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -66,6 +76,12 @@ impl ExecArgs {
                 },
                 tile: self.tile,
                 max_window_bytes: None,
+                cache: CacheOptions {
+                    ratio: self.cache_ratio,
+                    policy: self.cache_policy,
+                    period: self.cache_period,
+                    ..CacheOptions::default()
+                },
             },
             ..Options::default()
         }

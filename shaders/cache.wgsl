@@ -1,0 +1,140 @@
+// BktCache kernels. Twins: `expected_entry` (what an entry must hold) and `plan` in src/cache.rs.
+//
+// `refresh` runs after phase B (and after a rollback), in the same submit: the table holds the
+// batch's final words by then, so copying them is coherent whatever order the batch's CASes
+// took. `fill` runs a slice of a loading phase between batches, when no operation is in flight:
+// no operation can read an entry while it is replaced. `decay` halves the LFU counts.
+
+#include "common/prelude.wgsl"
+#include "common/protocol.wgsl"
+#include "common/hash.wgsl"
+#include "common/tile.wgsl"
+#include "common/table.wgsl"
+#include "common/probe.wgsl"
+
+// The slot an operation changed (or tried to) in phase B, or NONE.
+fn changed_slot(op: u32) -> u32 {
+    switch (op_field(op, ST_PHASE)) {
+        case PHASE_FOUND, PHASE_CLAIMED: {
+            return op_field(op, ST_SLOT);
+        }
+        case PHASE_JOINED: {
+            // An upsert that joined a claim wrote its value into the claimed slot.
+            if (kinds[op] == OP_UPSERT) {
+                return op_field(op_field(op, ST_SLOT), ST_SLOT);
+            }
+            return NONE;
+        }
+        default: {
+            return NONE;
+        }
+    }
+}
+
+// Writes one operation's slot through to its cached copy: the state word as the table holds it
+// now; for a claim, the key and fingerprint (from the operation itself); and the value, from the
+// operation's input, when the slot now references the cell this operation wrote.
+@compute @workgroup_size(WG)
+fn refresh(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+    @builtin(subgroup_invocation_id) sg_lane: u32,
+) {
+    let me = op_index(wid, nwg, li);
+    var id = NONE;
+    if (me < params.n) {
+        id = changed_slot(me);
+    }
+    var entry = NONE;
+    if (id != NONE) {
+        entry = cache_entry(id / SLOTS / GROUP_BUCKETS);
+    }
+    if (entry != NONE) {
+        let bucket = id / SLOTS;
+        let slot = id % SLOTS;
+        let state = table_load(state_word(bucket, slot));
+        tally_add(CTRL_CACHE_REFRESHED, 1u);
+        if (op_field(me, ST_PHASE) == PHASE_CLAIMED) {
+            let key = load_key(me);
+            for (var i = 0u; i < KEY_WORDS; i++) {
+                ctable_store(cached_word(entry, bucket, 2u * SLOTS + slot * KEY_WORDS + i), key[i]);
+            }
+            ctable_store(cached_word(entry, bucket, slot), hash_key(key, FINGERPRINT_SEED));
+        }
+        ctable_store(cached_word(entry, bucket, SLOTS + slot), state);
+        let cell = op_field(me, ST_CELL);
+        if (state >= PUBLISHED && state - PUBLISHED == cell) {
+            let at = cached_value_word(entry, id);
+            for (var w = 0u; w < CELL_WORDS; w++) {
+                cheap_store(at + w, vals_in[me * CELL_WORDS + w]);
+            }
+        }
+    }
+    flush_tally(sg_lane);
+}
+
+// One fill of a loading slice per invocation (`cache_plan` holds entry, group pairs): the entry
+// drops its group (unmapped first), takes a copy of the new group and of the value of each
+// published slot, and is mapped. A tile copies each fill with consecutive lanes.
+@compute @workgroup_size(WG)
+fn fill(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+    @builtin(subgroup_invocation_id) sg_lane: u32,
+    @builtin(subgroup_size) sg_size: u32,
+) {
+    let t = tile_of(sg_lane, sg_size);
+    let me = op_index(wid, nwg, li);
+    var pending = me < params.n;
+    loop {
+        if (!subgroupAny(pending)) {
+            break;
+        }
+        let turn = take_turn(t, pending, me);
+        if (turn.busy) {
+            let entry = cache_plan[2u * turn.op];
+            let group = cache_plan[2u * turn.op + 1u];
+            if (turn.leader) {
+                let old = cache_owner[entry];
+                if (old != NONE) {
+                    cache_map[old] = NONE;
+                }
+            }
+            for (var w = t.lane; w < GROUP_WORDS; w += t.size) {
+                ctable_store(entry * GROUP_WORDS + w, table_load(group * GROUP_WORDS + w));
+            }
+            for (var pos = 0u; pos < GROUP_SLOTS; pos++) {
+                let bucket = group * GROUP_BUCKETS + pos / SLOTS;
+                let state = table_load(state_word(bucket, pos % SLOTS));
+                if (state >= PUBLISHED) {
+                    let at = cached_value_word(entry, bucket * SLOTS + pos % SLOTS);
+                    for (var w = t.lane; w < CELL_WORDS; w += t.size) {
+                        cheap_store(at + w, heap_load((state - PUBLISHED) * CELL_WORDS + w));
+                    }
+                }
+            }
+            if (turn.leader) {
+                cache_map[group] = entry;
+                cache_owner[entry] = group;
+                tally_add(CTRL_CACHE_FILLED, 1u);
+                pending = false;
+            }
+        }
+    }
+    flush_tally(sg_lane);
+}
+
+// LFU ageing at each loading phase: every count halves.
+@compute @workgroup_size(WG)
+fn decay(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let g = op_index(wid, nwg, li);
+    if (g < params.n) {
+        atomicStore(&cache_counts[g], atomicLoad(&cache_counts[g]) >> 1u);
+    }
+}

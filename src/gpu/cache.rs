@@ -1,0 +1,285 @@
+//! The bucket cache's device buffers and its loading phases (the kernels are in
+//! `shaders/cache.wgsl`, the policies and twins in [`crate::cache`]).
+//!
+//! A loading phase starts every `period` operations: the host reads the access counts, picks
+//! the hot groups, plans the fills, and then runs them in slices between batches. Each slice is
+//! sized so that loading takes at most `load_share` of the time of the batches it runs between:
+//! operations never stop, and none is in flight while an entry is replaced.
+
+use std::time::{Duration, Instant};
+
+use super::context::Gpu;
+use super::resources::map_read;
+use super::shader::{CacheConfig, Windows};
+use crate::cache::{self, CacheOptions, CacheStats, Fill, Snapshot};
+use crate::error::{Error, Result};
+use crate::layout::Geometry;
+use crate::protocol::{NONE, control};
+
+/// Fills of the first slice of a loading phase (later slices follow the time budget).
+const FIRST_SLICE: usize = 256;
+
+/// The cache of one engine.
+pub struct DeviceCache {
+    opts: CacheOptions,
+    cfg: CacheConfig,
+    groups: u64,
+    /// Group -> entry.
+    pub map: wgpu::Buffer,
+    /// Entry -> group.
+    pub owner: wgpu::Buffer,
+    /// Per-group access counts or stamps.
+    pub counts: wgpu::Buffer,
+    /// The fills of the current slice.
+    pub plan: wgpu::Buffer,
+    /// Group copies, one buffer per window.
+    pub table: Vec<wgpu::Buffer>,
+    /// Value cells, one buffer per window.
+    pub heap: Vec<wgpu::Buffer>,
+    /// Host mirror of `owner`.
+    owner_host: Vec<u32>,
+    /// Fills of the loading phase in progress, and how many are done.
+    fills: Vec<Fill>,
+    done: usize,
+    slice: usize,
+    ops_since_load: u64,
+    /// Average time of a batch (from one batch's start to the next, loading excluded).
+    batch_time: Option<Duration>,
+    last_batch: Option<Instant>,
+    stats: CacheStats,
+}
+
+impl DeviceCache {
+    /// A cache of `opts.ratio` of the table's groups (none when `enabled` is false).
+    pub fn new(
+        gpu: &Gpu,
+        geo: &Geometry,
+        opts: &CacheOptions,
+        enabled: bool,
+        max_window: u64,
+    ) -> Result<Self> {
+        opts.validate()?;
+        let (gw, vw) = cache::entry_words(geo);
+        let mut entries = if enabled { opts.entries(geo.groups()) } else { 0 };
+        // Kernels address each region with 32-bit word indices.
+        let limit = (u32::MAX as u64 / gw.max(vw)) as u32;
+        if entries > limit {
+            log::warn!(
+                "cache of {entries} entries exceeds the 16 GiB addressable per region: {limit} entries"
+            );
+            entries = limit;
+        }
+        let cfg = if entries == 0 {
+            CacheConfig::off()
+        } else {
+            CacheConfig {
+                entries,
+                count_mode: opts.policy.count_mode(),
+                table: Windows::cover(entries as u64 * gw, max_window),
+                heap: Windows::cover(entries as u64 * vw, max_window),
+            }
+        };
+        let dev = &gpu.device;
+        let storage = |label: &str, words: u64| {
+            dev.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: (words * 4).max(16),
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST
+                    | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            })
+        };
+        let on = entries > 0;
+        let groups = geo.groups();
+        let map = storage("cache map", if on { groups } else { 4 });
+        let counts = storage("cache counts", if on { groups } else { 4 });
+        let owner = storage("cache owner", entries.max(4) as u64);
+        let plan = storage("cache plan", 2 * entries.max(4) as u64);
+        if on {
+            gpu.queue.write_buffer(&map, 0, bytemuck::cast_slice(&vec![NONE; groups as usize]));
+            gpu.queue.write_buffer(&owner, 0, bytemuck::cast_slice(&vec![NONE; entries as usize]));
+        }
+        let windows = |label: &str, w: Windows, total: u64| -> Vec<wgpu::Buffer> {
+            (0..w.count).map(|i| storage(label, if on { w.len(i, total) } else { 16 })).collect()
+        };
+        let table = windows("cache groups", cfg.table, entries as u64 * gw);
+        let heap = windows("cache values", cfg.heap, entries as u64 * vw);
+        Ok(DeviceCache {
+            opts: *opts,
+            cfg,
+            groups,
+            map,
+            owner,
+            counts,
+            plan,
+            table,
+            heap,
+            owner_host: vec![NONE; entries as usize],
+            fills: vec![],
+            done: 0,
+            slice: FIRST_SLICE,
+            ops_since_load: 0,
+            batch_time: None,
+            last_batch: None,
+            stats: CacheStats {
+                policy: opts.policy,
+                ratio: opts.ratio,
+                entries,
+                group_bytes: geo.group_bytes(),
+                cell_bytes: geo.cell_words() as u64 * 4,
+                ..CacheStats::default()
+            },
+        })
+    }
+
+    /// How the kernels see it.
+    pub fn config(&self) -> CacheConfig {
+        self.cfg
+    }
+
+    /// Whether it has entries.
+    pub fn enabled(&self) -> bool {
+        self.cfg.entries > 0
+    }
+
+    /// Whether the policy counts accesses (and a loading phase must read the counts).
+    pub fn counts_accesses(&self) -> bool {
+        self.cfg.count_mode != 0
+    }
+
+    /// Groups of the table (the decay kernel's invocations).
+    pub fn groups(&self) -> u64 {
+        self.groups
+    }
+
+    /// What it did so far.
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            cached: self.owner_host.iter().filter(|&&g| g != NONE).count() as u32,
+            ..self.stats.clone()
+        }
+    }
+
+    /// Notes the start of a batch of `ops` operations. True when a loading slice should run
+    /// before it: a loading phase is in progress, or one is due.
+    pub fn batch_starts(&mut self, ops: u64) -> bool {
+        if !self.enabled() {
+            return false;
+        }
+        let now = Instant::now();
+        if let Some(last) = self.last_batch {
+            let t = now - last;
+            self.batch_time = Some(self.batch_time.map_or(t, |avg| (avg * 7 + t) / 8));
+        }
+        self.last_batch = Some(now);
+        self.ops_since_load += ops;
+        self.loading() || self.ops_since_load >= self.opts.period
+    }
+
+    /// Whether a loading phase is in progress.
+    pub fn loading(&self) -> bool {
+        self.done < self.fills.len()
+    }
+
+    /// Starts a loading phase: picks the hot groups from `counts` (downloaded by the caller;
+    /// empty for the random policy) and plans their fills.
+    pub fn start_load(&mut self, counts: &[u32]) {
+        let t = Instant::now();
+        let seed = self.opts.seed ^ self.stats.loads.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let counts: Vec<u32> =
+            if counts.is_empty() { vec![0; self.groups as usize] } else { counts.to_vec() };
+        let chosen = cache::select(self.opts.policy, &counts, self.cfg.entries as usize, seed);
+        self.fills = cache::plan(&self.owner_host, &chosen, self.groups);
+        self.done = 0;
+        self.slice = FIRST_SLICE;
+        self.ops_since_load = 0;
+        self.stats.loads += 1;
+        self.stats.load_time += t.elapsed();
+    }
+
+    /// Uploads the next slice's fills to the plan buffer; returns how many (0: none left).
+    pub fn next_slice(&mut self, gpu: &Gpu) -> u32 {
+        let n = self.slice.min(self.fills.len() - self.done);
+        let words: Vec<u32> =
+            self.fills[self.done..self.done + n].iter().flat_map(|f| [f.entry, f.group]).collect();
+        if n > 0 {
+            gpu.queue.write_buffer(&self.plan, 0, bytemuck::cast_slice(&words));
+        }
+        n as u32
+    }
+
+    /// Records a slice of `n` fills that took `elapsed` (`filled` groups by the control block),
+    /// and sizes the next one to the time budget.
+    pub fn slice_done(&mut self, n: u32, elapsed: Duration, filled: u32) {
+        for f in &self.fills[self.done..self.done + n as usize] {
+            self.owner_host[f.entry as usize] = f.group;
+        }
+        self.done += n as usize;
+        self.stats.groups_loaded += filled as u64;
+        self.stats.load_time += elapsed;
+        if let Some(batch) = self.batch_time {
+            let share = self.opts.load_share;
+            let budget = batch.as_secs_f64() * share / (1.0 - share).max(1e-3);
+            let scale = budget / elapsed.as_secs_f64().max(1e-6);
+            let next = (self.slice as f64 * scale.clamp(0.25, 4.0)) as usize;
+            self.slice = next.max(16).min(self.cfg.entries as usize);
+        }
+        // The batch that follows must not count the slice as its own time.
+        self.last_batch = self.last_batch.map(|t| t + elapsed);
+    }
+
+    /// Adds a phase's counters to the statistics.
+    pub fn record(&mut self, ctl: &[u32; control::WORDS]) {
+        let s = &mut self.stats;
+        s.targets += ctl[control::CACHE_TARGETS] as u64;
+        s.hits += ctl[control::CACHE_HITS] as u64;
+        s.group_reads_saved += ctl[control::CACHE_GROUPS_SAVED] as u64;
+        s.value_reads_saved += ctl[control::CACHE_VALUES_SAVED] as u64;
+        s.refresh_reads += ctl[control::CACHE_REFRESHED] as u64;
+        s.stale += ctl[control::CACHE_STALE] as u64;
+    }
+
+    /// Downloads the counts (`groups` words).
+    pub fn download_counts(&self, gpu: &Gpu) -> Result<Vec<u32>> {
+        download(gpu, &self.counts, self.groups * 4)
+    }
+
+    /// Downloads everything the device holds.
+    pub fn snapshot(&self, gpu: &Gpu) -> Result<Snapshot> {
+        if !self.enabled() {
+            return Ok(Snapshot::default());
+        }
+        let concat = |bufs: &[wgpu::Buffer]| -> Result<Vec<u32>> {
+            let mut out = vec![];
+            for b in bufs {
+                out.extend(download(gpu, b, b.size())?);
+            }
+            Ok(out)
+        };
+        Ok(Snapshot {
+            map: download(gpu, &self.map, self.groups * 4)?,
+            owner: download(gpu, &self.owner, self.cfg.entries as u64 * 4)?,
+            counts: self.download_counts(gpu)?,
+            table: concat(&self.table)?,
+            values: concat(&self.heap)?,
+        })
+    }
+}
+
+/// Reads the first `bytes` bytes of a storage buffer.
+fn download(gpu: &Gpu, buffer: &wgpu::Buffer, bytes: u64) -> Result<Vec<u32>> {
+    let rb = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("cache readback"),
+        size: bytes.max(4),
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(buffer, 0, &rb, 0, bytes);
+    gpu.queue.submit([enc.finish()]);
+    let mut out = vec![];
+    map_read(gpu, &rb, 0..bytes, |b| out = bytemuck::cast_slice(b).to_vec())
+        .map_err(|e| Error::Gpu(format!("reading the cache: {e}")))?;
+    Ok(out)
+}

@@ -1,0 +1,317 @@
+//! The bucket cache against the oracle and its CPU twins: results with loading phases forced
+//! often, for every policy; the cache coherent with the pool after every batch; hot keys updated
+//! and read across loading phases; access counts as the model computes them.
+//!
+//! On lavapipe `subgroup_sizes_4_8_16` re-runs these tests at subgroup sizes 4, 8 and 16.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::process::Command;
+
+use common::oracle::{Oracle, assert_same_content};
+use gphash::cache::{self, CacheOptions, CacheStatus, Policy};
+use gphash::hash::Seeds;
+use gphash::model::Model;
+use gphash::{Batch, Config, GpHash, GpuOptions, OpKind, Placement, Status};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const POLICIES: [Policy; 3] = [Policy::Lfu, Policy::Lru, Policy::Random];
+
+fn options(cache: CacheOptions, tile: u32) -> gphash::Options {
+    common::gpu_options(GpuOptions { placement: Placement::ZeroCopy, tile, cache, ..GpuOptions::default() })
+}
+
+fn cached_table(
+    dir: &tempfile::TempDir,
+    name: &str,
+    config: &Config,
+    cache: CacheOptions,
+    tile: u32,
+) -> GpHash {
+    let t = common::table(dir, name, config, &options(cache, tile));
+    if common::gpu().is_some() {
+        assert!(matches!(t.stats().cache, CacheStatus::On(_)), "{name}: {}", t.stats().cache);
+    }
+    t
+}
+
+fn pool_words(t: &GpHash) -> (Vec<u32>, Vec<u32>) {
+    let h = t.pool().header();
+    let words = |r| bytemuck::cast_slice::<u8, u32>(t.pool().region(r)).to_vec();
+    (words(h.table_region), words(h.heap_region))
+}
+
+/// The cache holds exactly what the pool holds, and no claim ever found it stale.
+fn assert_coherent(t: &mut GpHash, what: &str) {
+    let Some(_) = common::gpu() else { return };
+    let snap = t.cache_snapshot().unwrap();
+    let (table, heap) = pool_words(t);
+    let bad = cache::verify(t.geometry(), &table, &heap, &snap);
+    assert!(bad.is_empty(), "{what}: cache incoherent: {}", bad[..bad.len().min(5)].join("; "));
+    if let CacheStatus::On(s) = t.stats().cache {
+        assert_eq!(s.stale, 0, "{what}: a claim found a cached copy stale");
+    }
+}
+
+fn cache_stats(t: &GpHash) -> gphash::CacheStats {
+    match t.stats().cache {
+        CacheStatus::On(s) => s,
+        CacheStatus::Off { reason } => panic!("no cache: {reason}"),
+    }
+}
+
+/// A key of a skewed space: low numbers are much more likely (so counting policies find them).
+fn skewed(rng: &mut impl Rng, space: u64) -> u64 {
+    let x: f64 = rng.random();
+    ((x * x * x) * space as f64) as u64 % space
+}
+
+fn random_kind(rng: &mut impl Rng) -> OpKind {
+    match rng.random_range(0..100) {
+        0..40 => OpKind::Get,
+        40..55 => OpKind::Insert,
+        55..70 => OpKind::Upsert,
+        70..88 => OpKind::Update,
+        _ => OpKind::Delete,
+    }
+}
+
+/// Random mixed batches (same keys repeating within a batch), loading phases every few
+/// hundred operations: every status and value read equals the one-by-one oracle's (ordered
+/// mode), the content equals it, and the cache stays coherent with the pool.
+#[test]
+fn cached_results_match_the_oracle_with_frequent_loading() {
+    let seed = common::seed("cached_results_match_the_oracle_with_frequent_loading");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = common::pool_dir();
+    for (pi, policy) in POLICIES.into_iter().enumerate() {
+        for (ri, (ratio, tile, key_bytes, value_bytes)) in
+            [(0.1, 32, 8, 8), (0.5, 8, 32, 100), (1.0, 4, 16, 4)].into_iter().enumerate()
+        {
+            let cfg =
+                Config { key_bytes, value_bytes, capacity: 1500, seed: rng.random(), ..Config::default() };
+            let opts = CacheOptions { ratio, policy, period: 300, ..CacheOptions::default() };
+            let what = format!("{policy} ratio {ratio} tile {tile} key {key_bytes}");
+            let mut t = cached_table(&dir, &format!("t{pi}{ri}"), &cfg, opts, tile);
+            let mut oracle = Oracle::default();
+            let space = (t.geometry().slots() as f64 * 0.5) as u64;
+            for round in 0..12 {
+                let mut batch = t.batch();
+                for _ in 0..rng.random_range(1..400) {
+                    let kind = random_kind(&mut rng);
+                    let v = common::value(&mut rng, value_bytes as usize);
+                    let k = common::key(skewed(&mut rng, space), key_bytes as usize);
+                    batch.push(kind, &k, kind.writes_value().then_some(&v[..])).unwrap();
+                }
+                let want = oracle.run(&batch);
+                let got = t.execute_ordered(&batch).unwrap_or_else(|e| panic!("{what} round {round}: {e}"));
+                for (i, (status, value)) in want.iter().enumerate() {
+                    assert_eq!(got.statuses[i], *status, "{what} round {round} op {i} ({:?})", batch.op(i).0);
+                    assert_eq!(got.value(i), value.as_deref(), "{what} round {round} op {i}: value");
+                }
+                assert_coherent(&mut t, &format!("{what} round {round}"));
+            }
+            assert_same_content(t.entries(), &oracle.map, &what);
+            assert!(t.check().ok(), "{what}: {}", t.check());
+            if common::gpu().is_some() {
+                let s = cache_stats(&t);
+                assert!(s.loads >= 3, "{what}: {} loading phases", s.loads);
+                assert!(s.groups_loaded > 0 && s.cached > 0, "{what}: nothing was loaded: {s}");
+                assert!(s.hits > 0, "{what}: the cache served nothing: {s}");
+            }
+        }
+    }
+}
+
+/// Hot keys upserted several times in one batch, deleted and reinserted, with a loading phase
+/// before every batch: a read never returns anything but the last acknowledged value, the same
+/// value the pool holds.
+#[test]
+fn hot_keys_updated_then_read_across_loading_phases() {
+    let seed = common::seed("hot_keys_updated_then_read_across_loading_phases");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = common::pool_dir();
+    for policy in POLICIES {
+        let cfg =
+            Config { key_bytes: 8, value_bytes: 16, capacity: 2000, seed: rng.random(), ..Config::default() };
+        let opts = CacheOptions { ratio: 0.3, policy, period: 1, ..CacheOptions::default() };
+        let mut t = cached_table(&dir, &format!("hot-{policy}"), &cfg, opts, 32);
+        let hot: Vec<Vec<u8>> = (0..40).map(|k| common::key(k, 8)).collect();
+        let cold: Vec<u8> = (1000..1600).flat_map(|k| common::key(k, 8)).collect();
+        let zeros = vec![0u8; 600 * 16];
+        t.insert(&cold, &zeros).unwrap();
+        let mut latest: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+        for round in 0..30 {
+            // Several upserts of each hot key in one (unordered) batch, and some deletes.
+            let mut writes = t.batch();
+            for k in &hot {
+                for _ in 0..3 {
+                    writes.upsert(k, &common::value(&mut rng, 16)).unwrap();
+                }
+                if rng.random_bool(0.1) {
+                    writes.delete(k).unwrap();
+                }
+            }
+            let r = t.execute(&writes).unwrap();
+            assert!(r.statuses.iter().all(|s| matches!(s, Status::Ok | Status::NotFound)));
+            // What the pool now holds for the hot keys is what was acknowledged.
+            let pool: HashMap<Vec<u8>, Vec<u8>> = t.entries().into_iter().collect();
+            latest.clear();
+            for k in &hot {
+                if let Some(v) = pool.get(k) {
+                    latest.insert(k.clone(), v.clone());
+                }
+            }
+            // Reads (also cold ones, so cold groups keep being counted) see exactly that.
+            let mut reads = t.batch();
+            for k in &hot {
+                reads.get(k).unwrap();
+            }
+            for _ in 0..50 {
+                let c = rng.random_range(0..600);
+                reads.get(&cold[c * 8..c * 8 + 8]).unwrap();
+            }
+            let got = t.execute(&reads).unwrap();
+            for (i, k) in hot.iter().enumerate() {
+                assert_eq!(got.value(i), latest.get(k).map(|v| &v[..]), "{policy} round {round} hot key {i}");
+            }
+            for i in hot.len()..reads.len() {
+                assert_eq!(got.value(i), Some(&[0u8; 16][..]), "{policy} round {round}: cold read {i}");
+            }
+            assert_coherent(&mut t, &format!("{policy} round {round}"));
+        }
+        if common::gpu().is_some() {
+            let s = cache_stats(&t);
+            assert!(s.hits > 0 && s.value_reads_saved > 0, "{policy}: the cache served nothing: {s}");
+        }
+    }
+}
+
+/// The access counts of LFU (increments) and LRU (batch stamps) equal those of the CPU twin
+/// `cache::touches`, batch after batch (no loading phase: counts would halve).
+#[test]
+fn access_counts_match_the_model() {
+    let seed = common::seed("access_counts_match_the_model");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = common::pool_dir();
+    let Some(_) = common::gpu() else { return };
+    for policy in [Policy::Lfu, Policy::Lru] {
+        let cfg =
+            Config { key_bytes: 16, value_bytes: 8, capacity: 2000, seed: rng.random(), ..Config::default() };
+        let opts = CacheOptions { ratio: 0.25, policy, period: u64::MAX, ..CacheOptions::default() };
+        let mut t = cached_table(&dir, &format!("counts-{policy}"), &cfg, opts, 16);
+        let geo = *t.geometry();
+        let seeds = Seeds::new(t.pool().header().table.seed, geo.layout.hashes);
+        let model = Model { geo: &geo, seeds: &seeds };
+        let space = (geo.slots() as f64 * 0.5) as u64;
+        let mut counts = vec![0u32; geo.groups() as usize];
+        for round in 1..=10u32 {
+            let mut batch = t.batch();
+            let mut seen = HashSet::new();
+            for _ in 0..rng.random_range(1..500) {
+                let kind = random_kind(&mut rng);
+                let k = common::key(skewed(&mut rng, space), 16);
+                // Distinct keys: the twin reads the table before and after the batch.
+                if seen.insert(k.clone()) {
+                    batch.push(kind, &k, kind.writes_value().then_some(&[7u8; 8][..])).unwrap();
+                }
+            }
+            let (before, _) = pool_words(&t);
+            t.execute(&batch).unwrap();
+            let (after, _) = pool_words(&t);
+            let mut encoded = gphash::engine::Encoded::default();
+            batch.encode(&(0..batch.len()).collect::<Vec<_>>(), &mut encoded);
+            for g in cache::touches(&model, &before, &after, &encoded) {
+                match policy {
+                    Policy::Lfu => counts[g as usize] += 1,
+                    _ => counts[g as usize] = round,
+                }
+            }
+            let got = t.cache_snapshot().unwrap().counts;
+            let differ = (0..counts.len()).filter(|&g| counts[g] != got[g]).count();
+            assert_eq!(differ, 0, "{policy} round {round}: {differ} groups counted differently");
+        }
+    }
+}
+
+/// A table without cache and one with a whole-table cache give the same results on the same
+/// batches (the cache changes where data is read, never what).
+#[test]
+fn whole_table_cache_is_transparent() {
+    let seed = common::seed("whole_table_cache_is_transparent");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = common::pool_dir();
+    let cfg =
+        Config { key_bytes: 8, value_bytes: 32, capacity: 3000, seed: rng.random(), ..Config::default() };
+    let whole = CacheOptions { ratio: 1.0, policy: Policy::Random, period: 1, ..CacheOptions::default() };
+    let mut cached = cached_table(&dir, "whole", &cfg, whole, 32);
+    let mut plain = common::table(&dir, "plain", &cfg, &options(CacheOptions::off(), 32));
+    let space = (cached.geometry().slots() as f64 * 0.6) as u64;
+    for round in 0..8 {
+        let mut batch: Batch = cached.batch();
+        for _ in 0..rng.random_range(1..1500) {
+            let kind = random_kind(&mut rng);
+            let v = common::value(&mut rng, 32);
+            batch
+                .push(
+                    kind,
+                    &common::key(rng.random_range(0..space), 8),
+                    kind.writes_value().then_some(&v[..]),
+                )
+                .unwrap();
+        }
+        let a = cached.execute_ordered(&batch).unwrap();
+        let b = plain.execute_ordered(&batch).unwrap();
+        assert_eq!(a.statuses, b.statuses, "round {round}");
+        for i in 0..batch.len() {
+            assert_eq!(a.value(i), b.value(i), "round {round} op {i}");
+        }
+        assert_coherent(&mut cached, &format!("round {round}"));
+    }
+    if common::gpu().is_some() {
+        let s = cache_stats(&cached);
+        // Every group is cached after the first loading phase: most targets hit.
+        assert_eq!(s.cached as u64, cached.geometry().groups());
+        assert!(s.hit_rate() > 0.5, "{s}");
+    }
+}
+
+/// Re-runs the tests above at the subgroup sizes lavapipe can be given.
+#[test]
+fn subgroup_sizes_4_8_16() {
+    if std::env::var_os(common::EXPECT_SUBGROUP_ENV).is_some() {
+        eprintln!("child process: the parent runs the subgroup-size matrix");
+        return;
+    }
+    let Some(gpu) = common::gpu() else {
+        panic!("the subgroup-size matrix needs a GPU");
+    };
+    if !gpu.info.is_cpu() {
+        eprintln!(
+            "{}: subgroup size {:?} is the hardware's; the tests ran at it",
+            gpu.info.name, gpu.info.subgroup_sizes
+        );
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    for (width, size) in [(128, 4u32), (256, 8), (512, 16)] {
+        if gpu.info.subgroup_sizes == (size, size) {
+            continue;
+        }
+        let out = Command::new(&exe)
+            .args(["cached_results", "hot_keys", "access_counts", "whole_table", "--test-threads=1"])
+            .env("LP_NATIVE_VECTOR_WIDTH", width.to_string())
+            .env(common::EXPECT_SUBGROUP_ENV, size.to_string())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "subgroup size {size}:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("4 passed"), "subgroup size {size}: expected 4 tests to run:\n{text}");
+    }
+}
