@@ -278,6 +278,40 @@ fn whole_table_cache_is_transparent() {
     }
 }
 
+/// A cached table that grows by several levels while its cache loads often: every key stays
+/// readable with its latest value (the engine and its cache are rebuilt at each resize, empty,
+/// and refilled by the next loading phase).
+#[test]
+fn cache_is_rebuilt_across_resizes() {
+    let seed = common::seed("cache_is_rebuilt_across_resizes");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = common::pool_dir();
+    let cfg = Config { key_bytes: 8, value_bytes: 8, capacity: 200, seed: rng.random(), ..Config::default() };
+    let opts = CacheOptions { ratio: 0.5, period: 64, ..CacheOptions::default() };
+    let mut t = cached_table(&dir, "grows", &cfg, opts, 32);
+    let mut oracle = Oracle::default();
+    let slots = t.geometry().slots();
+    for round in 0..16u64 {
+        let mut batch = t.batch();
+        for k in round * 150..(round + 1) * 150 {
+            batch.insert(&common::key(k, 8), &k.to_le_bytes()).unwrap();
+            // Reads and updates of earlier keys keep their groups hot.
+            let old = common::key(rng.random_range(0..=k), 8);
+            batch.upsert(&old, &rng.random::<u64>().to_le_bytes()).unwrap();
+            batch.get(&old).unwrap();
+        }
+        let want = oracle.run(&batch);
+        let got = t.execute_ordered(&batch).unwrap();
+        for (i, (status, value)) in want.iter().enumerate() {
+            assert_eq!((got.statuses[i], got.value(i)), (*status, value.as_deref()), "round {round} op {i}");
+        }
+        assert_coherent(&mut t, &format!("round {round}"));
+    }
+    assert!(t.stats().activity.resizes >= 2, "the table grew {} times", t.stats().activity.resizes);
+    assert!(t.geometry().slots() > 4 * slots);
+    assert_same_content(t.entries(), &oracle.map, "after growing");
+}
+
 /// Re-runs the tests above at the subgroup sizes lavapipe can be given.
 #[test]
 fn subgroup_sizes_4_8_16() {
@@ -301,7 +335,14 @@ fn subgroup_sizes_4_8_16() {
             continue;
         }
         let out = Command::new(&exe)
-            .args(["cached_results", "hot_keys", "access_counts", "whole_table", "--test-threads=1"])
+            .args([
+                "cached_results",
+                "hot_keys",
+                "access_counts",
+                "whole_table",
+                "cache_is_rebuilt",
+                "--test-threads=1",
+            ])
             .env("LP_NATIVE_VECTOR_WIDTH", width.to_string())
             .env(common::EXPECT_SUBGROUP_ENV, size.to_string())
             .output()
@@ -312,6 +353,6 @@ fn subgroup_sizes_4_8_16() {
             "subgroup size {size}:\n{text}\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(text.contains("4 passed"), "subgroup size {size}: expected 4 tests to run:\n{text}");
+        assert!(text.contains("5 passed"), "subgroup size {size}: expected 5 tests to run:\n{text}");
     }
 }

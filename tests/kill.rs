@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::oracle::Oracle;
-use gphash::{Batch, Config, GpHash, GpuOptions};
+use gphash::{Batch, CacheOptions, Config, GpHash, GpuOptions};
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
@@ -46,7 +46,11 @@ fn batch(seed: u64, i: u64) -> Batch {
 fn child(pool: &str, seed: u64) {
     let from: u64 = std::env::var(FROM_ENV).unwrap().parse().unwrap();
     let options = match std::env::var(EXECUTOR_ENV).as_deref() {
-        Ok("gpu") => common::gpu_options(GpuOptions::default()),
+        // The bucket cache loads every few batches: a kill may land in a loading slice.
+        Ok("gpu") => common::gpu_options(GpuOptions {
+            cache: CacheOptions { ratio: 0.3, period: 500, ..CacheOptions::default() },
+            ..GpuOptions::default()
+        }),
         _ => common::cpu_options(),
     };
     let mut t = GpHash::open(pool.as_ref(), &options).unwrap();
