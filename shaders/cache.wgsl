@@ -55,7 +55,7 @@ fn refresh(
         let slot = id % SLOTS;
         let state = table_load(state_word(bucket, slot));
         tally_add(CTRL_CACHE_REFRESHED, 1u);
-        if (op_field(me, ST_PHASE) == PHASE_CLAIMED) {
+        if (op_field(me, ST_PHASE) == PHASE_CLAIMED && KEYS_APART == 0u) {
             let key = load_key(me);
             for (var i = 0u; i < KEY_WORDS; i++) {
                 ctable_store(cached_word(entry, bucket, 2u * SLOTS + slot * KEY_WORDS + i), key[i]);

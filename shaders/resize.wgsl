@@ -45,10 +45,27 @@ fn relocate(
     if (w >= params.n) {
         return;
     }
+    if (KEYS_APART == 1u && w >= SOURCE_KEYS_BASE) {
+        // A key of the old key array follows its slot's bucket.
+        let id = (w - SOURCE_KEYS_BASE) / KEY_WORDS;
+        let to = grown_bucket(id / SLOTS);
+        if (to != NONE) {
+            table_store(key_word(to, id % SLOTS) + (w - SOURCE_KEYS_BASE) % KEY_WORDS, source_load(w));
+        }
+        return;
+    }
     let to = grown_bucket(w / BUCKET_WORDS);
     if (to != NONE) {
         table_store(to * BUCKET_WORDS + w % BUCKET_WORDS, source_load(w));
     }
+}
+
+// Where the key of a slot of the old table begins.
+fn source_key_word(bucket: u32, slot: u32) -> u32 {
+    if (KEYS_APART == 1u) {
+        return SOURCE_KEYS_BASE + (bucket * SLOTS + slot) * KEY_WORDS;
+    }
+    return key_word(bucket, slot);
 }
 
 // One slot of the old bottom level per invocation (`params.n` = old groups * SLOTS).
@@ -77,7 +94,7 @@ fn rehash(
         var key: array<u32, KEY_WORDS>;
         if (turn.busy) {
             for (var i = 0u; i < KEY_WORDS; i++) {
-                key[i] = source_load(key_word(old_bucket, turn.op % SLOTS) + i);
+                key[i] = source_load(source_key_word(old_bucket, turn.op % SLOTS) + i);
             }
         }
         let loc = locate(key);

@@ -44,6 +44,9 @@ pub struct Config {
     pub seed: u64,
     /// Largest size the pool may grow to (`None`: no limit but the device's or the disk's).
     pub max_bytes: Option<u64>,
+    /// Keep keys in an array of their own instead of in their buckets (an ablation of the
+    /// design: a positive search then reads its key with a request of its own; no cache).
+    pub keys_apart: bool,
 }
 
 impl Default for Config {
@@ -55,6 +58,7 @@ impl Default for Config {
             capacity: 1 << 20,
             seed: 0x9E37_79B9_7F4A_7C15,
             max_bytes: None,
+            keys_apart: false,
         }
     }
 }
@@ -259,9 +263,10 @@ impl GpHash {
     /// Creates a table in a new pool at `path` (`None`: anonymous, volatile memory).
     pub fn create(path: Option<&Path>, config: &Config, options: &Options) -> Result<GpHash> {
         let geo =
-            Geometry::for_capacity(config.layout, config.key_bytes, config.value_bytes, config.capacity)?;
+            Geometry::for_capacity(config.layout, config.key_bytes, config.value_bytes, config.capacity)?
+                .with_keys_apart(config.keys_apart)?;
         let (table_region, heap_region, bytes) = host_pm::layout_regions(geo.table_bytes(), geo.heap_bytes());
-        let header = Header {
+        let mut header = Header {
             version: host_pm::FORMAT_VERSION,
             table: TableConfig {
                 key_bytes: geo.key_bytes,
@@ -280,6 +285,7 @@ impl GpHash {
             sequence: 0,
             user: [0; 8],
         };
+        header.user[crate::layout::KEYS_APART_WORD] = geo.keys_apart as u64;
         let pool = Pool::create(path, bytes, &header, &CreateOptions { max_bytes: config.max_bytes })?;
         let mut index = Self::start(pool, options)?;
         index.recovery.created = true;
@@ -300,7 +306,13 @@ impl GpHash {
             why,
         };
         let layout = Layout { levels: t.levels, hashes: t.hashes, slots: t.slots };
+        let apart = match h.user[crate::layout::KEYS_APART_WORD] {
+            0 => false,
+            1 => true,
+            other => return Err(incompatible(format!("unknown key placement {other}"))),
+        };
         let geo = Geometry::new(layout, t.key_bytes, t.value_bytes, t.top_level, h.heap_cells)
+            .and_then(|g| g.with_keys_apart(apart))
             .map_err(|e| incompatible(e.to_string()))?;
         if h.table_region.bytes < geo.table_bytes() || h.heap_region.bytes < geo.heap_bytes() {
             return Err(incompatible(format!(

@@ -30,6 +30,8 @@ pub const INSERTING: u32 = 1;
 pub const PUBLISHED: u32 = 2;
 /// Largest number of candidate slots per key (`L * H * S`) the kernels support.
 pub const MAX_CANDIDATES: u32 = 128;
+/// The pool header's user word that records where keys live (0: in their buckets, 1: apart).
+pub const KEYS_APART_WORD: usize = 0;
 /// Load factor the table is sized for when created with a capacity.
 pub const TARGET_LOAD: f64 = 0.75;
 
@@ -130,6 +132,9 @@ pub struct Geometry {
     pub top_level: u32,
     /// Value cells in the heap.
     pub cells: u64,
+    /// Keys in an array of their own after the buckets, not in the buckets (the layout of the
+    /// GPHash paper's predecessors, kept as an ablation: a positive search reads its key apart).
+    pub keys_apart: bool,
 }
 
 impl Geometry {
@@ -150,7 +155,18 @@ impl Geometry {
                 layout.levels - 1
             ));
         }
-        let g = Geometry { layout, key_bytes, value_bytes, top_level, cells };
+        Geometry { layout, key_bytes, value_bytes, top_level, cells, keys_apart: false }.checked()
+    }
+
+    /// The same table with its keys in an array of their own (`apart`) or in their buckets.
+    pub fn with_keys_apart(self, apart: bool) -> Result<Self> {
+        Geometry { keys_apart: apart, ..self }.checked()
+    }
+
+    /// Checks the sizes the kernels can address.
+    fn checked(self) -> Result<Self> {
+        let (g, cells) = (self, self.cells);
+        let bad = |why: String| Err(Error::InvalidConfig(why));
         if g.table_words() > u32::MAX as u64 {
             return bad(format!("table of {} bytes is too large", g.table_bytes()));
         }
@@ -186,9 +202,14 @@ impl Geometry {
         self.key_bytes / 4
     }
 
-    /// 32-bit words of one bucket.
+    /// 32-bit words of one bucket: fingerprints and state words, and the keys unless apart.
     pub fn bucket_words(&self) -> u32 {
-        self.layout.slots * (2 + self.key_words())
+        self.layout.slots * (2 + if self.keys_apart { 0 } else { self.key_words() })
+    }
+
+    /// Word offset of the key array (the end of the buckets) when keys are apart.
+    pub fn keys_base(&self) -> u64 {
+        self.buckets() * self.bucket_words() as u64
     }
 
     /// Bytes of one group (the run one hash location reads).
@@ -223,7 +244,7 @@ impl Geometry {
 
     /// Words of the table region.
     pub fn table_words(&self) -> u64 {
-        self.buckets() * self.bucket_words() as u64
+        self.keys_base() + if self.keys_apart { self.slots() * self.key_words() as u64 } else { 0 }
     }
 
     /// Bytes of the table region.
@@ -272,7 +293,12 @@ impl Geometry {
 
     /// Word offset of the first key word of a slot.
     pub fn key_word(&self, bucket: u64, slot: u32) -> u64 {
-        bucket * self.bucket_words() as u64 + 2 * self.layout.slots as u64 + (slot * self.key_words()) as u64
+        let kw = self.key_words() as u64;
+        if self.keys_apart {
+            self.keys_base() + (bucket * self.layout.slots as u64 + slot as u64) * kw
+        } else {
+            bucket * self.bucket_words() as u64 + 2 * self.layout.slots as u64 + slot as u64 * kw
+        }
     }
 
     /// The table one level taller: top level + 1, twice the groups, and a heap of at least as
@@ -280,7 +306,8 @@ impl Geometry {
     pub fn grown(&self) -> Result<Geometry> {
         let mut g = Geometry { top_level: self.top_level + 1, ..*self };
         g.cells = self.cells.max(Self::cells_for_slots(g.slots()));
-        Geometry::new(g.layout, g.key_bytes, g.value_bytes, g.top_level, g.cells)
+        Geometry::new(g.layout, g.key_bytes, g.value_bytes, g.top_level, g.cells)?
+            .with_keys_apart(self.keys_apart)
     }
 
     /// Where bucket `bucket` of this table sits in the table one level taller, or `None` for a

@@ -368,10 +368,16 @@ impl Model<'_> {
     /// model's geometry is the new one).
     pub fn relocate(&self, old: &Geometry, from: &[u32], to: &mut [u32]) {
         let bw = old.bucket_words() as usize;
+        let kw = old.key_words() as usize;
         for b in 0..old.buckets() {
             if let Some(nb) = old.grown_bucket(b) {
                 let (f, t) = (b as usize * bw, nb as usize * bw);
                 to[t..t + bw].copy_from_slice(&from[f..f + bw]);
+                // Keys kept apart follow their buckets.
+                for s in (0..old.layout.slots).filter(|_| old.keys_apart) {
+                    let (f, t) = (old.key_word(b, s) as usize, self.geo.key_word(nb, s) as usize);
+                    to[t..t + kw].copy_from_slice(&from[f..f + kw]);
+                }
             }
         }
     }

@@ -39,18 +39,22 @@ fn tables_grow_instead_of_failing() {
             ..GpuOptions::default()
         })
     };
-    let cases: [(&str, &str, Options); 4] = [
-        ("2L-2H-8S", "gpu zero-copy", gpu(Placement::ZeroCopy)),
-        ("4L-2H-4S", "gpu staged", gpu(Placement::Staged)),
-        ("1L-2H-8S", "gpu zero-copy", gpu(Placement::ZeroCopy)),
-        ("3L-2H-8S", "cpu", common::cpu_options()),
+    // The last two keep keys apart from their buckets.
+    let cases: [(&str, &str, Options, bool); 6] = [
+        ("2L-2H-8S", "gpu zero-copy", gpu(Placement::ZeroCopy), false),
+        ("4L-2H-4S", "gpu staged", gpu(Placement::Staged), false),
+        ("1L-2H-8S", "gpu zero-copy", gpu(Placement::ZeroCopy), false),
+        ("3L-2H-8S", "cpu", common::cpu_options(), false),
+        ("2L-2H-8S", "gpu zero-copy, keys apart", gpu(Placement::ZeroCopy), true),
+        ("3L-2H-4S", "cpu, keys apart", common::cpu_options(), true),
     ];
-    for (layout, name, options) in cases {
+    for (layout, name, options, keys_apart) in cases {
         let dir = common::pool_dir();
         let cfg = Config {
             layout: layout.parse::<Layout>().unwrap(),
             capacity: 100,
             value_bytes: 12,
+            keys_apart,
             ..Default::default()
         };
         let mut t = common::table(&dir, "p", &cfg, &options);
@@ -85,6 +89,7 @@ fn tables_grow_instead_of_failing() {
         // The grown table reopens as it was.
         let t = GpHash::open(&dir.path().join("p"), &common::cpu_options()).unwrap();
         assert_same_content(t.entries(), &oracle.map, &format!("{layout} {name} reopened"));
+        assert_eq!(t.geometry().keys_apart, keys_apart, "{layout} {name}: key placement survives reopening");
     }
 }
 

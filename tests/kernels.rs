@@ -19,6 +19,7 @@ struct Case {
     key_bytes: u32,
     value_bytes: u32,
     gpu: GpuOptions,
+    keys_apart: bool,
 }
 
 fn cases() -> Vec<Case> {
@@ -29,25 +30,72 @@ fn cases() -> Vec<Case> {
         ..GpuOptions::default()
     };
     vec![
-        Case { layout: "2L-2H-8S", key_bytes: 8, value_bytes: 8, gpu: opts(Placement::ZeroCopy, 32, None) },
-        Case { layout: "2L-2H-8S", key_bytes: 32, value_bytes: 128, gpu: opts(Placement::Staged, 32, None) },
+        Case {
+            layout: "2L-2H-8S",
+            key_bytes: 8,
+            value_bytes: 8,
+            gpu: opts(Placement::ZeroCopy, 32, None),
+            keys_apart: false,
+        },
+        Case {
+            layout: "2L-2H-8S",
+            key_bytes: 32,
+            value_bytes: 128,
+            gpu: opts(Placement::Staged, 32, None),
+            keys_apart: false,
+        },
         Case {
             layout: "4L-2H-16S",
             key_bytes: 16,
             value_bytes: 20,
             gpu: opts(Placement::ZeroCopy, 16, Some(64 << 10)),
+            keys_apart: false,
         },
         Case {
             layout: "1L-2H-4S",
             key_bytes: 4,
             value_bytes: 3,
             gpu: opts(Placement::Staged, 4, Some(64 << 10)),
+            keys_apart: false,
         },
-        Case { layout: "3L-3H-4S", key_bytes: 8, value_bytes: 64, gpu: opts(Placement::ZeroCopy, 8, None) },
+        Case {
+            layout: "3L-3H-4S",
+            key_bytes: 8,
+            value_bytes: 64,
+            gpu: opts(Placement::ZeroCopy, 8, None),
+            keys_apart: false,
+        },
         // The naive baseline: one invocation per operation, no cooperation.
-        Case { layout: "2L-2H-8S", key_bytes: 16, value_bytes: 8, gpu: opts(Placement::ZeroCopy, 1, None) },
+        Case {
+            layout: "2L-2H-8S",
+            key_bytes: 16,
+            value_bytes: 8,
+            gpu: opts(Placement::ZeroCopy, 1, None),
+            keys_apart: false,
+        },
+        // Keys in an array of their own (the ablation of in-place keys).
+        Case {
+            layout: "2L-2H-8S",
+            key_bytes: 16,
+            value_bytes: 12,
+            gpu: opts(Placement::ZeroCopy, 32, Some(64 << 10)),
+            keys_apart: true,
+        },
+        Case {
+            layout: "3L-2H-4S",
+            key_bytes: 8,
+            value_bytes: 8,
+            gpu: opts(Placement::Staged, 8, None),
+            keys_apart: true,
+        },
         // Volatile: device memory only (its results are compared; its pool is not).
-        Case { layout: "2L-2H-8S", key_bytes: 8, value_bytes: 8, gpu: opts(Placement::Volatile, 2, None) },
+        Case {
+            layout: "2L-2H-8S",
+            key_bytes: 8,
+            value_bytes: 8,
+            gpu: opts(Placement::Volatile, 2, None),
+            keys_apart: false,
+        },
     ]
 }
 
@@ -76,9 +124,12 @@ fn gpu_matches_model_on_random_batches() {
             capacity: 3000,
             seed: rng.random(),
             max_bytes: None,
+            keys_apart: case.keys_apart,
         };
-        let what =
-            format!("{} key {} value {} {:?}", case.layout, case.key_bytes, case.value_bytes, case.gpu);
+        let what = format!(
+            "{} key {} value {} apart {} {:?}",
+            case.layout, case.key_bytes, case.value_bytes, case.keys_apart, case.gpu
+        );
         let mut gpu = common::table(&dir, &format!("g{ci}"), &cfg, &common::gpu_options(case.gpu.clone()));
         let mut cpu = common::table(&dir, &format!("c{ci}"), &cfg, &common::cpu_options());
         let mut oracle = Oracle::default();

@@ -32,9 +32,17 @@ fn candidate_entry(loc: Located, c: u32) -> u32 {
     return loc.entries[min(c, CANDIDATES - 1u) / (SLOTS * LEVELS)];
 }
 
+// Whether the slot holds `key` (a cached copy holds the keys in its buckets: with keys apart
+// there is no cache).
 fn key_at(key: array<u32, KEY_WORDS>, entry: u32, bucket: u32, slot: u32) -> bool {
     for (var i = 0u; i < KEY_WORDS; i++) {
-        if (bucket_load(entry, bucket, 2u * SLOTS + slot * KEY_WORDS + i) != key[i]) {
+        var w: u32;
+        if (entry == NONE) {
+            w = table_load(key_word(bucket, slot) + i);
+        } else {
+            w = ctable_load(cached_word(entry, bucket, 2u * SLOTS + slot * KEY_WORDS + i));
+        }
+        if (w != key[i]) {
             return false;
         }
     }

@@ -20,6 +20,9 @@ fn state_word(bucket: u32, slot: u32) -> u32 {
 }
 
 fn key_word(bucket: u32, slot: u32) -> u32 {
+    if (KEYS_APART == 1u) {
+        return KEYS_BASE + (bucket * SLOTS + slot) * KEY_WORDS;
+    }
     return bucket * BUCKET_WORDS + 2u * SLOTS + slot * KEY_WORDS;
 }
 

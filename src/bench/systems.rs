@@ -51,24 +51,28 @@ impl GpHashSystem {
 ///
 /// - a probe reads the candidate buckets of each hash location, which lie in one group: `H`
 ///   requests of the fingerprint and state words of `L` buckets (plus the key of a slot whose
-///   fingerprint matches);
+///   fingerprint matches: in the group, or with a request of its own when keys are apart);
 /// - a read that finds its key reads its value cell: 1 request;
 /// - a new value is written into a fresh cell: 1 request;
-/// - a claim is a CAS and a write of fingerprint and key: 2 requests; publishing it, and
-///   swinging or clearing a found slot, is one CAS: 1 request.
+/// - a claim is a CAS and a write of fingerprint and key (2 writes when keys are apart):
+///   2 or 3 requests; publishing it, and swinging or clearing a found slot, is one CAS.
+///
+/// The bucket cache is not modelled: its savings are counted by the kernels ([`crate::CacheStats`]).
 pub fn traffic(geo: &Geometry, kind: OpKind, hit: bool) -> Traffic {
     let l = geo.layout;
-    let group = (l.levels * 2 * l.slots * 4) as f64;
+    let key = geo.key_bytes as f64;
+    let apart = geo.keys_apart as u32 as f64;
+    let group = geo.group_bytes() as f64;
     let probe = Traffic {
-        requests: l.hashes as f64,
-        bytes: l.hashes as f64 * group + if hit { geo.key_bytes as f64 } else { 0.0 },
+        requests: l.hashes as f64 + if hit { apart } else { 0.0 },
+        bytes: l.hashes as f64 * group + if hit { key } else { 0.0 },
     };
     let cell = (geo.cell_words() * 4) as f64;
     let (requests, bytes) = match (kind, hit) {
         (OpKind::Get, true) => (1.0, cell),
         (OpKind::Get | OpKind::Update | OpKind::Delete, false) => (0.0, 0.0),
         (OpKind::Insert, true) => (0.0, 0.0),
-        (OpKind::Insert | OpKind::Upsert, false) => (4.0, cell + 4.0 + 4.0 + geo.key_bytes as f64 + 4.0),
+        (OpKind::Insert | OpKind::Upsert, false) => (4.0 + apart, cell + 4.0 + 4.0 + key + 4.0),
         (OpKind::Update | OpKind::Upsert, true) => (2.0, cell + 4.0),
         (OpKind::Delete, true) => (1.0, 4.0),
     };
@@ -110,5 +114,8 @@ mod tests {
         assert_eq!(traffic(&g, OpKind::Get, false).requests, 2.0);
         assert_eq!(traffic(&g, OpKind::Insert, false).requests, 6.0);
         assert_eq!(traffic(&g, OpKind::Update, true).requests, 4.0);
+        let apart = g.with_keys_apart(true).unwrap();
+        assert_eq!(traffic(&apart, OpKind::Get, true).requests, 4.0);
+        assert_eq!(traffic(&apart, OpKind::Insert, false).requests, 7.0);
     }
 }

@@ -240,7 +240,8 @@ impl GpuEngine {
             }
         };
         // Only a table in host memory gains from a copy of its hot groups in device memory.
-        let cache = DeviceCache::new(&gpu, &geo, &opts.cache, mode == Mode::ZeroCopy, max_window)?;
+        let cache =
+            DeviceCache::new(&gpu, &geo, &opts.cache, mode == Mode::ZeroCopy && !geo.keys_apart, max_window)?;
         cfg.cache = cache.config();
         check_bindings(&cfg, &gpu.info)?;
         let dev = &gpu.device;
@@ -651,6 +652,9 @@ impl Engine for GpuEngine {
     fn cache_status(&self) -> CacheStatus {
         match &self.mode {
             _ if self.cache.enabled() => CacheStatus::On(self.cache.stats()),
+            _ if self.cfg.geo.keys_apart => {
+                CacheStatus::Off { reason: "keys are apart from their buckets".into() }
+            }
             Mode::ZeroCopy => CacheStatus::Off { reason: "cache ratio 0".into() },
             _ => CacheStatus::Off { reason: "the table is in device memory already".into() },
         }

@@ -39,7 +39,11 @@ pub fn build(
         // The resize kernels touch no heap: one small dummy window.
         heap: Windows::cover(16, 64),
         cache: CacheConfig::off(),
-        source: Some(Source { windows: Windows::cover(old.table_words(), window), top_level: old.top_level }),
+        source: Some(Source {
+            windows: Windows::cover(old.table_words(), window),
+            top_level: old.top_level,
+            keys_base: old.keys_base(),
+        }),
     };
     check_bindings(&cfg, &gpu.info)?;
     let source = cfg.source.expect("set above").windows;

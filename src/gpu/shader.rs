@@ -208,6 +208,8 @@ pub struct Source {
     pub windows: Windows,
     /// Its top level.
     pub top_level: u32,
+    /// Word offset of its key array (keys apart).
+    pub keys_base: u64,
 }
 
 impl KernelConfig {
@@ -263,7 +265,7 @@ fn prelude(cfg: &KernelConfig) -> String {
     let g = &cfg.geo;
     let l = &g.layout;
     let mut s = String::new();
-    let consts: [(&str, u64); 18] = [
+    let consts: [(&str, u64); 20] = [
         ("WG", WORKGROUP as u64),
         ("TILE", cfg.tile as u64),
         ("KEY_WORDS", g.key_words() as u64),
@@ -280,6 +282,8 @@ fn prelude(cfg: &KernelConfig) -> String {
         ("GROUP_SLOTS", g.group_slots()),
         ("GROUPS", g.groups()),
         ("BITMAP_WORDS", cfg.bitmap_words() as u64),
+        ("KEYS_APART", g.keys_apart as u64),
+        ("KEYS_BASE", g.keys_base()),
         ("CACHE_ENTRIES", cfg.cache.entries as u64),
         ("CACHE_COUNT", cfg.cache.count_mode as u64),
     ];
@@ -355,6 +359,7 @@ struct Params {
     }
     if let Some(src) = cfg.source {
         writeln!(s, "const SOURCE_TOP_LEVEL: u32 = {}u;", src.top_level).unwrap();
+        writeln!(s, "const SOURCE_KEYS_BASE: u32 = {}u;", src.keys_base).unwrap();
         for i in 0..src.windows.count {
             writeln!(s, "@group(0) @binding({binding}) var<storage, read> source_w{i}: array<u32>;").unwrap();
             binding += 1;
@@ -442,7 +447,8 @@ mod tests {
             Windows::cover(geo.table_words(), geo.table_bytes().div_ceil(windows as u64).next_power_of_two());
         let heap =
             Windows::cover(geo.heap_words(), geo.heap_bytes().div_ceil(windows as u64).next_power_of_two());
-        let source = Some(Source { windows: table, top_level: geo.top_level - 1 });
+        let source =
+            Some(Source { windows: table, top_level: geo.top_level - 1, keys_base: geo.keys_base() / 2 });
         let cache = CacheConfig { entries: 3, count_mode: 1, table: heap, heap: table };
         KernelConfig { seeds: Seeds::new(7, layout.hashes), geo, tile: 32, table, heap, cache, source }
     }
@@ -457,7 +463,10 @@ mod tests {
             ("4L-2H-16S", 16, 100, 4),
             ("3L-3H-8S", 256, 7, 2),
         ] {
-            let cfg = config(layout, k, v, w);
+            let mut cfg = config(layout, k, v, w);
+            if k == 16 {
+                cfg.geo = cfg.geo.with_keys_apart(true).unwrap();
+            }
             for kernel in Kernel::BATCH.into_iter().chain(Kernel::RESIZE) {
                 if let Err(e) = validate(kernel, &cfg) {
                     panic!("{layout} key {k} value {v} windows {w}: {e}");
