@@ -143,6 +143,8 @@ pub struct CacheStats {
     pub hits: u64,
     /// Loading phases started.
     pub loads: u64,
+    /// Whether a loading phase is in progress.
+    pub loading: bool,
     /// Groups copied into entries by loading phases.
     pub groups_loaded: u64,
     /// Time spent choosing hot groups and running the loading slices.

@@ -126,6 +126,10 @@ impl Engine for CpuEngine {
         crate::cache::CacheStatus::Off { reason: "the CPU executor has no device memory".into() }
     }
 
+    fn bitmap(&mut self) -> Result<Bitmap> {
+        Ok(self.bitmap.clone())
+    }
+
     fn cells_used(&mut self) -> Result<u64> {
         Ok(self.bitmap.used(self.geo.cells))
     }

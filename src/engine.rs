@@ -8,7 +8,7 @@ use host_pm::Pool;
 use crate::cache::{CacheStatus, Snapshot};
 use crate::error::Result;
 use crate::gpu::engine::DeviceBatch;
-use crate::model::Control;
+use crate::model::{Bitmap, Control};
 use crate::protocol::OpKind;
 
 /// A batch in kernel form: operation codes, key words, value words (cell-padded).
@@ -148,6 +148,14 @@ pub trait Engine: Send {
 
     /// Value cells in use (for stats).
     fn cells_used(&mut self) -> Result<u64>;
+
+    /// The value-cell allocator as it stands (to hand over to a new engine).
+    fn bitmap(&mut self) -> Result<Bitmap>;
+
+    /// Runs a whole loading phase of the bucket cache now (no-op without a cache).
+    fn load_cache(&mut self) -> Result<()> {
+        Ok(())
+    }
 
     /// The bucket cache: whether there is one, and what it did.
     fn cache_status(&self) -> CacheStatus;

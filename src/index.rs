@@ -509,6 +509,33 @@ impl GpHash {
         }
     }
 
+    /// Replaces the bucket cache by one with these settings (empty: it fills at its first
+    /// loading phase, or at [`GpHash::load_cache`]). The table is untouched.
+    pub fn set_cache(&mut self, cache: crate::cache::CacheOptions) -> Result<()> {
+        if let Some(why) = &self.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        cache.validate()?;
+        let bitmap = self.engine().bitmap()?;
+        let old = std::mem::replace(&mut self.options.gpu.cache, cache);
+        self.engine = None;
+        match self.make_engine(bitmap.clone()) {
+            Ok(e) => self.engine = Some(e),
+            Err(e) => {
+                self.options.gpu.cache = old;
+                self.engine = Some(self.make_engine(bitmap)?);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a whole loading phase of the bucket cache now: the hot groups so far are cached
+    /// when this returns (the cache then stays frozen until its next period).
+    pub fn load_cache(&mut self) -> Result<()> {
+        self.engine().load_cache()
+    }
+
     /// What the bucket cache holds now (for tests and diagnostics; empty without a cache).
     pub fn cache_snapshot(&mut self) -> Result<crate::cache::Snapshot> {
         self.engine().cache_snapshot()

@@ -68,6 +68,11 @@ impl Bitmap {
         Bitmap { words, cursor: 0 }
     }
 
+    /// The allocator whose bitmap words are `words` (as the GPU engine holds them).
+    pub fn from_words(words: Vec<u32>) -> Self {
+        Bitmap { words, cursor: 0 }
+    }
+
     /// Rebuilds the allocator from the published slots of a table (recovery on open).
     pub fn rebuild(geo: &Geometry, table: &[u32]) -> Self {
         let mut b = Bitmap::new(geo.cells);

@@ -312,6 +312,41 @@ fn cache_is_rebuilt_across_resizes() {
     assert_same_content(t.entries(), &oracle.map, "after growing");
 }
 
+/// A cache set on an open table and loaded on demand: the table is untouched, the hot groups are
+/// cached when `load_cache` returns, and reads of hot keys are then served by the cache.
+#[test]
+fn cache_set_and_loaded_on_demand() {
+    let dir = common::pool_dir();
+    let Some(_) = common::gpu() else { return };
+    let cfg = Config { key_bytes: 8, value_bytes: 8, capacity: 4000, ..Config::default() };
+    let mut t =
+        cached_table(&dir, "on-demand", &cfg, CacheOptions { ratio: 0.1, ..CacheOptions::default() }, 32);
+    let keys: Vec<u8> = (0..3000u64).flat_map(|k| common::key(k, 8)).collect();
+    let values: Vec<u8> = (0..3000u64).flat_map(|k| k.to_le_bytes()).collect();
+    t.insert(&keys, &values).unwrap();
+    let before = t.entries();
+    t.set_cache(CacheOptions { ratio: 0.5, period: u64::MAX, ..CacheOptions::default() }).unwrap();
+    assert_eq!(t.entries(), before, "setting the cache changed the table");
+    assert_eq!(cache_stats(&t).entries as u64, t.geometry().groups() / 2);
+    let hot = &keys[..80 * 8];
+    for _ in 0..3 {
+        t.get(hot).unwrap();
+    }
+    assert_eq!(cache_stats(&t).cached, 0, "nothing loads before the period");
+    t.load_cache().unwrap();
+    let s = cache_stats(&t);
+    assert!(s.cached > 0 && !s.loading && s.loads == 1, "{s}");
+    let got = t.get(hot).unwrap();
+    for i in 0..80 {
+        assert_eq!(got.value(i), Some(&(i as u64).to_le_bytes()[..]));
+    }
+    let after = cache_stats(&t);
+    assert_eq!(after.hits - s.hits, 80, "every hot key was read from the cache: {after}");
+    assert_coherent(&mut t, "on demand");
+    assert!(t.set_cache(CacheOptions { ratio: 2.0, ..CacheOptions::default() }).is_err());
+    assert_eq!(cache_stats(&t).entries, after.entries, "a refused setting keeps the cache");
+}
+
 /// Re-runs the tests above at the subgroup sizes lavapipe can be given.
 #[test]
 fn subgroup_sizes_4_8_16() {
@@ -341,6 +376,7 @@ fn subgroup_sizes_4_8_16() {
                 "access_counts",
                 "whole_table",
                 "cache_is_rebuilt",
+                "cache_set",
                 "--test-threads=1",
             ])
             .env("LP_NATIVE_VECTOR_WIDTH", width.to_string())
@@ -353,6 +389,6 @@ fn subgroup_sizes_4_8_16() {
             "subgroup size {size}:\n{text}\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(text.contains("5 passed"), "subgroup size {size}: expected 5 tests to run:\n{text}");
+        assert!(text.contains("6 passed"), "subgroup size {size}: expected 6 tests to run:\n{text}");
     }
 }

@@ -198,9 +198,11 @@ impl DeviceCache {
         self.stats.load_time += t.elapsed();
     }
 
-    /// Uploads the next slice's fills to the plan buffer; returns how many (0: none left).
-    pub fn next_slice(&mut self, gpu: &Gpu) -> u32 {
-        let n = self.slice.min(self.fills.len() - self.done);
+    /// Uploads the next slice's fills (`whole`: all that are left) to the plan buffer; returns
+    /// how many (0: none left).
+    pub fn next_slice(&mut self, gpu: &Gpu, whole: bool) -> u32 {
+        let left = self.fills.len() - self.done;
+        let n = if whole { left } else { self.slice.min(left) };
         let words: Vec<u32> =
             self.fills[self.done..self.done + n].iter().flat_map(|f| [f.entry, f.group]).collect();
         if n > 0 {

@@ -547,9 +547,10 @@ impl GpuEngine {
         Ok(Report { control, written })
     }
 
-    /// Before a batch: a slice of the cache's loading phase, starting the phase when one is due
-    /// (hot groups chosen from the counts read now; LFU counts then halve).
-    fn cache_slice(&mut self) -> Result<()> {
+    /// Before a batch: a slice of the cache's loading phase (`whole`: the rest of the phase),
+    /// starting the phase when one is due (hot groups chosen from the counts read now; LFU counts
+    /// then halve).
+    fn cache_slice(&mut self, whole: bool) -> Result<()> {
         let started = std::time::Instant::now();
         if !self.cache.loading() {
             let counts =
@@ -560,7 +561,7 @@ impl GpuEngine {
                 self.run(&[Kernel::CacheDecay], Results::None)?;
             }
         }
-        let n = self.cache.next_slice(&self.gpu);
+        let n = self.cache.next_slice(&self.gpu, whole);
         let mut filled = 0;
         if n > 0 {
             self.write_params(n);
@@ -595,7 +596,7 @@ impl Engine for GpuEngine {
         self.reserve(n);
         self.batches = self.batches.wrapping_add(1);
         if self.cache.batch_starts(n as u64) {
-            self.cache_slice()?;
+            self.cache_slice(false)?;
         }
         self.write_params(n);
         let io = self.io.as_ref().expect("reserved");
@@ -665,6 +666,10 @@ impl Engine for GpuEngine {
     }
 
     fn cells_used(&mut self) -> Result<u64> {
+        Ok(self.bitmap()?.used(self.cfg.geo.cells))
+    }
+
+    fn bitmap(&mut self) -> Result<Bitmap> {
         let size = self.bitmap.size();
         let rb = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("bitmap readback"),
@@ -675,14 +680,21 @@ impl Engine for GpuEngine {
         let mut enc = self.gpu.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(&self.bitmap, 0, &rb, 0, size);
         self.gpu.queue.submit([enc.finish()]);
-        let cells = self.cfg.geo.cells;
-        let mut used = 0;
-        map_read(&self.gpu, &rb, 0..size, |bytes| {
-            let words: &[u32] = bytemuck::cast_slice(bytes);
-            let set: u64 = words.iter().map(|w| w.count_ones() as u64).sum();
-            used = set - (cells.div_ceil(32) * 32 - cells);
-        })?;
-        Ok(used)
+        let mut words = vec![];
+        map_read(&self.gpu, &rb, 0..size, |bytes| words = bytemuck::cast_slice(bytes).to_vec())?;
+        Ok(Bitmap::from_words(words))
+    }
+
+    fn load_cache(&mut self) -> Result<()> {
+        if !self.cache.enabled() {
+            return Ok(());
+        }
+        self.reserve(1);
+        self.cache_slice(true)?;
+        while self.cache.loading() {
+            self.cache_slice(true)?;
+        }
+        Ok(())
     }
 }
 
