@@ -29,6 +29,10 @@
 //!   is recomputed with the new count (YCSB keeps the count of construction there); when it
 //!   shrinks, zeta is recomputed (YCSB by default keeps the larger zeta).
 //! - A Zipfian draw that rounds up to the item count is clamped to the last item.
+//! - YCSB's formula holds for theta in `[0, 1)` only (it divides by `1 - theta`). For the skew
+//!   sweeps beyond (theta 1 to 1.2, as GPHash's Figure 12), the scrambled generator's inner draw
+//!   over the same `[0, SCRAMBLED_ITEMS]` is exact rejection-inversion sampling (Hörmann and
+//!   Derflinger, `rand_distr::Zipf`); the scrambling is YCSB's.
 //! - With a Zipfian request distribution the key chooser spans
 //!   `records + operations * insert_proportion * 2` ids (plus one: YCSB's bound is inclusive) and
 //!   draws above the last acknowledged id are redrawn (`CoreWorkload.nextKeynum`).
@@ -64,6 +68,9 @@ pub const SCRAMBLED_ITEMS: u64 = 10_000_000_000;
 /// (`ScrambledZipfianGenerator.ZETAN`): zeta(1e10, 0.99). (A published YCSB version pairs it
 /// with 1e16 items, whose zeta is about 45.1; the constant belongs to 1e10.)
 pub const SCRAMBLED_ZETAN: f64 = 26.46902820178302;
+
+/// The largest Zipfian constant a request distribution takes (skew sweeps).
+pub const MAX_THETA: f64 = 2.0;
 
 /// Ids below this map to distinct keys through [`crate::bench::key`] (which keeps only the low
 /// 32 bits of an id); [`Generator::new`] refuses configurations that would produce larger ids.
@@ -247,21 +254,33 @@ impl Zipfian {
 pub struct ScrambledZipfian {
     min: u64,
     items: u64,
-    inner: Zipfian,
+    inner: Inner,
+}
+
+/// The inner draw of a [`ScrambledZipfian`]: YCSB's formula (theta below 1), or exact
+/// rejection-inversion sampling (theta 1 and above, where the formula does not hold).
+#[derive(Clone, Debug)]
+enum Inner {
+    Ycsb(Zipfian),
+    Exact(rand_distr::Zipf<f64>),
 }
 
 impl ScrambledZipfian {
     /// A generator over `min..=max`. For theta 0.99 the inner Zipfian uses the pinned
-    /// [`SCRAMBLED_ZETAN`]; otherwise its zeta is computed.
+    /// [`SCRAMBLED_ZETAN`]; otherwise its zeta is computed (theta below 1) or it samples exactly
+    /// (theta 1 and above).
     ///
     /// # Panics
-    /// If `max < min`, the range holds every u64, or `theta` is not in `[0, 1)`.
+    /// If `max < min`, the range holds every u64, or `theta` is not in `[0, MAX_THETA]`.
     pub fn new(min: u64, max: u64, theta: f64) -> Self {
         let items = Zipfian::count(min, max);
         let inner = if theta == ZIPFIAN_CONSTANT {
-            Zipfian::with_zetan(0, SCRAMBLED_ITEMS, theta, SCRAMBLED_ZETAN)
+            Inner::Ycsb(Zipfian::with_zetan(0, SCRAMBLED_ITEMS, theta, SCRAMBLED_ZETAN))
+        } else if theta < 1.0 {
+            Inner::Ycsb(Zipfian::new(0, SCRAMBLED_ITEMS, theta))
         } else {
-            Zipfian::new(0, SCRAMBLED_ITEMS, theta)
+            assert!(theta <= MAX_THETA, "Zipfian constant {theta} is not in [0, {MAX_THETA}]");
+            Inner::Exact(rand_distr::Zipf::new(SCRAMBLED_ITEMS as f64 + 1.0, theta).expect("valid Zipf"))
         };
         ScrambledZipfian { min, items, inner }
     }
@@ -271,15 +290,23 @@ impl ScrambledZipfian {
         self.items
     }
 
-    /// The inner Zipfian's zeta.
-    pub fn zetan(&self) -> f64 {
-        self.inner.zetan()
+    /// The inner Zipfian's zeta (`None` where it samples exactly, theta 1 and above).
+    pub fn zetan(&self) -> Option<f64> {
+        match &self.inner {
+            Inner::Ycsb(z) => Some(z.zetan()),
+            Inner::Exact(_) => None,
+        }
     }
 
     /// One draw in `min..=max`. (YCSB's signed `%` would put the one hash `1 << 63` below `min`;
     /// here the remainder is unsigned and always in range.)
     pub fn next<R: Rng + ?Sized>(&mut self, rng: &mut R) -> u64 {
-        self.min + fnv64(self.inner.next(rng)) % self.items
+        let z = match &mut self.inner {
+            Inner::Ycsb(z) => z.next(rng),
+            // Ranks 1..=n, the most popular first, as YCSB's 0-based draw.
+            Inner::Exact(z) => rng.sample(*z) as u64 - 1,
+        };
+        self.min + fnv64(z) % self.items
     }
 }
 
@@ -350,7 +377,8 @@ pub enum Distribution {
     /// YCSB's `zipfian`: the scrambled Zipfian with constant `theta` over the loaded records and
     /// the expected inserts.
     Zipfian {
-        /// The Zipfian constant, in `[0, 1)`.
+        /// The Zipfian constant, in `[0, MAX_THETA]` (YCSB's formula below 1, exact sampling
+        /// from 1).
         theta: f64,
     },
     /// YCSB's `uniform` over the loaded records.
@@ -378,11 +406,11 @@ impl fmt::Display for Distribution {
 impl FromStr for Distribution {
     type Err = Error;
 
-    /// `uniform`, `latest`, `zipf` (theta 0.99) or `zipf:THETA` with THETA in `[0, 1)`.
+    /// `uniform`, `latest`, `zipf` (theta 0.99) or `zipf:THETA` with THETA in `[0, MAX_THETA]`.
     fn from_str(s: &str) -> Result<Self> {
         let bad = || {
             Error::InvalidConfig(format!(
-                "distribution {s:?}: expected uniform, latest, zipf or zipf:THETA with THETA in [0, 1)"
+                "distribution {s:?}: expected uniform, latest, zipf or zipf:THETA with THETA in [0, {MAX_THETA}]"
             ))
         };
         match s.trim().to_ascii_lowercase().as_str() {
@@ -396,7 +424,7 @@ impl FromStr for Distribution {
                     .ok_or_else(bad)?
                     .parse::<f64>()
                     .map_err(|_| bad())?;
-                if !(0.0..1.0).contains(&theta) {
+                if !(0.0..=MAX_THETA).contains(&theta) {
                     return Err(bad());
                 }
                 Ok(Distribution::Zipfian { theta })
@@ -584,9 +612,9 @@ impl Generator {
         let mix = workload.mix();
         let invalid = |why: String| Err(Error::InvalidConfig(format!("workload {workload}: {why}")));
         if let Distribution::Zipfian { theta } = distribution
-            && !(0.0..1.0).contains(&theta)
+            && !(0.0..=MAX_THETA).contains(&theta)
         {
-            return invalid(format!("Zipfian constant {theta} is not in [0, 1)"));
+            return invalid(format!("Zipfian constant {theta} is not in [0, {MAX_THETA}]"));
         }
         let chooses_keys = !matches!(workload, Workload::Load | Workload::Insert);
         if chooses_keys && records == 0 && operations > 0 {
@@ -880,10 +908,32 @@ mod tests {
         assert!((zeta(10_000_000_000_000_000, ZIPFIAN_CONSTANT) - 45.12).abs() < 0.01);
         // The generator uses the constant for 0.99 and computes zeta otherwise.
         let g = ScrambledZipfian::new(0, 999, ZIPFIAN_CONSTANT);
-        assert_eq!(g.zetan(), SCRAMBLED_ZETAN);
-        assert_eq!(g.inner.items(), SCRAMBLED_ITEMS + 1);
+        assert_eq!(g.zetan(), Some(SCRAMBLED_ZETAN));
+        let Inner::Ycsb(inner) = &g.inner else { panic!("YCSB's formula for 0.99") };
+        assert_eq!(inner.items(), SCRAMBLED_ITEMS + 1);
         let g = ScrambledZipfian::new(0, 999, 0.9);
-        assert!((g.zetan() - zeta(SCRAMBLED_ITEMS + 1, 0.9)).abs() < 1e-12 * g.zetan());
+        let z = g.zetan().unwrap();
+        assert!((z - zeta(SCRAMBLED_ITEMS + 1, 0.9)).abs() < 1e-12 * z);
+    }
+
+    /// From theta 1 on the inner draw is exact: the most popular items' frequencies follow
+    /// `1 / (rank^theta zeta)` (for theta 1.2 and 1e10 + 1 items zeta is about 5.542).
+    #[test]
+    fn exact_zipfian_beyond_one_has_the_expected_head() {
+        let mut g = ScrambledZipfian::new(0, 999_999, 1.2);
+        assert_eq!(g.zetan(), None);
+        let mut r = rng(11);
+        let mut counts: FxHashMap<u64, u64> = FxHashMap::default();
+        let samples = 200_000;
+        for _ in 0..samples {
+            *counts.entry(g.next(&mut r)).or_default() += 1;
+        }
+        let zeta12: f64 = 5.5416;
+        let top = *counts.get(&(fnv64(0) % 1_000_000)).unwrap() as f64 / samples as f64;
+        assert!((top - 1.0 / zeta12).abs() < 0.01, "rank 1: {top}");
+        let second = *counts.get(&(fnv64(1) % 1_000_000)).unwrap() as f64 / samples as f64;
+        assert!((second - 2f64.powf(-1.2) / zeta12).abs() < 0.01, "rank 2: {second}");
+        assert!(Distribution::from_str("zipf:1.2").is_ok() && Distribution::from_str("zipf:2.5").is_err());
     }
 
     #[test]
@@ -1030,7 +1080,8 @@ mod tests {
         }
         assert_eq!(Distribution::default().to_string(), "zipf:0.99");
         assert_eq!("zipf".parse::<Distribution>().unwrap(), Distribution::default());
-        for bad in ["zipf:1", "zipf:1.5", "zipf:-0.1", "zipf:x", "hotspot", ""] {
+        assert_eq!("zipf:1.2".parse::<Distribution>().unwrap(), Distribution::Zipfian { theta: 1.2 });
+        for bad in ["zipf:2.5", "zipf:-0.1", "zipf:x", "hotspot", ""] {
             assert!(bad.parse::<Distribution>().is_err(), "{bad}");
         }
         assert_eq!(Workload::D.default_distribution(), Distribution::Latest);
@@ -1200,7 +1251,8 @@ mod tests {
     fn invalid_configurations() {
         assert!(Generator::new(Workload::A, None, 0, 10, 0).is_err());
         assert!(Generator::new(Workload::Insert, None, 0, 10, 0).is_ok());
-        assert!(Generator::new(Workload::A, Some(Distribution::Zipfian { theta: 1.0 }), 10, 10, 0).is_err());
+        assert!(Generator::new(Workload::A, Some(Distribution::Zipfian { theta: 1.0 }), 10, 10, 0).is_ok());
+        assert!(Generator::new(Workload::A, Some(Distribution::Zipfian { theta: 3.0 }), 10, 10, 0).is_err());
         assert!(Generator::new(Workload::Insert, None, 1 << 31, 1 << 31, 0).is_ok());
         assert!(Generator::new(Workload::Insert, None, 1 << 31, (1 << 31) + 1, 0).is_err());
         assert!(Generator::new(Workload::NegativeSearch, None, 1 << 31, 1, 0).is_err());
