@@ -2,6 +2,7 @@
 //! baselines through one interface (`system`).
 
 pub mod basic;
+pub mod bktcache;
 pub mod ceiling;
 pub mod plots;
 pub mod runner;
