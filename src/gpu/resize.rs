@@ -10,10 +10,10 @@ use super::context::Gpu;
 use super::engine::GpuOptions;
 use super::hostmem::{self, ImportGuard};
 use super::resources::{
-    bind_group_layout, build_pipelines, check_bindings, dispatch, download_region, import_region, map_read,
-    max_window, release_imports, staged_reason, upload_region,
+    bind_group, bind_group_layout, build_pipelines, check_bindings, dispatch, download_region, import_region,
+    map_read, max_window, release_imports, staged_reason, upload_region,
 };
-use super::shader::{Kernel, KernelConfig, Params, Source, Windows};
+use super::shader::{self, Kernel, KernelConfig, Params, Source, Windows};
 use crate::error::Result;
 use crate::hash::Seeds;
 use crate::layout::Geometry;
@@ -40,7 +40,7 @@ pub fn build(
         heap: Windows::cover(16, 64),
         source: Some(Source { windows: Windows::cover(old.table_words(), window), top_level: old.top_level }),
     };
-    check_bindings(&cfg, &gpu.info)?;
+    check_bindings("the table", cfg.bindings().0, &gpu.info)?;
     let source = cfg.source.expect("set above").windows;
     let guard = ImportGuard::default();
     let imported = match staged_reason(pool, opts.placement) {
@@ -81,24 +81,15 @@ pub fn build(
     );
     // Bindings the resize kernels do not use.
     let (unused_ro, unused_rw) = (buffer("unused", 256, storage), buffer("unused", 256, storage));
-    let layout = bind_group_layout(dev, &cfg);
-    let pipelines = build_pipelines(gpu, &cfg, &layout, &Kernel::RESIZE)?;
+    let layout = bind_group_layout(dev, "resize", cfg.bindings());
+    let pipelines = build_pipelines(gpu, &layout, &Kernel::RESIZE, |k| shader::source(k, &cfg))?;
     let mut entries: Vec<&wgpu::Buffer> = vec![&params, &unused_ro, &unused_ro, &unused_ro];
     entries
         .extend([&unused_rw, &unused_rw, &unused_rw, &ctl, &unused_rw, &unused_rw, &unused_rw, &unused_rw]);
     entries.extend(to.iter());
     entries.push(&unused_rw);
     entries.extend(from.iter());
-    let entries: Vec<wgpu::BindGroupEntry> = entries
-        .iter()
-        .enumerate()
-        .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
-        .collect();
-    let bind = dev.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some("resize"),
-        layout: &layout,
-        entries: &entries,
-    });
+    let bind = bind_group(dev, "resize", &layout, &entries);
 
     // One submit per kernel: each reads its own invocation count from the parameters.
     let rehash_slots = old.groups() * old.layout.slots as u64;

@@ -14,20 +14,42 @@ pub const WORKGROUP: u32 = 128;
 /// Binding of the first table window; heap windows follow the table windows.
 pub const FIRST_WINDOW_BINDING: u32 = 12;
 
-/// The shader files, embedded at build time.
-const SOURCES: &[(&str, &str)] = &[
+/// Named WGSL files, embedded at build time.
+pub type Files = &'static [(&'static str, &'static str)];
+
+/// The files any table's kernels may include or run: `shaders/common/` and the staged
+/// write-back kernel.
+pub const SHARED: Files = &[
+    ("writeback.wgsl", include_str!("../../shaders/writeback.wgsl")),
+    ("common/bitmap.wgsl", include_str!("../../shaders/common/bitmap.wgsl")),
+    ("common/cells.wgsl", include_str!("../../shaders/common/cells.wgsl")),
+    ("common/claims.wgsl", include_str!("../../shaders/common/claims.wgsl")),
+    ("common/hash.wgsl", include_str!("../../shaders/common/hash.wgsl")),
+    ("common/ops.wgsl", include_str!("../../shaders/common/ops.wgsl")),
+    ("common/pool.wgsl", include_str!("../../shaders/common/pool.wgsl")),
+    ("common/probe.wgsl", include_str!("../../shaders/common/probe.wgsl")),
+    ("common/protocol.wgsl", include_str!("../../shaders/common/protocol.wgsl")),
+    ("common/table.wgsl", include_str!("../../shaders/common/table.wgsl")),
+    ("common/tile.wgsl", include_str!("../../shaders/common/tile.wgsl")),
+    ("common/values.wgsl", include_str!("../../shaders/common/values.wgsl")),
+];
+
+/// gphash's kernel files.
+const KERNELS: Files = &[
     ("alloc.wgsl", include_str!("../../shaders/alloc.wgsl")),
     ("phase_a.wgsl", include_str!("../../shaders/phase_a.wgsl")),
     ("phase_b.wgsl", include_str!("../../shaders/phase_b.wgsl")),
     ("release.wgsl", include_str!("../../shaders/release.wgsl")),
     ("resize.wgsl", include_str!("../../shaders/resize.wgsl")),
-    ("writeback.wgsl", include_str!("../../shaders/writeback.wgsl")),
-    ("common/hash.wgsl", include_str!("../../shaders/common/hash.wgsl")),
-    ("common/probe.wgsl", include_str!("../../shaders/common/probe.wgsl")),
-    ("common/protocol.wgsl", include_str!("../../shaders/common/protocol.wgsl")),
-    ("common/table.wgsl", include_str!("../../shaders/common/table.wgsl")),
-    ("common/tile.wgsl", include_str!("../../shaders/common/tile.wgsl")),
 ];
+
+/// A compute entry point of some table's kernels.
+pub trait KernelEntry: Copy + PartialEq + std::fmt::Debug {
+    /// The file it lives in.
+    fn file(self) -> &'static str;
+    /// Its entry point.
+    fn entry(self) -> &'static str;
+}
 
 /// One compute entry point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -63,9 +85,10 @@ impl Kernel {
 
     /// The kernels of a resize (they need a [`KernelConfig::source`]).
     pub const RESIZE: [Kernel; 2] = [Kernel::Relocate, Kernel::Rehash];
+}
 
-    /// The file the kernel lives in.
-    pub fn file(self) -> &'static str {
+impl KernelEntry for Kernel {
+    fn file(self) -> &'static str {
         match self {
             Kernel::Alloc => "alloc.wgsl",
             Kernel::PhaseA => "phase_a.wgsl",
@@ -76,8 +99,7 @@ impl Kernel {
         }
     }
 
-    /// Its entry point.
-    pub fn entry(self) -> &'static str {
+    fn entry(self) -> &'static str {
         match self {
             Kernel::FreeCells => "free_cells",
             Kernel::Rollback => "rollback",
@@ -182,11 +204,7 @@ fn prelude(cfg: &KernelConfig) -> String {
     let g = &cfg.geo;
     let l = &g.layout;
     let mut s = String::new();
-    let consts: [(&str, u64); 13] = [
-        ("WG", WORKGROUP as u64),
-        ("TILE", cfg.tile as u64),
-        ("KEY_WORDS", g.key_words() as u64),
-        ("CELL_WORDS", g.cell_words() as u64),
+    let consts: [(&str, u64); 9] = [
         ("SLOTS", l.slots as u64),
         ("LEVELS", l.levels as u64),
         ("HASHES", l.hashes as u64),
@@ -197,9 +215,7 @@ fn prelude(cfg: &KernelConfig) -> String {
         ("BUCKET_WORDS", g.bucket_words() as u64),
         ("BITMAP_WORDS", cfg.bitmap_words() as u64),
     ];
-    for (name, v) in consts {
-        writeln!(s, "const {name}: u32 = {v}u;").unwrap();
-    }
+    write_consts(&mut s, cfg.tile, g.key_words(), g.cell_words(), &consts);
     let seeds: Vec<String> = cfg.seeds.locations.iter().map(|v| format!("{v}u")).collect();
     writeln!(s, "const LOCATION_SEEDS = array<u32, {}>({});", seeds.len(), seeds.join(", ")).unwrap();
     writeln!(s, "const FINGERPRINT_SEED: u32 = {}u;", cfg.seeds.fingerprint).unwrap();
@@ -215,14 +231,11 @@ struct Params {
     claims_mask: u32,      // entries of the claim registry - 1 (a power of two)
     track_lines: u32,      // 1: record dirty lines (the host persists them); 0: it only fences
 }
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> kinds: array<u32>;
-@group(0) @binding(2) var<storage, read> keys: array<u32>;
-@group(0) @binding(3) var<storage, read> vals_in: array<u32>;
-@group(0) @binding(4) var<storage, read_write> statuses: array<u32>;
-@group(0) @binding(5) var<storage, read_write> vals_out: array<u32>;
-@group(0) @binding(6) var<storage, read_write> opstate: array<u32>;
+",
+    );
+    s.push_str(BATCH_BINDINGS);
+    s.push_str(
+        "@group(0) @binding(6) var<storage, read_write> opstate: array<u32>;
 @group(0) @binding(7) var<storage, read_write> control: array<atomic<u32>>;
 @group(0) @binding(8) var<storage, read_write> dirty: array<u32>;
 @group(0) @binding(9) var<storage, read_write> bitmap: array<atomic<u32>>;
@@ -230,26 +243,7 @@ struct Params {
 @group(0) @binding(11) var<storage, read_write> claims: array<atomic<u32>>;
 ",
     );
-    let mut binding = FIRST_WINDOW_BINDING;
-    for i in 0..cfg.table.count {
-        writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> table_w{i}: array<atomic<u32>>;")
-            .unwrap();
-        binding += 1;
-    }
-    for i in 0..cfg.heap.count {
-        writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> heap_w{i}: array<u32>;").unwrap();
-        binding += 1;
-    }
-    accessor(&mut s, "table_load(a: u32) -> u32", "return atomicLoad(&table_w{i}[{a}]);", cfg.table);
-    accessor(&mut s, "table_store(a: u32, v: u32)", "atomicStore(&table_w{i}[{a}], v); return;", cfg.table);
-    accessor(
-        &mut s,
-        "table_cas_weak(a: u32, expected: u32, v: u32) -> vec2<u32>",
-        "let r = atomicCompareExchangeWeak(&table_w{i}[{a}], expected, v); return vec2<u32>(r.old_value, u32(r.exchanged));",
-        cfg.table,
-    );
-    accessor(&mut s, "heap_load(a: u32) -> u32", "return heap_w{i}[{a}];", cfg.heap);
-    accessor(&mut s, "heap_store(a: u32, v: u32)", "heap_w{i}[{a}] = v; return;", cfg.heap);
+    let mut binding = write_windows(&mut s, FIRST_WINDOW_BINDING, cfg.table, cfg.heap);
     if let Some(src) = cfg.source {
         writeln!(s, "const SOURCE_TOP_LEVEL: u32 = {}u;", src.top_level).unwrap();
         for i in 0..src.windows.count {
@@ -259,6 +253,53 @@ struct Params {
         accessor(&mut s, "source_load(a: u32) -> u32", "return source_w{i}[{a}];", src.windows);
     }
     s
+}
+
+/// The constants of a prelude: those of every table, which the shared files use (`WG`, `TILE`,
+/// `KEY_WORDS`, `CELL_WORDS`), then the table's own `consts`.
+pub fn write_consts(s: &mut String, tile: u32, key_words: u32, cell_words: u32, consts: &[(&str, u64)]) {
+    let shared = [("WG", WORKGROUP), ("TILE", tile), ("KEY_WORDS", key_words), ("CELL_WORDS", cell_words)];
+    for (name, v) in shared.into_iter().map(|(n, v)| (n, v as u64)).chain(consts.iter().copied()) {
+        writeln!(s, "const {name}: u32 = {v}u;").unwrap();
+    }
+}
+
+/// The bindings of a batch, the same for every table: its parameters (a `Params` struct each
+/// table's prelude declares), its operations and their results.
+pub const BATCH_BINDINGS: &str = "
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> kinds: array<u32>;
+@group(0) @binding(2) var<storage, read> keys: array<u32>;
+@group(0) @binding(3) var<storage, read> vals_in: array<u32>;
+@group(0) @binding(4) var<storage, read_write> statuses: array<u32>;
+@group(0) @binding(5) var<storage, read_write> vals_out: array<u32>;
+";
+
+/// The bindings of the table and heap windows, from binding `first` on, and their accessors:
+/// `table_load`, `table_store`, `table_cas_weak` (the table's words are atomic), `heap_load`,
+/// `heap_store`. Returns the next free binding.
+pub fn write_windows(s: &mut String, first: u32, table: Windows, heap: Windows) -> u32 {
+    let mut binding = first;
+    for i in 0..table.count {
+        writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> table_w{i}: array<atomic<u32>>;")
+            .unwrap();
+        binding += 1;
+    }
+    for i in 0..heap.count {
+        writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> heap_w{i}: array<u32>;").unwrap();
+        binding += 1;
+    }
+    accessor(s, "table_load(a: u32) -> u32", "return atomicLoad(&table_w{i}[{a}]);", table);
+    accessor(s, "table_store(a: u32, v: u32)", "atomicStore(&table_w{i}[{a}], v); return;", table);
+    accessor(
+        s,
+        "table_cas_weak(a: u32, expected: u32, v: u32) -> vec2<u32>",
+        "let r = atomicCompareExchangeWeak(&table_w{i}[{a}], expected, v); return vec2<u32>(r.old_value, u32(r.exchanged));",
+        table,
+    );
+    accessor(s, "heap_load(a: u32) -> u32", "return heap_w{i}[{a}];", heap);
+    accessor(s, "heap_store(a: u32, v: u32)", "heap_w{i}[{a}] = v; return;", heap);
+    binding
 }
 
 /// A function that routes word address `a` to its window: `body` with `{i}` the window and
@@ -284,29 +325,45 @@ fn accessor(s: &mut String, signature: &str, body: &str, w: Windows) {
 
 /// The complete source of a kernel for a configuration.
 pub fn source(kernel: Kernel, cfg: &KernelConfig) -> Result<String> {
-    let prelude = prelude(cfg);
+    stitch(kernel.file(), &prelude(cfg), &[SHARED, KERNELS])
+}
+
+/// Parses and validates a kernel with naga, as wgpu will; the error names the kernel.
+pub fn validate(kernel: Kernel, cfg: &KernelConfig) -> Result<naga::Module> {
+    check(kernel.file(), &source(kernel, cfg)?)
+}
+
+/// The source of `file`: each file it `#include`s, from `files`, expanded in place once;
+/// `common/prelude.wgsl` is a table's generated `prelude`.
+pub fn stitch(file: &str, prelude: &str, files: &[Files]) -> Result<String> {
     let mut out = String::new();
-    let mut seen = HashSet::new();
-    expand(kernel.file(), &prelude, &mut seen, &mut out)?;
+    expand(file, prelude, files, &mut HashSet::new(), &mut out)?;
     Ok(out)
 }
 
-fn expand(file: &str, prelude: &str, seen: &mut HashSet<String>, out: &mut String) -> Result<()> {
+fn expand(
+    file: &str,
+    prelude: &str,
+    files: &[Files],
+    seen: &mut HashSet<String>,
+    out: &mut String,
+) -> Result<()> {
     if !seen.insert(file.to_string()) {
         return Ok(());
     }
     let text = if file == "common/prelude.wgsl" {
         prelude
     } else {
-        SOURCES
+        files
             .iter()
+            .flat_map(|f| f.iter())
             .find(|(name, _)| *name == file)
             .map(|(_, text)| *text)
             .ok_or_else(|| Error::Shader(format!("#include of unknown shader file {file}")))?
     };
     for line in text.lines() {
         match line.trim().strip_prefix("#include") {
-            Some(rest) => expand(rest.trim().trim_matches('"'), prelude, seen, out)?,
+            Some(rest) => expand(rest.trim().trim_matches('"'), prelude, files, seen, out)?,
             None => {
                 out.push_str(line);
                 out.push('\n');
@@ -316,14 +373,14 @@ fn expand(file: &str, prelude: &str, seen: &mut HashSet<String>, out: &mut Strin
     Ok(())
 }
 
-/// Parses and validates a kernel with naga, as wgpu will; the error names the kernel.
-pub fn validate(kernel: Kernel, cfg: &KernelConfig) -> Result<naga::Module> {
-    let src = source(kernel, cfg)?;
-    let module = naga::front::wgsl::parse_str(&src)
-        .map_err(|e| Error::Shader(format!("{}: {}", kernel.file(), e.emit_to_string(&src))))?;
+/// Parses and validates the source `src` of `file` with naga, as wgpu will; the error names
+/// the file.
+pub fn check(file: &str, src: &str) -> Result<naga::Module> {
+    let module = naga::front::wgsl::parse_str(src)
+        .map_err(|e| Error::Shader(format!("{file}: {}", e.emit_to_string(src))))?;
     naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SUBGROUP)
         .validate(&module)
-        .map_err(|e| Error::Shader(format!("{}: {}", kernel.file(), e.emit_to_string(&src))))?;
+        .map_err(|e| Error::Shader(format!("{file}: {}", e.emit_to_string(src))))?;
     Ok(module)
 }
 
@@ -376,7 +433,6 @@ mod tests {
         let src = source(Kernel::PhaseA, &cfg).unwrap();
         assert_eq!(src.matches("fn fmix(").count(), 1);
         assert!(!src.contains("#include"));
-        let mut seen = HashSet::new();
-        assert!(expand("nope.wgsl", "", &mut seen, &mut String::new()).is_err());
+        assert!(stitch("nope.wgsl", "", &[SHARED]).is_err());
     }
 }
