@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::process::Command;
 
 use common::oracle::{Oracle, assert_same_content};
 use gphash::{Batch, Config, Error, GpuOptions, Layout, OpKind, Placement, Status};
@@ -303,42 +302,8 @@ fn full_table_and_full_heap_roll_back() {
 /// subgroup size is fixed by the hardware, the tests above already ran at that size.
 #[test]
 fn subgroup_sizes_4_8_16() {
-    if std::env::var_os(common::EXPECT_SUBGROUP_ENV).is_some() {
-        eprintln!("child process: the parent runs the subgroup-size matrix");
-        return;
-    }
-    let Some(gpu) = common::gpu() else {
-        panic!("the subgroup-size matrix needs a GPU");
-    };
-    if !gpu.info.is_cpu() {
-        eprintln!(
-            "{}: subgroup size {:?} is the hardware's; the tests ran at it",
-            gpu.info.name, gpu.info.subgroup_sizes
-        );
-        return;
-    }
-    let exe = std::env::current_exe().unwrap();
-    for (width, size) in [(128, 4u32), (256, 8), (512, 16)] {
-        if gpu.info.subgroup_sizes == (size, size) {
-            eprintln!("subgroup size {size}: covered by this process");
-            continue;
-        }
-        let out = Command::new(&exe)
-            .args(["gpu_matches_model", "ordered_mode", "same_key_storms", "full_table", "--test-threads=1"])
-            .env("LP_NATIVE_VECTOR_WIDTH", width.to_string())
-            .env(common::EXPECT_SUBGROUP_ENV, size.to_string())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "subgroup size {size}:\n{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(text.contains("4 passed"), "subgroup size {size}: expected 4 tests to run:\n{text}");
-        eprintln!(
-            "subgroup size {size}: {}",
-            text.lines().rev().find(|l| l.contains("test result")).unwrap_or("")
-        );
-    }
+    common::rerun_at_subgroup_sizes(
+        &["gpu_matches_model", "ordered_mode", "same_key_storms", "full_table"],
+        4,
+    );
 }
