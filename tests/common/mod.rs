@@ -1,6 +1,7 @@
 //! Shared helpers of the integration tests.
 #![allow(dead_code)]
 
+pub mod crash;
 pub mod oracle;
 
 use std::path::PathBuf;
