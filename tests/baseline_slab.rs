@@ -23,16 +23,6 @@ fn gpu() -> Arc<Gpu> {
     common::gpu().expect("the slab baseline runs on a GPU only")
 }
 
-fn random_kind(rng: &mut impl Rng) -> OpKind {
-    match rng.random_range(0..100) {
-        0..25 => OpKind::Get,
-        25..55 => OpKind::Insert,
-        55..70 => OpKind::Upsert,
-        70..85 => OpKind::Update,
-        _ => OpKind::Delete,
-    }
-}
-
 struct Case {
     key_bytes: u32,
     value_bytes: u32,
@@ -137,7 +127,7 @@ fn gpu_distinct_keys_match_oracle_and_twin() {
             let n = if round == 0 { case.space * 2 / 3 } else { rng.random_range(1..case.space / 2) };
             let mut batch = Batch::new(kb, vb);
             for k in sample(&mut rng, case.space, n) {
-                let kind = if round == 0 { OpKind::Insert } else { random_kind(&mut rng) };
+                let kind = if round == 0 { OpKind::Insert } else { common::random_kind(&mut rng) };
                 let v = common::value(&mut rng, vb);
                 batch.push(kind, &common::key(k as u64, kb), kind.writes_value().then_some(&v[..])).unwrap();
             }
@@ -186,7 +176,7 @@ fn gpu_chains_grow_under_contention() {
     for round in 0..2 {
         let mut batch = Batch::new(8, 8);
         for k in sample(&mut rng, space, space * 2 / 3) {
-            let kind = if round == 0 { OpKind::Insert } else { random_kind(&mut rng) };
+            let kind = if round == 0 { OpKind::Insert } else { common::random_kind(&mut rng) };
             let v = common::value(&mut rng, 8);
             batch.push(kind, &common::key(k as u64, 8), kind.writes_value().then_some(&v[..])).unwrap();
         }
@@ -234,7 +224,7 @@ fn gpu_repeated_keys_publish_each_key_once() {
             let mut written: HashMap<Vec<u8>, HashSet<Vec<u8>>> = HashMap::new();
             for i in 0..3000u64 {
                 let key = &keys[rng.random_range(0..keys.len())];
-                let kind = random_kind(&mut rng);
+                let kind = common::random_kind(&mut rng);
                 let v = (i + 10_000 * round).to_le_bytes().to_vec();
                 if kind.writes_value() {
                     written.entry(key.clone()).or_default().insert(v.clone());
@@ -574,7 +564,7 @@ fn gpu_reopen_after_close_and_after_a_crash() {
     let step = |t: &mut SlabSystem, oracle: &mut Oracle, rng: &mut StdRng| {
         let mut batch = Batch::new(32, 128);
         for k in sample(rng, 500, 200) {
-            let kind = random_kind(rng);
+            let kind = common::random_kind(rng);
             let v = common::value(rng, 128);
             batch.push(kind, &common::key(k as u64, 32), kind.writes_value().then_some(&v[..])).unwrap();
         }

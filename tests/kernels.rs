@@ -45,16 +45,6 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-fn random_kind(rng: &mut impl Rng) -> OpKind {
-    match rng.random_range(0..100) {
-        0..25 => OpKind::Get,
-        25..55 => OpKind::Insert,
-        55..70 => OpKind::Upsert,
-        70..85 => OpKind::Update,
-        _ => OpKind::Delete,
-    }
-}
-
 /// The GPU and the CPU model run the same batches of distinct keys: their statuses, the
 /// values they read and their contents equal the oracle's, and every invariant holds.
 #[test]
@@ -82,7 +72,7 @@ fn gpu_matches_model_on_random_batches() {
             let n = rng.random_range(1..1500.min(space));
             let mut batch = gpu.batch();
             for k in sample(&mut rng, space, n) {
-                let kind = random_kind(&mut rng);
+                let kind = common::random_kind(&mut rng);
                 let v = common::value(&mut rng, case.value_bytes as usize);
                 batch
                     .push(
@@ -148,7 +138,7 @@ fn ordered_mode_equals_one_by_one() {
     for _ in 0..4 {
         let mut batch = t.batch();
         for _ in 0..600 {
-            let kind = random_kind(&mut rng);
+            let kind = common::random_kind(&mut rng);
             let v = common::value(&mut rng, 12);
             let k = common::key(rng.random_range(0..40), 8);
             batch.push(kind, &k, kind.writes_value().then_some(&v[..])).unwrap();
@@ -184,7 +174,7 @@ fn same_key_storms_stay_linearizable() {
         let mut written: HashMap<Vec<u8>, HashSet<Vec<u8>>> = HashMap::new();
         for i in 0..3000u64 {
             let key = &keys[rng.random_range(0..keys.len())];
-            let kind = random_kind(&mut rng);
+            let kind = common::random_kind(&mut rng);
             let v = i.to_le_bytes().to_vec();
             if kind.writes_value() {
                 written.entry(key.clone()).or_default().insert(v.clone());

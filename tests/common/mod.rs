@@ -127,6 +127,18 @@ pub fn value(rng: &mut impl Rng, width: usize) -> Vec<u8> {
     (0..width).map(|_| rng.random()).collect()
 }
 
+/// A random operation kind: 25% gets, 30% inserts, 15% each upserts, updates and deletes.
+pub fn random_kind(rng: &mut impl Rng) -> gphash::OpKind {
+    use gphash::OpKind;
+    match rng.random_range(0..100) {
+        0..25 => OpKind::Get,
+        25..55 => OpKind::Insert,
+        55..70 => OpKind::Upsert,
+        70..85 => OpKind::Update,
+        _ => OpKind::Delete,
+    }
+}
+
 /// Seed for randomized tests: `GPHASH_TEST_SEED` or a fresh one, printed so a failure can be replayed.
 pub fn seed(test: &str) -> u64 {
     let seed =
