@@ -10,7 +10,6 @@
 #include "common/hash.wgsl"
 #include "common/tile.wgsl"
 #include "common/table.wgsl"
-#include "common/probe.wgsl"
 
 // The slot an operation changed (or tried to) in phase B, or NONE.
 fn changed_slot(op: u32) -> u32 {
@@ -35,13 +34,8 @@ fn changed_slot(op: u32) -> u32 {
 // now; for a claim, the key and fingerprint (from the operation itself); and the value, from the
 // operation's input, when the slot now references the cell this operation wrote.
 @compute @workgroup_size(WG)
-fn refresh(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-    @builtin(subgroup_invocation_id) sg_lane: u32,
-) {
-    let me = op_index(wid, nwg, li);
+fn refresh(inv: Invocation, sg: Subgroup) {
+    let me = op_index(inv);
     var id = NONE;
     if (me < params.n) {
         id = changed_slot(me);
@@ -71,22 +65,16 @@ fn refresh(
             }
         }
     }
-    flush_tally(sg_lane);
+    flush_tally(sg.lane);
 }
 
 // One fill of a loading slice per invocation (`cache_plan` holds entry, group pairs): the entry
 // drops its group (unmapped first), takes a copy of the new group and of the value of each
 // published slot, and is mapped. A tile copies each fill with consecutive lanes.
 @compute @workgroup_size(WG)
-fn fill(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-    @builtin(subgroup_invocation_id) sg_lane: u32,
-    @builtin(subgroup_size) sg_size: u32,
-) {
-    let t = tile_of(sg_lane, sg_size);
-    let me = op_index(wid, nwg, li);
+fn fill(inv: Invocation, sg: Subgroup) {
+    let t = tile_of(sg);
+    let me = op_index(inv);
     var pending = me < params.n;
     loop {
         if (!subgroupAny(pending)) {
@@ -123,17 +111,13 @@ fn fill(
             }
         }
     }
-    flush_tally(sg_lane);
+    flush_tally(sg.lane);
 }
 
 // LFU ageing at each loading phase: every count halves.
 @compute @workgroup_size(WG)
-fn decay(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-) {
-    let g = op_index(wid, nwg, li);
+fn decay(inv: Invocation) {
+    let g = op_index(inv);
     if (g < params.n) {
         atomicStore(&cache_counts[g], atomicLoad(&cache_counts[g]) >> 1u);
     }

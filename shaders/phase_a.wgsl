@@ -11,39 +11,13 @@
 #include "common/tile.wgsl"
 #include "common/table.wgsl"
 #include "common/probe.wgsl"
+#include "common/claims.wgsl"
 
 // Finishes an operation in this phase; a fresh cell it will not publish goes back.
 fn finish(op: u32, status: u32) {
     statuses[op] = status;
     set_op_field(op, ST_PHASE, PHASE_DONE);
     set_op_field(op, ST_FREE, op_field(op, ST_CELL));
-}
-
-fn same_key(op: u32, key: array<u32, KEY_WORDS>) -> bool {
-    for (var i = 0u; i < KEY_WORDS; i++) {
-        if (keys[op * KEY_WORDS + i] != key[i]) {
-            return false;
-        }
-    }
-    return true;
-}
-
-// Registers `op` as the claimant of its key in this batch (open addressing from `h`, entries
-// hold op + 1); returns the claimant's index, `op` itself when it came first.
-fn join_claim(op: u32, key: array<u32, KEY_WORDS>, h: u32) -> u32 {
-    var i = h & params.claims_mask;
-    var holder = NONE;
-    while (holder == NONE) {
-        let r = atomicCompareExchangeWeak(&claims[i], 0u, op + 1u);
-        if (r.exchanged) {
-            holder = op;
-        } else if (r.old_value != 0u && (r.old_value - 1u == op || same_key(r.old_value - 1u, key))) {
-            holder = r.old_value - 1u;
-        } else if (r.old_value != 0u) {
-            i = (i + 1u) & params.claims_mask;
-        }
-    }
-    return holder;
 }
 
 // Records what the operation touched, for the loading phases (its target group, or the group
@@ -157,15 +131,9 @@ fn step(t: Tile, turn: Turn) -> bool {
 }
 
 @compute @workgroup_size(WG)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-    @builtin(subgroup_invocation_id) sg_lane: u32,
-    @builtin(subgroup_size) sg_size: u32,
-) {
-    let t = tile_of(sg_lane, sg_size);
-    let me = op_index(wid, nwg, li);
+fn main(inv: Invocation, sg: Subgroup) {
+    let t = tile_of(sg);
+    let me = op_index(inv);
     var pending = me < params.n && op_field(me, ST_PHASE) != PHASE_NO_CELL;
     loop {
         if (!subgroupAny(pending)) {
@@ -177,5 +145,5 @@ fn main(
             pending = false;
         }
     }
-    flush_tally(sg_lane);
+    flush_tally(sg.lane);
 }

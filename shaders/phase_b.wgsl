@@ -74,12 +74,8 @@ fn follow(op: u32, kind: u32, cell: u32) {
 }
 
 @compute @workgroup_size(WG)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-) {
-    let me = op_index(wid, nwg, li);
+fn main(inv: Invocation) {
+    let me = op_index(inv);
     if (me >= params.n) {
         return;
     }

@@ -7,32 +7,19 @@
 #include "common/prelude.wgsl"
 #include "common/protocol.wgsl"
 #include "common/table.wgsl"
-
-fn release(cell: u32) {
-    if (cell != NONE) {
-        atomicAnd(&bitmap[cell / 32u], ~(1u << (cell % 32u)));
-    }
-}
+#include "common/cells.wgsl"
 
 @compute @workgroup_size(WG)
-fn free_cells(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-) {
-    let me = op_index(wid, nwg, li);
+fn free_cells(inv: Invocation) {
+    let me = op_index(inv);
     if (me < params.n) {
         release(op_field(me, ST_FREE));
     }
 }
 
 @compute @workgroup_size(WG)
-fn rollback(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-) {
-    let me = op_index(wid, nwg, li);
+fn rollback(inv: Invocation) {
+    let me = op_index(inv);
     if (me >= params.n) {
         return;
     }

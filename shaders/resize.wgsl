@@ -36,12 +36,8 @@ fn grown_bucket(b: u32) -> u32 {
 
 // One word of the old table per invocation (`params.n` = the old table's words).
 @compute @workgroup_size(WG)
-fn relocate(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-) {
-    let w = op_index(wid, nwg, li);
+fn relocate(inv: Invocation) {
+    let w = op_index(inv);
     if (w >= params.n) {
         return;
     }
@@ -70,15 +66,9 @@ fn source_key_word(bucket: u32, slot: u32) -> u32 {
 
 // One slot of the old bottom level per invocation (`params.n` = old groups * SLOTS).
 @compute @workgroup_size(WG)
-fn rehash(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-    @builtin(subgroup_invocation_id) sg_lane: u32,
-    @builtin(subgroup_size) sg_size: u32,
-) {
-    let t = tile_of(sg_lane, sg_size);
-    let me = op_index(wid, nwg, li);
+fn rehash(inv: Invocation, sg: Subgroup) {
+    let t = tile_of(sg);
+    let me = op_index(inv);
     let bottom = (me / SLOTS + 1u) * GROUP_BUCKETS - 1u;
     var state = EMPTY;
     if (me < params.n) {

@@ -5,21 +5,14 @@
 // Also `release_cells`: a batch that cannot be applied gives its fresh cells back.
 // Twin: SlabModel::apply (new_cell) in src/baselines/slab/model.rs.
 
-#include "slab/prelude.wgsl"
-#include "common/hash.wgsl"
-#include "common/tile.wgsl"
+#include "common/prelude.wgsl"
 #include "slab_common.wgsl"
+#include "common/values.wgsl"
 
 @compute @workgroup_size(WG)
-fn alloc_cells(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-    @builtin(subgroup_invocation_id) sg_lane: u32,
-    @builtin(subgroup_size) sg_size: u32,
-) {
-    let t = tile_of(sg_lane, sg_size);
-    let me = op_index(wid, nwg, li);
+fn alloc_cells(inv: Invocation, sg: Subgroup) {
+    let t = tile_of(sg);
+    let me = op_index(inv);
     var cell = NONE;
     if (me < params.n) {
         var phase = PH_PENDING;
@@ -44,32 +37,12 @@ fn alloc_cells(
         op_set(me, F_JOINER, 0u);
         op_set(me, F_HOLDER, NONE);
     }
-    var pending = cell != NONE;
-    loop {
-        if (!subgroupAny(pending)) {
-            break;
-        }
-        let turn = take_turn(t, pending, me);
-        let c = tile_bcast(t, cell, turn.lead);
-        if (turn.busy) {
-            for (var w = t.lane; w < CELL_WORDS; w += t.size) {
-                heap_store(c * CELL_WORDS + w, vals_in[turn.op * CELL_WORDS + w]);
-            }
-        }
-        if (turn.leader) {
-            mark_heap_words(c * CELL_WORDS, CELL_WORDS);
-            pending = false;
-        }
-    }
+    write_values(t, me, cell);
 }
 
 @compute @workgroup_size(WG)
-fn release_cells(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-) {
-    let me = op_index(wid, nwg, li);
+fn release_cells(inv: Invocation) {
+    let me = op_index(inv);
     if (me < params.n) {
         free_cell(op_get(me, F_CELL));
         op_set(me, F_CELL, NONE);

@@ -13,18 +13,12 @@
 // which starts after this one is durable.
 // Twin: SlabModel::apply in src/baselines/slab/model.rs.
 
-#include "slab/prelude.wgsl"
-#include "common/hash.wgsl"
-#include "common/tile.wgsl"
+#include "common/prelude.wgsl"
 #include "slab_common.wgsl"
 
 @compute @workgroup_size(WG)
-fn commit(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-) {
-    let op = op_index(wid, nwg, li);
+fn commit(inv: Invocation) {
+    let op = op_index(inv);
     if (op >= params.n) {
         return;
     }

@@ -2,17 +2,12 @@
 // addressing, allocators and the tile-cooperative slab read shared by the slab kernels.
 // Twin: src/baselines/slab/layout.rs (addresses) and model.rs (operations); change together.
 
-const OP_GET: u32 = 1u;
-const OP_INSERT: u32 = 2u;
-const OP_UPSERT: u32 = 3u;
-const OP_UPDATE: u32 = 4u;
-const OP_DELETE: u32 = 5u;
+#include "common/ops.wgsl"
+#include "common/pool.wgsl"
+#include "common/hash.wgsl"
+#include "common/tile.wgsl"
+#include "common/bitmap.wgsl"
 
-const STATUS_OK: u32 = 1u;
-const STATUS_NOT_FOUND: u32 = 2u;
-const STATUS_EXISTS: u32 = 3u;
-
-const NONE: u32 = 0xffffffffu;
 // Reference words: a free entry, an entry whose key is being written, published cells below.
 const EMPTY: u32 = 0xffffffffu;
 const FILLING: u32 = 0xfffffffeu;
@@ -37,8 +32,8 @@ const F_CELL: u32 = 3u;    // this operation's fresh value cell, or NONE
 const F_JOINER: u32 = 4u;  // creators: 1 + the upsert joiner whose value they publish, or 0
 const F_HOLDER: u32 = 5u;  // joiners: the creating operation
 
-// Control words at the start of `state`; the host reads and clears them around each submit.
-const C_DIRTY: u32 = 0u;
+// Control words at the start of `control` after CTRL_DIRTY_COUNT (0); the host reads and
+// clears them around each submit. The allocators' bitmaps and the bucket marks follow them.
 const C_NO_CELL: u32 = 1u;
 const C_NO_SLAB: u32 = 2u;
 const C_LOG_COUNT: u32 = 3u;
@@ -49,9 +44,10 @@ const C_NEW_SLABS: u32 = 7u;
 const C_BAD_KIND: u32 = 8u;
 const C_MUTATING: u32 = 9u;
 
-fn writes_value(kind: u32) -> bool {
-    return kind == OP_INSERT || kind == OP_UPSERT || kind == OP_UPDATE;
-}
+// The slab and cell bitmaps live in `control` (at SLAB_BITMAP and CELL_BITMAP).
+fn bitmap_load(w: u32) -> u32 { return atomicLoad(&control[w]); }
+fn bitmap_or(w: u32, bits: u32) -> u32 { return atomicOr(&control[w], bits); }
+fn bitmap_and(w: u32, bits: u32) { atomicAnd(&control[w], bits); }
 
 fn creates_key(kind: u32) -> bool {
     return kind == OP_INSERT || kind == OP_UPSERT;
@@ -65,40 +61,6 @@ fn op_set(op: u32, f: u32, v: u32) {
     atomicStore(&opstate[op * OP_FIELDS + f], v);
 }
 
-// The operation of this invocation: workgroups may be laid out in two dimensions.
-fn op_index(wid: vec3<u32>, nwg: vec3<u32>, li: u32) -> u32 {
-    return (wid.y * nwg.x + wid.x) * WG + li;
-}
-
-fn count(c: u32) {
-    atomicAdd(&state[c], 1u);
-}
-
-// Appends one pool cache line to the dirty list; the host persists exactly these lines.
-fn mark_line(line: u32) {
-    if (params.track_lines == 0u) {
-        return;
-    }
-    let i = atomicAdd(&state[C_DIRTY], 1u);
-    if (i < params.dirty_cap) {
-        dirty[i] = line;
-    }
-}
-
-fn mark_words(line_base: u32, first: u32, n: u32) {
-    for (var l = first / 16u; l <= (first + n - 1u) / 16u; l++) {
-        mark_line(line_base + l);
-    }
-}
-
-fn mark_table_words(first: u32, n: u32) {
-    mark_words(params.table_line_base, first, n);
-}
-
-fn mark_heap_words(first: u32, n: u32) {
-    mark_words(params.heap_line_base, first, n);
-}
-
 fn slab_word(s: u32) -> u32 {
     return SLAB_BASE + s * 32u;
 }
@@ -107,73 +69,15 @@ fn log_word(i: u32) -> u32 {
     return LOG_BASE + i * 33u;
 }
 
-fn load_key(op: u32) -> array<u32, KEY_WORDS> {
-    var key: array<u32, KEY_WORDS>;
-    for (var i = 0u; i < KEY_WORDS; i++) {
-        key[i] = keys[op * KEY_WORDS + i];
-    }
-    return key;
-}
-
 // Twin: SlabGeometry::bucket.
 fn bucket_of(key: array<u32, KEY_WORDS>) -> u32 {
     return hash_key(key, SEED) % BUCKETS;
-}
-
-// Compare-and-swap that fails only when the word differs from `expected`; returns the word
-// seen (success iff it equals `expected`).
-fn table_cas(word: u32, expected: u32, desired: u32) -> u32 {
-    var r = table_cas_weak(word, expected, desired);
-    while (r.y == 0u && r.x == expected) {
-        r = table_cas_weak(word, expected, desired);
-    }
-    return r.x;
-}
-
-// Takes a clear bit of the bitmap at `state[base ..base + words]`, scanning from word `start`:
-// an atomic OR sets the lowest clear bit, which is ours if it was clear before. NONE when full.
-fn bitmap_take(base: u32, nwords: u32, start: u32) -> u32 {
-    var w = start % nwords;
-    for (var scanned = 0u; scanned < nwords;) {
-        let bits = atomicLoad(&state[base + w]);
-        if (bits == 0xffffffffu) {
-            w = (w + 1u) % nwords;
-            scanned++;
-            continue;
-        }
-        let bit = firstTrailingBit(~bits);
-        let before = atomicOr(&state[base + w], 1u << bit);
-        if ((before & (1u << bit)) == 0u) {
-            return w * 32u + bit;
-        }
-    }
-    return NONE;
-}
-
-fn bitmap_release(base: u32, i: u32) {
-    atomicAnd(&state[base + i / 32u], ~(1u << (i % 32u)));
 }
 
 fn free_cell(c: u32) {
     if (c < CELLS) {
         bitmap_release(CELL_BITMAP, c);
     }
-}
-
-// The tile's operation: the lowest lane with a pending operation leads it.
-struct Turn {
-    busy: bool,    // this tile has an operation this round
-    leader: bool,  // this lane owns it
-    lead: u32,     // the owning lane, within the tile
-    op: u32,       // its index in the batch
-}
-
-fn take_turn(t: Tile, pending: bool, me: u32) -> Turn {
-    let req = tile_ballot(t, pending);
-    let busy = req != 0u;
-    let lead = select(0u, firstTrailingBit(req), busy);
-    let op = tile_bcast(t, me, lead);
-    return Turn(busy, busy && t.lane == lead, lead, op);
 }
 
 // The words of the slab a lane read: word p * size + lane in seen[p] (8 passes for a 4-lane

@@ -6,25 +6,17 @@
 // writes and persists the log header; only then may the table change.
 // Twin: recover() in src/baselines/slab/model.rs reads what this writes.
 
-#include "slab/prelude.wgsl"
-#include "common/hash.wgsl"
-#include "common/tile.wgsl"
+#include "common/prelude.wgsl"
 #include "slab_common.wgsl"
 
 @compute @workgroup_size(WG)
-fn log_chains(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-    @builtin(subgroup_invocation_id) sg_lane: u32,
-    @builtin(subgroup_size) sg_size: u32,
-) {
-    let t = tile_of(sg_lane, sg_size);
-    let me = op_index(wid, nwg, li);
+fn log_chains(inv: Invocation, sg: Subgroup) {
+    let t = tile_of(sg);
+    let me = op_index(inv);
     var pending = false;
     if (me < params.n && kinds[me] != OP_GET) {
         let b = bucket_of(load_key(me));
-        pending = atomicExchange(&state[MARKS + b], params.seq) != params.seq;
+        pending = atomicExchange(&control[MARKS + b], params.seq) != params.seq;
     }
     var cur = NONE;   // the operation whose chain the tile copies
     var slab = NONE;  // the slab it copies next
@@ -39,7 +31,7 @@ fn log_chains(
         }
         var idx = 0u;
         if (turn.leader) {
-            idx = atomicAdd(&state[C_LOG_COUNT], 1u);
+            idx = atomicAdd(&control[C_LOG_COUNT], 1u);
         }
         idx = tile_bcast(t, idx, turn.lead);
         let fits = turn.busy && idx < LOG_CAP;

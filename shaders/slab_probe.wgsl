@@ -13,10 +13,9 @@
 //   pointer), then writes the key; later ones join it, so no key is created twice.
 // Twin: SlabModel::apply in src/baselines/slab/model.rs.
 
-#include "slab/prelude.wgsl"
-#include "common/hash.wgsl"
-#include "common/tile.wgsl"
+#include "common/prelude.wgsl"
 #include "slab_common.wgsl"
+#include "common/claims.wgsl"
 
 const STAGE_SEARCH: u32 = 0u;  // looking for the key along the chain
 const STAGE_CLAIM: u32 = 1u;   // the key's creator, looking for a free entry from `slab` on
@@ -28,48 +27,15 @@ const OUT_JOINED: u32 = 3u;
 const OUT_CLAIMED: u32 = 4u;
 const OUT_NO_SLAB: u32 = 5u;
 
-fn same_key(op: u32, key: array<u32, KEY_WORDS>) -> bool {
-    for (var i = 0u; i < KEY_WORDS; i++) {
-        if (keys[op * KEY_WORDS + i] != key[i]) {
-            return false;
-        }
-    }
-    return true;
-}
-
-// Registers `op` as the creator of its key in this round (open addressing from `h`, entries
-// hold op + 1); returns the creator, `op` itself when it came first.
-fn join_claim(op: u32, key: array<u32, KEY_WORDS>, h: u32) -> u32 {
-    var i = h & params.claims_mask;
-    var holder = NONE;
-    while (holder == NONE) {
-        let r = atomicCompareExchangeWeak(&claims[i], 0u, op + 1u);
-        if (r.exchanged) {
-            holder = op;
-        } else if (r.old_value != 0u && (r.old_value - 1u == op || same_key(r.old_value - 1u, key))) {
-            holder = r.old_value - 1u;
-        } else if (r.old_value != 0u) {
-            i = (i + 1u) & params.claims_mask;
-        }
-    }
-    return holder;
-}
-
 fn finish(op: u32, status: u32) {
     statuses[op] = status;
     op_set(op, F_PHASE, PH_DONE);
 }
 
 @compute @workgroup_size(WG)
-fn probe(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-    @builtin(subgroup_invocation_id) sg_lane: u32,
-    @builtin(subgroup_size) sg_size: u32,
-) {
-    let t = tile_of(sg_lane, sg_size);
-    let me = op_index(wid, nwg, li);
+fn probe(inv: Invocation, sg: Subgroup) {
+    let t = tile_of(sg);
+    let me = op_index(inv);
     // The first probe of a batch runs before the log is durable and serves reads only.
     var pending = me < params.n && op_get(me, F_PHASE) == PH_PENDING;
     if (pending && params.reads_only != 0u) {

@@ -1,18 +1,14 @@
-// Staged mode: gathers the dirty lines of the device copy of the pool into a staging buffer,
-// which the host scatters into the pool mapping before it persists them.
+// Staged placement, for every table: gathers the dirty lines of the device copy of the pool
+// into a staging buffer, which the host scatters into the pool mapping before it persists them.
 
 #include "common/prelude.wgsl"
-#include "common/protocol.wgsl"
+#include "common/ops.wgsl"
+#include "common/pool.wgsl"
 
 @compute @workgroup_size(WG)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-) {
-    let count = min(atomicLoad(&control[CTRL_DIRTY_COUNT]), params.dirty_cap) * 16u;
-    let stride = nwg.x * nwg.y * WG;
-    for (var i = op_index(wid, nwg, li); i < count; i += stride) {
+fn main(inv: Invocation) {
+    let total = min(atomicLoad(&control[CTRL_DIRTY_COUNT]), params.dirty_cap) * 16u;
+    for (var i = op_index(inv); i < total; i += invocations(inv)) {
         let line = dirty[i / 16u];
         let word = i % 16u;
         if (line >= params.table_line_base && line - params.table_line_base < params.table_lines) {

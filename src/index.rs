@@ -314,15 +314,7 @@ impl GpHash {
         let geo = Geometry::new(layout, t.key_bytes, t.value_bytes, t.top_level, h.heap_cells)
             .and_then(|g| g.with_keys_apart(apart))
             .map_err(|e| incompatible(e.to_string()))?;
-        if h.table_region.bytes < geo.table_bytes() || h.heap_region.bytes < geo.heap_bytes() {
-            return Err(incompatible(format!(
-                "regions of {} and {} bytes are smaller than the {} and {} bytes the table needs",
-                h.table_region.bytes,
-                h.heap_region.bytes,
-                geo.table_bytes(),
-                geo.heap_bytes()
-            )));
-        }
+        crate::layout::check_regions(h, geo.table_bytes(), geo.heap_bytes()).map_err(incompatible)?;
         Ok(geo)
     }
 

@@ -7,9 +7,7 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
+use common::crash::{Content, CrashRun, assert_whole_or_absent};
 use common::oracle::{Oracle, assert_same_content};
 use gphash::baselines::cpu::{CpuConfig, CpuSystem, CpuTable};
 use gphash::bench::system::{System, run_host};
@@ -18,9 +16,6 @@ use gphash::{Batch, Error, OpKind, Status};
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
-
-/// Keys and values of a table.
-type Content = HashMap<Vec<u8>, Vec<u8>>;
 
 /// A random batch of `n` operations over keys `0..keys` (repeats likely), all kinds.
 fn random_batch(rng: &mut StdRng, n: usize, keys: u64, key_bytes: usize, value_bytes: usize) -> Batch {
@@ -283,52 +278,6 @@ fn damage_is_reported_on_open() {
     }
 }
 
-/// The words written between two persist points, as (word index, new value).
-struct Interval {
-    len: usize,
-    words: Vec<(usize, u64)>,
-}
-
-#[derive(Default)]
-struct Recording {
-    last: Vec<u8>,
-    base: Option<Vec<u8>>,
-    intervals: Vec<Interval>,
-}
-
-fn words(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
-    bytes.chunks(8).map(|c| {
-        let mut w = [0u8; 8];
-        w[..c.len()].copy_from_slice(c);
-        u64::from_le_bytes(w)
-    })
-}
-
-impl Recording {
-    fn observe(&mut self, now: &[u8]) {
-        if self.base.is_none() {
-            self.base = Some(now.to_vec());
-            self.last = now.to_vec();
-            return;
-        }
-        let changed = words(&self.last)
-            .zip(words(now))
-            .enumerate()
-            .filter(|(_, (a, b))| a != b)
-            .map(|(i, (_, b))| (i, b));
-        self.intervals.push(Interval { len: now.len(), words: changed.collect() });
-        self.last.copy_from_slice(now);
-    }
-}
-
-fn apply(image: &mut [u8], words: impl Iterator<Item = (usize, u64)>) {
-    for (i, w) in words {
-        let at = i * 8;
-        let end = (at + 8).min(image.len());
-        image[at..end].copy_from_slice(&w.to_le_bytes()[..end - at]);
-    }
-}
-
 /// A crash image is the durable pool at one persist point plus any subset of the 8-byte words
 /// written before the next one. Each must reopen to: every acknowledged batch applied, each key
 /// of the batch in flight as before it or as after it.
@@ -337,16 +286,12 @@ fn crash_images_recover_to_acknowledged_states() {
     let seed = common::seed("crash_images_recover_to_acknowledged_states");
     let mut rng = StdRng::seed_from_u64(seed);
     let wanted: usize = std::env::var("GPHASH_CRASH_IMAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(600);
-    let recording = Arc::new(Mutex::new(Recording::default()));
+    let mut run = CrashRun::default();
     let dir = common::pool_dir();
     let config = CpuConfig { key_bytes: 8, value_bytes: 12, capacity: 400, threads: 2, shards: 4, seed: 3 };
     let mut t = CpuTable::create(Some(&dir.path().join("run")), &config).unwrap();
-    let r = recording.clone();
-    t.set_observer(Some(Arc::new(move |bytes: &[u8]| r.lock().unwrap().observe(bytes)))).unwrap();
+    t.set_observer(Some(run.observer())).unwrap();
 
-    let mut states: Vec<Content> = vec![HashMap::new()];
-    let mut batches = vec![];
-    let mut acked_after = vec![];
     let mut oracle = Oracle::default();
     for b in 0..40 {
         // Mostly distinct keys; every third batch repeats keys (each key still ends before or after).
@@ -368,37 +313,14 @@ fn crash_images_recover_to_acknowledged_states() {
             batch
         };
         run_checked(&mut t, &mut oracle, &batch, &format!("seed {seed}, batch {b}"));
-        states.push(oracle.map.clone());
-        batches.push(batch);
-        acked_after.push(recording.lock().unwrap().intervals.len());
+        run.acknowledged(batch, &oracle.map);
     }
     drop(t);
 
-    let recording = recording.lock().unwrap();
-    let written = recording.intervals.iter().filter(|i| !i.words.is_empty()).count();
+    let written = run.written();
     assert!(written >= 60, "{written} persist intervals wrote something");
-    let per_interval = wanted.div_ceil(written);
-    let mut image = recording.base.clone().unwrap();
-    let path = dir.path().join("image");
-    let mut tested = 0;
-    for (k, interval) in recording.intervals.iter().enumerate() {
-        assert_eq!(interval.len, image.len(), "the pool never grows");
-        let acked = acked_after.iter().filter(|&&a| a <= k).count();
-        if !interval.words.is_empty() {
-            for j in 0..per_interval {
-                let keep: f64 = [0.0, 1.0, 0.5, 0.1, 0.9].get(j).copied().unwrap_or_else(|| rng.random());
-                let mut crashed = image.clone();
-                apply(&mut crashed, interval.words.iter().copied().filter(|_| rng.random_bool(keep)));
-                std::fs::write(&path, &crashed).unwrap();
-                let what = format!("seed {seed}, persist interval {k}, image {j} (kept {keep:.2})");
-                verify(&path, &states[acked], batches.get(acked).map(|b| (b, &states[acked + 1])), &what);
-                tested += 1;
-            }
-        }
-        apply(&mut image, interval.words.iter().copied());
-    }
-    eprintln!("{tested} crash images over {written} persist intervals, all recovered");
-    assert!(tested >= wanted);
+    assert!(!run.grew(), "the pool never grows");
+    run.check_images(wanted, &mut rng, seed, &dir.path().join("image"), verify);
 }
 
 /// The image at `path` recovers to `acked`, with each key of `in_flight` (whose complete
@@ -409,20 +331,7 @@ fn verify(path: &std::path::Path, acked: &Content, in_flight: Option<(&Batch, &C
     assert_eq!(t.cells_in_use(), t.len(), "{what}: cells in use");
     assert_eq!(t.recovery().overflow_set, 0, "{what}: a key was published before its probe path said so");
     let got: Content = t.entries().into_iter().collect();
-    let touched: Vec<&[u8]> =
-        in_flight.map(|(b, _)| (0..b.len()).map(|i| b.op(i).1).collect()).unwrap_or_default();
-    for key in acked.keys().chain(got.keys()).chain(in_flight.map(|(_, a)| a.keys()).into_iter().flatten()) {
-        let (now, before) = (got.get(key), acked.get(key));
-        if touched.contains(&&key[..]) {
-            let after = in_flight.unwrap().1.get(key);
-            assert!(
-                now == before || now == after,
-                "{what}: key {key:x?} is {now:x?}, neither {before:x?} nor {after:x?}"
-            );
-        } else {
-            assert_eq!(now, before, "{what}: key {key:x?} of an acknowledged batch");
-        }
-    }
+    assert_whole_or_absent(&got, acked, in_flight, what);
 }
 
 /// The System path: batches in device buffers, copied to the host and back.

@@ -8,7 +8,6 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -22,16 +21,6 @@ use rand::{Rng, SeedableRng};
 
 fn gpu() -> Arc<Gpu> {
     common::gpu().expect("the slab baseline runs on a GPU only")
-}
-
-fn random_kind(rng: &mut impl Rng) -> OpKind {
-    match rng.random_range(0..100) {
-        0..25 => OpKind::Get,
-        25..55 => OpKind::Insert,
-        55..70 => OpKind::Upsert,
-        70..85 => OpKind::Update,
-        _ => OpKind::Delete,
-    }
 }
 
 struct Case {
@@ -138,7 +127,7 @@ fn gpu_distinct_keys_match_oracle_and_twin() {
             let n = if round == 0 { case.space * 2 / 3 } else { rng.random_range(1..case.space / 2) };
             let mut batch = Batch::new(kb, vb);
             for k in sample(&mut rng, case.space, n) {
-                let kind = if round == 0 { OpKind::Insert } else { random_kind(&mut rng) };
+                let kind = if round == 0 { OpKind::Insert } else { common::random_kind(&mut rng) };
                 let v = common::value(&mut rng, vb);
                 batch.push(kind, &common::key(k as u64, kb), kind.writes_value().then_some(&v[..])).unwrap();
             }
@@ -187,7 +176,7 @@ fn gpu_chains_grow_under_contention() {
     for round in 0..2 {
         let mut batch = Batch::new(8, 8);
         for k in sample(&mut rng, space, space * 2 / 3) {
-            let kind = if round == 0 { OpKind::Insert } else { random_kind(&mut rng) };
+            let kind = if round == 0 { OpKind::Insert } else { common::random_kind(&mut rng) };
             let v = common::value(&mut rng, 8);
             batch.push(kind, &common::key(k as u64, 8), kind.writes_value().then_some(&v[..])).unwrap();
         }
@@ -235,7 +224,7 @@ fn gpu_repeated_keys_publish_each_key_once() {
             let mut written: HashMap<Vec<u8>, HashSet<Vec<u8>>> = HashMap::new();
             for i in 0..3000u64 {
                 let key = &keys[rng.random_range(0..keys.len())];
-                let kind = random_kind(&mut rng);
+                let kind = common::random_kind(&mut rng);
                 let v = (i + 10_000 * round).to_le_bytes().to_vec();
                 if kind.writes_value() {
                     written.entry(key.clone()).or_default().insert(v.clone());
@@ -380,42 +369,7 @@ fn gpu_full_pool_rolls_back() {
 /// Re-runs the GPU tests at the subgroup sizes lavapipe can be given.
 #[test]
 fn subgroup_sizes_4_8_16() {
-    if std::env::var_os(common::EXPECT_SUBGROUP_ENV).is_some() {
-        eprintln!("child process: the parent runs the subgroup-size matrix");
-        return;
-    }
-    let gpu = gpu();
-    if !gpu.info.is_cpu() {
-        eprintln!(
-            "{}: subgroup size {:?} is the hardware's; the tests ran at it",
-            gpu.info.name, gpu.info.subgroup_sizes
-        );
-        return;
-    }
-    let exe = std::env::current_exe().unwrap();
-    for (width, size) in [(128, 4u32), (256, 8), (512, 16)] {
-        if gpu.info.subgroup_sizes == (size, size) {
-            eprintln!("subgroup size {size}: covered by this process");
-            continue;
-        }
-        let out = Command::new(&exe)
-            .args(["gpu_", "--test-threads=1"])
-            .env("LP_NATIVE_VECTOR_WIDTH", width.to_string())
-            .env(common::EXPECT_SUBGROUP_ENV, size.to_string())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "subgroup size {size}:\n{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(text.contains("6 passed"), "subgroup size {size}: expected 6 tests to run:\n{text}");
-        eprintln!(
-            "subgroup size {size}: {}",
-            text.lines().rev().find(|l| l.contains("test result")).unwrap_or("")
-        );
-    }
+    common::rerun_at_subgroup_sizes(&["gpu_"], 6);
 }
 
 /// Snapshots of the pool at every persist point while `recording` is set.
@@ -610,7 +564,7 @@ fn gpu_reopen_after_close_and_after_a_crash() {
     let step = |t: &mut SlabSystem, oracle: &mut Oracle, rng: &mut StdRng| {
         let mut batch = Batch::new(32, 128);
         for k in sample(rng, 500, 200) {
-            let kind = random_kind(rng);
+            let kind = common::random_kind(rng);
             let v = common::value(rng, 128);
             batch.push(kind, &common::key(k as u64, 32), kind.writes_value().then_some(&v[..])).unwrap();
         }
@@ -650,60 +604,4 @@ fn gpu_reopen_after_close_and_after_a_crash() {
         SlabSystem::open(&other, gpu.clone(), &SlabOptions::default()),
         Err(Error::IncompatiblePool { .. })
     ));
-}
-
-/// Throughput on the device at hand (ignored; `cargo test --release --test baseline_slab
-/// throughput -- --ignored --nocapture`): loads `SLAB_BENCH_KEYS` keys (default 2^20) in
-/// batches of `SLAB_BENCH_BATCH` (default 2^16) into a pool on /dev/shm, then searches them;
-/// 8-byte keys, `SLAB_BENCH_VALUE`-byte values (default 8). Only `System::run` is timed.
-#[test]
-#[ignore]
-fn throughput() {
-    let env =
-        |name: &str, default: u64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
-    let (keys, batch, value) =
-        (env("SLAB_BENCH_KEYS", 1 << 20), env("SLAB_BENCH_BATCH", 1 << 16), env("SLAB_BENCH_VALUE", 8));
-    let gpu = gpu();
-    let dir = common::pool_dir();
-    for placement in [Placement::ZeroCopy, Placement::Staged] {
-        let path = dir.path().join(format!("bench-{placement:?}.pool"));
-        let cfg = SlabConfig::new(8, value as u32, keys);
-        let mut t =
-            SlabSystem::create_with(Some(&path), &cfg, gpu.clone(), &options(placement, 32, None)).unwrap();
-        let make = |kind: OpKind, from: u64| {
-            let n = batch.min(keys - from);
-            let ks: Vec<u8> = (from..from + n).flat_map(|k| common::key(k, 8)).collect();
-            let vs = vec![7u8; (n * value) as usize];
-            Batch::of_kind(kind, 8, value as usize, &ks, kind.writes_value().then_some(&vs[..])).unwrap()
-        };
-        let timed = |t: &mut SlabSystem, kind: OpKind| {
-            let mut secs = 0.0;
-            for from in (0..keys).step_by(batch as usize) {
-                let b = make(kind, from);
-                let ops = gphash::bench::system::DeviceOps::new(&gpu, &b);
-                let start = std::time::Instant::now();
-                t.run(&ops.batch()).unwrap();
-                secs += start.elapsed().as_secs_f64();
-                if from == 0 {
-                    let r = ops.results(&gpu, &b).unwrap();
-                    assert!(r.iter().all(|(s, _)| *s == Status::Ok), "{kind:?}");
-                }
-            }
-            keys as f64 / secs / 1e6
-        };
-        let inserts = timed(&mut t, OpKind::Insert);
-        let searches = timed(&mut t, OpKind::Get);
-        assert_eq!(t.len(), keys);
-        println!("slab {placement:?}: {keys} keys, batch {batch}, value {value} B:");
-        println!(
-            "  {inserts:.2} M inserts/s, {searches:.2} M searches/s, chain {:.3} slabs",
-            t.chain_slabs()
-        );
-        println!("  {}", t.setting());
-        println!(
-            "  modelled requests: search hit {:.2}, insert {:.2}",
-            t.traffic(OpKind::Get, true).requests,
-            t.traffic(OpKind::Insert, false).requests
-        );
-    }
 }

@@ -7,13 +7,12 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::process::Command;
 
 use common::oracle::{Oracle, assert_same_content};
 use gphash::cache::{self, CacheOptions, CacheStatus, Policy};
 use gphash::hash::Seeds;
 use gphash::model::Model;
-use gphash::{Batch, Config, GpHash, GpuOptions, OpKind, Placement, Status};
+use gphash::{Batch, Config, GpHash, GpuOptions, Placement, Status};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -68,16 +67,6 @@ fn skewed(rng: &mut impl Rng, space: u64) -> u64 {
     ((x * x * x) * space as f64) as u64 % space
 }
 
-fn random_kind(rng: &mut impl Rng) -> OpKind {
-    match rng.random_range(0..100) {
-        0..40 => OpKind::Get,
-        40..55 => OpKind::Insert,
-        55..70 => OpKind::Upsert,
-        70..88 => OpKind::Update,
-        _ => OpKind::Delete,
-    }
-}
-
 /// Random mixed batches (same keys repeating within a batch), loading phases every few
 /// hundred operations: every status and value read equals the one-by-one oracle's (ordered
 /// mode), the content equals it, and the cache stays coherent with the pool.
@@ -100,7 +89,7 @@ fn cached_results_match_the_oracle_with_frequent_loading() {
             for round in 0..12 {
                 let mut batch = t.batch();
                 for _ in 0..rng.random_range(1..400) {
-                    let kind = random_kind(&mut rng);
+                    let kind = common::random_kind(&mut rng);
                     let v = common::value(&mut rng, value_bytes as usize);
                     let k = common::key(skewed(&mut rng, space), key_bytes as usize);
                     batch.push(kind, &k, kind.writes_value().then_some(&v[..])).unwrap();
@@ -211,7 +200,7 @@ fn access_counts_match_the_model() {
             let mut batch = t.batch();
             let mut seen = HashSet::new();
             for _ in 0..rng.random_range(1..500) {
-                let kind = random_kind(&mut rng);
+                let kind = common::random_kind(&mut rng);
                 let k = common::key(skewed(&mut rng, space), 16);
                 // Distinct keys: the twin reads the table before and after the batch.
                 if seen.insert(k.clone()) {
@@ -252,7 +241,7 @@ fn whole_table_cache_is_transparent() {
     for round in 0..8 {
         let mut batch: Batch = cached.batch();
         for _ in 0..rng.random_range(1..1500) {
-            let kind = random_kind(&mut rng);
+            let kind = common::random_kind(&mut rng);
             let v = common::value(&mut rng, 32);
             batch
                 .push(
@@ -350,45 +339,8 @@ fn cache_set_and_loaded_on_demand() {
 /// Re-runs the tests above at the subgroup sizes lavapipe can be given.
 #[test]
 fn subgroup_sizes_4_8_16() {
-    if std::env::var_os(common::EXPECT_SUBGROUP_ENV).is_some() {
-        eprintln!("child process: the parent runs the subgroup-size matrix");
-        return;
-    }
-    let Some(gpu) = common::gpu() else {
-        panic!("the subgroup-size matrix needs a GPU");
-    };
-    if !gpu.info.is_cpu() {
-        eprintln!(
-            "{}: subgroup size {:?} is the hardware's; the tests ran at it",
-            gpu.info.name, gpu.info.subgroup_sizes
-        );
-        return;
-    }
-    let exe = std::env::current_exe().unwrap();
-    for (width, size) in [(128, 4u32), (256, 8), (512, 16)] {
-        if gpu.info.subgroup_sizes == (size, size) {
-            continue;
-        }
-        let out = Command::new(&exe)
-            .args([
-                "cached_results",
-                "hot_keys",
-                "access_counts",
-                "whole_table",
-                "cache_is_rebuilt",
-                "cache_set",
-                "--test-threads=1",
-            ])
-            .env("LP_NATIVE_VECTOR_WIDTH", width.to_string())
-            .env(common::EXPECT_SUBGROUP_ENV, size.to_string())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "subgroup size {size}:\n{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(text.contains("6 passed"), "subgroup size {size}: expected 6 tests to run:\n{text}");
-    }
+    common::rerun_at_subgroup_sizes(
+        &["cached_results", "hot_keys", "access_counts", "whole_table", "cache_is_rebuilt", "cache_set"],
+        6,
+    );
 }

@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::process::Command;
 
 use common::oracle::{Oracle, assert_same_content};
 use gphash::{Batch, Config, Error, GpuOptions, Layout, OpKind, Placement, Status};
@@ -99,16 +98,6 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-fn random_kind(rng: &mut impl Rng) -> OpKind {
-    match rng.random_range(0..100) {
-        0..25 => OpKind::Get,
-        25..55 => OpKind::Insert,
-        55..70 => OpKind::Upsert,
-        70..85 => OpKind::Update,
-        _ => OpKind::Delete,
-    }
-}
-
 /// The GPU and the CPU model run the same batches of distinct keys: their statuses, the
 /// values they read and their contents equal the oracle's, and every invariant holds.
 #[test]
@@ -139,7 +128,7 @@ fn gpu_matches_model_on_random_batches() {
             let n = rng.random_range(1..1500.min(space));
             let mut batch = gpu.batch();
             for k in sample(&mut rng, space, n) {
-                let kind = random_kind(&mut rng);
+                let kind = common::random_kind(&mut rng);
                 let v = common::value(&mut rng, case.value_bytes as usize);
                 batch
                     .push(
@@ -205,7 +194,7 @@ fn ordered_mode_equals_one_by_one() {
     for _ in 0..4 {
         let mut batch = t.batch();
         for _ in 0..600 {
-            let kind = random_kind(&mut rng);
+            let kind = common::random_kind(&mut rng);
             let v = common::value(&mut rng, 12);
             let k = common::key(rng.random_range(0..40), 8);
             batch.push(kind, &k, kind.writes_value().then_some(&v[..])).unwrap();
@@ -241,7 +230,7 @@ fn same_key_storms_stay_linearizable() {
         let mut written: HashMap<Vec<u8>, HashSet<Vec<u8>>> = HashMap::new();
         for i in 0..3000u64 {
             let key = &keys[rng.random_range(0..keys.len())];
-            let kind = random_kind(&mut rng);
+            let kind = common::random_kind(&mut rng);
             let v = i.to_le_bytes().to_vec();
             if kind.writes_value() {
                 written.entry(key.clone()).or_default().insert(v.clone());
@@ -359,42 +348,8 @@ fn full_table_and_full_heap_roll_back() {
 /// subgroup size is fixed by the hardware, the tests above already ran at that size.
 #[test]
 fn subgroup_sizes_4_8_16() {
-    if std::env::var_os(common::EXPECT_SUBGROUP_ENV).is_some() {
-        eprintln!("child process: the parent runs the subgroup-size matrix");
-        return;
-    }
-    let Some(gpu) = common::gpu() else {
-        panic!("the subgroup-size matrix needs a GPU");
-    };
-    if !gpu.info.is_cpu() {
-        eprintln!(
-            "{}: subgroup size {:?} is the hardware's; the tests ran at it",
-            gpu.info.name, gpu.info.subgroup_sizes
-        );
-        return;
-    }
-    let exe = std::env::current_exe().unwrap();
-    for (width, size) in [(128, 4u32), (256, 8), (512, 16)] {
-        if gpu.info.subgroup_sizes == (size, size) {
-            eprintln!("subgroup size {size}: covered by this process");
-            continue;
-        }
-        let out = Command::new(&exe)
-            .args(["gpu_matches_model", "ordered_mode", "same_key_storms", "full_table", "--test-threads=1"])
-            .env("LP_NATIVE_VECTOR_WIDTH", width.to_string())
-            .env(common::EXPECT_SUBGROUP_ENV, size.to_string())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "subgroup size {size}:\n{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(text.contains("4 passed"), "subgroup size {size}: expected 4 tests to run:\n{text}");
-        eprintln!(
-            "subgroup size {size}: {}",
-            text.lines().rev().find(|l| l.contains("test result")).unwrap_or("")
-        );
-    }
+    common::rerun_at_subgroup_sizes(
+        &["gpu_matches_model", "ordered_mode", "same_key_storms", "full_table"],
+        4,
+    );
 }

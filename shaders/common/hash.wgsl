@@ -22,8 +22,3 @@ fn hash_key(key: array<u32, KEY_WORDS>, seed: u32) -> u32 {
     }
     return fmix(h ^ (KEY_WORDS * 4u));
 }
-
-// The TOP_LEVEL high bits; two shifts keep each amount below 32 when TOP_LEVEL is 0.
-fn top_bucket(h: u32) -> u32 {
-    return (h >> 1u) >> (31u - TOP_LEVEL);
-}

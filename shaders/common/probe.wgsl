@@ -9,12 +9,9 @@ struct Located {
     fp: u32,                      // fingerprint
 }
 
-fn load_key(op: u32) -> array<u32, KEY_WORDS> {
-    var key: array<u32, KEY_WORDS>;
-    for (var i = 0u; i < KEY_WORDS; i++) {
-        key[i] = keys[op * KEY_WORDS + i];
-    }
-    return key;
+// Passes over the candidate slots: lane `l` handles candidates l, l + size, l + 2 size, ...
+fn tile_passes(t: Tile) -> u32 {
+    return (CANDIDATES + t.size - 1u) / t.size;
 }
 
 fn locate(key: array<u32, KEY_WORDS>) -> Located {
@@ -189,18 +186,3 @@ fn claim(t: Tile, wanted: bool, loc: Located, key: array<u32, KEY_WORDS>, chosen
     return claimed;
 }
 
-// The tile's operation: the lowest lane with a pending operation leads it.
-struct Turn {
-    busy: bool,  // this tile has an operation this round
-    leader: bool,  // this lane owns it
-    lead: u32,     // the owning lane, within the tile
-    op: u32,       // its index in the batch
-}
-
-fn take_turn(t: Tile, pending: bool, me: u32) -> Turn {
-    let req = tile_ballot(t, pending);
-    let busy = req != 0u;
-    let lead = select(0u, firstTrailingBit(req), busy);
-    let op = tile_bcast(t, me, lead);
-    return Turn(busy, busy && t.lane == lead, lead, op);
-}

@@ -1,15 +1,9 @@
-// Operation codes, result codes, phase markers and control words.
+// gphash's protocol: phase markers, slot states, control words and the per-operation record,
+// on top of what every table shares.
 // Twin: src/protocol.rs; the numbers must match.
 
-const OP_GET: u32 = 1u;
-const OP_INSERT: u32 = 2u;
-const OP_UPSERT: u32 = 3u;
-const OP_UPDATE: u32 = 4u;
-const OP_DELETE: u32 = 5u;
-
-const STATUS_OK: u32 = 1u;
-const STATUS_NOT_FOUND: u32 = 2u;
-const STATUS_EXISTS: u32 = 3u;
+#include "common/ops.wgsl"
+#include "common/pool.wgsl"
 
 const PHASE_DONE: u32 = 1u;
 const PHASE_FOUND: u32 = 2u;
@@ -18,13 +12,11 @@ const PHASE_FULL: u32 = 4u;
 const PHASE_NO_CELL: u32 = 5u;
 const PHASE_JOINED: u32 = 6u;
 
-const NONE: u32 = 0xffffffffu;
-
 const EMPTY: u32 = 0u;
 const INSERTING: u32 = 1u;
 const PUBLISHED: u32 = 2u;
 
-const CTRL_DIRTY_COUNT: u32 = 0u;
+// Control words after CTRL_DIRTY_COUNT (0).
 const CTRL_NEED_B: u32 = 1u;
 const CTRL_FULL: u32 = 2u;
 const CTRL_NO_CELL: u32 = 3u;
@@ -45,25 +37,12 @@ const ST_SLOT: u32 = 1u;
 const ST_CELL: u32 = 2u;
 const ST_FREE: u32 = 3u;
 
-fn writes_value(kind: u32) -> bool {
-    return kind == OP_INSERT || kind == OP_UPSERT || kind == OP_UPDATE;
-}
-
 fn op_field(op: u32, field: u32) -> u32 {
     return opstate[op * 4u + field];
 }
 
 fn set_op_field(op: u32, field: u32, v: u32) {
     opstate[op * 4u + field] = v;
-}
-
-// The operation of this invocation: workgroups may be laid out in two dimensions.
-fn op_index(wid: vec3<u32>, nwg: vec3<u32>, li: u32) -> u32 {
-    return (wid.y * nwg.x + wid.x) * WG + li;
-}
-
-fn count(counter: u32) {
-    atomicAdd(&control[counter], 1u);
 }
 
 // Per-invocation counts, added to the control block once per subgroup by `flush_tally`: the
@@ -81,23 +60,5 @@ fn flush_tally(sg_lane: u32) {
         if (sg_lane == 0u && total != 0u) {
             atomicAdd(&control[c], total);
         }
-    }
-}
-
-// Appends one pool cache line to the dirty list; the host persists exactly these lines.
-fn mark_line(line: u32) {
-    if (params.track_lines == 0u) {
-        return;
-    }
-    let i = atomicAdd(&control[CTRL_DIRTY_COUNT], 1u);
-    if (i < params.dirty_cap) {
-        dirty[i] = line;
-    }
-}
-
-// Marks the lines holding `count` words starting at word `first` of a region.
-fn mark_words(line_base: u32, first: u32, count: u32) {
-    for (var l = first / 16u; l <= (first + count - 1u) / 16u; l++) {
-        mark_line(line_base + l);
     }
 }

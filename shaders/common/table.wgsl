@@ -1,4 +1,10 @@
-// Table addressing. Twin: src/layout.rs (Geometry::candidate and the word offsets).
+// Table addressing. Twins: src/layout.rs (Geometry::candidate and the word offsets) and
+// src/hash.rs (top_bucket).
+
+// The TOP_LEVEL high bits; two shifts keep each amount below 32 when TOP_LEVEL is 0.
+fn top_bucket(h: u32) -> u32 {
+    return (h >> 1u) >> (31u - TOP_LEVEL);
+}
 
 // Global bucket index of candidate `c` of a key whose top-level buckets are `tops`.
 fn candidate_bucket(tops: array<u32, HASHES>, c: u32) -> u32 {
@@ -28,24 +34,6 @@ fn key_word(bucket: u32, slot: u32) -> u32 {
 
 fn state_word_of_id(id: u32) -> u32 {
     return state_word(id / SLOTS, id % SLOTS);
-}
-
-// Compare-and-swap that fails only when the word differs from `expected`; returns the word
-// seen (success iff it equals `expected`). Weak CAS may fail spuriously: retry those.
-fn table_cas(word: u32, expected: u32, desired: u32) -> u32 {
-    var r = table_cas_weak(word, expected, desired);
-    while (r.y == 0u && r.x == expected) {
-        r = table_cas_weak(word, expected, desired);
-    }
-    return r.x;
-}
-
-fn mark_table_words(first: u32, count: u32) {
-    mark_words(params.table_line_base, first, count);
-}
-
-fn mark_heap_words(first: u32, count: u32) {
-    mark_words(params.heap_line_base, first, count);
 }
 
 // Compare-and-swap on a cached group copy; as `table_cas`.

@@ -9,9 +9,15 @@ struct Tile {
     lane: u32,  // lane within the tile
 }
 
-fn tile_of(sg_lane: u32, sg_size: u32) -> Tile {
-    let size = min(TILE, sg_size);
-    return Tile(size, sg_lane & ~(size - 1u), sg_lane & (size - 1u));
+// An invocation's place in its subgroup.
+struct Subgroup {
+    @builtin(subgroup_invocation_id) lane: u32,
+    @builtin(subgroup_size) size: u32,
+}
+
+fn tile_of(sg: Subgroup) -> Tile {
+    let size = min(TILE, sg.size);
+    return Tile(size, sg.lane & ~(size - 1u), sg.lane & (size - 1u));
 }
 
 // Bit i set: lane i of this tile has `pred`.
@@ -42,7 +48,18 @@ fn tile_add(t: Tile, v: u32) -> u32 {
     return x;
 }
 
-// Passes over the candidate slots: lane `l` handles candidates l, l + size, l + 2 size, ...
-fn tile_passes(t: Tile) -> u32 {
-    return (CANDIDATES + t.size - 1u) / t.size;
+// The tile's operation: the lowest lane with a pending operation leads it.
+struct Turn {
+    busy: bool,    // this tile has an operation this round
+    leader: bool,  // this lane owns it
+    lead: u32,     // the owning lane, within the tile
+    op: u32,       // its index in the batch
+}
+
+fn take_turn(t: Tile, pending: bool, me: u32) -> Turn {
+    let req = tile_ballot(t, pending);
+    let busy = req != 0u;
+    let lead = select(0u, firstTrailingBit(req), busy);
+    let op = tile_bcast(t, me, lead);
+    return Turn(busy, busy && t.lane == lead, lead, op);
 }

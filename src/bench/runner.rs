@@ -149,6 +149,23 @@ pub struct Record {
 }
 
 impl Record {
+    /// The heading of the stdout table, aligned with [`Record::line`].
+    pub fn heading() -> String {
+        format!(
+            "{:<16} {:<8} {:>4} {:>8} {:>17}  {:>16}  {:>16}  {:>12} {:>12}  {}",
+            "# system",
+            "workload",
+            "key",
+            "batch",
+            "throughput",
+            "median latency",
+            "p99 latency",
+            "requests",
+            "bytes",
+            "share of the ceiling (Mops/s)"
+        )
+    }
+
     /// One line of the stdout table.
     pub fn line(&self) -> String {
         let ceiling = if self.ceiling_pct > 0.0 {

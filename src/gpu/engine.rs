@@ -8,12 +8,12 @@ use host_pm::{Pool, Region};
 
 use super::cache::DeviceCache;
 use super::context::Gpu;
-use super::hostmem::{self, ImportGuard};
+use super::hostmem;
 use super::resources::{
-    bind_group_layout, build_pipelines, check_bindings, dispatch, download_region, import_region, map_read,
-    max_window, release_imports, staged_reason, upload_region,
+    Pipelines, PoolWindows, bind_group, bind_group_layout, build_pipelines, check_bindings, map_read,
+    max_window, params_buffer, read_dirty, record_passes, storage_buffer, writeback_invocations,
 };
-use super::shader::{CacheConfig, Kernel, KernelConfig, Params, Windows};
+use super::shader::{self, CacheConfig, Kernel, KernelConfig, Params, Windows};
 use crate::cache::{CacheOptions, CacheStatus, Snapshot};
 use crate::engine::{Engine, Input, Mode, Report, Written};
 use crate::error::{Error, Result};
@@ -82,9 +82,11 @@ pub struct DeviceBatch<'a> {
 }
 
 impl DeviceBatch<'_> {
-    fn validate(&self, cfg: &KernelConfig) -> Result<()> {
+    /// Refuses buffers too small for `len` operations of `key_words`-word keys and
+    /// `cell_words`-word values, or without `STORAGE` usage.
+    pub(crate) fn validate(&self, key_words: u32, cell_words: u32) -> Result<()> {
         let n = self.len as u64;
-        let (kw, cw) = (cfg.geo.key_words() as u64, cfg.geo.cell_words() as u64);
+        let (kw, cw) = (key_words as u64, cell_words as u64);
         for (name, buf, words) in [
             ("kinds", self.kinds, n),
             ("keys", self.keys, n * kw),
@@ -137,7 +139,6 @@ struct ReadbackLayout {
     statuses: u64,
     values: u64,
     lines: u64,
-    staging: u64,
     total: u64,
 }
 
@@ -149,7 +150,7 @@ impl ReadbackLayout {
         let lines = values + up(cap * cell_words * 4);
         let staging = lines + up(dirty_cap * 4);
         let total = staging + if staged { dirty_cap * 64 } else { 0 };
-        ReadbackLayout { statuses, values, lines, staging, total }
+        ReadbackLayout { statuses, values, lines, total }
     }
 }
 
@@ -157,18 +158,13 @@ impl ReadbackLayout {
 pub struct GpuEngine {
     gpu: Arc<Gpu>,
     cfg: KernelConfig,
-    mode: Mode,
-    table_region: Region,
-    heap_region: Region,
-    table: Vec<wgpu::Buffer>,
-    heap: Vec<wgpu::Buffer>,
-    guard: ImportGuard,
+    windows: PoolWindows,
     cache: DeviceCache,
     bitmap: wgpu::Buffer,
     control: wgpu::Buffer,
     params: wgpu::Buffer,
     layout: wgpu::BindGroupLayout,
-    pipelines: Vec<(Kernel, wgpu::ComputePipeline)>,
+    pipelines: Pipelines<Kernel>,
     io: Option<BatchBuffers>,
     /// The bind group of the current device-buffer batch (`None`: the host batch buffers).
     device_bind: Option<wgpu::BindGroup>,
@@ -212,76 +208,34 @@ impl GpuEngine {
             cache: CacheConfig::off(),
             source: None,
         };
-        check_bindings(&cfg, &gpu.info)?;
-        if table_region.end() / 64 > u32::MAX as u64 || heap_region.end() / 64 > u32::MAX as u64 {
-            return Err(Error::InvalidConfig("pools beyond 256 GiB are not supported".into()));
-        }
-        let guard = ImportGuard::default();
-        let imported = match staged_reason(pool, opts.placement) {
-            Some(reason) => Err(reason),
-            None => import_region(&gpu, pool, table_region, cfg.table, &guard, "table")
-                .and_then(|t| Ok((t, import_region(&gpu, pool, heap_region, cfg.heap, &guard, "heap")?))),
-        };
-        let (table, heap, mode) = match imported {
-            Ok((t, h)) => (t, h, Mode::ZeroCopy),
-            Err(reason) if opts.placement == Placement::ZeroCopy => {
-                return Err(Error::Gpu(format!("zero-copy import of the pool failed: {reason}")));
-            }
-            Err(reason) => {
-                // Buffers imported before the failure must be gone before the pool is read.
-                release_imports(&gpu, &guard);
-                let t = upload_region(&gpu, pool, table_region, cfg.table, geo.table_words(), "table")?;
-                let h = upload_region(&gpu, pool, heap_region, cfg.heap, geo.heap_words(), "heap")?;
-                let mode = match opts.placement {
-                    Placement::Volatile => Mode::Volatile,
-                    _ => Mode::Staged { reason },
-                };
-                (t, h, mode)
-            }
-        };
+        check_bindings("the table", cfg.bindings().0, &gpu.info)?;
+        let windows = PoolWindows::place(
+            &gpu,
+            pool,
+            opts.placement,
+            [
+                (table_region, cfg.table, geo.table_words(), "table"),
+                (heap_region, cfg.heap, geo.heap_words(), "heap"),
+            ],
+        )?;
         // Only a table in host memory gains from a copy of its hot groups in device memory.
-        let cache =
-            DeviceCache::new(&gpu, &geo, &opts.cache, mode == Mode::ZeroCopy && !geo.keys_apart, max_window)?;
+        let cached = windows.mode == Mode::ZeroCopy && !geo.keys_apart;
+        let cache = DeviceCache::new(&gpu, &geo, &opts.cache, cached, max_window)?;
         cfg.cache = cache.config();
-        check_bindings(&cfg, &gpu.info)?;
+        check_bindings("the table", cfg.bindings().0, &gpu.info)?;
         let dev = &gpu.device;
-        let storage = |label, size: u64, extra| {
-            dev.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size: size.max(16),
-                usage: wgpu::BufferUsages::STORAGE
-                    | wgpu::BufferUsages::COPY_DST
-                    | wgpu::BufferUsages::COPY_SRC
-                    | extra,
-                mapped_at_creation: false,
-            })
-        };
-        let bitmap_buf = storage("bitmap", bitmap.words.len() as u64 * 4, wgpu::BufferUsages::empty());
+        let bitmap_buf = storage_buffer(dev, "bitmap", bitmap.words.len() as u64 * 4);
         gpu.queue.write_buffer(&bitmap_buf, 0, bytemuck::cast_slice(&bitmap.words));
-        let control_buf = storage("control", (control::WORDS * 4) as u64, wgpu::BufferUsages::empty());
-        let params = dev.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("params"),
-            size: std::mem::size_of::<Params>() as u64,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let layout = bind_group_layout(dev, &cfg);
-        let pipelines = build_pipelines(&gpu, &cfg, &layout, &Kernel::BATCH)?;
-        let track_lines = match mode {
-            Mode::Staged { .. } => true,
-            Mode::Volatile => false,
-            _ => !matches!(pool.persist_mode(), host_pm::PersistMode::Fence | host_pm::PersistMode::None),
-        };
+        let control_buf = storage_buffer(dev, "control", (control::WORDS * 4) as u64);
+        let params = params_buffer::<Params>(dev, "params");
+        let layout = bind_group_layout(dev, "gphash", cfg.bindings());
+        let pipelines = build_pipelines(&gpu, &layout, &Kernel::BATCH, |k| shader::source(k, &cfg))?;
+        let track_lines = windows.tracks_lines(pool.persist_mode());
         gpu.queue.submit([]);
         Ok(GpuEngine {
             gpu,
             cfg,
-            mode,
-            table_region,
-            heap_region,
-            table,
-            heap,
-            guard,
+            windows,
             cache,
             bitmap: bitmap_buf,
             control: control_buf,
@@ -299,14 +253,6 @@ impl GpuEngine {
         })
     }
 
-    fn staged(&self) -> bool {
-        matches!(self.mode, Mode::Staged { .. })
-    }
-
-    fn pipeline(&self, k: Kernel) -> &wgpu::ComputePipeline {
-        &self.pipelines.iter().find(|(kk, _)| *kk == k).expect("every kernel is built").1
-    }
-
     /// Makes sure the batch buffers hold `n` operations.
     fn reserve(&mut self, n: u32) {
         if self.io.as_ref().is_some_and(|io| io.cap >= n) {
@@ -319,16 +265,7 @@ impl GpuEngine {
         let per_op = cw / 16 + kw / 16 + 8;
         let dirty_cap = (cap as u64 * per_op).min(u32::MAX as u64 / 16) as u32;
         let dev = &self.gpu.device;
-        let storage = |label, size: u64| {
-            dev.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size: size.max(16),
-                usage: wgpu::BufferUsages::STORAGE
-                    | wgpu::BufferUsages::COPY_DST
-                    | wgpu::BufferUsages::COPY_SRC,
-                mapped_at_creation: false,
-            })
-        };
+        let storage = |label, size| storage_buffer(dev, label, size);
         let cap64 = cap as u64;
         let kinds = storage("kinds", cap64 * 4);
         let keys = storage("keys", cap64 * kw * 4);
@@ -337,10 +274,10 @@ impl GpuEngine {
         let vals_out = storage("vals_out", cap64 * cw * 4);
         let opstate = storage("opstate", cap64 * 16);
         let dirty = storage("dirty", dirty_cap as u64 * 4);
-        let staging = storage("staging", if self.staged() { dirty_cap as u64 * 64 } else { 16 });
+        let staging = storage("staging", if self.windows.staged() { dirty_cap as u64 * 64 } else { 16 });
         // The claim registry, at most half full.
         let claims = storage("claims", cap64 * 2 * 4);
-        let rl = ReadbackLayout::new(cap64, dirty_cap as u64, cw, self.staged());
+        let rl = ReadbackLayout::new(cap64, dirty_cap as u64, cw, self.windows.staged());
         let readback = dev.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
             size: rl.total,
@@ -372,35 +309,27 @@ impl GpuEngine {
     /// `statuses`, `vals_out`) and working buffers (`opstate`, `dirty`, `staging`, `claims`).
     fn bind_group(&self, io: [&wgpu::Buffer; 5], work: [&wgpu::Buffer; 4]) -> wgpu::BindGroup {
         let [opstate, dirty, staging, claims] = work;
+        let mut buffers: Vec<&wgpu::Buffer> = vec![&self.params];
+        buffers.extend(io);
+        buffers.extend([opstate, &self.control, dirty, &self.bitmap, staging, claims]);
         let c = &self.cache;
-        let mut entries: Vec<&wgpu::Buffer> = vec![&self.params];
-        entries.extend(io);
-        entries.extend([opstate, &self.control, dirty, &self.bitmap, staging, claims]);
-        entries.extend([&c.map, &c.owner, &c.counts, &c.plan]);
-        entries.extend(self.table.iter().chain(&self.heap).chain(&c.table).chain(&c.heap));
-        let entries: Vec<wgpu::BindGroupEntry> = entries
-            .iter()
-            .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
-            .collect();
-        self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("gphash"),
-            layout: &self.layout,
-            entries: &entries,
-        })
+        buffers.extend([&c.map, &c.owner, &c.counts, &c.plan]);
+        buffers.extend(self.windows.buffers().chain(&c.table).chain(&c.heap));
+        bind_group(&self.gpu.device, "gphash", &self.layout, &buffers)
     }
 
     fn write_params(&mut self, n: u32) {
         let io = self.io.as_ref().expect("reserved");
         self.seq = self.seq.wrapping_add(1);
         self.n = n;
+        let (table_line_base, heap_line_base, table_lines) = self.windows.lines();
         let p = Params {
             n,
             seed: self.seq.wrapping_mul(0x9E37_79B9),
             dirty_cap: io.dirty_cap,
-            table_line_base: (self.table_region.offset / 64) as u32,
-            heap_line_base: (self.heap_region.offset / 64) as u32,
-            table_lines: (self.table_region.bytes / 64) as u32,
+            table_line_base,
+            heap_line_base,
+            table_lines,
             claims_mask: (io.claims.size() / 4 - 1) as u32,
             track_lines: self.track_lines as u32,
             stamp: self.batches,
@@ -422,23 +351,18 @@ impl GpuEngine {
             enc.clear_buffer(&io.claims, 0, None);
         }
         let bind = self.device_bind.as_ref().unwrap_or(&io.bind);
-        for &k in kernels {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            pass.set_pipeline(self.pipeline(k));
-            pass.set_bind_group(0, bind, &[]);
-            dispatch(&mut pass, n as u64);
-        }
-        if self.staged() && kernels.iter().any(|k| k.writes_pool()) {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            pass.set_pipeline(self.pipeline(Kernel::Writeback));
-            pass.set_bind_group(0, bind, &[]);
-            dispatch(&mut pass, (io.dirty_cap as u64 * 16).min(1 << 20));
-        }
+        let writeback = (self.windows.staged() && kernels.iter().any(|k| k.writes_pool()))
+            .then(|| (self.pipelines.get(Kernel::Writeback), writeback_invocations(io.dirty_cap)));
+        record_passes(
+            &mut enc,
+            bind,
+            kernels.iter().map(|&k| (self.pipelines.get(k), n as u64)).chain(writeback),
+        );
         let rl = ReadbackLayout::new(
             io.cap as u64,
             io.dirty_cap as u64,
             self.cfg.geo.cell_words() as u64,
-            self.staged(),
+            self.windows.staged(),
         );
         let cw = self.cfg.geo.cell_words() as u64;
         enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, (control::WORDS * 4) as u64);
@@ -449,7 +373,7 @@ impl GpuEngine {
             enc.copy_buffer_to_buffer(&io.vals_out, 0, &io.readback, rl.values, n as u64 * cw * 4);
         }
         let mut cmds = vec![enc.finish()];
-        if !self.staged() {
+        if !self.windows.staged() {
             cmds.push(hostmem::host_read_barrier(&self.gpu));
         }
         let recorded = std::time::Instant::now();
@@ -492,8 +416,8 @@ impl GpuEngine {
             return Ok(Written::NotTracked);
         }
         if count > io.dirty_cap {
-            if self.staged() {
-                self.download_all(pool)?;
+            if self.windows.staged() {
+                self.windows.download(&self.gpu, pool)?;
             }
             return Ok(Written::Overflow);
         }
@@ -504,40 +428,11 @@ impl GpuEngine {
             io.cap as u64,
             io.dirty_cap as u64,
             self.cfg.geo.cell_words() as u64,
-            self.staged(),
+            self.windows.staged(),
         );
-        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(&io.dirty, 0, &io.readback, rl.lines, count as u64 * 4);
-        if self.staged() {
-            enc.copy_buffer_to_buffer(&io.staging, 0, &io.readback, rl.staging, count as u64 * 64);
-        }
-        self.gpu.queue.submit([enc.finish()]);
-        let staged = self.staged();
-        let mut lines = Vec::with_capacity(count as usize);
-        let dst = pool.bytes_mut();
-        map_read(
-            &self.gpu,
-            &io.readback,
-            rl.lines..rl.staging + if staged { count as u64 * 64 } else { 0 },
-            |bytes| {
-                let list: &[u32] = bytemuck::cast_slice(&bytes[..count as usize * 4]);
-                let data = &bytes[(rl.staging - rl.lines) as usize..];
-                for (i, &line) in list.iter().enumerate() {
-                    if staged {
-                        let at = line as usize * 64;
-                        dst[at..at + 64].copy_from_slice(&data[i * 64..i * 64 + 64]);
-                    }
-                    lines.push(line as u64);
-                }
-            },
-        )?;
+        let staging = self.windows.staged().then_some(&io.staging);
+        let lines = read_dirty(&self.gpu, (&io.dirty, staging), &io.readback, rl.lines, count, pool)?;
         Ok(Written::Lines(lines))
-    }
-
-    /// Staged mode, dirty list overflowed: copy both regions back whole.
-    fn download_all(&mut self, pool: &mut Pool) -> Result<()> {
-        download_region(&self.gpu, &self.table, self.cfg.table, self.table_region, pool)?;
-        download_region(&self.gpu, &self.heap, self.cfg.heap, self.heap_region, pool)
     }
 
     fn phase(&mut self, pool: &mut Pool, kernels: &[Kernel], results: Results) -> Result<Report> {
@@ -588,7 +483,7 @@ impl GpuEngine {
 
 impl Engine for GpuEngine {
     fn mode(&self) -> Mode {
-        self.mode.clone()
+        self.windows.mode.clone()
     }
 
     fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report> {
@@ -613,7 +508,7 @@ impl Engine for GpuEngine {
                 if e.read_only() { Results::WithValues } else { Results::None }
             }
             Input::Device(d) => {
-                d.validate(&self.cfg)?;
+                d.validate(self.cfg.geo.key_words(), self.cfg.geo.cell_words())?;
                 let bind = self.bind_group(
                     [d.kinds, d.keys, d.values, d.statuses, d.found],
                     [&io.opstate, &io.dirty, &io.staging, &io.claims],
@@ -651,7 +546,7 @@ impl Engine for GpuEngine {
     }
 
     fn cache_status(&self) -> CacheStatus {
-        match &self.mode {
+        match &self.windows.mode {
             _ if self.cache.enabled() => CacheStatus::On(self.cache.stats()),
             _ if self.cfg.geo.keys_apart => {
                 CacheStatus::Off { reason: "keys are apart from their buckets".into() }
@@ -704,9 +599,6 @@ impl Drop for GpuEngine {
         // GPU stopped using them) before the pool is unmapped or moved.
         self.io = None;
         self.device_bind = None;
-        for b in self.table.drain(..).chain(self.heap.drain(..)) {
-            b.destroy();
-        }
-        release_imports(&self.gpu, &self.guard);
+        self.windows.release(&self.gpu);
     }
 }

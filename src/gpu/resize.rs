@@ -10,10 +10,12 @@ use super::context::Gpu;
 use super::engine::GpuOptions;
 use super::hostmem::{self, ImportGuard};
 use super::resources::{
-    bind_group_layout, build_pipelines, check_bindings, dispatch, download_region, import_region, map_read,
-    max_window, release_imports, staged_reason, upload_region,
+    bind_group, bind_group_layout, build_pipelines, check_bindings, dispatch, download_region, import_region,
+    map_read, max_window, release_imports, staged_reason, upload_region,
 };
-use super::shader::{CacheConfig, FIXED, Kernel, KernelConfig, Params, Source, Windows, fixed_binding};
+use super::shader::{
+    self, CacheConfig, FIRST_WINDOW_BINDING, Kernel, KernelConfig, Params, Source, TABLE_BINDINGS, Windows,
+};
 use crate::error::Result;
 use crate::hash::Seeds;
 use crate::layout::Geometry;
@@ -45,7 +47,7 @@ pub fn build(
             keys_base: old.keys_base(),
         }),
     };
-    check_bindings(&cfg, &gpu.info)?;
+    check_bindings("the table", cfg.bindings().0, &gpu.info)?;
     let source = cfg.source.expect("set above").windows;
     let guard = ImportGuard::default();
     let imported = match staged_reason(pool, opts.placement) {
@@ -86,29 +88,22 @@ pub fn build(
     );
     // Bindings the resize kernels do not use.
     let (unused_ro, unused_rw) = (buffer("unused", 256, storage), buffer("unused", 256, storage));
-    let layout = bind_group_layout(dev, &cfg);
-    let pipelines = build_pipelines(gpu, &cfg, &layout, &Kernel::RESIZE)?;
+    let layout = bind_group_layout(dev, "resize", cfg.bindings());
+    let pipelines = build_pipelines(gpu, &layout, &Kernel::RESIZE, |k| shader::source(k, &cfg))?;
+    // The control block; every other buffer but the tables is unused (one dummy window each for
+    // the heap and the cache).
+    let (_, read_only) = cfg.bindings();
+    let control_binding = 6 + TABLE_BINDINGS.iter().position(|b| b.0 == "control").expect("bound") as u32;
     let mut entries: Vec<&wgpu::Buffer> = vec![&params];
-    entries.extend(FIXED.iter().map(|(name, _, read_only)| match (*name, read_only) {
-        ("control", _) => &ctl,
-        (_, true) => &unused_ro,
-        (_, false) => &unused_rw,
+    entries.extend((1..FIRST_WINDOW_BINDING).map(|i| match i {
+        _ if i == control_binding => &ctl,
+        _ if read_only(i) => &unused_ro,
+        _ => &unused_rw,
     }));
-    debug_assert_eq!(entries.len(), fixed_binding("cache_plan") + 1);
     entries.extend(to.iter());
-    // The heap and the cache: one unused window each.
     entries.extend([&unused_rw, &unused_rw, &unused_rw]);
     entries.extend(from.iter());
-    let entries: Vec<wgpu::BindGroupEntry> = entries
-        .iter()
-        .enumerate()
-        .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
-        .collect();
-    let bind = dev.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some("resize"),
-        layout: &layout,
-        entries: &entries,
-    });
+    let bind = bind_group(dev, "resize", &layout, &entries);
 
     // One submit per kernel: each reads its own invocation count from the parameters.
     let rehash_slots = old.groups() * old.layout.slots as u64;

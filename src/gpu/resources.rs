@@ -1,12 +1,13 @@
 //! Device resources shared by the engine and the resize: windows of pool regions (imported
 //! or uploaded), pipelines, bind group layouts, readbacks.
 
-use host_pm::{Backend, Pool, Region};
+use host_pm::{Backend, PersistMode, Pool, Region};
 
 use super::context::{DeviceInfo, Gpu};
 use super::engine::Placement;
 use super::hostmem::{self, ImportGuard};
-use super::shader::{self, Kernel, KernelConfig, WORKGROUP, Windows};
+use super::shader::{KernelEntry, WORKGROUP, Windows};
+use crate::engine::Mode;
 use crate::error::{Error, Result};
 
 /// Dispatches `invocations` invocations (two-dimensional beyond 65535 workgroups).
@@ -42,9 +43,13 @@ pub fn map_read(
 }
 
 /// The bind group layout of a kernel configuration: the uniform parameters at binding 0, then
-/// storage buffers (read-only where the shaders declare them so).
-pub fn bind_group_layout(dev: &wgpu::Device, cfg: &KernelConfig) -> wgpu::BindGroupLayout {
-    let (bindings, read_only) = cfg.bindings();
+/// storage buffers up to `bindings` (read-only where `read_only` says the shaders declare them
+/// so).
+pub fn bind_group_layout(
+    dev: &wgpu::Device,
+    label: &str,
+    (bindings, read_only): (u32, impl Fn(u32) -> bool),
+) -> wgpu::BindGroupLayout {
     let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..bindings)
         .map(|i| wgpu::BindGroupLayoutEntry {
             binding: i,
@@ -60,35 +65,82 @@ pub fn bind_group_layout(dev: &wgpu::Device, cfg: &KernelConfig) -> wgpu::BindGr
             count: None,
         })
         .collect();
-    dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-        label: Some("gphash"),
-        entries: &entries,
+    dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(label), entries: &entries })
+}
+
+/// A bind group of `layout` binding `buffers` whole, in order from binding 0.
+pub fn bind_group(
+    dev: &wgpu::Device,
+    label: &str,
+    layout: &wgpu::BindGroupLayout,
+    buffers: &[&wgpu::Buffer],
+) -> wgpu::BindGroup {
+    let entries: Vec<wgpu::BindGroupEntry> = buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+        .collect();
+    dev.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(label), layout, entries: &entries })
+}
+
+/// A storage buffer of `size` bytes (at least 16) the host can copy into and out of.
+pub fn storage_buffer(dev: &wgpu::Device, label: &str, size: u64) -> wgpu::Buffer {
+    dev.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size: size.max(16),
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
     })
 }
 
-/// Compiles `kernels` for a configuration; a validation error names the kernel.
-pub fn build_pipelines(
+/// A uniform buffer for a kernel parameter block `P`.
+pub fn params_buffer<P>(dev: &wgpu::Device, label: &str) -> wgpu::Buffer {
+    dev.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size: std::mem::size_of::<P>() as u64,
+        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    })
+}
+
+/// Compiled kernels.
+pub struct Pipelines<K>(Vec<(K, wgpu::ComputePipeline)>);
+
+impl<K: KernelEntry> Pipelines<K> {
+    /// The pipeline of kernel `k`, which must have been built.
+    pub fn get(&self, k: K) -> &wgpu::ComputePipeline {
+        &self.0.iter().find(|(kk, _)| *kk == k).expect("every kernel is built").1
+    }
+
+    /// The kernels and their pipelines, in the order they were built.
+    pub fn iter(&self) -> impl Iterator<Item = &(K, wgpu::ComputePipeline)> {
+        self.0.iter()
+    }
+}
+
+/// Compiles `kernels`, `source` giving each one's WGSL; a validation error names the kernel.
+pub fn build_pipelines<K: KernelEntry>(
     gpu: &Gpu,
-    cfg: &KernelConfig,
     layout: &wgpu::BindGroupLayout,
-    kernels: &[Kernel],
-) -> Result<Vec<(Kernel, wgpu::ComputePipeline)>> {
+    kernels: &[K],
+    source: impl Fn(K) -> Result<String>,
+) -> Result<Pipelines<K>> {
     let dev = &gpu.device;
     let pl = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-        label: Some("gphash"),
+        label: None,
         bind_group_layouts: &[Some(layout)],
         immediate_size: 0,
     });
     let mut out = vec![];
     for &k in kernels {
-        let src = shader::source(k, cfg)?;
+        let src = source(k)?;
         let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(k.file()),
             source: wgpu::ShaderSource::Wgsl(src.into()),
         });
         let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(k.file()),
+            label: Some(k.entry()),
             layout: Some(&pl),
             module: &module,
             entry_point: Some(k.entry()),
@@ -100,7 +152,173 @@ pub fn build_pipelines(
         }
         out.push((k, pipeline));
     }
-    Ok(out)
+    Ok(Pipelines(out))
+}
+
+/// Records a compute pass of `invocations` invocations for each pipeline, in order (wgpu puts
+/// barriers between passes).
+pub fn record_passes<'a>(
+    enc: &mut wgpu::CommandEncoder,
+    bind: &wgpu::BindGroup,
+    passes: impl IntoIterator<Item = (&'a wgpu::ComputePipeline, u64)>,
+) {
+    for (pipeline, invocations) in passes {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, bind, &[]);
+        dispatch(&mut pass, invocations);
+    }
+}
+
+/// Invocations of the staged write-back kernel for a dirty list of `dirty_cap` lines.
+pub fn writeback_invocations(dirty_cap: u32) -> u64 {
+    (dirty_cap as u64 * 16).min(1 << 20)
+}
+
+/// A region of a pool as storage windows on the device.
+pub struct RegionWindows {
+    /// The region.
+    pub region: Region,
+    /// How it is split into windows.
+    pub windows: Windows,
+    /// A buffer per window: imported pool memory, or a device copy.
+    pub buffers: Vec<wgpu::Buffer>,
+}
+
+/// A pool's table and heap regions as storage windows: imported zero-copy where the placement
+/// and the pool allow it and the driver agrees, device copies otherwise (staged, or volatile
+/// where asked).
+pub struct PoolWindows {
+    /// Zero-copy, staged (and why) or volatile.
+    pub mode: Mode,
+    /// The table region.
+    pub table: RegionWindows,
+    /// The heap region.
+    pub heap: RegionWindows,
+    guard: ImportGuard,
+}
+
+impl PoolWindows {
+    /// Binds the table and the heap, each `(region, windows, words in use, label)`.
+    pub fn place(
+        gpu: &Gpu,
+        pool: &mut Pool,
+        placement: Placement,
+        [table, heap]: [(Region, Windows, u64, &str); 2],
+    ) -> Result<Self> {
+        if table.0.end() / 64 > u32::MAX as u64 || heap.0.end() / 64 > u32::MAX as u64 {
+            return Err(Error::InvalidConfig("pools beyond 256 GiB are not supported".into()));
+        }
+        let guard = ImportGuard::default();
+        let imported = match staged_reason(pool, placement) {
+            Some(reason) => Err(reason),
+            None => import_region(gpu, pool, table.0, table.1, &guard, table.3)
+                .and_then(|t| Ok((t, import_region(gpu, pool, heap.0, heap.1, &guard, heap.3)?))),
+        };
+        let (t, h, mode) = match imported {
+            Ok((t, h)) => (t, h, Mode::ZeroCopy),
+            Err(reason) if placement == Placement::ZeroCopy => {
+                return Err(Error::Gpu(format!("zero-copy import of the pool failed: {reason}")));
+            }
+            Err(reason) => {
+                // Buffers imported before the failure must be gone before the pool is read.
+                release_imports(gpu, &guard);
+                let t = upload_region(gpu, pool, table.0, table.1, table.2, table.3)?;
+                let h = upload_region(gpu, pool, heap.0, heap.1, heap.2, heap.3)?;
+                let mode = match placement {
+                    Placement::Volatile => Mode::Volatile,
+                    _ => Mode::Staged { reason },
+                };
+                (t, h, mode)
+            }
+        };
+        Ok(PoolWindows {
+            mode,
+            table: RegionWindows { region: table.0, windows: table.1, buffers: t },
+            heap: RegionWindows { region: heap.0, windows: heap.1, buffers: h },
+            guard,
+        })
+    }
+
+    /// Whether the windows are device copies written back at persist points.
+    pub fn staged(&self) -> bool {
+        matches!(self.mode, Mode::Staged { .. })
+    }
+
+    /// Whether the kernels list the lines they write: staged (they are copied back) and
+    /// zero-copy with a persist primitive that works on lines; not volatile, nor when the pool
+    /// only fences.
+    pub fn tracks_lines(&self, persist: PersistMode) -> bool {
+        match self.mode {
+            Mode::Staged { .. } => true,
+            Mode::Volatile => false,
+            _ => !matches!(persist, PersistMode::Fence | PersistMode::None),
+        }
+    }
+
+    /// The table's windows, then the heap's, as the kernels bind them.
+    pub fn buffers(&self) -> impl Iterator<Item = &wgpu::Buffer> {
+        self.table.buffers.iter().chain(&self.heap.buffers)
+    }
+
+    /// Pool offsets of the table and the heap, and the table's size, in 64-byte lines (the
+    /// kernels' `table_line_base`, `heap_line_base`, `table_lines`).
+    pub fn lines(&self) -> (u32, u32, u32) {
+        let (t, h) = (self.table.region, self.heap.region);
+        ((t.offset / 64) as u32, (h.offset / 64) as u32, (t.bytes / 64) as u32)
+    }
+
+    /// Staged: copies both regions back into the pool mapping whole.
+    pub fn download(&self, gpu: &Gpu, pool: &mut Pool) -> Result<()> {
+        for r in [&self.table, &self.heap] {
+            download_region(gpu, &r.buffers, r.windows, r.region, pool)?;
+        }
+        Ok(())
+    }
+
+    /// Destroys the windows and waits until the driver let go of them (imported ones
+    /// reference the pool mapping, which may then be unmapped or moved).
+    pub fn release(&mut self, gpu: &Gpu) {
+        for b in self.table.buffers.drain(..).chain(self.heap.buffers.drain(..)) {
+            b.destroy();
+        }
+        release_imports(gpu, &self.guard);
+    }
+}
+
+/// The dirty list of a submit: copies its first `count` lines (and, staged, their contents
+/// gathered in `staging`) into `readback` at `at`, then writes the contents into the pool
+/// mapping (staged) and returns the line numbers.
+pub fn read_dirty(
+    gpu: &Gpu,
+    (dirty, staging): (&wgpu::Buffer, Option<&wgpu::Buffer>),
+    readback: &wgpu::Buffer,
+    at: u64,
+    count: u32,
+    pool: &mut Pool,
+) -> Result<Vec<u64>> {
+    let list_bytes = (count as u64 * 4).next_multiple_of(256);
+    let data_bytes = if staging.is_some() { count as u64 * 64 } else { 0 };
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(dirty, 0, readback, at, count as u64 * 4);
+    if let Some(staging) = staging {
+        enc.copy_buffer_to_buffer(staging, 0, readback, at + list_bytes, data_bytes);
+    }
+    gpu.queue.submit([enc.finish()]);
+    let mut lines = Vec::with_capacity(count as usize);
+    let dst = pool.bytes_mut();
+    map_read(gpu, readback, at..at + list_bytes + data_bytes, |bytes| {
+        let list: &[u32] = bytemuck::cast_slice(&bytes[..count as usize * 4]);
+        let data = &bytes[list_bytes as usize..];
+        for (i, &line) in list.iter().enumerate() {
+            if staging.is_some() {
+                let at = line as usize * 64;
+                dst[at..at + 64].copy_from_slice(&data[i * 64..i * 64 + 64]);
+            }
+            lines.push(line as u64);
+        }
+    })?;
+    Ok(lines)
 }
 
 /// Imports every window of a region of the pool mapping; `Err` says why the driver refused.
@@ -221,12 +439,13 @@ pub fn release_imports(gpu: &Gpu, guard: &ImportGuard) {
     log::error!("{} imported buffers still alive after their owner was dropped", guard.live());
 }
 
-/// Refuses a configuration with more storage bindings than the device allows.
-pub fn check_bindings(cfg: &KernelConfig, info: &DeviceInfo) -> Result<()> {
-    let storage = cfg.bindings().0 - 1;
+/// Refuses a configuration of `bindings` bindings (the uniform included) for `what` with more
+/// storage bindings than the device allows.
+pub fn check_bindings(what: &str, bindings: u32, info: &DeviceInfo) -> Result<()> {
+    let storage = bindings - 1;
     if storage > info.max_storage_buffers {
         return Err(Error::InvalidConfig(format!(
-            "the table needs {storage} storage bindings; {} allows {}",
+            "{what} needs {storage} storage bindings; {} allows {}",
             info.name, info.max_storage_buffers
         )));
     }

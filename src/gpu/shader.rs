@@ -11,15 +11,10 @@ use crate::layout::Geometry;
 /// Invocations per workgroup: a multiple of every subgroup size up to 128.
 pub const WORKGROUP: u32 = 128;
 
-/// The storage buffers every kernel binds after the uniform parameters (binding 0), in binding
-/// order: name, WGSL element type, read-only. Windows of the table, the heap, the cache's group
-/// copies, the cache's values and (resize kernels) the old table follow them.
-pub const FIXED: [(&str, &str, bool); 15] = [
-    ("kinds", "u32", true),
-    ("keys", "u32", true),
-    ("vals_in", "u32", true),
-    ("statuses", "u32", false),
-    ("vals_out", "u32", false),
+/// gphash's storage buffers after the batch's ([`BATCH_BINDINGS`], 1 to 5), in binding order
+/// from 6: name, WGSL element type, read-only. Windows of the table, the heap, the cache's group
+/// copies and the cache's values (and, for resize kernels, the old table) follow them.
+pub const TABLE_BINDINGS: [(&str, &str, bool); 10] = [
     ("opstate", "u32", false),
     ("control", "atomic<u32>", false),
     ("dirty", "u32", false),
@@ -34,28 +29,45 @@ pub const FIXED: [(&str, &str, bool); 15] = [
 ];
 
 /// Binding of the first table window.
-pub const FIRST_WINDOW_BINDING: u32 = FIXED.len() as u32 + 1;
+pub const FIRST_WINDOW_BINDING: u32 = 6 + TABLE_BINDINGS.len() as u32;
 
-/// The binding of the fixed buffer `name`.
-pub fn fixed_binding(name: &str) -> usize {
-    1 + FIXED.iter().position(|(n, _, _)| *n == name).expect("a fixed binding")
-}
+/// Named WGSL files, embedded at build time.
+pub type Files = &'static [(&'static str, &'static str)];
 
-/// The shader files, embedded at build time.
-const SOURCES: &[(&str, &str)] = &[
+/// The files any table's kernels may include or run: `shaders/common/` and the staged
+/// write-back kernel.
+pub const SHARED: Files = &[
+    ("writeback.wgsl", include_str!("../../shaders/writeback.wgsl")),
+    ("common/bitmap.wgsl", include_str!("../../shaders/common/bitmap.wgsl")),
+    ("common/cells.wgsl", include_str!("../../shaders/common/cells.wgsl")),
+    ("common/claims.wgsl", include_str!("../../shaders/common/claims.wgsl")),
+    ("common/hash.wgsl", include_str!("../../shaders/common/hash.wgsl")),
+    ("common/ops.wgsl", include_str!("../../shaders/common/ops.wgsl")),
+    ("common/pool.wgsl", include_str!("../../shaders/common/pool.wgsl")),
+    ("common/probe.wgsl", include_str!("../../shaders/common/probe.wgsl")),
+    ("common/protocol.wgsl", include_str!("../../shaders/common/protocol.wgsl")),
+    ("common/table.wgsl", include_str!("../../shaders/common/table.wgsl")),
+    ("common/tile.wgsl", include_str!("../../shaders/common/tile.wgsl")),
+    ("common/values.wgsl", include_str!("../../shaders/common/values.wgsl")),
+];
+
+/// gphash's kernel files.
+const KERNELS: Files = &[
     ("alloc.wgsl", include_str!("../../shaders/alloc.wgsl")),
     ("phase_a.wgsl", include_str!("../../shaders/phase_a.wgsl")),
     ("phase_b.wgsl", include_str!("../../shaders/phase_b.wgsl")),
     ("release.wgsl", include_str!("../../shaders/release.wgsl")),
     ("resize.wgsl", include_str!("../../shaders/resize.wgsl")),
-    ("writeback.wgsl", include_str!("../../shaders/writeback.wgsl")),
     ("cache.wgsl", include_str!("../../shaders/cache.wgsl")),
-    ("common/hash.wgsl", include_str!("../../shaders/common/hash.wgsl")),
-    ("common/probe.wgsl", include_str!("../../shaders/common/probe.wgsl")),
-    ("common/protocol.wgsl", include_str!("../../shaders/common/protocol.wgsl")),
-    ("common/table.wgsl", include_str!("../../shaders/common/table.wgsl")),
-    ("common/tile.wgsl", include_str!("../../shaders/common/tile.wgsl")),
 ];
+
+/// A compute entry point of some table's kernels.
+pub trait KernelEntry: Copy + PartialEq + std::fmt::Debug {
+    /// The file it lives in.
+    fn file(self) -> &'static str;
+    /// Its entry point.
+    fn entry(self) -> &'static str;
+}
 
 /// One compute entry point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -105,9 +117,10 @@ impl Kernel {
     pub fn writes_pool(self) -> bool {
         matches!(self, Kernel::Alloc | Kernel::PhaseA | Kernel::PhaseB | Kernel::Rollback)
     }
+}
 
-    /// The file the kernel lives in.
-    pub fn file(self) -> &'static str {
+impl KernelEntry for Kernel {
+    fn file(self) -> &'static str {
         match self {
             Kernel::Alloc => "alloc.wgsl",
             Kernel::PhaseA => "phase_a.wgsl",
@@ -119,8 +132,7 @@ impl Kernel {
         }
     }
 
-    /// Its entry point.
-    pub fn entry(self) -> &'static str {
+    fn entry(self) -> &'static str {
         match self {
             Kernel::FreeCells => "free_cells",
             Kernel::Rollback => "rollback",
@@ -220,17 +232,21 @@ impl KernelConfig {
 
     /// Storage bindings (and the uniform at binding 0), and whether binding `i` is read-only.
     pub fn bindings(&self) -> (u32, impl Fn(u32) -> bool + use<>) {
-        let windows = FIRST_WINDOW_BINDING + self.windows().iter().map(|w| w.count).sum::<u32>();
+        let windows = FIRST_WINDOW_BINDING + self.windows().iter().map(|(_, _, w)| w.count).sum::<u32>();
         let source = self.source.map_or(0, |s| s.windows.count);
-        let fixed_read_only = |i: u32| FIXED.get(i as usize - 1).is_some_and(|f| f.2);
-        (windows + source, move |i| {
-            (1..FIRST_WINDOW_BINDING).contains(&i) && fixed_read_only(i) || i >= windows
-        })
+        let table_read_only = |i: u32| TABLE_BINDINGS.get(i.wrapping_sub(6) as usize).is_some_and(|b| b.2);
+        (windows + source, move |i| (1..=3).contains(&i) || table_read_only(i) || i >= windows)
     }
 
-    /// The read-write windows in binding order: table, heap, cache copies, cache values.
-    pub fn windows(&self) -> [Windows; 4] {
-        [self.table, self.heap, self.cache.table, self.cache.heap]
+    /// The read-write windows in binding order: table, heap, cache copies, cache values (name,
+    /// whether its words are atomic, windows).
+    pub fn windows(&self) -> [(&'static str, bool, Windows); 4] {
+        [
+            ("table", true, self.table),
+            ("heap", false, self.heap),
+            ("ctable", true, self.cache.table),
+            ("cheap", false, self.cache.heap),
+        ]
     }
 }
 
@@ -265,11 +281,7 @@ fn prelude(cfg: &KernelConfig) -> String {
     let g = &cfg.geo;
     let l = &g.layout;
     let mut s = String::new();
-    let consts: [(&str, u64); 20] = [
-        ("WG", WORKGROUP as u64),
-        ("TILE", cfg.tile as u64),
-        ("KEY_WORDS", g.key_words() as u64),
-        ("CELL_WORDS", g.cell_words() as u64),
+    let consts: [(&str, u64); 16] = [
         ("SLOTS", l.slots as u64),
         ("LEVELS", l.levels as u64),
         ("HASHES", l.hashes as u64),
@@ -287,9 +299,7 @@ fn prelude(cfg: &KernelConfig) -> String {
         ("CACHE_ENTRIES", cfg.cache.entries as u64),
         ("CACHE_COUNT", cfg.cache.count_mode as u64),
     ];
-    for (name, v) in consts {
-        writeln!(s, "const {name}: u32 = {v}u;").unwrap();
-    }
+    write_consts(&mut s, cfg.tile, g.key_words(), g.cell_words(), &consts);
     let seeds: Vec<String> = cfg.seeds.locations.iter().map(|v| format!("{v}u")).collect();
     writeln!(s, "const LOCATION_SEEDS = array<u32, {}>({});", seeds.len(), seeds.join(", ")).unwrap();
     writeln!(s, "const FINGERPRINT_SEED: u32 = {}u;", cfg.seeds.fingerprint).unwrap();
@@ -309,54 +319,14 @@ struct Params {
     pad1: u32,
     pad2: u32,
 }
-
-@group(0) @binding(0) var<uniform> params: Params;
 ",
     );
-    for (i, (name, ty, read_only)) in FIXED.iter().enumerate() {
+    s.push_str(BATCH_BINDINGS);
+    for (i, (name, ty, read_only)) in TABLE_BINDINGS.iter().enumerate() {
         let access = if *read_only { "read" } else { "read_write" };
-        writeln!(s, "@group(0) @binding({}) var<storage, {access}> {name}: array<{ty}>;", i + 1).unwrap();
+        writeln!(s, "@group(0) @binding({}) var<storage, {access}> {name}: array<{ty}>;", i + 6).unwrap();
     }
-    let mut binding = FIRST_WINDOW_BINDING;
-    let names = [("table", "atomic<u32>"), ("heap", "u32"), ("ctable", "atomic<u32>"), ("cheap", "u32")];
-    for ((name, ty), w) in names.iter().zip(cfg.windows()) {
-        for i in 0..w.count {
-            writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> {name}_w{i}: array<{ty}>;")
-                .unwrap();
-            binding += 1;
-        }
-    }
-    for (name, w) in [("table", cfg.table), ("ctable", cfg.cache.table)] {
-        accessor(
-            &mut s,
-            &format!("{name}_load(a: u32) -> u32"),
-            &format!("return atomicLoad(&{name}_w{{i}}[{{a}}]);"),
-            w,
-        );
-        accessor(
-            &mut s,
-            &format!("{name}_store(a: u32, v: u32)"),
-            &format!("atomicStore(&{name}_w{{i}}[{{a}}], v); return;"),
-            w,
-        );
-        accessor(
-            &mut s,
-            &format!("{name}_cas_weak(a: u32, expected: u32, v: u32) -> vec2<u32>"),
-            &format!(
-                "let r = atomicCompareExchangeWeak(&{name}_w{{i}}[{{a}}], expected, v); return vec2<u32>(r.old_value, u32(r.exchanged));"
-            ),
-            w,
-        );
-    }
-    for (name, w) in [("heap", cfg.heap), ("cheap", cfg.cache.heap)] {
-        accessor(&mut s, &format!("{name}_load(a: u32) -> u32"), &format!("return {name}_w{{i}}[{{a}}];"), w);
-        accessor(
-            &mut s,
-            &format!("{name}_store(a: u32, v: u32)"),
-            &format!("{name}_w{{i}}[{{a}}] = v; return;"),
-            w,
-        );
-    }
+    let mut binding = write_windows(&mut s, FIRST_WINDOW_BINDING, &cfg.windows());
     if let Some(src) = cfg.source {
         writeln!(s, "const SOURCE_TOP_LEVEL: u32 = {}u;", src.top_level).unwrap();
         writeln!(s, "const SOURCE_KEYS_BASE: u32 = {}u;", src.keys_base).unwrap();
@@ -367,6 +337,63 @@ struct Params {
         accessor(&mut s, "source_load(a: u32) -> u32", "return source_w{i}[{a}];", src.windows);
     }
     s
+}
+
+/// The constants of a prelude: those of every table, which the shared files use (`WG`, `TILE`,
+/// `KEY_WORDS`, `CELL_WORDS`), then the table's own `consts`.
+pub fn write_consts(s: &mut String, tile: u32, key_words: u32, cell_words: u32, consts: &[(&str, u64)]) {
+    let shared = [("WG", WORKGROUP), ("TILE", tile), ("KEY_WORDS", key_words), ("CELL_WORDS", cell_words)];
+    for (name, v) in shared.into_iter().map(|(n, v)| (n, v as u64)).chain(consts.iter().copied()) {
+        writeln!(s, "const {name}: u32 = {v}u;").unwrap();
+    }
+}
+
+/// The bindings of a batch, the same for every table: its parameters (a `Params` struct each
+/// table's prelude declares), its operations and their results.
+pub const BATCH_BINDINGS: &str = "
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> kinds: array<u32>;
+@group(0) @binding(2) var<storage, read> keys: array<u32>;
+@group(0) @binding(3) var<storage, read> vals_in: array<u32>;
+@group(0) @binding(4) var<storage, read_write> statuses: array<u32>;
+@group(0) @binding(5) var<storage, read_write> vals_out: array<u32>;
+";
+
+/// The bindings of read-write regions split in windows (name, whether its words are atomic,
+/// windows), from binding `first` on, and their accessors: `{name}_load`, `{name}_store`, and
+/// for atomic regions `{name}_cas_weak`. Returns the next free binding.
+pub fn write_windows(s: &mut String, first: u32, regions: &[(&str, bool, Windows)]) -> u32 {
+    let mut binding = first;
+    for &(name, atomic, w) in regions {
+        let ty = if atomic { "atomic<u32>" } else { "u32" };
+        for i in 0..w.count {
+            writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> {name}_w{i}: array<{ty}>;")
+                .unwrap();
+            binding += 1;
+        }
+    }
+    for &(name, atomic, w) in regions {
+        let f = |sig: &str, body: &str| (format!("{name}_{sig}"), body.replace("{r}", &format!("{name}_w")));
+        let fns = if atomic {
+            vec![
+                f("load(a: u32) -> u32", "return atomicLoad(&{r}{i}[{a}]);"),
+                f("store(a: u32, v: u32)", "atomicStore(&{r}{i}[{a}], v); return;"),
+                f(
+                    "cas_weak(a: u32, expected: u32, v: u32) -> vec2<u32>",
+                    "let r = atomicCompareExchangeWeak(&{r}{i}[{a}], expected, v); return vec2<u32>(r.old_value, u32(r.exchanged));",
+                ),
+            ]
+        } else {
+            vec![
+                f("load(a: u32) -> u32", "return {r}{i}[{a}];"),
+                f("store(a: u32, v: u32)", "{r}{i}[{a}] = v; return;"),
+            ]
+        };
+        for (sig, body) in fns {
+            accessor(s, &sig, &body, w);
+        }
+    }
+    binding
 }
 
 /// A function that routes word address `a` to its window: `body` with `{i}` the window and
@@ -392,29 +419,45 @@ fn accessor(s: &mut String, signature: &str, body: &str, w: Windows) {
 
 /// The complete source of a kernel for a configuration.
 pub fn source(kernel: Kernel, cfg: &KernelConfig) -> Result<String> {
-    let prelude = prelude(cfg);
+    stitch(kernel.file(), &prelude(cfg), &[SHARED, KERNELS])
+}
+
+/// Parses and validates a kernel with naga, as wgpu will; the error names the kernel.
+pub fn validate(kernel: Kernel, cfg: &KernelConfig) -> Result<naga::Module> {
+    check(kernel.file(), &source(kernel, cfg)?)
+}
+
+/// The source of `file`: each file it `#include`s, from `files`, expanded in place once;
+/// `common/prelude.wgsl` is a table's generated `prelude`.
+pub fn stitch(file: &str, prelude: &str, files: &[Files]) -> Result<String> {
     let mut out = String::new();
-    let mut seen = HashSet::new();
-    expand(kernel.file(), &prelude, &mut seen, &mut out)?;
+    expand(file, prelude, files, &mut HashSet::new(), &mut out)?;
     Ok(out)
 }
 
-fn expand(file: &str, prelude: &str, seen: &mut HashSet<String>, out: &mut String) -> Result<()> {
+fn expand(
+    file: &str,
+    prelude: &str,
+    files: &[Files],
+    seen: &mut HashSet<String>,
+    out: &mut String,
+) -> Result<()> {
     if !seen.insert(file.to_string()) {
         return Ok(());
     }
     let text = if file == "common/prelude.wgsl" {
         prelude
     } else {
-        SOURCES
+        files
             .iter()
+            .flat_map(|f| f.iter())
             .find(|(name, _)| *name == file)
             .map(|(_, text)| *text)
             .ok_or_else(|| Error::Shader(format!("#include of unknown shader file {file}")))?
     };
     for line in text.lines() {
         match line.trim().strip_prefix("#include") {
-            Some(rest) => expand(rest.trim().trim_matches('"'), prelude, seen, out)?,
+            Some(rest) => expand(rest.trim().trim_matches('"'), prelude, files, seen, out)?,
             None => {
                 out.push_str(line);
                 out.push('\n');
@@ -424,14 +467,14 @@ fn expand(file: &str, prelude: &str, seen: &mut HashSet<String>, out: &mut Strin
     Ok(())
 }
 
-/// Parses and validates a kernel with naga, as wgpu will; the error names the kernel.
-pub fn validate(kernel: Kernel, cfg: &KernelConfig) -> Result<naga::Module> {
-    let src = source(kernel, cfg)?;
-    let module = naga::front::wgsl::parse_str(&src)
-        .map_err(|e| Error::Shader(format!("{}: {}", kernel.file(), e.emit_to_string(&src))))?;
+/// Parses and validates the source `src` of `file` with naga, as wgpu will; the error names
+/// the file.
+pub fn check(file: &str, src: &str) -> Result<naga::Module> {
+    let module = naga::front::wgsl::parse_str(src)
+        .map_err(|e| Error::Shader(format!("{file}: {}", e.emit_to_string(src))))?;
     naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SUBGROUP)
         .validate(&module)
-        .map_err(|e| Error::Shader(format!("{}: {}", kernel.file(), e.emit_to_string(&src))))?;
+        .map_err(|e| Error::Shader(format!("{file}: {}", e.emit_to_string(src))))?;
     Ok(module)
 }
 
@@ -489,7 +532,6 @@ mod tests {
         let src = source(Kernel::PhaseA, &cfg).unwrap();
         assert_eq!(src.matches("fn fmix(").count(), 1);
         assert!(!src.contains("#include"));
-        let mut seen = HashSet::new();
-        assert!(expand("nope.wgsl", "", &mut seen, &mut String::new()).is_err());
+        assert!(stitch("nope.wgsl", "", &[SHARED]).is_err());
     }
 }

@@ -1,9 +1,11 @@
 //! Shared helpers of the integration tests.
 #![allow(dead_code)]
 
+pub mod crash;
 pub mod oracle;
 
 use std::path::PathBuf;
+use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
 use gphash::{Executor, Gpu, GpuOptions, Options};
@@ -37,6 +39,53 @@ pub fn gpu() -> Option<Arc<Gpu>> {
         ),
     })
     .clone()
+}
+
+/// Re-runs the tests of this test binary whose names contain `filter` in child processes at the
+/// subgroup sizes lavapipe can be given (4, 8 and 16 lanes: `LP_NATIVE_VECTOR_WIDTH=128/256/512`),
+/// and checks that `expected` tests passed in each. On a device whose subgroup size is fixed by
+/// the hardware, the tests already ran at that size; in a child process this does nothing.
+pub fn rerun_at_subgroup_sizes(filter: &[&str], expected: usize) {
+    if std::env::var_os(EXPECT_SUBGROUP_ENV).is_some() {
+        eprintln!("child process: the parent runs the subgroup-size matrix");
+        return;
+    }
+    let gpu = gpu().expect("the subgroup-size matrix needs a GPU");
+    if !gpu.info.is_cpu() {
+        eprintln!(
+            "{}: subgroup size {:?} is the hardware's; the tests ran at it",
+            gpu.info.name, gpu.info.subgroup_sizes
+        );
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    for (width, size) in [(128, 4u32), (256, 8), (512, 16)] {
+        if gpu.info.subgroup_sizes == (size, size) {
+            eprintln!("subgroup size {size}: covered by this process");
+            continue;
+        }
+        let out = Command::new(&exe)
+            .args(filter)
+            .arg("--test-threads=1")
+            .env("LP_NATIVE_VECTOR_WIDTH", width.to_string())
+            .env(EXPECT_SUBGROUP_ENV, size.to_string())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "subgroup size {size}:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains(&format!("{expected} passed")),
+            "subgroup size {size}: expected {expected} tests to run:\n{text}"
+        );
+        eprintln!(
+            "subgroup size {size}: {}",
+            text.lines().rev().find(|l| l.contains("test result")).unwrap_or("")
+        );
+    }
 }
 
 /// Options that run on the shared GPU (or the CPU when the tests were told to skip the GPU).
@@ -76,6 +125,18 @@ pub fn key(k: u64, width: usize) -> Vec<u8> {
 /// A random value.
 pub fn value(rng: &mut impl Rng, width: usize) -> Vec<u8> {
     (0..width).map(|_| rng.random()).collect()
+}
+
+/// A random operation kind: 25% gets, 30% inserts, 15% each upserts, updates and deletes.
+pub fn random_kind(rng: &mut impl Rng) -> gphash::OpKind {
+    use gphash::OpKind;
+    match rng.random_range(0..100) {
+        0..25 => OpKind::Get,
+        25..55 => OpKind::Insert,
+        55..70 => OpKind::Upsert,
+        70..85 => OpKind::Update,
+        _ => OpKind::Delete,
+    }
 }
 
 /// Seed for randomized tests: `GPHASH_TEST_SEED` or a fresh one, printed so a failure can be replayed.

@@ -326,15 +326,7 @@ impl Geometry {
                 h.heap_cells, g.cells
             )));
         }
-        if h.table_region.bytes < g.table_bytes() || h.heap_region.bytes < g.heap_bytes() {
-            return Err(bad(format!(
-                "regions of {} and {} bytes; the geometry needs {} and {}",
-                h.table_region.bytes,
-                h.heap_region.bytes,
-                g.table_bytes(),
-                g.heap_bytes()
-            )));
-        }
+        crate::layout::check_regions(h, g.table_bytes(), g.heap_bytes()).map_err(bad)?;
         Ok(g)
     }
 }

@@ -64,10 +64,10 @@ use crate::engine::Mode;
 use crate::error::{Error, Result};
 use crate::gpu::context::Gpu;
 use crate::gpu::engine::{DeviceBatch, Placement};
-use crate::gpu::hostmem::{self, ImportGuard};
+use crate::gpu::hostmem;
 use crate::gpu::resources::{
-    dispatch, download_region, import_region, map_read, max_window, release_imports, staged_reason,
-    upload_region,
+    Pipelines, PoolWindows, bind_group, bind_group_layout, build_pipelines, check_bindings, map_read,
+    max_window, params_buffer, read_dirty, record_passes, storage_buffer, writeback_invocations,
 };
 use crate::gpu::shader::Windows;
 use crate::protocol::OpKind;
@@ -200,16 +200,12 @@ pub struct SlabSystem {
     pool: Option<Pool>,
     geo: SlabGeometry,
     cfg: SlabShaderConfig,
-    mode: Mode,
-    table_region: Region,
-    heap_region: Region,
-    table: Vec<wgpu::Buffer>,
-    heap: Vec<wgpu::Buffer>,
-    guard: ImportGuard,
+    windows: PoolWindows,
+    /// Control words, allocator bitmaps and bucket marks (bound as `control`).
     state: wgpu::Buffer,
     params: wgpu::Buffer,
     layout: wgpu::BindGroupLayout,
-    pipelines: Vec<(SlabKernel, wgpu::ComputePipeline)>,
+    pipelines: Pipelines<SlabKernel>,
     io: Option<Io>,
     track_lines: bool,
     seq: u32,
@@ -329,15 +325,7 @@ impl SlabSystem {
                 geo.entries()
             )));
         }
-        if h.table_region.bytes < geo.table_bytes() || h.heap_region.bytes < geo.heap_bytes() {
-            return Err(incompatible(format!(
-                "regions of {} and {} bytes are smaller than the {} and {} bytes the table needs",
-                h.table_region.bytes,
-                h.heap_region.bytes,
-                geo.table_bytes(),
-                geo.heap_bytes()
-            )));
-        }
+        crate::layout::check_regions(h, geo.table_bytes(), geo.heap_bytes()).map_err(incompatible)?;
         Ok(geo)
     }
 
@@ -372,9 +360,6 @@ impl SlabSystem {
         );
         let header = *pool.header();
         let (table_region, heap_region) = (header.table_region, header.heap_region);
-        if table_region.end() / 64 > u32::MAX as u64 || heap_region.end() / 64 > u32::MAX as u64 {
-            return Err(Error::InvalidConfig("pools beyond 256 GiB are not supported".into()));
-        }
         let window = max_window(&gpu.info, options.max_window_bytes);
         let cfg = SlabShaderConfig {
             geo,
@@ -382,53 +367,22 @@ impl SlabSystem {
             table: Windows::cover(geo.table_words(), window),
             heap: Windows::cover(geo.heap_words(), window),
         };
-        let storage = cfg.bindings().0 - 1;
-        if storage > gpu.info.max_storage_buffers {
-            return Err(Error::InvalidConfig(format!(
-                "the slab table needs {storage} storage bindings; {} allows {}",
-                gpu.info.name, gpu.info.max_storage_buffers
-            )));
-        }
-        let guard = ImportGuard::default();
-        let imported = match staged_reason(&pool, options.placement) {
-            Some(reason) => Err(reason),
-            None => {
-                import_region(&gpu, &mut pool, table_region, cfg.table, &guard, "slab table").and_then(|t| {
-                    Ok((t, import_region(&gpu, &mut pool, heap_region, cfg.heap, &guard, "slab heap")?))
-                })
-            }
-        };
-        let (table, heap, mode) = match imported {
-            Ok((t, h)) => (t, h, Mode::ZeroCopy),
-            Err(reason) if options.placement == Placement::ZeroCopy => {
-                return Err(Error::Gpu(format!("zero-copy import of the pool failed: {reason}")));
-            }
-            Err(reason) => {
-                release_imports(&gpu, &guard);
-                let t = upload_region(&gpu, &pool, table_region, cfg.table, geo.table_words(), "slab table")?;
-                let h = upload_region(&gpu, &pool, heap_region, cfg.heap, geo.heap_words(), "slab heap")?;
-                (t, h, Mode::Staged { reason })
-            }
-        };
-        let track_lines = match mode {
-            Mode::Staged { .. } => true,
-            _ => !matches!(pool.persist_mode(), PersistMode::Fence | PersistMode::None),
-        };
+        check_bindings("the slab table", cfg.bindings().0, &gpu.info)?;
+        let windows = PoolWindows::place(
+            &gpu,
+            &mut pool,
+            options.placement,
+            [
+                (table_region, cfg.table, geo.table_words(), "slab table"),
+                (heap_region, cfg.heap, geo.heap_words(), "slab heap"),
+            ],
+        )?;
+        let track_lines = windows.tracks_lines(pool.persist_mode());
         let dev = &gpu.device;
-        let state = dev.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("slab state"),
-            size: cfg.state_words() * 4,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        });
-        let params = dev.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("slab params"),
-            size: std::mem::size_of::<SlabParams>() as u64,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let layout = bind_group_layout(dev, &cfg);
-        let pipelines = build_pipelines(&gpu, &cfg, &layout)?;
+        let state = storage_buffer(dev, "slab state", cfg.state_words() * 4);
+        let params = params_buffer::<SlabParams>(dev, "slab params");
+        let layout = bind_group_layout(dev, "slab", cfg.bindings());
+        let pipelines = build_pipelines(&gpu, &layout, &SlabKernel::ALL, |k| shader::source(k, &cfg))?;
         let pool_slabs_used = recovered.pool_slabs_used;
         let items = recovered.items;
         let mut system = SlabSystem {
@@ -436,12 +390,7 @@ impl SlabSystem {
             pool: Some(pool),
             geo,
             cfg,
-            mode,
-            table_region,
-            heap_region,
-            table,
-            heap,
-            guard,
+            windows,
             state,
             params,
             layout,
@@ -498,7 +447,7 @@ impl SlabSystem {
 
     /// Zero-copy or staged (and why).
     pub fn mode(&self) -> &Mode {
-        &self.mode
+        &self.windows.mode
     }
 
     /// What recovery did when the table was opened.
@@ -518,16 +467,18 @@ impl SlabSystem {
 
     /// The pool's table region.
     pub fn table_region(&self) -> Region {
-        self.table_region
+        self.windows.table.region
     }
 
     /// The table region's words as the pool holds them (after a batch: its durable content).
     pub fn table_words(&self) -> &[u32] {
-        bytemuck::cast_slice(&self.pool().region(self.table_region)[..self.geo.table_bytes() as usize])
+        bytemuck::cast_slice(
+            &self.pool().region(self.windows.table.region)[..self.geo.table_bytes() as usize],
+        )
     }
 
     fn heap_words(&self) -> &[u32] {
-        bytemuck::cast_slice(&self.pool().region(self.heap_region)[..self.geo.heap_bytes() as usize])
+        bytemuck::cast_slice(&self.pool().region(self.windows.heap.region)[..self.geo.heap_bytes() as usize])
     }
 
     /// Every published key with its value, read from the pool.
@@ -576,18 +527,7 @@ impl SlabSystem {
     /// Destroys the buffers that reference the pool mapping and waits until they are gone.
     fn release_gpu(&mut self) {
         self.io = None;
-        for b in self.table.drain(..).chain(self.heap.drain(..)) {
-            b.destroy();
-        }
-        release_imports(&self.gpu, &self.guard);
-    }
-
-    fn staged(&self) -> bool {
-        matches!(self.mode, Mode::Staged { .. })
-    }
-
-    fn pipeline(&self, k: SlabKernel) -> &wgpu::ComputePipeline {
-        &self.pipelines.iter().find(|(kk, _)| *kk == k).expect("every kernel is built").1
+        self.windows.release(&self.gpu);
     }
 
     /// Makes sure the per-batch buffers hold `n` operations.
@@ -599,20 +539,11 @@ impl SlabSystem {
         // Lines per operation: its cell, the slabs it logs (3 lines per entry, assumed 4 per
         // operation), its claim and link, its CAS. More falls back to whole regions.
         let per_op = (self.geo.cell_words() / 16 + 2 + 12 + 4) as u64;
-        let limit = if self.staged() { 1 << 22 } else { 1 << 24 };
+        let limit = if self.windows.staged() { 1 << 22 } else { 1 << 24 };
         let dirty_cap = if self.track_lines { (cap as u64 * per_op).min(limit) as u32 } else { 0 };
         let dev = &self.gpu.device;
-        let storage = |label, size: u64| {
-            dev.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size: size.max(16),
-                usage: wgpu::BufferUsages::STORAGE
-                    | wgpu::BufferUsages::COPY_DST
-                    | wgpu::BufferUsages::COPY_SRC,
-                mapped_at_creation: false,
-            })
-        };
-        let staged = self.staged();
+        let storage = |label, size| storage_buffer(dev, label, size);
+        let staged = self.windows.staged();
         let staging_bytes = if staged { dirty_cap as u64 * 64 } else { 0 };
         self.io = Some(Io {
             cap,
@@ -633,7 +564,7 @@ impl SlabSystem {
 
     fn bind_group(&self, batch: &DeviceBatch) -> wgpu::BindGroup {
         let io = self.io.as_ref().expect("reserved");
-        let mut entries: Vec<&wgpu::Buffer> = vec![
+        let mut buffers: Vec<&wgpu::Buffer> = vec![
             &self.params,
             batch.kinds,
             batch.keys,
@@ -646,41 +577,14 @@ impl SlabSystem {
             &io.dirty,
             &io.staging,
         ];
-        entries.extend(self.table.iter().chain(&self.heap));
-        let entries: Vec<wgpu::BindGroupEntry> = entries
-            .iter()
-            .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
-            .collect();
-        self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("slab"),
-            layout: &self.layout,
-            entries: &entries,
-        })
+        buffers.extend(self.windows.buffers());
+        bind_group(&self.gpu.device, "slab", &self.layout, &buffers)
     }
 
     fn check_batch(&self, batch: &DeviceBatch) -> Result<()> {
-        let n = batch.len as u64;
-        let (kw, cw) = (self.geo.key_words() as u64, self.geo.cell_words() as u64);
-        for (name, buf, words) in [
-            ("kinds", batch.kinds, n),
-            ("keys", batch.keys, n * kw),
-            ("values", batch.values, n * cw),
-            ("statuses", batch.statuses, n),
-            ("found", batch.found, n * cw),
-        ] {
-            if buf.size() < words.max(1) * 4 {
-                return Err(Error::InvalidConfig(format!(
-                    "device batch of {n} operations: buffer {name} has {} bytes, needs {}",
-                    buf.size(),
-                    words.max(1) * 4
-                )));
-            }
-            if !buf.usage().contains(wgpu::BufferUsages::STORAGE) {
-                return Err(Error::InvalidConfig(format!("device batch: buffer {name} lacks STORAGE usage")));
-            }
-        }
-        if n > (u32::MAX / 8) as u64 {
+        batch.validate(self.geo.key_words(), self.geo.cell_words())?;
+        let n = batch.len;
+        if n > u32::MAX / 8 {
             return Err(Error::InvalidConfig(format!("a batch of {n} operations is too large")));
         }
         Ok(())
@@ -688,15 +592,16 @@ impl SlabSystem {
 
     fn write_params(&mut self, n: u32, reads_only: bool) {
         let io = self.io.as_ref().expect("reserved");
+        let (table_line_base, heap_line_base, table_lines) = self.windows.lines();
         let p = SlabParams {
             n,
             seq: self.seq,
             dirty_cap: io.dirty_cap,
             claims_mask: (io.claims.size() / 4 - 1) as u32,
             track_lines: self.track_lines as u32,
-            table_line_base: (self.table_region.offset / 64) as u32,
-            heap_line_base: (self.heap_region.offset / 64) as u32,
-            table_lines: (self.table_region.bytes / 64) as u32,
+            table_line_base,
+            heap_line_base,
+            table_lines,
             reads_only: reads_only as u32,
             pad: [0; 3],
         };
@@ -724,21 +629,15 @@ impl SlabSystem {
         if kernels.contains(&SlabKernel::Probe) {
             enc.clear_buffer(&io.claims, 0, None);
         }
-        for &k in kernels {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            pass.set_pipeline(self.pipeline(k));
-            pass.set_bind_group(0, bind, &[]);
-            dispatch(&mut pass, n as u64);
-        }
-        if self.staged() {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            pass.set_pipeline(self.pipeline(SlabKernel::Gather));
-            pass.set_bind_group(0, bind, &[]);
-            dispatch(&mut pass, (io.dirty_cap as u64 * 16).clamp(1, 1 << 20));
-        }
+        let gather = self
+            .windows
+            .staged()
+            .then(|| (self.pipelines.get(SlabKernel::Gather), writeback_invocations(io.dirty_cap)));
+        let passes = kernels.iter().map(|&k| (self.pipelines.get(k), n as u64));
+        record_passes(&mut enc, bind, passes.chain(gather));
         enc.copy_buffer_to_buffer(&self.state, 0, &io.readback, 0, CONTROL_WORDS as u64 * 4);
         let mut cmds = vec![enc.finish()];
-        if !self.staged() {
+        if !self.windows.staged() {
             cmds.push(hostmem::host_read_barrier(&self.gpu));
         }
         self.gpu.queue.submit(cmds);
@@ -758,55 +657,33 @@ impl SlabSystem {
         let count = control[ctl::DIRTY];
         if count > io.dirty_cap {
             self.activity.overflows += 1;
-            if self.staged() {
-                let pool = self.pool.as_mut().expect("open");
-                download_region(&self.gpu, &self.table, self.cfg.table, self.table_region, pool)?;
-                download_region(&self.gpu, &self.heap, self.cfg.heap, self.heap_region, pool)?;
+            let pool = self.pool.as_mut().expect("open");
+            if self.windows.staged() {
+                self.windows.download(&self.gpu, pool)?;
             }
-            let pool = self.pool();
-            pool.persist_range(self.table_region.offset, self.table_region.bytes)?;
-            return Ok(pool.persist_range(self.heap_region.offset, self.heap_region.bytes)?);
+            let (table, heap) = (self.windows.table.region, self.windows.heap.region);
+            pool.persist_range(table.offset, table.bytes)?;
+            return Ok(pool.persist_range(heap.offset, heap.bytes)?);
         }
         if count == 0 {
             return Ok(self.pool().persist_lines(&[])?);
         }
-        let staged = self.staged();
-        let list_bytes = (count as u64 * 4).next_multiple_of(256);
-        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(&io.dirty, 0, &io.readback, RB_DIRTY, count as u64 * 4);
-        if staged {
-            enc.copy_buffer_to_buffer(&io.staging, 0, &io.readback, RB_DIRTY + list_bytes, count as u64 * 64);
-        }
-        self.gpu.queue.submit([enc.finish()]);
-        let end = RB_DIRTY + list_bytes + if staged { count as u64 * 64 } else { 0 };
-        let mut lines = Vec::with_capacity(count as usize);
-        let readback = io.readback.clone();
+        let staging = self.windows.staged().then_some(&io.staging);
         let pool = self.pool.as_mut().expect("open");
-        let dst = pool.bytes_mut();
-        map_read(&self.gpu, &readback, RB_DIRTY..end, |bytes| {
-            let list: &[u32] = bytemuck::cast_slice(&bytes[..count as usize * 4]);
-            let data = &bytes[list_bytes as usize..];
-            for (i, &line) in list.iter().enumerate() {
-                if staged {
-                    let at = line as usize * 64;
-                    dst[at..at + 64].copy_from_slice(&data[i * 64..i * 64 + 64]);
-                }
-                lines.push(line as u64);
-            }
-        })?;
+        let lines = read_dirty(&self.gpu, (&io.dirty, staging), &io.readback, RB_DIRTY, count, pool)?;
         Ok(pool.persist_lines(&lines)?)
     }
 
     /// Writes the first words of the log header (and the device copy's, staged) and persists them.
     fn write_log_header(&mut self, words: &[u32]) -> Result<()> {
-        let offset = self.table_region.offset;
-        let region = self.table_region;
+        let region = self.windows.table.region;
+        let offset = region.offset;
         let pool = self.pool_mut();
         let table: &mut [u32] = bytemuck::cast_slice_mut(&mut pool.region_mut(region)[..16]);
         table[..words.len()].copy_from_slice(words);
         pool.persist_range(offset, words.len() as u64 * 4)?;
-        if self.staged() {
-            self.gpu.queue.write_buffer(&self.table[0], 0, bytemuck::cast_slice(words));
+        if self.windows.staged() {
+            self.gpu.queue.write_buffer(&self.windows.table.buffers[0], 0, bytemuck::cast_slice(words));
         }
         Ok(())
     }
@@ -817,10 +694,10 @@ impl SlabSystem {
         let geo = self.geo;
         let pool = self.pool.as_mut().expect("open");
         let rec = model::recover(pool, &geo)?;
-        if self.staged() {
-            let bytes = &self.pool().region(self.table_region)[..geo.table_bytes() as usize];
+        if self.windows.staged() {
+            let bytes = &self.pool().region(self.windows.table.region)[..geo.table_bytes() as usize];
             let window = self.cfg.table.words() as usize * 4;
-            for (i, buf) in self.table.iter().enumerate() {
+            for (i, buf) in self.windows.table.buffers.iter().enumerate() {
                 let at = i * window;
                 let end = (at + window).min(bytes.len());
                 self.gpu.queue.write_buffer(buf, 0, &bytes[at..end]);
@@ -915,63 +792,6 @@ impl Drop for SlabSystem {
     }
 }
 
-/// The bind group layout: the uniform at binding 0, then storage buffers.
-fn bind_group_layout(dev: &wgpu::Device, cfg: &SlabShaderConfig) -> wgpu::BindGroupLayout {
-    let (bindings, read_only) = cfg.bindings();
-    let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..bindings)
-        .map(|i| wgpu::BindGroupLayoutEntry {
-            binding: i,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty: match i {
-                    0 => wgpu::BufferBindingType::Uniform,
-                    _ => wgpu::BufferBindingType::Storage { read_only: read_only(i) },
-                },
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
-            count: None,
-        })
-        .collect();
-    dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some("slab"), entries: &entries })
-}
-
-/// Compiles every slab kernel; a validation error names the kernel.
-fn build_pipelines(
-    gpu: &Gpu,
-    cfg: &SlabShaderConfig,
-    layout: &wgpu::BindGroupLayout,
-) -> Result<Vec<(SlabKernel, wgpu::ComputePipeline)>> {
-    let dev = &gpu.device;
-    let pl = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-        label: Some("slab"),
-        bind_group_layouts: &[Some(layout)],
-        immediate_size: 0,
-    });
-    let mut out = vec![];
-    for k in SlabKernel::ALL {
-        let src = shader::source(k, cfg)?;
-        let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(k.file()),
-            source: wgpu::ShaderSource::Wgsl(src.into()),
-        });
-        let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(k.entry()),
-            layout: Some(&pl),
-            module: &module,
-            entry_point: Some(k.entry()),
-            compilation_options: Default::default(),
-            cache: None,
-        });
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(Error::Shader(format!("{} ({}): {e}", k.file(), k.entry())));
-        }
-        out.push((k, pipeline));
-    }
-    Ok(out)
-}
-
 /// Requests and bytes one operation costs in the pool (the GPU's accesses over PCIe in
 /// zero-copy placement), with `chain` slabs per bucket on average:
 ///
@@ -1022,7 +842,7 @@ impl System for SlabSystem {
             "{} | slab, tile {} | {} | pool {:?} ({:?}) | {} buckets, {} entries per slab",
             self.gpu.info.name,
             self.cfg.tile,
-            self.mode,
+            self.windows.mode,
             pool.backend(),
             pool.persist_mode(),
             self.geo.buckets,

@@ -1,33 +1,29 @@
-//! The slab kernels' WGSL: `shaders/slab_*.wgsl` stitched with gphash's shared tile and hash
-//! code and a generated prelude (the table's constants, bindings and window accessors).
-
-use std::collections::HashSet;
-use std::fmt::Write;
+//! The slab kernels' WGSL: `shaders/slab_*.wgsl` stitched with the files every table shares
+//! (`shaders/common/`, the staged write-back kernel) and a generated prelude (the table's
+//! constants, bindings and window accessors), by gphash's preprocessor.
 
 use super::layout::{LOG_HEADER_WORDS, SlabGeometry};
-use crate::error::{Error, Result};
-use crate::gpu::shader::{WORKGROUP, Windows};
+use crate::error::Result;
+use crate::gpu::shader::{self, BATCH_BINDINGS, Files, KernelEntry, SHARED, Windows};
 
-/// The shader files, embedded at build time.
-const SOURCES: &[(&str, &str)] = &[
+/// The slab kernel files.
+const KERNELS: Files = &[
     ("slab_common.wgsl", include_str!("../../../shaders/slab_common.wgsl")),
     ("slab_alloc.wgsl", include_str!("../../../shaders/slab_alloc.wgsl")),
     ("slab_log.wgsl", include_str!("../../../shaders/slab_log.wgsl")),
     ("slab_probe.wgsl", include_str!("../../../shaders/slab_probe.wgsl")),
     ("slab_commit.wgsl", include_str!("../../../shaders/slab_commit.wgsl")),
-    ("slab_gather.wgsl", include_str!("../../../shaders/slab_gather.wgsl")),
-    ("common/hash.wgsl", include_str!("../../../shaders/common/hash.wgsl")),
-    ("common/tile.wgsl", include_str!("../../../shaders/common/tile.wgsl")),
 ];
 
 /// The first binding of the table windows; heap windows follow them.
 pub const FIRST_WINDOW_BINDING: u32 = 11;
-/// Control words at the start of the `state` buffer (twin: `C_*` in `slab_common.wgsl`).
+/// Control words at the start of the `state` buffer, bound as `control` (twin: `C_*` in
+/// `slab_common.wgsl`).
 pub const CONTROL_WORDS: u32 = 16;
 
 /// Control word indices (twin: `C_*` in `shaders/slab_common.wgsl`).
 pub mod ctl {
-    /// Dirty lines appended.
+    /// Dirty lines appended (`CTRL_DIRTY_COUNT` in `common/ops.wgsl`).
     pub const DIRTY: usize = 0;
     /// Operations that found no free cell.
     pub const NO_CELL: usize = 1;
@@ -76,27 +72,27 @@ impl SlabKernel {
         SlabKernel::Commit,
         SlabKernel::Gather,
     ];
+}
 
-    /// Its file.
-    pub fn file(self) -> &'static str {
+impl KernelEntry for SlabKernel {
+    fn file(self) -> &'static str {
         match self {
             SlabKernel::Alloc | SlabKernel::Release => "slab_alloc.wgsl",
             SlabKernel::Log => "slab_log.wgsl",
             SlabKernel::Probe => "slab_probe.wgsl",
             SlabKernel::Commit => "slab_commit.wgsl",
-            SlabKernel::Gather => "slab_gather.wgsl",
+            SlabKernel::Gather => "writeback.wgsl",
         }
     }
 
-    /// Its entry point.
-    pub fn entry(self) -> &'static str {
+    fn entry(self) -> &'static str {
         match self {
             SlabKernel::Alloc => "alloc_cells",
             SlabKernel::Release => "release_cells",
             SlabKernel::Log => "log_chains",
             SlabKernel::Probe => "probe",
             SlabKernel::Commit => "commit",
-            SlabKernel::Gather => "gather",
+            SlabKernel::Gather => "main",
         }
     }
 }
@@ -175,13 +171,9 @@ pub struct SlabParams {
 fn prelude(cfg: &SlabShaderConfig) -> String {
     let g = &cfg.geo;
     let mut s = String::new();
-    let consts: [(&str, u64); 20] = [
-        ("WG", WORKGROUP as u64),
-        ("TILE", cfg.tile as u64),
-        ("KEY_WORDS", g.key_words() as u64),
+    let consts: [(&str, u64); 14] = [
         ("ENTRY_WORDS", g.entry_words() as u64),
         ("ENTRIES", g.entries() as u64),
-        ("CELL_WORDS", g.cell_words() as u64),
         ("BUCKETS", g.buckets as u64),
         ("POOL_SLABS", g.pool_slabs as u64),
         ("CELLS", g.cells as u64),
@@ -194,13 +186,8 @@ fn prelude(cfg: &SlabShaderConfig) -> String {
         ("CELL_BITMAP", cfg.cell_bitmap() as u64),
         ("CELL_BITMAP_WORDS", g.cell_bitmap_words() as u64),
         ("MARKS", cfg.marks() as u64),
-        // Used by the shared files (hash.wgsl's top_bucket, tile.wgsl's tile_passes).
-        ("TOP_LEVEL", 0),
-        ("CANDIDATES", 32),
     ];
-    for (name, v) in consts {
-        writeln!(s, "const {name}: u32 = {v}u;").unwrap();
-    }
+    shader::write_consts(&mut s, cfg.tile, g.key_words(), g.cell_words(), &consts);
     s.push_str(
         "
 struct Params {
@@ -217,105 +204,33 @@ struct Params {
     pad1: u32,
     pad2: u32,
 }
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> kinds: array<u32>;
-@group(0) @binding(2) var<storage, read> keys: array<u32>;
-@group(0) @binding(3) var<storage, read> vals_in: array<u32>;
-@group(0) @binding(4) var<storage, read_write> statuses: array<u32>;
-@group(0) @binding(5) var<storage, read_write> vals_out: array<u32>;
-@group(0) @binding(6) var<storage, read_write> opstate: array<atomic<u32>>;
-@group(0) @binding(7) var<storage, read_write> state: array<atomic<u32>>;
+",
+    );
+    s.push_str(BATCH_BINDINGS);
+    s.push_str(
+        "@group(0) @binding(6) var<storage, read_write> opstate: array<atomic<u32>>;
+@group(0) @binding(7) var<storage, read_write> control: array<atomic<u32>>;  // the state buffer
 @group(0) @binding(8) var<storage, read_write> claims: array<atomic<u32>>;
 @group(0) @binding(9) var<storage, read_write> dirty: array<u32>;
 @group(0) @binding(10) var<storage, read_write> staging: array<u32>;
 ",
     );
-    let mut binding = FIRST_WINDOW_BINDING;
-    for i in 0..cfg.table.count {
-        writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> table_w{i}: array<atomic<u32>>;")
-            .unwrap();
-        binding += 1;
-    }
-    for i in 0..cfg.heap.count {
-        writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> heap_w{i}: array<u32>;").unwrap();
-        binding += 1;
-    }
-    accessor(&mut s, "table_load(a: u32) -> u32", "return atomicLoad(&table_w{i}[{a}]);", cfg.table);
-    accessor(&mut s, "table_store(a: u32, v: u32)", "atomicStore(&table_w{i}[{a}], v); return;", cfg.table);
-    accessor(
+    shader::write_windows(
         &mut s,
-        "table_cas_weak(a: u32, expected: u32, v: u32) -> vec2<u32>",
-        "let r = atomicCompareExchangeWeak(&table_w{i}[{a}], expected, v); return vec2<u32>(r.old_value, u32(r.exchanged));",
-        cfg.table,
+        FIRST_WINDOW_BINDING,
+        &[("table", true, cfg.table), ("heap", false, cfg.heap)],
     );
-    accessor(&mut s, "heap_load(a: u32) -> u32", "return heap_w{i}[{a}];", cfg.heap);
-    accessor(&mut s, "heap_store(a: u32, v: u32)", "heap_w{i}[{a}] = v; return;", cfg.heap);
     s
-}
-
-/// A function that routes word address `a` to its window.
-fn accessor(s: &mut String, signature: &str, body: &str, w: Windows) {
-    let inner = |i: u32| {
-        let a = if w.count == 1 { "a".to_string() } else { format!("a & {}u", w.words() - 1) };
-        body.replace("{i}", &i.to_string()).replace("{a}", &a)
-    };
-    writeln!(s, "fn {signature} {{").unwrap();
-    if w.count == 1 {
-        writeln!(s, "    {}", inner(0)).unwrap();
-    } else {
-        writeln!(s, "    switch (a >> {}u) {{", w.shift).unwrap();
-        for i in 1..w.count {
-            writeln!(s, "        case {i}u: {{ {} }}", inner(i)).unwrap();
-        }
-        writeln!(s, "        default: {{ {} }}", inner(0)).unwrap();
-        writeln!(s, "    }}").unwrap();
-    }
-    writeln!(s, "}}").unwrap();
 }
 
 /// The complete source of a kernel.
 pub fn source(kernel: SlabKernel, cfg: &SlabShaderConfig) -> Result<String> {
-    let prelude = prelude(cfg);
-    let mut out = String::new();
-    expand(kernel.file(), &prelude, &mut HashSet::new(), &mut out)?;
-    Ok(out)
-}
-
-fn expand(file: &str, prelude: &str, seen: &mut HashSet<String>, out: &mut String) -> Result<()> {
-    if !seen.insert(file.to_string()) {
-        return Ok(());
-    }
-    let text = if file == "slab/prelude.wgsl" {
-        prelude
-    } else {
-        SOURCES
-            .iter()
-            .find(|(name, _)| *name == file)
-            .map(|(_, text)| *text)
-            .ok_or_else(|| Error::Shader(format!("#include of unknown shader file {file}")))?
-    };
-    for line in text.lines() {
-        match line.trim().strip_prefix("#include") {
-            Some(rest) => expand(rest.trim().trim_matches('"'), prelude, seen, out)?,
-            None => {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-    }
-    Ok(())
+    shader::stitch(kernel.file(), &prelude(cfg), &[SHARED, KERNELS])
 }
 
 /// Parses and validates a kernel with naga, as wgpu will; the error names the kernel.
 pub fn validate(kernel: SlabKernel, cfg: &SlabShaderConfig) -> Result<naga::Module> {
-    let src = source(kernel, cfg)?;
-    let module = naga::front::wgsl::parse_str(&src)
-        .map_err(|e| Error::Shader(format!("{}: {}", kernel.file(), e.emit_to_string(&src))))?;
-    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SUBGROUP)
-        .validate(&module)
-        .map_err(|e| Error::Shader(format!("{}: {}", kernel.file(), e.emit_to_string(&src))))?;
-    Ok(module)
+    shader::check(kernel.file(), &source(kernel, cfg)?)
 }
 
 #[cfg(test)]

@@ -227,6 +227,7 @@ pub fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
                 &|n| bar.inc(n),
             )?;
             bar.finish_and_clear();
+            println!("{}", runner::Record::heading());
             records.iter().for_each(|r| println!("{}", r.line()));
             Ok(())
         }
@@ -346,7 +347,10 @@ fn suite(a: &SuiteArgs) -> gphash::Result<()> {
     let total = (a.records + a.workloads.iter().map(per_workload).sum::<u64>() * batches.len() as u64)
         * (a.systems.len() * a.key_bytes.len()) as u64;
     let bar = progress(total, "suite");
-    let records = runner::run(&suite, &gpu, &ceilings, &|n| bar.inc(n), &mut |r| bar.println(r.line()))?;
+    println!("{}", runner::Record::heading());
+    // Printed past the bar: `ProgressBar::println` prints nothing where stdout is not a terminal.
+    let print = |r: &runner::Record| bar.suspend(|| println!("{}", r.line()));
+    let records = runner::run(&suite, &gpu, &ceilings, &|n| bar.inc(n), &mut |r| print(r))?;
     bar.finish_and_clear();
     runner::write_files(&records, &ceilings, &a.out)?;
     for &k in &a.key_bytes {
