@@ -383,7 +383,7 @@ fn system_through_the_gpu_matches_the_oracle() {
                 .is_empty()
         );
         let hit = system.traffic(OpKind::Get, true);
-        assert!(hit.requests >= 3.0 && hit.bytes == hit.requests * 64.0, "{hit:?}");
+        assert!(hit.requests() >= 3.0 && hit.bytes == hit.requests() * 64.0, "{hit:?}");
         system.table().check().unwrap();
         assert_same_content(system.table().entries(), &oracle.map, "device path");
         system.close().unwrap();

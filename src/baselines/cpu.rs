@@ -105,7 +105,7 @@ use std::sync::Arc;
 pub use table::{CpuConfig, CpuTable, Recovery};
 
 use crate::bench::system::{System, Traffic, upload};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gpu::context::Gpu;
 use crate::gpu::engine::DeviceBatch;
 use crate::protocol::OpKind;
@@ -115,6 +115,8 @@ use crate::protocol::OpKind;
 pub struct CpuSystem {
     table: CpuTable,
     gpu: Arc<Gpu>,
+    /// The readback buffer of batches, kept for the next (grown as needed).
+    staging: Option<wgpu::Buffer>,
 }
 
 impl std::fmt::Debug for CpuSystem {
@@ -136,17 +138,17 @@ impl CpuSystem {
     ) -> Result<Self> {
         let (key_bytes, value_bytes) = (key_bytes as usize, value_bytes as usize);
         let config = CpuConfig { key_bytes, value_bytes, capacity, threads, ..CpuConfig::default() };
-        Ok(CpuSystem { table: CpuTable::create(path, &config)?, gpu })
+        Ok(CpuSystem { table: CpuTable::create(path, &config)?, gpu, staging: None })
     }
 
     /// Opens (and recovers) an existing pool.
     pub fn open(path: &Path, gpu: Arc<Gpu>, threads: usize) -> Result<Self> {
-        Ok(CpuSystem { table: CpuTable::open(path, threads)?, gpu })
+        Ok(CpuSystem { table: CpuTable::open(path, threads)?, gpu, staging: None })
     }
 
     /// A system over a table built some other way.
     pub fn from_table(table: CpuTable, gpu: Arc<Gpu>) -> Self {
-        CpuSystem { table, gpu }
+        CpuSystem { table, gpu, staging: None }
     }
 
     /// The table.
@@ -171,42 +173,48 @@ impl CpuSystem {
         let g = self.table.geometry();
         let down = 4 + g.key_bytes + g.cell_bytes;
         let up = 4 + if kind == OpKind::Get { g.cell_bytes } else { 0 };
-        Traffic { requests: 0.0, bytes: (down + up) as f64 }
+        Traffic { bytes: (down + up) as f64, ..Traffic::default() }
     }
 }
 
-/// Copies the first `words` words of each buffer to the host with one submission and one map.
-fn download_prefixes(gpu: &Gpu, buffers: &[(&wgpu::Buffer, usize)]) -> Result<Vec<Vec<u32>>> {
-    let total: u64 = buffers.iter().map(|&(_, w)| w as u64 * 4).sum();
-    if total == 0 {
-        return Ok(buffers.iter().map(|_| vec![]).collect());
-    }
-    let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("cpu baseline download"),
-        size: total,
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    let mut at = 0;
-    for &(buf, words) in buffers {
-        let bytes = words as u64 * 4;
-        if bytes > 0 {
-            enc.copy_buffer_to_buffer(buf, 0, &staging, at, bytes);
+impl CpuSystem {
+    /// Copies the first `words` words of each buffer to the host with one submission and one
+    /// map, through the kept readback buffer.
+    fn download_prefixes(&mut self, buffers: &[(&wgpu::Buffer, usize)]) -> Result<Vec<Vec<u32>>> {
+        let total: u64 = buffers.iter().map(|&(_, w)| w as u64 * 4).sum();
+        if total == 0 {
+            return Ok(buffers.iter().map(|_| vec![]).collect());
         }
-        at += bytes;
-    }
-    gpu.queue.submit([enc.finish()]);
-    let mut out = vec![];
-    crate::gpu::resources::map_read(gpu, &staging, 0..total, |b| {
-        let words: &[u32] = bytemuck::cast_slice(b);
+        if self.staging.as_ref().is_none_or(|s| s.size() < total) {
+            self.staging = Some(self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("cpu baseline download"),
+                size: total.next_power_of_two(),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        let staging = self.staging.as_ref().expect("made above");
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
         let mut at = 0;
-        for &(_, w) in buffers {
-            out.push(words[at..at + w].to_vec());
-            at += w;
+        for &(buf, words) in buffers {
+            let bytes = words as u64 * 4;
+            if bytes > 0 {
+                enc.copy_buffer_to_buffer(buf, 0, staging, at, bytes);
+            }
+            at += bytes;
         }
-    })?;
-    Ok(out)
+        self.gpu.queue.submit([enc.finish()]);
+        let mut out = vec![];
+        crate::gpu::resources::map_read(&self.gpu, staging, 0..total, |b| {
+            let words: &[u32] = bytemuck::cast_slice(b);
+            let mut at = 0;
+            for &(_, w) in buffers {
+                out.push(words[at..at + w].to_vec());
+                at += w;
+            }
+        })?;
+        Ok(out)
+    }
 }
 
 impl System for CpuSystem {
@@ -219,8 +227,9 @@ impl System for CpuSystem {
         format!("{} host threads | pool {:?} ({})", self.table.threads(), pool.backend(), pool.persist_mode())
     }
 
-    /// Downloads kinds, keys and values (one copy), executes the batch on the host (durable on
-    /// return), uploads the statuses and, when the batch reads, the values found.
+    /// Downloads kinds and keys (and values when some operation writes one), executes the batch
+    /// on the host (durable on return), uploads the statuses and, when the batch reads, the
+    /// values found; returns once they are on the device, as the GPU systems do.
     fn run(&mut self, batch: &DeviceBatch) -> Result<()> {
         let n = batch.len as usize;
         if n == 0 {
@@ -228,32 +237,18 @@ impl System for CpuSystem {
         }
         let g = self.table.geometry();
         let (kw, cw) = (g.key_words(), g.cell_words());
-        let parts = [
-            ("kinds", batch.kinds, n),
-            ("keys", batch.keys, n * kw),
-            ("values", batch.values, n * cw),
-            ("statuses", batch.statuses, n),
-            ("found", batch.found, n * cw),
-        ];
-        for (name, buf, words) in parts {
-            if buf.size() < words as u64 * 4 {
-                return Err(Error::InvalidConfig(format!(
-                    "device batch buffer {name} has {} bytes, {n} operations need {}",
-                    buf.size(),
-                    words * 4
-                )));
-            }
-        }
-        let inputs =
-            download_prefixes(&self.gpu, &[(batch.kinds, n), (batch.keys, n * kw), (batch.values, n * cw)])?;
-        let (statuses, found) = self.table.execute(&inputs[0], &inputs[1], &inputs[2])?;
+        batch.validate(kw as u32, cw as u32)?;
+        let inputs = self.download_prefixes(&[(batch.kinds, n), (batch.keys, n * kw)])?;
+        let writes = inputs[0].iter().any(|&k| OpKind::from_code(k).is_some_and(OpKind::writes_value));
+        let values =
+            if writes { self.download_prefixes(&[(batch.values, n * cw)])?.remove(0) } else { vec![] };
+        let (statuses, found) = self.table.execute(&inputs[0], &inputs[1], &values)?;
         upload(&self.gpu, batch.statuses, &statuses);
         if inputs[0].contains(&(OpKind::Get as u32)) {
             upload(&self.gpu, batch.found, &found);
         }
-        // Hand the writes to the queue now, so later work finds the results in queue order.
         self.gpu.queue.submit([]);
-        Ok(())
+        self.gpu.wait()
     }
 
     fn len(&self) -> u64 {
@@ -286,15 +281,15 @@ pub fn traffic(table: &CpuTable, kind: OpKind, hit: bool) -> Traffic {
     let search_hit = hit_buckets * (1.0 + false_tags * slot_lines) + slot_lines;
     let search_miss = miss_buckets * (1.0 + false_tags * slot_lines);
     let insert_writes = cell_lines + slot_lines + 2.0;
-    let lines = match (kind, hit) {
-        (OpKind::Get, true) => search_hit + cell_lines,
-        (OpKind::Insert, true) => search_hit,
-        (OpKind::Get | OpKind::Update | OpKind::Delete, false) => search_miss,
-        (OpKind::Insert | OpKind::Upsert, false) => search_miss + insert_writes,
-        (OpKind::Update | OpKind::Upsert, true) => search_hit + cell_lines + 1.0,
-        (OpKind::Delete, true) => search_hit + 1.0,
+    let (reads, writes) = match (kind, hit) {
+        (OpKind::Get, true) => (search_hit + cell_lines, 0.0),
+        (OpKind::Insert, true) => (search_hit, 0.0),
+        (OpKind::Get | OpKind::Update | OpKind::Delete, false) => (search_miss, 0.0),
+        (OpKind::Insert | OpKind::Upsert, false) => (search_miss, insert_writes),
+        (OpKind::Update | OpKind::Upsert, true) => (search_hit, cell_lines + 1.0),
+        (OpKind::Delete, true) => (search_hit, 1.0),
     };
-    Traffic { requests: lines, bytes: lines * 64.0 }
+    Traffic { reads, writes, atomics: 0.0, bytes: (reads + writes) * 64.0 }
 }
 
 fn gcd(a: usize, b: usize) -> usize {
@@ -319,9 +314,9 @@ mod tests {
                 .unwrap();
         let get = traffic(&t, OpKind::Get, true);
         // Metadata line, one slot (8-byte keys: 12-byte slots, some straddle), two value lines.
-        assert!(get.requests > 4.0 && get.requests < 4.3, "{get:?}");
-        assert_eq!(traffic(&t, OpKind::Get, false).requests, 1.0);
-        assert_eq!(get.bytes, get.requests * 64.0);
-        assert!(traffic(&t, OpKind::Insert, false).requests > traffic(&t, OpKind::Delete, true).requests);
+        assert!(get.requests() > 4.0 && get.requests() < 4.3, "{get:?}");
+        assert_eq!(traffic(&t, OpKind::Get, false).requests(), 1.0);
+        assert_eq!(get.bytes, get.requests() * 64.0);
+        assert!(traffic(&t, OpKind::Insert, false).requests() > traffic(&t, OpKind::Delete, true).requests());
     }
 }

@@ -106,17 +106,24 @@ fn mix64(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// Key `i` of width `bytes`: scattered over the key space, and distinct for distinct `i` (its
-/// first 8 bytes are a bijection of `i`; 4-byte keys are not).
-pub fn key(i: u64, bytes: usize) -> Vec<u8> {
+/// The key bytes of the integer `k`: its 8 bytes little-endian first (narrower keys keep its
+/// low bytes), then, for wider keys, words derived from it.
+pub fn key_bytes(k: u64, bytes: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.next_multiple_of(8));
-    let mut h = mix64(i);
+    let mut h = k;
     while out.len() < bytes {
         out.extend_from_slice(&h.to_le_bytes());
         h = mix64(h ^ 0x9E37_79B9_7F4A_7C15);
     }
     out.truncate(bytes);
     out
+}
+
+/// The key of record `i`, as YCSB names it with hashed insert order: the integer
+/// `fnvhash64(i)` ([`key_bytes`] of it). Distinct records get distinct keys but for FNV
+/// collisions (about n^2 / 2^64 among n records).
+pub fn key(i: u64, bytes: usize) -> Vec<u8> {
+    key_bytes(crate::bench::ycsb::fnv64(i), bytes)
 }
 
 impl LoadSearch {

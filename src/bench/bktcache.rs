@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::bench::plots;
 use crate::bench::system::DeviceOps;
 use crate::bench::ycsb::{Distribution, Generator, Workload, batch_of};
 use crate::cache::{CacheOptions, CacheStatus, Policy};
@@ -129,11 +130,12 @@ fn cache_counters(t: &GpHash) -> (u64, u64, i64, u64, bool) {
     }
 }
 
-/// Runs `ops` operations of `g` in batches; returns each batch's latency.
+/// Runs up to `ops` operations of `g` (fewer when it ends first) in batches; returns each
+/// batch's latency.
 fn run(t: &mut GpHash, gpu: &Gpu, g: &mut Generator, ops: u64, b: &CacheBench) -> Result<Vec<Duration>> {
     let mut lat = vec![];
     let end = g.produced() + ops;
-    while g.produced() < end {
+    while g.produced() < end && !g.done() {
         let n = b.batch.min((end - g.produced()) as usize);
         let batch = batch_of(&g.next_batch(n), b.key_bytes as usize, b.value_bytes as usize, b.seed);
         let device = DeviceOps::new(gpu, &batch);
@@ -282,12 +284,13 @@ impl CacheBench {
         let start = Instant::now();
         while !g.done() {
             let (hits0, targets0, _, loads0, loading0) = cache_counters(t);
+            let before = g.produced();
             let lat = run(t, gpu, &mut g, self.batch as u64, self)?;
             let (hits, targets, _, loads, loading) = cache_counters(t);
             ticks.push(Tick {
                 t_s: start.elapsed().as_secs_f64(),
                 secs: lat.iter().map(Duration::as_secs_f64).sum(),
-                ops: self.batch as u64,
+                ops: g.produced() - before,
                 loading: loading0 || loading || loads > loads0,
                 hit_rate: if targets > targets0 {
                     (hits - hits0) as f64 / (targets - targets0) as f64
@@ -318,6 +321,81 @@ fn summarize(ticks: &[Tick], loads: u64) -> TimelineSummary {
         steady_ops_per_s: rate(&|i, t| i >= first_done && first_done > first_load && !t.loading),
         loads,
     }
+}
+
+/// Draws the figures as SVG files in `dir`: throughput per cache ratio for each workload, under
+/// skew, per policy, and over time across loading phases.
+pub fn plot(figures: &CacheFigures, dir: &std::path::Path) -> Result<()> {
+    let section = |name: &'static str| figures.points.iter().filter(move |p| p.section == name);
+    let names = |v: Vec<String>| -> Vec<String> {
+        let mut out: Vec<String> = vec![];
+        v.into_iter().for_each(|x| {
+            if !out.contains(&x) {
+                out.push(x)
+            }
+        });
+        out
+    };
+    let pct = |r: f64| format!("cache {:.0}%", r * 100.0);
+    let ratios: Vec<&Point> = section("ratio").collect();
+    if !ratios.is_empty() {
+        let workloads = names(ratios.iter().map(|p| p.workload.clone()).collect());
+        let series = names(ratios.iter().map(|p| pct(p.ratio)).collect());
+        let value = |w: usize, s: usize| {
+            ratios
+                .iter()
+                .find(|p| p.workload == workloads[w] && pct(p.ratio) == series[s])
+                .map(|p| p.ops_per_s / 1e6)
+        };
+        let caption = format!("bucket cache (LFU, Zipfian 0.99) on {}", figures.device);
+        plots::grouped_bars(
+            &dir.join("cache-ratios.svg"),
+            caption,
+            ("YCSB workload", &workloads),
+            &series,
+            value,
+        )?;
+    }
+    let skew: Vec<&Point> = section("skew").collect();
+    if !skew.is_empty() {
+        let series: Vec<plots::Line> = names(skew.iter().map(|p| pct(p.ratio)).collect())
+            .into_iter()
+            .map(|name| {
+                let pts =
+                    skew.iter().filter(|p| pct(p.ratio) == name).map(|p| (p.theta, p.ops_per_s / 1e6, false));
+                let pts = pts.collect();
+                (name, pts)
+            })
+            .collect();
+        let caption = "YCSB C: throughput against the Zipfian constant".to_string();
+        plots::lines(&dir.join("cache-skew.svg"), caption, ("Zipfian constant", "M operations/s"), &series)?;
+    }
+    let policies: Vec<&Point> = section("policy").collect();
+    if !policies.is_empty() {
+        let workloads = names(policies.iter().map(|p| p.workload.clone()).collect());
+        let series = names(policies.iter().map(|p| p.policy.clone()).collect());
+        let value = |w: usize, s: usize| {
+            policies
+                .iter()
+                .find(|p| p.workload == workloads[w] && p.policy == series[s])
+                .map(|p| p.ops_per_s / 1e6)
+        };
+        let caption = "cache policies (Zipfian 0.99)".to_string();
+        plots::grouped_bars(
+            &dir.join("cache-policies.svg"),
+            caption,
+            ("YCSB workload", &workloads),
+            &series,
+            value,
+        )?;
+    }
+    if !figures.timeline.is_empty() {
+        let pts = figures.timeline.iter().map(|t| (t.t_s, t.ops as f64 / t.secs.max(1e-9) / 1e6, t.loading));
+        let series = vec![("YCSB C, batch by batch (red: loading)".to_string(), pts.collect())];
+        let caption = "throughput across the cache's loading phases".to_string();
+        plots::lines(&dir.join("cache-timeline.svg"), caption, ("time (s)", "M operations/s"), &series)?;
+    }
+    Ok(())
 }
 
 /// Writes the figures as JSON and CSV files in `dir`.

@@ -45,12 +45,19 @@ pub struct Ceilings {
 }
 
 impl Ceilings {
-    /// The request rate a workload is held to: random reads of 128 to 512 bytes cost the
-    /// same, so their median.
-    pub fn requests(&self) -> f64 {
+    /// The read rate a workload is held to: random reads of 128 to 512 bytes cost the same, so
+    /// their median.
+    pub fn reads(&self) -> f64 {
         let mut r = self.random_read;
         r.sort_by(f64::total_cmp);
         r[1]
+    }
+
+    /// The operation rate this memory allows for operations of traffic `t`: each kind of request
+    /// at its measured rate (reads, writes, CAS), one after the other.
+    pub fn op_rate(&self, t: &crate::bench::system::Traffic) -> f64 {
+        let secs = t.reads / self.reads() + t.writes / self.random_write + t.atomics / self.cas;
+        if secs > 0.0 { 1.0 / secs } else { 0.0 }
     }
 }
 

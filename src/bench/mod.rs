@@ -12,5 +12,5 @@ pub mod traces;
 pub mod ycsb;
 
 pub use basic::{
-    Fill, Filled, LoadSearch, PersistCost, PersistFigures, ResizeFigures, ResizeRecovery, Row, key,
+    Fill, Filled, LoadSearch, PersistCost, PersistFigures, ResizeFigures, ResizeRecovery, Row, key, key_bytes,
 };

@@ -1,6 +1,6 @@
-//! SVG plots of a suite's records: throughput-latency curves per workload (the batch size
-//! grows along each curve, as in GPHash's Figures 5 and 6) and a per-workload comparison of
-//! the systems at one batch size.
+//! SVG plots: throughput-latency curves per workload (the batch size grows along each curve,
+//! as in GPHash's Figures 5 and 6), grouped bars (the systems per workload at one batch size;
+//! the cache's figures) and lines (the cache over time and under skew).
 //!
 //! SVG only: plotters draws text into bitmaps (PNG) only through a font (font-kit with the
 //! system's fontconfig, or a font file built in), which the bare machines the suite runs on
@@ -207,37 +207,88 @@ pub fn comparison(records: &[Record], key_bytes: u32, batch: usize, dir: &Path) 
     let workloads = distinct(rs.iter().map(|r| &r.workload));
     let systems = distinct(rs.iter().map(|r| &r.system));
     let path = dir.join(format!("compare-{key_bytes}B-batch{batch}.svg"));
-    let top = rs.iter().map(|r| r.ops_per_s / 1e6).fold(0.0, f64::max) * 2.0;
-    let bottom = rs.iter().map(|r| r.ops_per_s / 1e6).filter(|v| *v > 0.0).fold(f64::MAX, f64::min) / 2.0;
-    let (bottom, top) = (bottom.max(1e-3), top.max(1.0));
-    let root = svg(&path, (1200, 600))?;
+    let value = |w: usize, s: usize| {
+        rs.iter().find(|r| r.system == systems[s] && r.workload == workloads[w]).map(|r| r.ops_per_s / 1e6)
+    };
     let caption = format!("{key_bytes}-byte keys, batch {batch}: throughput per workload");
-    let mut chart = axes(&root, caption, Groups(workloads.clone()), log_axis(bottom..top))?;
+    grouped_bars(&path, caption, ("workload", &workloads), &systems, value)?;
+    Ok(Some(path))
+}
+
+/// Bars of `value(group, series)` (M operations/s, log scale) grouped along the x axis:
+/// `groups` is the axis' description and the groups' names.
+pub fn grouped_bars(
+    path: &Path,
+    caption: String,
+    (x_desc, groups): (&str, &[String]),
+    series: &[String],
+    value: impl Fn(usize, usize) -> Option<f64>,
+) -> Result<()> {
+    let all: Vec<f64> = (0..groups.len())
+        .flat_map(|g| (0..series.len()).map(move |s| (g, s)))
+        .filter_map(|(g, s)| value(g, s))
+        .filter(|v| *v > 0.0)
+        .collect();
+    let top = all.iter().copied().fold(0.0, f64::max) * 2.0;
+    let bottom = all.iter().copied().fold(f64::MAX, f64::min) / 2.0;
+    let (bottom, top) = (bottom.clamp(1e-3, 1.0), top.max(1.0));
+    let root = svg(path, (1200, 600))?;
+    let mut chart = axes(&root, caption, Groups(groups.to_vec()), log_axis(bottom..top))?;
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_desc("workload")
+        .x_desc(x_desc)
         .y_desc("throughput (M operations/s)")
         .y_label_formatter(&|v| tick_label(*v))
         .draw()
         .map_err(draw_error)?;
-    let width = 0.8 / systems.len() as f64;
-    for (si, system) in systems.iter().enumerate() {
+    let width = 0.8 / series.len() as f64;
+    for (si, name) in series.iter().enumerate() {
         let color = COLORS[si % COLORS.len()];
-        let bars = workloads.iter().enumerate().filter_map(|(wi, w)| {
-            let r = rs.iter().find(|r| &r.system == system && &r.workload == w)?;
-            let x0 = wi as f64 + 0.1 + si as f64 * width;
-            Some(Rectangle::new([(x0, bottom), (x0 + width, r.ops_per_s / 1e6)], color.filled()))
+        let bars = (0..groups.len()).filter_map(|gi| {
+            let v = value(gi, si)?;
+            let x0 = gi as f64 + 0.1 + si as f64 * width;
+            Some(Rectangle::new([(x0, bottom), (x0 + width, v)], color.filled()))
         });
         chart
             .draw_series(bars)
             .map_err(draw_error)?
-            .label(system.clone())
+            .label(name.clone())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
     }
-    finish(chart, &root, SeriesLabelPosition::UpperRight)?;
-    drop(root);
-    Ok(Some(path))
+    finish(chart, &root, SeriesLabelPosition::UpperRight)
+}
+
+/// A line of [`lines`]: its name and points `(x, y, marked)`.
+pub type Line = (String, Vec<(f64, f64, bool)>);
+
+/// One line per series over linear axes (`x` and `y` describe them); points marked where
+/// `marked` says so (e.g. batches during a loading phase).
+pub fn lines(path: &Path, caption: String, (x_desc, y_desc): (&str, &str), series: &[Line]) -> Result<()> {
+    let points = series.iter().flat_map(|(_, p)| p.iter());
+    let (x1, y1) = points.fold((0.0f64, 0.0f64), |(x, y), p| (x.max(p.0), y.max(p.1)));
+    let x0 = series.iter().flat_map(|(_, p)| p.iter().map(|p| p.0)).fold(f64::MAX, f64::min).min(x1);
+    let root = svg(path, (1000, 550))?;
+    let mut chart = axes(&root, caption, x0..x1.max(x0 + 1e-9), 0.0..y1 * 1.15 + 1e-9)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&|v| tick_label(*v))
+        .y_label_formatter(&|v| tick_label(*v))
+        .draw()
+        .map_err(draw_error)?;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(pts.iter().map(|p| (p.0, p.1)), color.stroke_width(2)))
+            .map_err(draw_error)?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        let marked = pts.iter().filter(|p| p.2).map(|p| Circle::new((p.0, p.1), 3, RED.filled()));
+        chart.draw_series(marked).map_err(draw_error)?;
+    }
+    finish(chart, &root, SeriesLabelPosition::LowerRight)
 }
 
 #[cfg(test)]

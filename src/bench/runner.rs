@@ -9,29 +9,39 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::baselines::cpu::CpuSystem;
+use crate::baselines::slab::{SlabConfig, SlabOptions, SlabSystem};
 use crate::batch::Batch;
 use crate::bench::ceiling::{Ceilings, Memory};
 use crate::bench::system::{DeviceOps, System, Traffic};
 use crate::bench::systems::GpHashSystem;
+use crate::bench::traces::trace_batch;
 use crate::bench::ycsb::{Distribution, Generator, Op, Workload, batch_of};
+use crate::cache::CacheOptions;
 use crate::error::{Error, Result};
 use crate::gpu::context::Gpu;
 use crate::gpu::engine::Placement;
 use crate::index::Config;
-use crate::protocol::OpKind;
+use crate::protocol::{OpKind, Status};
 
 /// A system of a suite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SystemKind {
-    /// gphash, pool in host memory read and written in place over PCIe.
+    /// gphash as designed: pool in host memory read and written in place over PCIe, hot groups
+    /// in the bucket cache.
     ZeroCopy,
+    /// The same without the cache (ablation).
+    NoCache,
     /// gphash on a device copy written back at persist points.
     Staged,
     /// gphash in device memory only, nothing persisted: the upper bound.
     Volatile,
-    /// gphash's table with one invocation per operation, no subgroup cooperation.
+    /// gphash's table with one invocation per operation, no subgroup cooperation (Clevel-GPM
+    /// in the paper; also the ablation of cooperation). No cache.
     Naive,
-    /// SlabHash with an undo log (SlabHash-GPM).
+    /// gphash with keys in an array of their own instead of in their buckets (ablation). No cache.
+    KeysApart,
+    /// SlabHash with an undo log (SlabHash-GPM), zero-copy.
     Slab,
     /// A TurboHash-style persistent hash table on the host's threads.
     Cpu,
@@ -39,11 +49,13 @@ pub enum SystemKind {
 
 impl SystemKind {
     /// Every system.
-    pub const ALL: [SystemKind; 6] = [
+    pub const ALL: [SystemKind; 8] = [
         SystemKind::ZeroCopy,
+        SystemKind::NoCache,
         SystemKind::Staged,
         SystemKind::Volatile,
         SystemKind::Naive,
+        SystemKind::KeysApart,
         SystemKind::Slab,
         SystemKind::Cpu,
     ];
@@ -52,9 +64,11 @@ impl SystemKind {
     pub fn name(self) -> &'static str {
         match self {
             SystemKind::ZeroCopy => "gphash-zc",
+            SystemKind::NoCache => "gphash-nocache",
             SystemKind::Staged => "gphash-staged",
             SystemKind::Volatile => "gphash-volatile",
             SystemKind::Naive => "naive",
+            SystemKind::KeysApart => "keys-apart",
             SystemKind::Slab => "slab",
             SystemKind::Cpu => "cpu",
         }
@@ -64,9 +78,9 @@ impl SystemKind {
     /// the CPU, not measured).
     pub fn memory(self) -> Option<Memory> {
         match self {
-            SystemKind::ZeroCopy | SystemKind::Naive | SystemKind::Slab => Some(Memory::Host),
             SystemKind::Staged | SystemKind::Volatile => Some(Memory::Device),
             SystemKind::Cpu => None,
+            _ => Some(Memory::Host),
         }
     }
 }
@@ -76,9 +90,8 @@ impl std::str::FromStr for SystemKind {
 
     fn from_str(s: &str) -> Result<Self> {
         SystemKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
-            Error::InvalidConfig(format!(
-                "unknown system {s:?} (one of gphash-zc, gphash-staged, gphash-volatile, naive, slab, cpu)"
-            ))
+            let names: Vec<&str> = SystemKind::ALL.iter().map(|k| k.name()).collect();
+            Error::InvalidConfig(format!("unknown system {s:?} (one of {})", names.join(", ")))
         })
     }
 }
@@ -112,6 +125,8 @@ pub struct Suite {
     pub pool_dir: PathBuf,
     /// Host threads of the `cpu` system.
     pub cpu_threads: usize,
+    /// The bucket cache of `gphash-zc`.
+    pub cache: CacheOptions,
 }
 
 /// One measured (system, workload, key width, batch size).
@@ -144,6 +159,9 @@ pub struct Record {
     pub ceiling_ops_per_s: f64,
     /// `ops_per_s / ceiling_ops_per_s`, in percent (0 where not measured).
     pub ceiling_pct: f64,
+    /// Operations whose status was not the one the workload implies (a read of a loaded key
+    /// that found nothing, say): 0 unless something is wrong.
+    pub unexpected: u64,
     /// Device, memory placement and persistence.
     pub setting: String,
 }
@@ -173,8 +191,13 @@ impl Record {
         } else {
             " ".repeat(17)
         };
+        let unexpected = if self.unexpected > 0 {
+            format!("  ({} unexpected statuses!)", self.unexpected)
+        } else {
+            String::new()
+        };
         format!(
-            "{:<16} {:<8} {:>3}B {:>8} {:>10.3} Mops/s  p50 {:>9.3} ms  p99 {:>9.3} ms  {:>5.2} req/op {:>7.0} B/op  {ceiling}",
+            "{:<16} {:<8} {:>3}B {:>8} {:>10.3} Mops/s  p50 {:>9.3} ms  p99 {:>9.3} ms  {:>5.2} req/op {:>7.0} B/op  {ceiling}{unexpected}",
             self.system,
             self.workload,
             self.key_bytes,
@@ -188,7 +211,8 @@ impl Record {
     }
 }
 
-/// A system of the suite, made for one key width.
+/// A system of the suite, made for one key width, and the pool file it made.
+#[allow(clippy::too_many_arguments)]
 fn create(
     kind: SystemKind,
     gpu: &Arc<Gpu>,
@@ -197,59 +221,58 @@ fn create(
     value_bytes: u32,
     capacity: u64,
     cpu_threads: usize,
-) -> Result<Box<dyn System>> {
+    cache: CacheOptions,
+) -> Result<(Box<dyn System>, Option<PathBuf>)> {
     let path = dir.join(format!("{}-{key_bytes}.pool", kind.name()));
-    let config = Config { key_bytes, value_bytes, capacity, ..Config::default() };
-    let gphash = |placement, tile| -> Result<Box<dyn System>> {
-        let path = (placement != Placement::Volatile).then_some(path.as_path());
-        Ok(Box::new(GpHashSystem::create(
-            kind.name(),
-            path,
-            &config,
-            gpu,
-            placement,
-            tile,
-            crate::cache::CacheOptions::off(),
-        )?))
+    let gphash = |placement, tile, cache, keys_apart| -> Result<(Box<dyn System>, Option<PathBuf>)> {
+        let config = Config { key_bytes, value_bytes, capacity, keys_apart, ..Config::default() };
+        let path = (placement != Placement::Volatile).then_some(path.clone());
+        let s = GpHashSystem::create(kind.name(), path.as_deref(), &config, gpu, placement, tile, cache)?;
+        Ok((Box::new(s), path))
     };
+    let off = CacheOptions::off();
     match kind {
-        SystemKind::ZeroCopy => gphash(Placement::ZeroCopy, 32),
-        SystemKind::Staged => gphash(Placement::Staged, 32),
-        SystemKind::Volatile => gphash(Placement::Volatile, 32),
-        SystemKind::Naive => gphash(Placement::ZeroCopy, 1),
-        SystemKind::Slab => Ok(Box::new(crate::baselines::slab::SlabSystem::create(
-            Some(&path),
-            key_bytes,
-            value_bytes,
-            capacity,
-            gpu.clone(),
-        )?)),
-        SystemKind::Cpu => Ok(Box::new(crate::baselines::cpu::CpuSystem::create(
-            Some(&path),
-            key_bytes,
-            value_bytes,
-            capacity,
-            gpu.clone(),
-            cpu_threads,
-        )?)),
+        SystemKind::ZeroCopy => gphash(Placement::ZeroCopy, 32, cache, false),
+        SystemKind::NoCache => gphash(Placement::ZeroCopy, 32, off, false),
+        SystemKind::Staged => gphash(Placement::Staged, 32, off, false),
+        SystemKind::Volatile => gphash(Placement::Volatile, 32, off, false),
+        SystemKind::Naive => gphash(Placement::ZeroCopy, 1, off, false),
+        SystemKind::KeysApart => gphash(Placement::ZeroCopy, 32, off, true),
+        SystemKind::Slab => {
+            let config = SlabConfig::new(key_bytes, value_bytes, capacity);
+            let options = SlabOptions { placement: Placement::ZeroCopy, ..SlabOptions::default() };
+            Ok((Box::new(SlabSystem::create_with(Some(&path), &config, gpu.clone(), &options)?), Some(path)))
+        }
+        SystemKind::Cpu => {
+            let s =
+                CpuSystem::create(Some(&path), key_bytes, value_bytes, capacity, gpu.clone(), cpu_threads)?;
+            Ok((Box::new(s), Some(path)))
+        }
     }
 }
 
-/// The modelled traffic of a batch: reads hit unless they search for absent keys
-/// (`negative`); inserts of new keys miss; updates and deletes find their keys.
-fn traffic(system: &dyn System, negative: bool, ops: &[Op]) -> Traffic {
-    let mut t = Traffic::default();
-    for op in ops {
-        let hit = match op.kind {
-            OpKind::Get => !negative,
-            OpKind::Insert => false,
-            _ => true,
-        };
-        let one = system.traffic(op.kind, hit);
-        t.requests += one.requests;
-        t.bytes += one.bytes;
+/// The modelled traffic of each kind of operation, computed once per run (a model may scan the
+/// table): found (`hit`) or not.
+struct TrafficTable([[Traffic; 2]; 5]);
+
+impl TrafficTable {
+    fn of(system: &dyn System) -> Self {
+        let kinds = [OpKind::Get, OpKind::Insert, OpKind::Upsert, OpKind::Update, OpKind::Delete];
+        TrafficTable(kinds.map(|k| [system.traffic(k, false), system.traffic(k, true)]))
     }
-    t
+
+    /// A batch's traffic: reads hit unless they search for absent keys (`negative`); inserts
+    /// are of new keys; updates and deletes find their keys.
+    fn of_batch(&self, ops: &[Op], negative: bool) -> Traffic {
+        ops.iter().fold(Traffic::default(), |t, op| {
+            let hit = match op.kind {
+                OpKind::Get => !negative,
+                OpKind::Insert => false,
+                _ => true,
+            };
+            t.plus(self.0[op.kind as usize - 1][hit as usize])
+        })
+    }
 }
 
 /// What one run measured.
@@ -257,33 +280,31 @@ struct Measured {
     transactions: u64,
     latencies: Vec<Duration>,
     traffic: Traffic,
+    unexpected: u64,
 }
 
-/// Runs batches of operations through a system; the upload of each batch is not timed (a
-/// GPU-resident application already holds it). Each batch comes with the transactions it
-/// holds; `negative` says reads miss.
-#[allow(clippy::too_many_arguments)]
+/// Runs batches of operations through a system. The upload of each batch is not timed (a
+/// GPU-resident application already holds it); its statuses are checked afterwards, untimed,
+/// against `expect`. Each batch comes with the transactions it holds.
 fn measure(
     system: &mut dyn System,
     gpu: &Gpu,
     batches: impl Iterator<Item = (Vec<Op>, u64)>,
+    to_batch: &dyn Fn(&[Op]) -> Batch,
+    expect: Status,
     negative: bool,
-    key_bytes: u32,
-    value_bytes: u32,
-    seed: u64,
     progress: &dyn Fn(u64),
 ) -> Result<Measured> {
-    let mut m = Measured { transactions: 0, latencies: vec![], traffic: Traffic::default() };
+    let table = TrafficTable::of(system);
+    let mut m = Measured { transactions: 0, latencies: vec![], traffic: Traffic::default(), unexpected: 0 };
     for (ops, transactions) in batches {
-        let b: Batch = batch_of(&ops, key_bytes as usize, value_bytes as usize, seed);
-        let device = DeviceOps::new(gpu, &b);
+        let device = DeviceOps::new(gpu, &to_batch(&ops));
         gpu.wait()?;
         let t = Instant::now();
         system.run(&device.batch())?;
         m.latencies.push(t.elapsed());
-        let t = traffic(system, negative, &ops);
-        m.traffic.requests += t.requests;
-        m.traffic.bytes += t.bytes;
+        m.unexpected += device.statuses(gpu)?.iter().filter(|&&s| s != expect as u32).count() as u64;
+        m.traffic = m.traffic.plus(table.of_batch(&ops, negative));
         m.transactions += transactions;
         progress(transactions);
     }
@@ -308,6 +329,13 @@ fn batches<'a>(
     })
 }
 
+/// Inserts new keys of every run of the suite: the table is sized for the loaded records and
+/// the largest of these (with room to spare), so that no run makes a table grow.
+fn largest_insert_run(suite: &Suite) -> u64 {
+    let inserts = |w: &Workload| (ops_of(suite, *w) as f64 * w.mix().insert * 1.1) as u64;
+    suite.workloads.iter().map(inserts).max().unwrap_or(0)
+}
+
 /// Runs a suite; `ceilings` are those measured in the same run; `progress` hears of every
 /// batch's operations; `record` of every result as it is made.
 pub fn run(
@@ -322,66 +350,59 @@ pub fn run(
         what: format!("creating a pool directory in {}", suite.pool_dir.display()),
         source,
     })?;
-    let inserts: u64 =
-        suite.workloads.iter().filter(|w| w.mix().insert > 0.0).map(|w| ops_of(suite, *w)).sum::<u64>()
-            * suite.batches.len() as u64;
+    let capacity = suite.records + largest_insert_run(suite) + 1024;
+    let (records, vb) = (suite.records, suite.value_bytes);
     for &key_bytes in &suite.key_bytes {
         for &kind in &suite.systems {
-            let capacity = suite.records + inserts;
-            let mut system =
-                create(kind, gpu, dir.path(), key_bytes, suite.value_bytes, capacity, suite.cpu_threads)?;
-            let setting = system.setting();
-            let mut report = |workload: Workload, batch: usize, m: &Measured| {
-                let r = summarize(kind, &setting, workload, key_bytes, suite.value_bytes, batch, m, ceilings);
+            let cpu_threads = suite.cpu_threads;
+            let (mut system, pool) =
+                create(kind, gpu, dir.path(), key_bytes, vb, capacity, cpu_threads, suite.cache)?;
+            let kb = key_bytes as usize;
+            let mut report = |workload: &str, batch: usize, m: &Measured, setting: &str| {
+                let r = summarize(kind, setting, workload, key_bytes, vb, batch, m, ceilings);
                 record(&r);
                 out.push(r);
             };
-            let mut load = Generator::new(Workload::Load, None, suite.records, suite.records, suite.seed)?;
+            let mut load = Generator::new(Workload::Load, None, records, records, suite.seed)?;
             let mut none = vec![];
             let loaded = batches(&mut load, suite.load_batch, &mut none);
-            let m = measure(
-                &mut *system,
-                gpu,
-                loaded,
-                false,
-                key_bytes,
-                suite.value_bytes,
-                suite.seed,
-                progress,
-            )?;
-            report(Workload::Load, suite.load_batch, &m);
-            let mut records = suite.records;
+            let to_batch = |ops: &[Op]| batch_of(ops, kb, vb as usize, suite.seed);
+            let m = measure(&mut *system, gpu, loaded, &to_batch, Status::Ok, false, progress)?;
+            report("load", suite.load_batch, &m, &system.setting());
             for &workload in suite.workloads.iter().filter(|w| **w != Workload::Load) {
-                for (i, &batch) in suite.batches.iter().enumerate() {
-                    let seed = suite.seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                    let mut generator =
-                        Generator::new(workload, suite.distribution, records, ops_of(suite, workload), seed)?;
+                // The same operations at every batch size; updates write values of their own.
+                let seed = suite.seed ^ crate::bench::ycsb::fnv64(workload as u64 + 1);
+                let to_batch = |ops: &[Op]| batch_of(ops, kb, vb as usize, seed);
+                let negative = workload == Workload::NegativeSearch;
+                let expect = if negative { Status::NotFound } else { Status::Ok };
+                for &batch in &suite.batches {
+                    let ops = ops_of(suite, workload);
+                    let mut g = Generator::new(workload, suite.distribution, records, ops, seed)?;
                     let mut deleted = vec![];
-                    let negative = workload == Workload::NegativeSearch;
-                    let ops = batches(&mut generator, batch, &mut deleted);
-                    let m = measure(
-                        &mut *system,
-                        gpu,
-                        ops,
-                        negative,
-                        key_bytes,
-                        suite.value_bytes,
-                        suite.seed,
-                        progress,
-                    )?;
-                    report(workload, batch, &m);
-                    // Inserted keys stay (ids above the records are new each time); deleted
-                    // ones go back, untimed, so every run finds the table as loaded.
-                    records += m.transactions * (workload.mix().insert > 0.0) as u64;
-                    restore(&mut *system, gpu, &deleted, batch, key_bytes, suite.value_bytes, suite.seed)?;
+                    let run = batches(&mut g, batch, &mut deleted);
+                    let m = measure(&mut *system, gpu, run, &to_batch, expect, negative, progress)?;
+                    report(&workload.to_string(), batch, &m, &system.setting());
+                    // Untimed: deleted keys come back and inserted ones go, so every run finds
+                    // the table as loaded.
+                    let mut undo: Vec<Op> =
+                        deleted.iter().map(|o| Op { kind: OpKind::Insert, id: o.id }).collect();
+                    undo.extend((records..records + g.inserted()).map(|id| Op { kind: OpKind::Delete, id }));
+                    restore(&mut *system, gpu, &undo, suite.load_batch, kb, vb as usize, suite.seed)?;
                 }
+            }
+            drop(system);
+            if let Some(p) = pool {
+                // Pools are large: each goes before the next system makes its own.
+                std::fs::remove_file(&p)
+                    .map_err(|source| Error::Io { what: format!("removing {}", p.display()), source })?;
             }
         }
     }
     Ok(out)
 }
 
-/// Runs index-microbench trace files (a load file, then a run file) through each system.
+/// Runs index-microbench trace files (a load file, then a run file) through each system, keys
+/// as [`trace_batch`] maps them.
 #[allow(clippy::too_many_arguments)]
 pub fn run_traces(
     systems: &[SystemKind],
@@ -401,32 +422,40 @@ pub fn run_traces(
     })?;
     let inserts = run_ops.iter().filter(|o| o.kind == OpKind::Insert).count() as u64;
     let mut out = vec![];
+    let to_batch = |ops: &[Op]| trace_batch(ops, key_bytes as usize, value_bytes as usize, 0);
     for &kind in systems {
         let capacity = load.len() as u64 + inserts;
-        let mut system = create(kind, gpu, dir.path(), key_bytes, value_bytes, capacity, cpu_threads)?;
+        let cache = CacheOptions::default();
+        let (mut system, pool) =
+            create(kind, gpu, dir.path(), key_bytes, value_bytes, capacity, cpu_threads, cache)?;
         let setting = system.setting();
         for (name, ops) in [("trace-load", load), ("trace-run", run_ops)] {
             let chunks = ops.chunks(batch.max(1)).map(|c| (c.to_vec(), c.len() as u64));
-            let m = measure(&mut *system, gpu, chunks, false, key_bytes, value_bytes, 0, progress)?;
+            // A trace's reads may miss: statuses are not checked.
+            let m = measure(&mut *system, gpu, chunks, &to_batch, Status::Ok, false, progress)?;
+            let m = Measured { unexpected: 0, ..m };
             out.push(summarize(kind, &setting, name, key_bytes, value_bytes, batch, &m, ceilings));
+        }
+        drop(system);
+        if let Some(p) = pool {
+            let _ = std::fs::remove_file(p);
         }
     }
     Ok(out)
 }
 
-/// Inserts back the keys a delete run removed.
+/// Applies `ops` (untimed) in batches of `batch`.
 fn restore(
     system: &mut dyn System,
     gpu: &Gpu,
-    deleted: &[Op],
+    ops: &[Op],
     batch: usize,
-    key_bytes: u32,
-    value_bytes: u32,
+    key_bytes: usize,
+    value_bytes: usize,
     seed: u64,
 ) -> Result<()> {
-    for chunk in deleted.chunks(batch.max(1)) {
-        let ops: Vec<Op> = chunk.iter().map(|o| Op { kind: OpKind::Insert, id: o.id }).collect();
-        let device = DeviceOps::new(gpu, &batch_of(&ops, key_bytes as usize, value_bytes as usize, seed));
+    for chunk in ops.chunks(batch.max(1)) {
+        let device = DeviceOps::new(gpu, &batch_of(chunk, key_bytes, value_bytes, seed));
         system.run(&device.batch())?;
     }
     Ok(())
@@ -458,11 +487,12 @@ fn summarize(
     let seconds: f64 = m.latencies.iter().map(Duration::as_secs_f64).sum();
     let ops = m.transactions.max(1) as f64;
     let ops_per_s = m.transactions as f64 / seconds.max(1e-12);
-    let requests_per_op = m.traffic.requests / ops;
+    let requests_per_op = m.traffic.requests() / ops;
+    let per_op = m.traffic.times(1.0 / ops);
     let ceiling = kind
         .memory()
         .and_then(|mem| ceilings.iter().find(|(m, _)| *m == mem))
-        .map_or(0.0, |(_, c)| c.requests() / requests_per_op.max(1e-12));
+        .map_or(0.0, |(_, c)| c.op_rate(&per_op));
     Record {
         system: kind.name().into(),
         workload: workload.to_string(),
@@ -477,6 +507,7 @@ fn summarize(
         bytes_per_op: m.traffic.bytes / ops,
         ceiling_ops_per_s: ceiling,
         ceiling_pct: if ceiling > 0.0 { 100.0 * ops_per_s / ceiling } else { 0.0 },
+        unexpected: m.unexpected,
         setting: setting.into(),
     }
 }
@@ -510,11 +541,11 @@ pub fn write_files(records: &[Record], ceilings: &[(Memory, Ceilings)], dir: &Pa
     std::fs::write(&path, serde_json::to_string_pretty(&json).expect("records serialize"))
         .map_err(io(format!("writing {}", path.display())))?;
     let mut csv = String::from(
-        "system,workload,key_bytes,value_bytes,batch,operations,ops_per_s,p50_ms,p99_ms,requests_per_op,bytes_per_op,ceiling_ops_per_s,ceiling_pct\n",
+        "system,workload,key_bytes,value_bytes,batch,operations,ops_per_s,p50_ms,p99_ms,requests_per_op,bytes_per_op,ceiling_ops_per_s,ceiling_pct,unexpected\n",
     );
     for r in records {
         csv += &format!(
-            "{},{},{},{},{},{},{:.1},{:.4},{:.4},{:.3},{:.1},{:.1},{:.2}\n",
+            "{},{},{},{},{},{},{:.1},{:.4},{:.4},{:.3},{:.1},{:.1},{:.2},{}\n",
             r.system,
             r.workload,
             r.key_bytes,
@@ -527,7 +558,8 @@ pub fn write_files(records: &[Record], ceilings: &[(Memory, Ceilings)], dir: &Pa
             r.requests_per_op,
             r.bytes_per_op,
             r.ceiling_ops_per_s,
-            r.ceiling_pct
+            r.ceiling_pct,
+            r.unexpected
         );
     }
     let path = dir.join("results.csv");

@@ -12,13 +12,46 @@ use crate::gpu::context::Gpu;
 use crate::gpu::engine::DeviceBatch;
 use crate::protocol::{OpKind, Status};
 
-/// Memory traffic of one operation in the memory the system's table lives in.
+/// Memory traffic of one operation in the memory the system's table lives in, by kind of
+/// request (over PCIe each costs about the same up to 512 bytes, but reads, posted writes and
+/// atomics run at different rates).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Traffic {
-    /// Separate memory requests (over PCIe each costs about the same up to 512 bytes).
-    pub requests: f64,
+    /// Separate reads.
+    pub reads: f64,
+    /// Separate writes.
+    pub writes: f64,
+    /// Atomic read-modify-writes (compare-and-swap).
+    pub atomics: f64,
     /// Bytes moved.
     pub bytes: f64,
+}
+
+impl Traffic {
+    /// All requests.
+    pub fn requests(&self) -> f64 {
+        self.reads + self.writes + self.atomics
+    }
+
+    /// The sum of two traffics.
+    pub fn plus(self, o: Traffic) -> Traffic {
+        Traffic {
+            reads: self.reads + o.reads,
+            writes: self.writes + o.writes,
+            atomics: self.atomics + o.atomics,
+            bytes: self.bytes + o.bytes,
+        }
+    }
+
+    /// This traffic `n` times.
+    pub fn times(self, n: f64) -> Traffic {
+        Traffic {
+            reads: self.reads * n,
+            writes: self.writes * n,
+            atomics: self.atomics * n,
+            bytes: self.bytes * n,
+        }
+    }
 }
 
 /// A key-value system driven with batches in device buffers.
@@ -95,6 +128,13 @@ impl DeviceOps {
             statuses: &self.statuses,
             found: &self.found,
         }
+    }
+
+    /// Downloads the status codes.
+    pub fn statuses(&self, gpu: &Gpu) -> Result<Vec<u32>> {
+        let mut s = download(gpu, &self.statuses)?;
+        s.truncate(self.len as usize);
+        Ok(s)
     }
 
     /// Downloads the results: a status per operation and the value each found (for reads that

@@ -60,23 +60,22 @@ impl GpHashSystem {
 /// The bucket cache is not modelled: its savings are counted by the kernels ([`crate::CacheStats`]).
 pub fn traffic(geo: &Geometry, kind: OpKind, hit: bool) -> Traffic {
     let l = geo.layout;
-    let key = geo.key_bytes as f64;
+    let (key, cell) = (geo.key_bytes as f64, (geo.cell_words() * 4) as f64);
     let apart = geo.keys_apart as u32 as f64;
-    let group = geo.group_bytes() as f64;
     let probe = Traffic {
-        requests: l.hashes as f64 + if hit { apart } else { 0.0 },
-        bytes: l.hashes as f64 * group + if hit { key } else { 0.0 },
+        reads: l.hashes as f64 + if hit { apart } else { 0.0 },
+        bytes: l.hashes as f64 * geo.group_bytes() as f64 + if hit { key } else { 0.0 },
+        ..Traffic::default()
     };
-    let cell = (geo.cell_words() * 4) as f64;
-    let (requests, bytes) = match (kind, hit) {
-        (OpKind::Get, true) => (1.0, cell),
-        (OpKind::Get | OpKind::Update | OpKind::Delete, false) => (0.0, 0.0),
-        (OpKind::Insert, true) => (0.0, 0.0),
-        (OpKind::Insert | OpKind::Upsert, false) => (4.0 + apart, cell + 4.0 + 4.0 + key + 4.0),
-        (OpKind::Update | OpKind::Upsert, true) => (2.0, cell + 4.0),
-        (OpKind::Delete, true) => (1.0, 4.0),
-    };
-    Traffic { requests: probe.requests + requests, bytes: probe.bytes + bytes }
+    let t = |reads, writes, atomics, bytes| Traffic { reads, writes, atomics, bytes };
+    probe.plus(match (kind, hit) {
+        (OpKind::Get, true) => t(1.0, 0.0, 0.0, cell),
+        (OpKind::Get | OpKind::Update | OpKind::Delete, false) | (OpKind::Insert, true) => Traffic::default(),
+        // Value, fingerprint and key (key apart); claim and publish.
+        (OpKind::Insert | OpKind::Upsert, false) => t(0.0, 2.0 + apart, 2.0, cell + 4.0 + key + 8.0),
+        (OpKind::Update | OpKind::Upsert, true) => t(0.0, 1.0, 1.0, cell + 4.0),
+        (OpKind::Delete, true) => t(0.0, 0.0, 1.0, 4.0),
+    })
 }
 
 impl System for GpHashSystem {
@@ -110,12 +109,13 @@ mod tests {
     #[test]
     fn a_positive_search_is_three_requests_of_the_default_layout() {
         let g = Geometry::new(Layout::default(), 8, 128, 10, 100).unwrap();
-        assert_eq!(traffic(&g, OpKind::Get, true).requests, 3.0);
-        assert_eq!(traffic(&g, OpKind::Get, false).requests, 2.0);
-        assert_eq!(traffic(&g, OpKind::Insert, false).requests, 6.0);
-        assert_eq!(traffic(&g, OpKind::Update, true).requests, 4.0);
+        assert_eq!(traffic(&g, OpKind::Get, true).requests(), 3.0);
+        assert_eq!(traffic(&g, OpKind::Get, false).requests(), 2.0);
+        let insert = traffic(&g, OpKind::Insert, false);
+        assert_eq!((insert.reads, insert.writes, insert.atomics), (2.0, 2.0, 2.0));
+        assert_eq!(traffic(&g, OpKind::Update, true).requests(), 4.0);
         let apart = g.with_keys_apart(true).unwrap();
-        assert_eq!(traffic(&apart, OpKind::Get, true).requests, 4.0);
-        assert_eq!(traffic(&apart, OpKind::Insert, false).requests, 7.0);
+        assert_eq!(traffic(&apart, OpKind::Get, true).requests(), 4.0);
+        assert_eq!(traffic(&apart, OpKind::Insert, false).requests(), 7.0);
     }
 }

@@ -110,14 +110,10 @@ pub fn write_trace(path: impl AsRef<Path>, ops: &[Op]) -> Result<()> {
     out.flush().map_err(io)
 }
 
-/// The key bytes of trace key `id`: its little-endian bytes for 8-byte keys,
-/// [`crate::bench::key`]`(id, key_bytes)` otherwise.
-///
-/// `crate::bench::key` keeps only the low 32 bits of the id, so for widths other than 8 two
-/// trace keys that agree in their low 32 bits get the same key bytes (YCSB's hashed keys are
-/// 63-bit: expect about n^2 / 2^33 such pairs among n keys).
+/// The key bytes of trace key `id` (a trace holds YCSB's hashed integers already):
+/// [`crate::bench::key_bytes`] of it.
 pub fn trace_key(id: u64, key_bytes: usize) -> Vec<u8> {
-    if key_bytes == 8 { id.to_le_bytes().to_vec() } else { crate::bench::key(id, key_bytes) }
+    crate::bench::key_bytes(id, key_bytes)
 }
 
 /// A batch of trace operations with keys [`trace_key`] and, for writes, the values
@@ -214,7 +210,9 @@ mod tests {
     #[test]
     fn keys_and_batches() {
         assert_eq!(trace_key(0x0102, 8), vec![2, 1, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(trace_key(7, 32), crate::bench::key(7, 32));
+        // A trace holds hashed keys already: record 7's key is the trace key fnvhash64(7).
+        assert_eq!(trace_key(crate::bench::ycsb::fnv64(7), 32), crate::bench::key(7, 32));
+        assert_eq!(&trace_key(7, 32)[..8], &7u64.to_le_bytes());
         let ops = [Op { kind: OpKind::Insert, id: 9 }, Op { kind: OpKind::Get, id: 9 }];
         let b = trace_batch(&ops, 8, 16, 1);
         assert_eq!(b.len(), 2);

@@ -157,6 +157,7 @@ impl DeviceCache {
     pub fn stats(&self) -> CacheStats {
         CacheStats {
             cached: self.owner_host.iter().filter(|&&g| g != NONE).count() as u32,
+            loading: self.loading(),
             ..self.stats.clone()
         }
     }

@@ -340,8 +340,10 @@ pub fn import_region(
         // owners wait until `guard` reports every import destroyed before the pool moves.
         unsafe { hostmem::import(gpu, base.add((region.offset + at) as usize), len, guard, label) }
     };
+    // Other regions' windows may be alive under the same guard: wait for the probe alone.
+    let alive = guard.live();
     import(0, region.bytes.min(host_pm::REGION_ALIGN))?.destroy();
-    release_imports(gpu, guard);
+    release_imports_to(gpu, guard, alive);
     (0..win.count)
         .map(|i| {
             let at = i as u64 * win.words() * 4;
@@ -428,15 +430,20 @@ pub fn max_window(info: &DeviceInfo, max_window_bytes: Option<u64>) -> u64 {
 
 /// Waits until every buffer imported under `guard` is destroyed (the pool may then move).
 pub fn release_imports(gpu: &Gpu, guard: &ImportGuard) {
+    release_imports_to(gpu, guard, 0)
+}
+
+/// Waits until no more than `alive` buffers imported under `guard` are left.
+fn release_imports_to(gpu: &Gpu, guard: &ImportGuard, alive: usize) {
     // wgpu frees buffers that never took part in a submit at the next submit.
     gpu.queue.submit([]);
     for _ in 0..100 {
-        if guard.live() == 0 {
+        if guard.live() <= alive {
             return;
         }
         let _ = gpu.wait();
     }
-    log::error!("{} imported buffers still alive after their owner was dropped", guard.live());
+    log::error!("{} imported buffers still alive after their owner was dropped", guard.live() - alive);
 }
 
 /// Refuses a configuration of `bindings` bindings (the uniform included) for `what` with more

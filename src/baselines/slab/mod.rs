@@ -811,24 +811,20 @@ pub fn traffic(geo: &SlabGeometry, chain: f64, kind: OpKind, hit: bool) -> Traff
     let cell = (geo.cell_words() * 4) as f64;
     let key = geo.key_bytes as f64;
     let walk = if hit { (chain + 1.0) / 2.0 } else { chain };
-    let mut t = Traffic { requests: walk, bytes: walk * slab };
-    let mut add = |requests: f64, bytes: f64| {
-        t.requests += requests;
-        t.bytes += bytes;
-    };
+    let t = |reads, writes, atomics, bytes| Traffic { reads, writes, atomics, bytes };
+    let mut sum = t(walk, 0.0, 0.0, walk * slab);
     if kind != OpKind::Get {
-        add(2.0 * chain, chain * (slab + 4.0 * layout::LOG_ENTRY_WORDS as f64));
+        sum = sum.plus(t(chain, chain, 0.0, chain * (slab + 4.0 * layout::LOG_ENTRY_WORDS as f64)));
     }
     if kind.writes_value() {
-        add(1.0, cell);
+        sum = sum.plus(t(0.0, 1.0, 0.0, cell));
     }
-    match (kind, hit) {
-        (OpKind::Get, true) => add(1.0, cell),
-        (OpKind::Insert | OpKind::Upsert, false) => add(3.0, 8.0 + key),
-        (OpKind::Update | OpKind::Upsert | OpKind::Delete, true) => add(1.0, 4.0),
-        _ => {}
-    }
-    t
+    sum.plus(match (kind, hit) {
+        (OpKind::Get, true) => t(1.0, 0.0, 0.0, cell),
+        (OpKind::Insert | OpKind::Upsert, false) => t(0.0, 1.0, 2.0, 8.0 + key),
+        (OpKind::Update | OpKind::Upsert | OpKind::Delete, true) => t(0.0, 0.0, 1.0, 4.0),
+        _ => Traffic::default(),
+    })
 }
 
 impl System for SlabSystem {
@@ -871,12 +867,12 @@ mod tests {
     fn traffic_of_one_slab_chains() {
         let g = SlabGeometry::new(8, 128, 100, 10, 1000, 1).unwrap();
         let get = traffic(&g, 1.0, OpKind::Get, true);
-        assert_eq!((get.requests, get.bytes), (2.0, 256.0));
-        assert_eq!(traffic(&g, 1.0, OpKind::Get, false).requests, 1.0);
+        assert_eq!((get.requests(), get.bytes), (2.0, 256.0));
+        assert_eq!(traffic(&g, 1.0, OpKind::Get, false).requests(), 1.0);
         // Log (read + write), value, walk, claim + key + publish.
-        assert_eq!(traffic(&g, 1.0, OpKind::Insert, false).requests, 7.0);
-        assert_eq!(traffic(&g, 1.0, OpKind::Update, true).requests, 5.0);
-        assert_eq!(traffic(&g, 1.0, OpKind::Delete, true).requests, 4.0);
-        assert_eq!(traffic(&g, 2.0, OpKind::Get, false).requests, 2.0);
+        assert_eq!(traffic(&g, 1.0, OpKind::Insert, false).requests(), 7.0);
+        assert_eq!(traffic(&g, 1.0, OpKind::Update, true).requests(), 5.0);
+        assert_eq!(traffic(&g, 1.0, OpKind::Delete, true).requests(), 4.0);
+        assert_eq!(traffic(&g, 2.0, OpKind::Get, false).requests(), 2.0);
     }
 }

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use gphash::bench::bktcache::{self, CacheBench};
 use gphash::bench::ceiling::{self, Method};
 use gphash::bench::runner::{self, Suite, SystemKind};
 use gphash::bench::ycsb::{Distribution, Workload};
@@ -32,6 +33,64 @@ pub enum Bench {
     Suite(SuiteArgs),
     /// Index-microbench trace files (a load file and a run file) against the systems.
     Trace(TraceArgs),
+    /// The bucket cache: throughput per cache ratio (YCSB A, B, C), under skew, per policy,
+    /// and over time across loading phases; a table, JSON, CSV and SVG plots.
+    Cache(CacheArgs),
+}
+
+/// `bench cache` settings.
+#[derive(Args, Clone)]
+pub struct CacheArgs {
+    /// Records loaded.
+    #[arg(long, default_value_t = 1 << 24)]
+    records: u64,
+    /// Measured operations of each repetition of a point.
+    #[arg(long, default_value_t = 1 << 22)]
+    ops: u64,
+    /// Repetitions of each point (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Operations whose accesses the policy counts before each point's cache is loaded.
+    #[arg(long, default_value_t = 1 << 22)]
+    warmup: u64,
+    /// Operations per batch.
+    #[arg(long, default_value_t = 1 << 16)]
+    batch: usize,
+    /// Key width in bytes.
+    #[arg(long, default_value_t = 8)]
+    key_bytes: u32,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 128)]
+    value_bytes: u32,
+    /// Workloads of the ratio figure.
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c")]
+    workloads: Vec<Workload>,
+    /// Cache ratios of the ratio figure.
+    #[arg(long, value_delimiter = ',', default_value = "0,0.1,0.2,0.4")]
+    ratios: Vec<f64>,
+    /// Zipfian constants of the skew figure (YCSB C, no cache and --ratio).
+    #[arg(long, value_delimiter = ',', default_value = "0.5,0.7,0.9,0.99,1.1,1.2")]
+    thetas: Vec<f64>,
+    /// Policies compared (YCSB A and C at --ratio).
+    #[arg(long, value_delimiter = ',', default_value = "lfu,lru,random")]
+    policies: Vec<gphash::Policy>,
+    /// Cache ratio of the skew, policy and timeline figures.
+    #[arg(long, default_value_t = 0.2)]
+    ratio: f64,
+    /// Operations of the timeline (0: none).
+    #[arg(long, default_value_t = 1 << 25)]
+    timeline_ops: u64,
+    /// Operations between loading phases in the timeline.
+    #[arg(long, default_value_t = 1 << 23)]
+    period: u64,
+    /// Seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Directory for cache.json, cache.csv, cache-timeline.csv and the plots.
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+    #[command(flatten)]
+    dir: PoolDir,
 }
 
 /// `bench suite` settings.
@@ -40,11 +99,12 @@ pub struct SuiteArgs {
     /// Workloads (load runs first in any case): a, b, c, d, f, search+, search-, insert, update, delete.
     #[arg(long, value_delimiter = ',', default_value = "c,b,a,f,d,search+,search-,update,insert,delete")]
     workloads: Vec<Workload>,
-    /// Systems: gphash-zc, gphash-staged, gphash-volatile, naive, slab, cpu.
+    /// Systems: gphash-zc (with its cache, set by --cache-*), gphash-nocache, gphash-staged,
+    /// gphash-volatile, naive, keys-apart, slab, cpu.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "gphash-zc,gphash-staged,gphash-volatile,naive,slab,cpu"
+        default_value = "gphash-zc,gphash-nocache,gphash-staged,gphash-volatile,naive,keys-apart,slab,cpu"
     )]
     systems: Vec<SystemKind>,
     /// Key widths in bytes.
@@ -209,7 +269,8 @@ pub struct PersistArgs {
 
 pub fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
     match bench {
-        Bench::Suite(a) => suite(a),
+        Bench::Suite(a) => suite(a, options),
+        Bench::Cache(a) => cache(a),
         Bench::Trace(a) => {
             let gpu = gphash::Gpu::new()?;
             let (load, run) = (traces::read_trace(&a.load)?, traces::read_trace(&a.run)?);
@@ -301,7 +362,38 @@ fn threads(n: Option<usize>) -> usize {
     n.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-fn suite(a: &SuiteArgs) -> gphash::Result<()> {
+fn cache(a: &CacheArgs) -> gphash::Result<()> {
+    let gpu = gphash::Gpu::new()?;
+    let bench = CacheBench {
+        records: a.records,
+        ops: a.ops,
+        reps: a.reps,
+        warmup: a.warmup,
+        batch: a.batch,
+        key_bytes: a.key_bytes,
+        value_bytes: a.value_bytes,
+        workloads: a.workloads.clone(),
+        ratios: a.ratios.clone(),
+        thetas: a.thetas.clone(),
+        policies: a.policies.clone(),
+        ratio: a.ratio,
+        timeline_ops: a.timeline_ops,
+        period: a.period,
+        seed: a.seed,
+        pool_dir: a.dir.pool_dir.clone(),
+    };
+    println!(
+        "# {} ({}): bucket cache, {} records, batch {}",
+        gpu.info.name, gpu.info.driver, a.records, a.batch
+    );
+    let figures = bench.run(&gpu, &mut |line| println!("{line}"))?;
+    bktcache::write_files(&figures, &a.out)?;
+    bktcache::plot(&figures, &a.out)?;
+    println!("# results and plots in {}", a.out.display());
+    Ok(())
+}
+
+fn suite(a: &SuiteArgs, options: &Options) -> gphash::Result<()> {
     let gpu = gphash::Gpu::new()?;
     let batches: Vec<usize> = match a.batches.as_str() {
         "sweep" => (8..=20).map(|p| 1 << p).collect(),
@@ -324,6 +416,7 @@ fn suite(a: &SuiteArgs) -> gphash::Result<()> {
         seed: a.seed,
         pool_dir: a.dir.pool_dir.clone(),
         cpu_threads: threads(a.cpu_threads),
+        cache: options.gpu.cache,
     };
     println!("# {} ({}), {} host threads", gpu.info.name, gpu.info.driver, suite.cpu_threads);
     let ceilings = match a.ceiling_mib {
