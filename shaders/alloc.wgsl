@@ -21,6 +21,8 @@ fn main(inv: Invocation, sg: Subgroup) {
             if (cell == NONE) {
                 phase = PHASE_NO_CELL;
                 count(CTRL_NO_CELL);
+            } else {
+                tally_add(CTRL_ALLOCATED, 1u);
             }
         }
         set_op_field(me, ST_PHASE, phase);
@@ -29,4 +31,5 @@ fn main(inv: Invocation, sg: Subgroup) {
         set_op_field(me, ST_FREE, NONE);
     }
     write_values(t, me, cell);
+    flush_tally(sg.lane);
 }

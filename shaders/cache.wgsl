@@ -70,7 +70,9 @@ fn refresh(inv: Invocation, sg: Subgroup) {
 
 // One fill of a loading slice per invocation (`cache_plan` holds entry, group pairs): the entry
 // drops its group (unmapped first), takes a copy of the new group and of the value of each
-// published slot, and is mapped. A tile copies each fill with consecutive lanes.
+// published slot, and is mapped. A tile copies each fill with consecutive lanes; each lane reads
+// the state words of its own slot positions, so a group costs a few parallel reads of the table
+// and one read per published value.
 @compute @workgroup_size(WG)
 fn fill(inv: Invocation, sg: Subgroup) {
     let t = tile_of(sg);
@@ -81,9 +83,11 @@ fn fill(inv: Invocation, sg: Subgroup) {
             break;
         }
         let turn = take_turn(t, pending, me);
+        var entry = NONE;
+        var group = 0u;
         if (turn.busy) {
-            let entry = cache_plan[2u * turn.op];
-            let group = cache_plan[2u * turn.op + 1u];
+            entry = cache_plan[2u * turn.op];
+            group = cache_plan[2u * turn.op + 1u];
             if (turn.leader) {
                 let old = cache_owner[entry];
                 if (old != NONE) {
@@ -93,22 +97,36 @@ fn fill(inv: Invocation, sg: Subgroup) {
             for (var w = t.lane; w < GROUP_WORDS; w += t.size) {
                 ctable_store(entry * GROUP_WORDS + w, table_load(group * GROUP_WORDS + w));
             }
-            for (var pos = 0u; pos < GROUP_SLOTS; pos++) {
-                let bucket = group * GROUP_BUCKETS + pos / SLOTS;
-                let state = table_load(state_word(bucket, pos % SLOTS));
-                if (state >= PUBLISHED) {
-                    let at = cached_value_word(entry, bucket * SLOTS + pos % SLOTS);
+        }
+        for (var first = 0u; first < GROUP_SLOTS; first += t.size) {
+            let pos = first + t.lane;
+            var state = EMPTY;
+            if (turn.busy && pos < GROUP_SLOTS) {
+                state = table_load(state_word(group * GROUP_BUCKETS + pos / SLOTS, pos % SLOTS));
+            }
+            // One published position at a time, every tile of the subgroup in step.
+            var published = tile_ballot(t, state >= PUBLISHED);
+            loop {
+                if (!subgroupAny(published != 0u)) {
+                    break;
+                }
+                let has = published != 0u;
+                let src = select(0u, firstTrailingBit(published), has);
+                published &= published - 1u;
+                let cell = tile_bcast(t, state, src) - PUBLISHED;
+                if (has) {
+                    let at = cached_value_word(entry, group * GROUP_SLOTS + first + src);
                     for (var w = t.lane; w < CELL_WORDS; w += t.size) {
-                        cheap_store(at + w, heap_load((state - PUBLISHED) * CELL_WORDS + w));
+                        cheap_store(at + w, heap_load(cell * CELL_WORDS + w));
                     }
                 }
             }
-            if (turn.leader) {
-                cache_map[group] = entry;
-                cache_owner[entry] = group;
-                tally_add(CTRL_CACHE_FILLED, 1u);
-                pending = false;
-            }
+        }
+        if (turn.leader) {
+            cache_map[group] = entry;
+            cache_owner[entry] = group;
+            tally_add(CTRL_CACHE_FILLED, 1u);
+            pending = false;
         }
     }
     flush_tally(sg.lane);

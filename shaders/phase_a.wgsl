@@ -66,8 +66,14 @@ fn step(t: Tile, turn: Turn) -> bool {
     claimant = tile_bcast(t, claimant, turn.lead);
     let joins = new_key && claimant != op;
     let wants_slot = new_key && !joins;
-    let chosen = choose_empty(t, p);
-    let won = claim(t, wants_slot, loc, key, chosen, INSERTING);
+    // Reads, updates and deletes never claim: skip the reductions when no tile of the subgroup
+    // has a new key (the test is subgroup-uniform, as the reductions require).
+    var chosen = NONE;
+    var won = false;
+    if (subgroupAny(wants_slot)) {
+        chosen = choose_empty(t, p);
+        won = claim(t, wants_slot, loc, key, chosen, INSERTING);
+    }
     let bucket = candidate_bucket(loc.tops, chosen);
     let slot = chosen % SLOTS;
 

@@ -255,10 +255,16 @@ pub struct Fill {
     pub group: u32,
 }
 
+/// How much more often a group must have been accessed than a cached one to take its entry
+/// (LFU): popularity that merely wobbles between loading phases moves nothing.
+pub const HYSTERESIS: u64 = 2;
+
 /// The fills that make the cache hold `chosen`: groups already cached stay where they are;
 /// every other chosen group takes an entry that holds nothing or a group not chosen. `owner`
-/// is the group each entry holds (`NONE`: nothing).
-pub fn plan(owner: &[u32], chosen: &[u32], groups: u64) -> Vec<Fill> {
+/// is the group each entry holds (`NONE`: nothing). With `counts` (LFU), the hottest new groups
+/// go first, into the entries of the coldest groups, and a new group displaces a cached one only
+/// if it has more than [`HYSTERESIS`] times its count.
+pub fn plan(owner: &[u32], chosen: &[u32], groups: u64, counts: Option<&[u32]>) -> Vec<Fill> {
     let mut wanted = vec![false; groups as usize];
     for &g in chosen {
         wanted[g as usize] = true;
@@ -267,10 +273,24 @@ pub fn plan(owner: &[u32], chosen: &[u32], groups: u64) -> Vec<Fill> {
     for &g in owner.iter().filter(|&&g| g != NONE) {
         cached[g as usize] = true;
     }
-    let free =
-        (0..owner.len() as u32).filter(|&e| owner[e as usize] == NONE || !wanted[owner[e as usize] as usize]);
-    let new = chosen.iter().copied().filter(|&g| !cached[g as usize]);
-    free.zip(new).map(|(entry, group)| Fill { entry, group }).collect()
+    let count = |g: u32| counts.map_or(0, |c| c[g as usize] as u64);
+    let mut free: Vec<u32> = (0..owner.len() as u32)
+        .filter(|&e| owner[e as usize] == NONE || !wanted[owner[e as usize] as usize])
+        .collect();
+    let mut new: Vec<u32> = chosen.iter().copied().filter(|&g| !cached[g as usize]).collect();
+    if counts.is_some() {
+        let held = |e: u32| (owner[e as usize] != NONE).then(|| count(owner[e as usize]));
+        free.sort_by_key(|&e| held(e));
+        new.sort_by_key(|&g| std::cmp::Reverse(count(g)));
+    }
+    free.into_iter()
+        .zip(new)
+        .take_while(|&(e, g)| {
+            let old = owner[e as usize];
+            counts.is_none() || old == NONE || count(g) > HYSTERESIS * count(old)
+        })
+        .map(|(entry, group)| Fill { entry, group })
+        .collect()
 }
 
 /// The CPU twin of a cache entry (`fill` and `refresh` in `shaders/cache.wgsl`): the words of
@@ -415,10 +435,24 @@ mod tests {
     fn plans_keep_cached_groups_and_reuse_entries_of_cold_ones() {
         // Entries hold groups 4, nothing, 7, 9; groups 7, 2 and 5 are chosen.
         let owner = [4, NONE, 7, 9];
-        let fills = plan(&owner, &[7, 2, 5], 10);
+        let fills = plan(&owner, &[7, 2, 5], 10, None);
         assert_eq!(fills, vec![Fill { entry: 0, group: 2 }, Fill { entry: 1, group: 5 }]);
         // More chosen groups than entries: the rest wait for the next phase.
-        assert_eq!(plan(&[NONE], &[1, 2], 3).len(), 1);
+        assert_eq!(plan(&[NONE], &[1, 2], 3, None).len(), 1);
+    }
+
+    #[test]
+    fn lfu_plans_displace_only_much_colder_groups() {
+        // Entries hold groups 4 (count 10), nothing, 9 (count 3); groups 2 (count 25) and 5
+        // (count 15) are chosen. The empty entry takes the hottest, 2; group 9 (3) is displaced
+        // by 5 (15 > 2 * 3); group 4 (10) would not be by anything below 21.
+        let mut counts = vec![0u32; 10];
+        (counts[4], counts[9], counts[2], counts[5]) = (10, 3, 25, 15);
+        let fills = plan(&[4, NONE, 9], &[2, 5], 10, Some(&counts));
+        assert_eq!(fills, vec![Fill { entry: 1, group: 2 }, Fill { entry: 2, group: 5 }]);
+        counts[5] = 6;
+        // Entries of groups 7 (0), 9 (3) and 4 (10), coldest first: 2 takes 7's, 5 (6) not 9's.
+        assert_eq!(plan(&[4, 7, 9], &[2, 5], 10, Some(&counts)), vec![Fill { entry: 1, group: 2 }]);
     }
 
     #[test]

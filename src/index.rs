@@ -722,7 +722,8 @@ impl GpHash {
             self.persist(&a.written)?;
             let (full, no_cell) = (a.control[control::FULL], a.control[control::NO_CELL]);
             if full == 0 && no_cell == 0 {
-                return self.finish(batch, a.control[control::NEED_B] > 0);
+                let allocated = a.control[control::ALLOCATED] > 0;
+                return self.finish(batch, a.control[control::NEED_B] > 0, allocated);
             }
             let t = Instant::now();
             let (engine, pool) = self.parts();
@@ -743,9 +744,10 @@ impl GpHash {
         }
     }
 
-    /// Phase B (unless the batch only reads) and its persist.
-    fn finish(&mut self, batch: Input, publish: bool) -> Result<()> {
-        if batch.read_only() {
+    /// Phase B and its persist, unless the batch only reads: its results are then complete
+    /// (device batches hold them already; host batches read them back with phase B).
+    fn finish(&mut self, batch: Input, publish: bool, allocated: bool) -> Result<()> {
+        if batch.read_only() || (matches!(batch, Input::Device(_)) && !publish && !allocated) {
             return Ok(());
         }
         let t = Instant::now();

@@ -249,6 +249,7 @@ impl Model<'_> {
             run.control[control::NO_CELL] += 1;
             return;
         };
+        run.control[control::ALLOCATED] += 1;
         let cw = self.geo.cell_words() as u64;
         let at = cell as u64 * cw;
         mem.heap[at as usize..(at + cw) as usize]

@@ -129,6 +129,8 @@ pub mod control {
     pub const CACHE_STALE: usize = 11;
     /// Groups a loading slice copied into the cache.
     pub const CACHE_FILLED: usize = 12;
+    /// Value cells the allocation stage took (phase B must release those not published).
+    pub const ALLOCATED: usize = 13;
     /// Words in the block.
     pub const WORDS: usize = 16;
 }

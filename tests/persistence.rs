@@ -39,7 +39,7 @@ fn fill(t: &mut GpHash, oracle: &mut Oracle, rng: &mut StdRng, n: usize) {
 fn pools_reopen_with_every_acknowledged_operation() {
     let seed = common::seed("pools_reopen_with_every_acknowledged_operation");
     let mut rng = StdRng::seed_from_u64(seed);
-    for dir in [common::pool_dir(), tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()] {
+    for dir in [common::pool_dir(), common::disk_dir()] {
         let path = dir.path().join("p");
         let cfg = Config { capacity: 4000, ..Default::default() };
         let mut oracle = Oracle::default();

@@ -29,6 +29,7 @@ const CTRL_CACHE_VALUES_SAVED: u32 = 9u;
 const CTRL_CACHE_REFRESHED: u32 = 10u;
 const CTRL_CACHE_STALE: u32 = 11u;
 const CTRL_CACHE_FILLED: u32 = 12u;
+const CTRL_ALLOCATED: u32 = 13u;
 const CTRL_WORDS: u32 = 16u;
 
 // Per-operation record (4 words), twin of `OpState`.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::context::Gpu;
 use super::resources::map_read;
 use super::shader::{CacheConfig, Windows};
-use crate::cache::{self, CacheOptions, CacheStats, Fill, Snapshot};
+use crate::cache::{self, CacheOptions, CacheStats, Fill, Policy, Snapshot};
 use crate::error::{Error, Result};
 use crate::layout::Geometry;
 use crate::protocol::{NONE, control};
@@ -191,7 +191,8 @@ impl DeviceCache {
         let counts: Vec<u32> =
             if counts.is_empty() { vec![0; self.groups as usize] } else { counts.to_vec() };
         let chosen = cache::select(self.opts.policy, &counts, self.cfg.entries as usize, seed);
-        self.fills = cache::plan(&self.owner_host, &chosen, self.groups);
+        let lfu = (self.opts.policy == Policy::Lfu).then_some(&counts[..]);
+        self.fills = cache::plan(&self.owner_host, &chosen, self.groups, lfu);
         self.done = 0;
         self.slice = FIRST_SLICE;
         self.ops_since_load = 0;
@@ -227,6 +228,7 @@ impl DeviceCache {
             let scale = budget / elapsed.as_secs_f64().max(1e-6);
             let next = (self.slice as f64 * scale.clamp(0.25, 4.0)) as usize;
             self.slice = next.max(16).min(self.cfg.entries as usize);
+            log::debug!("cache slice of {n} fills: {elapsed:?} (batch {batch:?}); next {}", self.slice);
         }
         // The batch that follows must not count the slice as its own time.
         self.last_batch = self.last_batch.map(|t| t + elapsed);

@@ -107,6 +107,14 @@ pub fn pool_dir() -> tempfile::TempDir {
     if shm.is_dir() { tempfile::tempdir_in(shm).unwrap() } else { tempfile::tempdir().unwrap() }
 }
 
+/// A fresh directory on a disk filesystem (pools there are files that drivers do not import):
+/// cargo's target temporary directory, or the system's where that does not exist (a test
+/// binary run on another machine).
+pub fn disk_dir() -> tempfile::TempDir {
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    if target.is_dir() { tempfile::tempdir_in(target).unwrap() } else { tempfile::tempdir().unwrap() }
+}
+
 /// Key number `k` as `width` bytes (distinct numbers give distinct keys).
 pub fn key(k: u64, width: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(width);

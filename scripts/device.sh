@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs a stage of the GPU checks and figures on a machine that has no Rust toolchain: the
+# binaries come prebuilt in .gpu/gpu.tgz (see scripts/stage-device.sh), results go to $OUT.
+#   scripts/device.sh tests      every GPU test binary at the hardware's subgroup size
+#   scripts/device.sh figures    load-search, cache figures
+#   scripts/device.sh suite ARGS gphash bench suite ARGS (results tarred)
+set -uo pipefail
+stage=$1; shift
+root=$(pwd)
+out=${OUT:-/tmp/out}
+mkdir -p "$out" /tmp/gph && cd /tmp/gph && tar xzf "$root/.gpu/gpu.tgz"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
+case $stage in
+tests)
+  for t in kernels cache baseline_slab baseline_cpu growth persistence crash_images device kill; do
+    echo "== $t"
+    ./test-$t 2>&1 | grep -E "test result|FAILED|panicked|GPU tests run|hardware" | sort -u
+  done 2>&1 | tee "$out/tests.log"
+  ;;
+figures)
+  ./gphash bench load-search --keys 16777216 --batch 65536 --reps 3 2>&1 | tee "$out/load-search.txt"
+  ./gphash bench load-search --keys 16777216 --batch 4096 --reps 3 2>&1 | tee -a "$out/load-search.txt"
+  ./gphash bench cache --out /tmp/gph/cache "$@" 2>&1 | tee "$out/cache.txt"
+  tar czf "$out/cache.tgz" -C /tmp/gph cache
+  ;;
+suite)
+  ./gphash bench suite --out /tmp/gph/suite "$@" 2>&1 | grep -v "imported buffers" | tee "$out/suite.txt"
+  tar czf "$out/suite.tgz" -C /tmp/gph suite
+  ;;
+esac

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds the release binaries and packs those that need a GPU into .gpu/gpu.tgz (git-ignored)
+# for scripts/device.sh on a machine without Rust (the tool that runs it there carries .gpu).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release
+rm -rf .gpu && mkdir -p .gpu/bin
+cargo test --release --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, shutil, sys
+keep = {"kernels", "cache", "baseline_slab", "baseline_cpu", "growth", "persistence", "crash_images", "device", "kill"}
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in keep:
+        shutil.copy(m["executable"], ".gpu/bin/test-" + m["target"]["name"])
+'
+cp target/release/gphash .gpu/bin/
+strip .gpu/bin/*
+tar czf .gpu/gpu.tgz -C .gpu/bin . && rm -rf .gpu/bin
+ls -la .gpu
