@@ -68,66 +68,59 @@ fn refresh(inv: Invocation, sg: Subgroup) {
     flush_tally(sg.lane);
 }
 
-// One fill of a loading slice per invocation (`cache_plan` holds entry, group pairs): the entry
-// drops its group (unmapped first), takes a copy of the new group and of the value of each
-// published slot, and is mapped. A tile copies each fill with consecutive lanes; each lane reads
-// the state words of its own slot positions, so a group costs a few parallel reads of the table
-// and one read per published value.
+// One fill of a loading slice per tile (`cache_plan` holds entry, group pairs; the dispatch
+// has TILE invocations per fill): the entry drops its group (unmapped first), takes a copy of
+// the new group and of the value of each published slot, and is mapped. Lanes copy with
+// consecutive words; each reads the state words of its own slot positions, so a group costs a
+// few parallel reads of the table and one read per published value.
 @compute @workgroup_size(WG)
 fn fill(inv: Invocation, sg: Subgroup) {
     let t = tile_of(sg);
-    let me = op_index(inv);
-    var pending = me < params.n;
-    loop {
-        if (!subgroupAny(pending)) {
-            break;
-        }
-        let turn = take_turn(t, pending, me);
-        var entry = NONE;
-        var group = 0u;
-        if (turn.busy) {
-            entry = cache_plan[2u * turn.op];
-            group = cache_plan[2u * turn.op + 1u];
-            if (turn.leader) {
-                let old = cache_owner[entry];
-                if (old != NONE) {
-                    cache_map[old] = NONE;
-                }
-            }
-            for (var w = t.lane; w < GROUP_WORDS; w += t.size) {
-                ctable_store(entry * GROUP_WORDS + w, table_load(group * GROUP_WORDS + w));
+    let item = op_index(inv) / t.size;
+    let busy = item < params.n;
+    var entry = NONE;
+    var group = 0u;
+    if (busy) {
+        entry = cache_plan[2u * item];
+        group = cache_plan[2u * item + 1u];
+        if (t.lane == 0u) {
+            let old = cache_owner[entry];
+            if (old != NONE) {
+                cache_map[old] = NONE;
             }
         }
-        for (var first = 0u; first < GROUP_SLOTS; first += t.size) {
-            let pos = first + t.lane;
-            var state = EMPTY;
-            if (turn.busy && pos < GROUP_SLOTS) {
-                state = table_load(state_word(group * GROUP_BUCKETS + pos / SLOTS, pos % SLOTS));
+        for (var w = t.lane; w < GROUP_WORDS; w += t.size) {
+            ctable_store(entry * GROUP_WORDS + w, table_load(group * GROUP_WORDS + w));
+        }
+    }
+    for (var first = 0u; first < GROUP_SLOTS; first += t.size) {
+        let pos = first + t.lane;
+        var state = EMPTY;
+        if (busy && pos < GROUP_SLOTS) {
+            state = table_load(state_word(group * GROUP_BUCKETS + pos / SLOTS, pos % SLOTS));
+        }
+        // One published position at a time, every tile of the subgroup in step.
+        var published = tile_ballot(t, state >= PUBLISHED);
+        loop {
+            if (!subgroupAny(published != 0u)) {
+                break;
             }
-            // One published position at a time, every tile of the subgroup in step.
-            var published = tile_ballot(t, state >= PUBLISHED);
-            loop {
-                if (!subgroupAny(published != 0u)) {
-                    break;
-                }
-                let has = published != 0u;
-                let src = select(0u, firstTrailingBit(published), has);
-                published &= published - 1u;
-                let cell = tile_bcast(t, state, src) - PUBLISHED;
-                if (has) {
-                    let at = cached_value_word(entry, group * GROUP_SLOTS + first + src);
-                    for (var w = t.lane; w < CELL_WORDS; w += t.size) {
-                        cheap_store(at + w, heap_load(cell * CELL_WORDS + w));
-                    }
+            let has = published != 0u;
+            let src = select(0u, firstTrailingBit(published), has);
+            published &= published - 1u;
+            let cell = tile_bcast(t, state, src) - PUBLISHED;
+            if (has) {
+                let at = cached_value_word(entry, group * GROUP_SLOTS + first + src);
+                for (var w = t.lane; w < CELL_WORDS; w += t.size) {
+                    cheap_store(at + w, heap_load(cell * CELL_WORDS + w));
                 }
             }
         }
-        if (turn.leader) {
-            cache_map[group] = entry;
-            cache_owner[entry] = group;
-            tally_add(CTRL_CACHE_FILLED, 1u);
-            pending = false;
-        }
+    }
+    if (busy && t.lane == 0u) {
+        cache_map[group] = entry;
+        cache_owner[entry] = group;
+        tally_add(CTRL_CACHE_FILLED, 1u);
     }
     flush_tally(sg.lane);
 }

@@ -43,9 +43,8 @@ pub struct DeviceCache {
     done: usize,
     slice: usize,
     ops_since_load: u64,
-    /// Average time of a batch (from one batch's start to the next, loading excluded).
+    /// Average time a batch spends in the engine (loading excluded).
     batch_time: Option<Duration>,
-    last_batch: Option<Instant>,
     stats: CacheStats,
 }
 
@@ -121,7 +120,6 @@ impl DeviceCache {
             slice: FIRST_SLICE,
             ops_since_load: 0,
             batch_time: None,
-            last_batch: None,
             stats: CacheStats {
                 policy: opts.policy,
                 ratio: opts.ratio,
@@ -162,18 +160,16 @@ impl DeviceCache {
         }
     }
 
-    /// Notes the start of a batch of `ops` operations. True when a loading slice should run
-    /// before it: a loading phase is in progress, or one is due.
-    pub fn batch_starts(&mut self, ops: u64) -> bool {
+    /// Notes the start of a batch of `ops` operations, after one that spent `previous` in the
+    /// engine (zero for the first). True when a loading slice should run before it: a loading
+    /// phase is in progress, or one is due.
+    pub fn batch_starts(&mut self, ops: u64, previous: Duration) -> bool {
         if !self.enabled() {
             return false;
         }
-        let now = Instant::now();
-        if let Some(last) = self.last_batch {
-            let t = now - last;
-            self.batch_time = Some(self.batch_time.map_or(t, |avg| (avg * 7 + t) / 8));
+        if !previous.is_zero() {
+            self.batch_time = Some(self.batch_time.map_or(previous, |avg| (avg * 7 + previous) / 8));
         }
-        self.last_batch = Some(now);
         self.ops_since_load += ops;
         self.loading() || self.ops_since_load >= self.opts.period
     }
@@ -230,8 +226,6 @@ impl DeviceCache {
             self.slice = next.max(16).min(self.cfg.entries as usize);
             log::debug!("cache slice of {n} fills: {elapsed:?} (batch {batch:?}); next {}", self.slice);
         }
-        // The batch that follows must not count the slice as its own time.
-        self.last_batch = self.last_batch.map(|t| t + elapsed);
     }
 
     /// Adds a phase's counters to the statistics.

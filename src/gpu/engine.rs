@@ -172,6 +172,8 @@ pub struct GpuEngine {
     seq: u32,
     /// Batches started (the LRU stamp).
     batches: u32,
+    /// Time the current batch has spent in the engine (the loading slices' budget).
+    busy: std::time::Duration,
     n: u32,
     statuses: Vec<u32>,
     values: Vec<u32>,
@@ -247,6 +249,7 @@ impl GpuEngine {
             track_lines,
             seq: 0,
             batches: 0,
+            busy: std::time::Duration::ZERO,
             n: 0,
             statuses: vec![],
             values: vec![],
@@ -356,7 +359,10 @@ impl GpuEngine {
         record_passes(
             &mut enc,
             bind,
-            kernels.iter().map(|&k| (self.pipelines.get(k), n as u64)).chain(writeback),
+            kernels
+                .iter()
+                .map(|&k| (self.pipelines.get(k), n as u64 * k.lanes_per_item(self.cfg.tile)))
+                .chain(writeback),
         );
         let rl = ReadbackLayout::new(
             io.cap as u64,
@@ -490,9 +496,10 @@ impl Engine for GpuEngine {
         let n = u32::try_from(batch.len()).map_err(|_| Error::InvalidConfig("batch too large".into()))?;
         self.reserve(n);
         self.batches = self.batches.wrapping_add(1);
-        if self.cache.batch_starts(n as u64) {
+        if self.cache.batch_starts(n as u64, std::mem::take(&mut self.busy)) {
             self.cache_slice(false)?;
         }
+        let started = std::time::Instant::now();
         self.write_params(n);
         let io = self.io.as_ref().expect("reserved");
         let results = match batch {
@@ -517,13 +524,17 @@ impl Engine for GpuEngine {
                 Results::None
             }
         };
-        self.phase(pool, &[Kernel::Alloc, Kernel::PhaseA], results)
+        let report = self.phase(pool, &[Kernel::Alloc, Kernel::PhaseA], results);
+        self.busy += started.elapsed();
+        report
     }
 
     fn rollback(&mut self, pool: &mut Pool, _batch: Input) -> Result<Report> {
         self.write_params(self.n);
+        let started = std::time::Instant::now();
         let kernels = self.closing(false, true);
         let report = self.phase(pool, &kernels, Results::None);
+        self.busy += started.elapsed();
         self.device_bind = None;
         report
     }
@@ -536,7 +547,9 @@ impl Engine for GpuEngine {
             Input::Host(_) => Results::Statuses,
             Input::Device(_) => Results::None,
         };
+        let started = std::time::Instant::now();
         let report = self.phase(pool, &kernels, results);
+        self.busy += started.elapsed();
         self.device_bind = None;
         report
     }
