@@ -20,19 +20,36 @@ fn finish(op: u32, status: u32) {
     set_op_field(op, ST_FREE, op_field(op, ST_CELL));
 }
 
+// Records an access of operation `op` to `group` for the loading phases' choice of hot groups:
+// one operation in `count_every`, picked by a hash of the operation and the batch (twin:
+// `cache::counted`), so that hot groups' counters are not every operation's contended atomic.
+fn note_access(op: u32, group: u32) {
+    if (CACHE_ENTRIES == 0u || params.count_every == 0u) {
+        return;
+    }
+    if (fmix(op ^ (params.stamp * 0x9e3779b9u)) % params.count_every != 0u) {
+        return;
+    }
+    if (CACHE_COUNT == 1u) {
+        atomicAdd(&cache_counts[group], 1u);
+    } else if (CACHE_COUNT == 2u) {
+        atomicMax(&cache_counts[group], params.stamp);
+    }
+}
+
 // Records what the operation touched, for the loading phases (its target group, or the group
 // of every hash location when it has no target) and the cache's statistics.
-fn note(loc: Located, target_slot: u32, target_entry: u32, table_reads: u32, cached_value: bool) {
+fn note(op: u32, loc: Located, target_slot: u32, target_entry: u32, table_reads: u32, cached_value: bool) {
     if (CACHE_ENTRIES == 0u) {
         return;
     }
     if (target_slot != NONE) {
-        note_access(target_slot / SLOTS / GROUP_BUCKETS);
+        note_access(op, target_slot / SLOTS / GROUP_BUCKETS);
         tally_add(CTRL_CACHE_TARGETS, 1u);
         tally_add(CTRL_CACHE_HITS, u32(target_entry != NONE));
     } else {
         for (var h = 0u; h < HASHES; h++) {
-            note_access(loc.tops[h] >> (LEVELS - 1u));
+            note_access(op, loc.tops[h] >> (LEVELS - 1u));
         }
     }
     tally_add(CTRL_CACHE_GROUPS_SAVED, HASHES - table_reads);
@@ -96,11 +113,11 @@ fn step(t: Tile, turn: Turn) -> bool {
         return true;
     }
     if (found) {
-        note(loc, found_slot, found_entry, table_group_reads(loc, found_entry, true), read_value && found_entry != NONE);
+        note(op, loc, found_slot, found_entry, table_group_reads(loc, found_entry, true), read_value && found_entry != NONE);
     } else if (won) {
-        note(loc, bucket * SLOTS + slot, candidate_entry(loc, chosen), table_group_reads(loc, NONE, false), false);
+        note(op, loc, bucket * SLOTS + slot, candidate_entry(loc, chosen), table_group_reads(loc, NONE, false), false);
     } else if (!wants_slot || chosen == NONE) {
-        note(loc, NONE, NONE, table_group_reads(loc, NONE, false), false);
+        note(op, loc, NONE, NONE, table_group_reads(loc, NONE, false), false);
     }
     if (kind == OP_GET) {
         if (found) {

@@ -82,13 +82,17 @@ pub struct CacheOptions {
     /// Share of the time of the batches during a loading phase that the loading may take: the
     /// phase proceeds in slices between batches, each sized to this budget.
     pub load_share: f64,
+    /// Phase A counts one access in this many (LFU, LRU; 0: none, membership then changes only
+    /// by what was counted before): sampling keeps hot groups' counters from being contended by
+    /// every operation, and they remain by far the largest.
+    pub sample: u32,
     /// Seed of the random policy.
     pub seed: u64,
 }
 
 impl Default for CacheOptions {
     fn default() -> Self {
-        CacheOptions { ratio: 0.2, policy: Policy::Lfu, period: 1 << 22, load_share: 0.2, seed: 7 }
+        CacheOptions { ratio: 0.2, policy: Policy::Lfu, period: 1 << 22, load_share: 0.2, sample: 8, seed: 7 }
     }
 }
 
@@ -369,13 +373,20 @@ pub fn verify(geo: &Geometry, table: &[u32], heap: &[u32], snap: &Snapshot) -> V
     bad
 }
 
+/// Whether phase A counts the access of operation `op` of the batch numbered `stamp`, counting
+/// one in `every` (twin of `note_access` in `shaders/common/table.wgsl`).
+pub fn counted(op: u32, stamp: u32, every: u32) -> bool {
+    every != 0 && crate::hash::fmix(op ^ stamp.wrapping_mul(0x9E37_79B9)).is_multiple_of(every)
+}
+
 /// The CPU twin of phase A's access counting: the groups one batch's operations touch, given
-/// the table before the batch (`before`) and after it (`after`). An operation that finds its
+/// the table before the batch (`before`) and after it (`after`), each with the operation that
+/// touches it (phase A counts it if [`counted`]). An operation that finds its
 /// key touches the key's group; one that claims a slot for a new key touches the group the key
 /// was published in; every other operation (absent key, join, full) touches the group of each
 /// of its hash locations, all of which it probed. Operations without a free value cell touch
 /// nothing (the batch then rolls back; tests avoid it).
-pub fn touches(model: &Model, before: &[u32], after: &[u32], batch: &Encoded) -> Vec<u32> {
+pub fn touches(model: &Model, before: &[u32], after: &[u32], batch: &Encoded) -> Vec<(usize, u32)> {
     let geo = model.geo;
     let kw = geo.key_words() as usize;
     let group_of = |bucket: u64| (bucket / geo.layout.group_buckets() as u64) as u32;
@@ -386,19 +397,18 @@ pub fn touches(model: &Model, before: &[u32], after: &[u32], batch: &Encoded) ->
         let kind = OpKind::from_code(batch.kinds[i]).expect("encoded from OpKind");
         let probe = model.probe(before, key);
         if let Some(c) = probe.published() {
-            out.push(group_of(probe.candidates[c].bucket));
+            out.push((i, group_of(probe.candidates[c].bucket)));
             continue;
         }
         if matches!(kind, OpKind::Insert | OpKind::Upsert) && claimed.insert(key.to_vec()) {
             let now = model.probe(after, key);
             let c = now.published().expect("a claimed key is published after its batch");
-            out.push(group_of(now.candidates[c].bucket));
+            out.push((i, group_of(now.candidates[c].bucket)));
             continue;
         }
         let per_location = (geo.layout.levels * geo.layout.slots) as usize;
-        out.extend(
-            (0..geo.layout.hashes as usize).map(|h| group_of(probe.candidates[h * per_location].bucket)),
-        );
+        let location = |h: usize| (i, group_of(probe.candidates[h * per_location].bucket));
+        out.extend((0..geo.layout.hashes as usize).map(location));
     }
     out
 }

@@ -189,7 +189,10 @@ fn access_counts_match_the_model() {
     for policy in [Policy::Lfu, Policy::Lru] {
         let cfg =
             Config { key_bytes: 16, value_bytes: 8, capacity: 2000, seed: rng.random(), ..Config::default() };
-        let opts = CacheOptions { ratio: 0.25, policy, period: u64::MAX, ..CacheOptions::default() };
+        // One access in 3 counted, as phase A samples them.
+        let every = 3;
+        let opts =
+            CacheOptions { ratio: 0.25, policy, period: u64::MAX, sample: every, ..CacheOptions::default() };
         let mut t = cached_table(&dir, &format!("counts-{policy}"), &cfg, opts, 16);
         let geo = *t.geometry();
         let seeds = Seeds::new(t.pool().header().table.seed, geo.layout.hashes);
@@ -212,7 +215,8 @@ fn access_counts_match_the_model() {
             let (after, _) = pool_words(&t);
             let mut encoded = gphash::engine::Encoded::default();
             batch.encode(&(0..batch.len()).collect::<Vec<_>>(), &mut encoded);
-            for g in cache::touches(&model, &before, &after, &encoded) {
+            let counted = |&(op, _): &(usize, u32)| cache::counted(op as u32, round, every);
+            for (_, g) in cache::touches(&model, &before, &after, &encoded).into_iter().filter(counted) {
                 match policy {
                     Policy::Lfu => counts[g as usize] += 1,
                     _ => counts[g as usize] = round,
@@ -314,7 +318,8 @@ fn cache_set_and_loaded_on_demand() {
     let values: Vec<u8> = (0..3000u64).flat_map(|k| k.to_le_bytes()).collect();
     t.insert(&keys, &values).unwrap();
     let before = t.entries();
-    t.set_cache(CacheOptions { ratio: 0.5, period: u64::MAX, ..CacheOptions::default() }).unwrap();
+    // Every access counted: each hot key's group is then among the hottest.
+    t.set_cache(CacheOptions { ratio: 0.5, period: u64::MAX, sample: 1, ..CacheOptions::default() }).unwrap();
     assert_eq!(t.entries(), before, "setting the cache changed the table");
     assert_eq!(cache_stats(&t).entries as u64, t.geometry().groups() / 2);
     let hot = &keys[..80 * 8];

@@ -74,15 +74,3 @@ fn cached_word(entry: u32, bucket: u32, w: u32) -> u32 {
 fn cached_value_word(entry: u32, id: u32) -> u32 {
     return (entry * GROUP_SLOTS + id % GROUP_SLOTS) * CELL_WORDS;
 }
-
-// Records an access to `group` for the loading phases' choice of hot groups.
-fn note_access(group: u32) {
-    if (CACHE_ENTRIES == 0u) {
-        return;
-    }
-    if (CACHE_COUNT == 1u) {
-        atomicAdd(&cache_counts[group], 1u);
-    } else if (CACHE_COUNT == 2u) {
-        atomicMax(&cache_counts[group], params.stamp);
-    }
-}

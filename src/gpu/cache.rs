@@ -141,6 +141,11 @@ impl DeviceCache {
         self.cfg.entries > 0
     }
 
+    /// Phase A counts one access in this many (0: none).
+    pub fn count_every(&self) -> u32 {
+        if self.counts_accesses() { self.opts.sample } else { 0 }
+    }
+
     /// Whether the policy counts accesses (and a loading phase must read the counts).
     pub fn counts_accesses(&self) -> bool {
         self.cfg.count_mode != 0

@@ -336,7 +336,8 @@ impl GpuEngine {
             claims_mask: (io.claims.size() / 4 - 1) as u32,
             track_lines: self.track_lines as u32,
             stamp: self.batches,
-            pad: [0; 3],
+            count_every: self.cache.count_every(),
+            pad: [0; 2],
         };
         self.gpu.queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
         self.gpu.queue.write_buffer(&self.control, 0, &[0u8; control::WORDS * 4]);

@@ -278,8 +278,10 @@ pub struct Params {
     pub track_lines: u32,
     /// The batch's number (LRU access stamps).
     pub stamp: u32,
+    /// Phase A counts one access in this many for the cache (0: none); see [`crate::cache::counted`].
+    pub count_every: u32,
     /// Padding to the uniform's 16-byte size.
-    pub pad: [u32; 3],
+    pub pad: [u32; 2],
 }
 
 /// The generated prelude: constants, bindings and window accessors.
@@ -321,9 +323,9 @@ struct Params {
     claims_mask: u32,      // entries of the claim registry - 1 (a power of two)
     track_lines: u32,      // 1: record dirty lines (the host persists them); 0: it only fences
     stamp: u32,            // the batch's number (LRU access stamps)
+    count_every: u32,      // the cache counts one access in this many (0: none)
     pad0: u32,
     pad1: u32,
-    pad2: u32,
 }
 ",
     );

@@ -44,6 +44,9 @@ struct ExecArgs {
     /// Operations between two loading phases of the cache.
     #[arg(long, global = true, default_value_t = CacheOptions::default().period)]
     cache_period: u64,
+    /// The cache counts one access in this many for LFU and LRU (0: none).
+    #[arg(long, global = true, default_value_t = CacheOptions::default().sample)]
+    cache_sample: u32,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -80,6 +83,7 @@ impl ExecArgs {
                     ratio: self.cache_ratio,
                     policy: self.cache_policy,
                     period: self.cache_period,
+                    sample: self.cache_sample,
                     ..CacheOptions::default()
                 },
             },
