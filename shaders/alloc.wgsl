@@ -29,6 +29,8 @@ fn main(inv: Invocation, sg: Subgroup) {
         set_op_field(me, ST_SLOT, NONE);
         set_op_field(me, ST_CELL, cell);
         set_op_field(me, ST_FREE, NONE);
+        set_op_field(me, ST_LAST_WRITE, 0u);
+        set_op_field(me, ST_FIRST_DELETE, NONE);
     }
     write_values(t, me, cell);
     flush_tally(sg.lane);

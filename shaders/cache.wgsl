@@ -17,6 +17,9 @@ fn changed_slot(op: u32) -> u32 {
         case PHASE_FOUND, PHASE_CLAIMED: {
             return op_field(op, ST_SLOT);
         }
+        case PHASE_FOLLOWS: {
+            return op_field(op_field(op, ST_SLOT), ST_SLOT);
+        }
         case PHASE_JOINED: {
             // An upsert that joined a claim wrote its value into the claimed slot.
             if (kinds[op] == OP_UPSERT) {

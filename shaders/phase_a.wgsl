@@ -76,8 +76,11 @@ fn step(t: Tile, turn: Turn) -> bool {
     let found_entry = tile_bcast(t, p.found_entry, src);
 
     let new_key = turn.busy && !found && (kind == OP_INSERT || kind == OP_UPSERT);
+    // The first operation on a key registers (a key is found by all operations of the batch or
+    // by none): it claims a slot for a new key, or leads the changes of a found one.
+    let changes = turn.busy && found && (kind == OP_UPSERT || kind == OP_UPDATE || kind == OP_DELETE);
     var claimant = NONE;
-    if (turn.leader && new_key) {
+    if (turn.leader && (new_key || changes)) {
         claimant = join_claim(op, key, loc.fp);
     }
     claimant = tile_bcast(t, claimant, turn.lead);
@@ -128,8 +131,20 @@ fn step(t: Tile, turn: Turn) -> bool {
     } else if (found && kind == OP_INSERT) {
         finish(op, STATUS_EXISTS);
     } else if (found) {
-        set_op_field(op, ST_PHASE, PHASE_FOUND);
-        set_op_field(op, ST_SLOT, found_slot);
+        // Lead or follower, each tells the lead what it does to the key.
+        if (claimant == op) {
+            set_op_field(op, ST_PHASE, PHASE_FOUND);
+            set_op_field(op, ST_SLOT, found_slot);
+        } else {
+            set_op_field(op, ST_PHASE, PHASE_FOLLOWS);
+            set_op_field(op, ST_SLOT, claimant);
+        }
+        set_op_field(op, ST_FOUND, found_state);
+        if (kind == OP_DELETE) {
+            atomicMin(&opstate[claimant * ST_WORDS + ST_FIRST_DELETE], op);
+        } else {
+            atomicMax(&opstate[claimant * ST_WORDS + ST_LAST_WRITE], op + 1u);
+        }
         tally_add(CTRL_NEED_B, 1u);
     } else if (joins) {
         set_op_field(op, ST_PHASE, PHASE_JOINED);

@@ -1,7 +1,7 @@
-// Phase B, after phase A is persisted: each operation makes one CAS on a state word. Found
-// slots are swung (update, upsert) or emptied (delete); claims are published
-// (INSERTING -> 2 + cell); an upsert that joined a claim overwrites its value, an insert that
-// joined one finds the key existing. Operations on the same key linearize in CAS order.
+// Phase B, after phase A is persisted: at most one CAS per key. A found key's changes are
+// applied by its lead (swung to the last writer's cell, or emptied by a delete); claims are
+// published (INSERTING -> 2 + cell); an upsert that joined a claim overwrites its value, an
+// insert that joined one finds the key existing.
 // Twin: Model::phase_b in src/model.rs.
 
 #include "common/prelude.wgsl"
@@ -22,31 +22,36 @@ fn swap_state(word: u32, desired: u32) -> u32 {
     return cur;
 }
 
-// Update, upsert or delete of a key that phase A found published.
-fn swing(op: u32, kind: u32, cell: u32) {
-    let word = state_word_of_id(op_field(op, ST_SLOT));
-    let desired = select(cell + PUBLISHED, EMPTY, kind == OP_DELETE);
-    var cur = table_load(word);
-    loop {
-        if (cur < PUBLISHED) {
-            // A delete of this batch came first: this batch orders an update before that
-            // delete (applied, then deleted) and a second delete after it (nothing to delete).
-            statuses[op] = select(STATUS_OK, STATUS_NOT_FOUND, kind == OP_DELETE);
-            set_op_field(op, ST_FREE, cell);
-            return;
+// Update, upsert or delete of a key that phase A found published. The operations on the key
+// linearize as its writes in batch order, then its deletes (the first deletes the key, the
+// others find nothing): the final state is EMPTY if any deletes, else the last writer's cell.
+// Only the lead changes the slot, with one CAS nothing else contends for; the operation that
+// decides the final state (last writer, or first delete) releases the old cell, every other
+// writer its own.
+fn change(op: u32, kind: u32, cell: u32, lead: u32) {
+    let last_write = op_field(lead, ST_LAST_WRITE);
+    let first_delete = op_field(lead, ST_FIRST_DELETE);
+    let deleted = first_delete != NONE;
+    let old = op_field(op, ST_FOUND);
+    if (op == lead) {
+        let word = state_word_of_id(op_field(op, ST_SLOT));
+        var desired = EMPTY;
+        if (!deleted) {
+            desired = op_field(last_write - 1u, ST_CELL) + PUBLISHED;
         }
-        let seen = table_cas(word, cur, desired);
-        if (seen == cur) {
-            break;
+        table_cas(word, old, desired);
+        mark_table_words(word, 1u);
+        if (deleted) {
+            count(CTRL_DELETED);
         }
-        cur = seen;
     }
-    mark_table_words(word, 1u);
-    set_op_field(op, ST_FREE, cur - PUBLISHED);
-    if (kind == OP_DELETE) {
-        count(CTRL_DELETED);
+    let decides = select(op + 1u == last_write, op == first_delete, deleted);
+    if (decides) {
+        set_op_field(op, ST_FREE, old - PUBLISHED);
+    } else {
+        set_op_field(op, ST_FREE, cell);
     }
-    statuses[op] = STATUS_OK;
+    statuses[op] = select(STATUS_OK, STATUS_NOT_FOUND, kind == OP_DELETE && op != first_delete);
 }
 
 // A claim of this batch: publish it, unless an upsert that joined it already wrote its value.
@@ -83,7 +88,10 @@ fn main(inv: Invocation) {
     let cell = op_field(me, ST_CELL);
     switch (op_field(me, ST_PHASE)) {
         case PHASE_FOUND: {
-            swing(me, kind, cell);
+            change(me, kind, cell, me);
+        }
+        case PHASE_FOLLOWS: {
+            change(me, kind, cell, op_field(me, ST_SLOT));
         }
         case PHASE_CLAIMED: {
             publish(me, cell);

@@ -290,8 +290,21 @@ impl Model<'_> {
             (OpKind::Get | OpKind::Update | OpKind::Delete, None) => done(st, status, Status::NotFound),
             (OpKind::Insert, Some(_)) => done(st, status, Status::Exists),
             (OpKind::Upsert | OpKind::Update | OpKind::Delete, Some(c)) => {
-                st.phase = phase::FOUND;
-                st.slot = probe.candidates[c].id(slots) as u32;
+                // The first operation on the key leads its changes; each tells the lead what it does.
+                let lead = *run.claims.entry(key.to_vec()).or_insert(i as u32);
+                let st = &mut run.states[i];
+                (st.phase, st.slot) = if lead == i as u32 {
+                    (phase::FOUND, probe.candidates[c].id(slots) as u32)
+                } else {
+                    (phase::FOLLOWS, lead)
+                };
+                st.found = probe.states[c];
+                let lead = &mut run.states[lead as usize];
+                if kind == OpKind::Delete {
+                    lead.first_delete = lead.first_delete.min(i as u32);
+                } else {
+                    lead.last_write = lead.last_write.max(i as u32 + 1);
+                }
                 run.control[control::NEED_B] += 1;
             }
             (OpKind::Insert | OpKind::Upsert, None) => {
@@ -322,29 +335,37 @@ impl Model<'_> {
         }
     }
 
-    /// Phase B (`shaders/phase_b.wgsl`) for operation `i`: swing or clear the slot phase A
-    /// found, publish a claim (INSERTING -> 2 + cell), or act on the claim it joined: an
-    /// upsert overwrites its value, an insert finds the key existing. Each is one CAS.
+    /// Phase B (`shaders/phase_b.wgsl`) for operation `i`: the changes of a found key applied
+    /// by its lead (writes in batch order, then deletes: emptied if any deletes, else the last
+    /// writer's cell), a claim published (INSERTING -> 2 + cell), or the claim it joined acted
+    /// on: an upsert overwrites its value, an insert finds the key existing.
     pub fn phase_b(&self, mem: &mut Mem, dirty: &mut Dirty, batch: &Encoded, run: &mut BatchRun, i: usize) {
         let kind = OpKind::from_code(batch.kinds[i]).expect("encoded from OpKind");
         let st = run.states[i];
         let (status, free) = match st.phase {
-            phase::FOUND => {
-                let at = self.state_index(st.slot);
-                let cur = mem.table[at];
-                // A delete of this batch emptied the slot first. The batch then linearizes this
-                // update before that delete (applied, then deleted) and a second delete after it.
-                if cur < PUBLISHED {
-                    let s = if kind == OpKind::Delete { Status::NotFound } else { Status::Ok };
-                    (s, st.cell)
-                } else {
-                    mem.table[at] = if kind == OpKind::Delete { EMPTY } else { st.cell + PUBLISHED };
+            phase::FOUND | phase::FOLLOWS => {
+                let lead_index = if st.phase == phase::FOUND { i } else { st.slot as usize };
+                let lead = run.states[lead_index];
+                let deleted = lead.first_delete != NONE;
+                if lead_index == i {
+                    let at = self.state_index(st.slot);
+                    mem.table[at] = if deleted {
+                        EMPTY
+                    } else {
+                        run.states[lead.last_write as usize - 1].cell + PUBLISHED
+                    };
                     dirty.table(at as u64, 1);
-                    if kind == OpKind::Delete {
+                    if deleted {
                         run.control[control::DELETED] += 1;
                     }
-                    (Status::Ok, cur - PUBLISHED)
                 }
+                let decides =
+                    if deleted { i as u32 == lead.first_delete } else { i as u32 + 1 == lead.last_write };
+                let ok = kind != OpKind::Delete || i as u32 == lead.first_delete;
+                (
+                    if ok { Status::Ok } else { Status::NotFound },
+                    if decides { st.found - PUBLISHED } else { st.cell },
+                )
             }
             phase::CLAIMED => {
                 let at = self.state_index(st.slot);

@@ -76,12 +76,15 @@ pub mod phase {
     /// An earlier operation of the batch claims the same key; `slot` holds that operation's
     /// index. Phase B makes an upsert overwrite its value and an insert find the key existing.
     pub const JOINED: u32 = 6;
+    /// Found its key published, as did an earlier operation of the batch that leads the key's
+    /// changes (`slot` holds the lead's index): phase B applies them all with the lead's one CAS.
+    pub const FOLLOWS: u32 = 7;
 }
 
 /// Marks an absent cell or slot.
 pub const NONE: u32 = u32::MAX;
 
-/// Per-operation record kept on the device between the phases (4 words).
+/// Per-operation record kept on the device between the phases (8 words).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct OpState {
@@ -94,11 +97,32 @@ pub struct OpState {
     pub cell: u32,
     /// The cell this operation releases once its batch is persisted, or [`NONE`].
     pub free: u32,
+    /// Of a lead ([`phase::FOUND`]): 1 + the highest index of the operations of its key that
+    /// write a value (0: none).
+    pub last_write: u32,
+    /// Of a lead: the lowest index of the deletes of its key, or [`NONE`].
+    pub first_delete: u32,
+    /// The state word phase A found (the key's published state before the batch).
+    pub found: u32,
+    /// Unused (the record is 8 words).
+    pub pad: u32,
 }
 
 impl OpState {
+    /// Words of the record on the device.
+    pub const WORDS: u64 = 8;
+
     /// The record of an operation before phase A.
-    pub const INITIAL: OpState = OpState { phase: 0, slot: NONE, cell: NONE, free: NONE };
+    pub const INITIAL: OpState = OpState {
+        phase: 0,
+        slot: NONE,
+        cell: NONE,
+        free: NONE,
+        last_write: 0,
+        first_delete: NONE,
+        found: 0,
+        pad: 0,
+    };
 }
 
 /// Words of the batch control block (atomic counters the kernels update; reset per phase).

@@ -285,6 +285,17 @@ fn same_key_storms_stay_linearizable() {
                         !has(OpKind::Delete),
                         "round {round}: key lost or kept"
                     );
+                    // Combined changes of a present key: writes in batch order, then deletes.
+                    if let Some(first) = of(OpKind::Delete).next() {
+                        assert!(ok(&first), "round {round}: the first delete in batch order wins");
+                    } else if let Some(last) = of(OpKind::Update).chain(of(OpKind::Upsert)).max() {
+                        let want = batch.op(last).2;
+                        assert_eq!(
+                            after.get(key).map(|v| &v[..]),
+                            Some(want),
+                            "round {round}: the last writer's value"
+                        );
+                    }
                 }
             }
             if let Some(v) = after.get(key) {

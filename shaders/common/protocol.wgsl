@@ -11,6 +11,7 @@ const PHASE_CLAIMED: u32 = 3u;
 const PHASE_FULL: u32 = 4u;
 const PHASE_NO_CELL: u32 = 5u;
 const PHASE_JOINED: u32 = 6u;
+const PHASE_FOLLOWS: u32 = 7u;
 
 const EMPTY: u32 = 0u;
 const INSERTING: u32 = 1u;
@@ -32,18 +33,22 @@ const CTRL_CACHE_FILLED: u32 = 12u;
 const CTRL_ALLOCATED: u32 = 13u;
 const CTRL_WORDS: u32 = 16u;
 
-// Per-operation record (4 words), twin of `OpState`.
+// Per-operation record (8 words), twin of `OpState`.
 const ST_PHASE: u32 = 0u;
 const ST_SLOT: u32 = 1u;
 const ST_CELL: u32 = 2u;
 const ST_FREE: u32 = 3u;
+const ST_LAST_WRITE: u32 = 4u;
+const ST_FIRST_DELETE: u32 = 5u;
+const ST_FOUND: u32 = 6u;
+const ST_WORDS: u32 = 8u;
 
 fn op_field(op: u32, field: u32) -> u32 {
-    return opstate[op * 4u + field];
+    return atomicLoad(&opstate[op * ST_WORDS + field]);
 }
 
 fn set_op_field(op: u32, field: u32, v: u32) {
-    opstate[op * 4u + field] = v;
+    atomicStore(&opstate[op * ST_WORDS + field], v);
 }
 
 // Per-invocation counts, added to the control block once per subgroup by `flush_tally`: the

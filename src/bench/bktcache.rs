@@ -134,11 +134,12 @@ fn cache_counters(t: &GpHash) -> (u64, u64, i64, u64, bool) {
 /// batch's latency.
 fn run(t: &mut GpHash, gpu: &Gpu, g: &mut Generator, ops: u64, b: &CacheBench) -> Result<Vec<Duration>> {
     let mut lat = vec![];
+    let mut kept = None;
     let end = g.produced() + ops;
     while g.produced() < end && !g.done() {
         let n = b.batch.min((end - g.produced()) as usize);
         let batch = batch_of(&g.next_batch(n), b.key_bytes as usize, b.value_bytes as usize, b.seed);
-        let device = DeviceOps::new(gpu, &batch);
+        let device = DeviceOps::reuse(&mut kept, gpu, &batch);
         gpu.wait()?;
         let start = Instant::now();
         t.execute_device(&device.batch())?;

@@ -297,8 +297,9 @@ fn measure(
 ) -> Result<Measured> {
     let table = TrafficTable::of(system);
     let mut m = Measured { transactions: 0, latencies: vec![], traffic: Traffic::default(), unexpected: 0 };
+    let mut kept: Option<DeviceOps> = None;
     for (ops, transactions) in batches {
-        let device = DeviceOps::new(gpu, &to_batch(&ops));
+        let device = DeviceOps::reuse(&mut kept, gpu, &to_batch(&ops));
         gpu.wait()?;
         let t = Instant::now();
         system.run(&device.batch())?;
@@ -454,8 +455,9 @@ fn restore(
     value_bytes: usize,
     seed: u64,
 ) -> Result<()> {
+    let mut kept: Option<DeviceOps> = None;
     for chunk in ops.chunks(batch.max(1)) {
-        let device = DeviceOps::new(gpu, &batch_of(chunk, key_bytes, value_bytes, seed));
+        let device = DeviceOps::reuse(&mut kept, gpu, &batch_of(chunk, key_bytes, value_bytes, seed));
         system.run(&device.batch())?;
     }
     Ok(())

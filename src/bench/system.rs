@@ -118,6 +118,45 @@ impl DeviceOps {
         }
     }
 
+    /// Uploads another batch into these buffers (made anew where they are too small); the
+    /// statuses are cleared, so that an operation no system answered shows as status 0.
+    pub fn load(&mut self, gpu: &Gpu, batch: &Batch) {
+        let cell_words = batch.value_bytes().div_ceil(4);
+        let n = batch.len();
+        let fits = |b: &wgpu::Buffer, words: usize| b.size() >= (words.max(1) * 4) as u64;
+        let key_words = batch.key_bytes().div_ceil(4);
+        if batch.value_bytes() != self.value_bytes
+            || !fits(&self.keys, n * key_words)
+            || !fits(&self.found, n * cell_words)
+            || !fits(&self.statuses, n)
+        {
+            *self = DeviceOps::new(gpu, batch);
+            return;
+        }
+        let mut encoded = crate::engine::Encoded::default();
+        batch.encode(&(0..n).collect::<Vec<_>>(), &mut encoded);
+        gpu.queue.write_buffer(&self.kinds, 0, bytemuck::cast_slice(&encoded.kinds));
+        gpu.queue.write_buffer(&self.keys, 0, bytemuck::cast_slice(&encoded.keys));
+        if !encoded.values.is_empty() {
+            gpu.queue.write_buffer(&self.values, 0, bytemuck::cast_slice(&encoded.values));
+        }
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        enc.clear_buffer(&self.statuses, 0, Some((n as u64 * 4).next_multiple_of(4).max(4)));
+        gpu.queue.submit([enc.finish()]);
+        self.len = n as u32;
+    }
+
+    /// `batch` uploaded into the buffers kept in `slot` (made there by the first call).
+    pub fn reuse<'a>(slot: &'a mut Option<DeviceOps>, gpu: &Gpu, batch: &Batch) -> &'a DeviceOps {
+        match slot {
+            Some(d) => {
+                d.load(gpu, batch);
+                d
+            }
+            None => slot.insert(DeviceOps::new(gpu, batch)),
+        }
+    }
+
     /// The batch, for [`System::run`].
     pub fn batch(&self) -> DeviceBatch<'_> {
         DeviceBatch {
@@ -132,9 +171,7 @@ impl DeviceOps {
 
     /// Downloads the status codes.
     pub fn statuses(&self, gpu: &Gpu) -> Result<Vec<u32>> {
-        let mut s = download(gpu, &self.statuses)?;
-        s.truncate(self.len as usize);
-        Ok(s)
+        download_words(gpu, &self.statuses, self.len as u64)
     }
 
     /// Downloads the results: a status per operation and the value each found (for reads that
@@ -158,7 +195,12 @@ impl DeviceOps {
 
 /// Reads a whole storage buffer (made with `COPY_SRC`) back to the host.
 pub fn download(gpu: &Gpu, buffer: &wgpu::Buffer) -> Result<Vec<u32>> {
-    let size = buffer.size();
+    download_words(gpu, buffer, buffer.size() / 4)
+}
+
+/// Reads the first `words` words of a storage buffer (made with `COPY_SRC`) back to the host.
+pub fn download_words(gpu: &Gpu, buffer: &wgpu::Buffer, words: u64) -> Result<Vec<u32>> {
+    let size = (words * 4).max(4);
     let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("download"),
         size,

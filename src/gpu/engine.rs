@@ -275,7 +275,7 @@ impl GpuEngine {
         let vals_in = storage("vals_in", cap64 * cw * 4);
         let statuses = storage("statuses", cap64 * 4);
         let vals_out = storage("vals_out", cap64 * cw * 4);
-        let opstate = storage("opstate", cap64 * 16);
+        let opstate = storage("opstate", cap64 * crate::protocol::OpState::WORDS * 4);
         let dirty = storage("dirty", dirty_cap as u64 * 4);
         let staging = storage("staging", if self.windows.staged() { dirty_cap as u64 * 64 } else { 16 });
         // The claim registry, at most half full.

@@ -15,7 +15,7 @@ pub const WORKGROUP: u32 = 128;
 /// from 6: name, WGSL element type, read-only. Windows of the table, the heap, the cache's group
 /// copies and the cache's values (and, for resize kernels, the old table) follow them.
 pub const TABLE_BINDINGS: [(&str, &str, bool); 10] = [
-    ("opstate", "u32", false),
+    ("opstate", "atomic<u32>", false),
     ("control", "atomic<u32>", false),
     ("dirty", "u32", false),
     ("bitmap", "atomic<u32>", false),
