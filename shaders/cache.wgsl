@@ -2,8 +2,8 @@
 //
 // `refresh` runs after phase B (and after a rollback), in the same submit: the table holds the
 // batch's final words by then, so copying them is coherent whatever order the batch's CASes
-// took. `fill` runs a slice of a loading phase between batches, when no operation is in flight:
-// no operation can read an entry while it is replaced. `decay` halves the LFU counts.
+// took. `fill` runs a slice of a loading phase in the submit of the next batch, before its
+// phase A (a barrier between): no operation can read an entry while it is replaced. `decay` halves the LFU counts.
 
 #include "common/prelude.wgsl"
 #include "common/protocol.wgsl"
@@ -71,8 +71,8 @@ fn refresh(inv: Invocation, sg: Subgroup) {
     flush_tally(sg.lane);
 }
 
-// One fill of a loading slice per tile (`cache_plan` holds entry, group pairs; the dispatch
-// has TILE invocations per fill): the entry drops its group (unmapped first), takes a copy of
+// One fill of a loading slice per tile (`cache_plan` holds the number of fills, then entry,
+// group pairs; the dispatch has TILE invocations per fill): the entry drops its group (unmapped first), takes a copy of
 // the new group and of the value of each published slot, and is mapped. Lanes copy with
 // consecutive words; each reads the state words of its own slot positions, so a group costs a
 // few parallel reads of the table and one read per published value.
@@ -80,12 +80,12 @@ fn refresh(inv: Invocation, sg: Subgroup) {
 fn fill(inv: Invocation, sg: Subgroup) {
     let t = tile_of(sg);
     let item = op_index(inv) / t.size;
-    let busy = item < params.n;
+    let busy = item < cache_plan[0];
     var entry = NONE;
     var group = 0u;
     if (busy) {
-        entry = cache_plan[2u * item];
-        group = cache_plan[2u * item + 1u];
+        entry = cache_plan[1u + 2u * item];
+        group = cache_plan[2u + 2u * item];
         if (t.lane == 0u) {
             let old = cache_owner[entry];
             if (old != NONE) {
@@ -128,11 +128,11 @@ fn fill(inv: Invocation, sg: Subgroup) {
     flush_tally(sg.lane);
 }
 
-// LFU ageing at each loading phase: every count halves.
+// LFU ageing at each loading phase: every count halves (one invocation per group).
 @compute @workgroup_size(WG)
 fn decay(inv: Invocation) {
     let g = op_index(inv);
-    if (g < params.n) {
+    if (g < GROUPS) {
         atomicStore(&cache_counts[g], atomicLoad(&cache_counts[g]) >> 1u);
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! A loading phase starts every `period` operations: the host reads the access counts, picks
 //! the hot groups, plans the fills, and then runs them in slices between batches. Each slice is
-//! sized so that loading takes at most `load_share` of the time of the batches it runs between:
-//! operations never stop, and none is in flight while an entry is replaced.
+//! recorded into the submit of a batch, before its phase A (no extra round trip), and sized so
+//! that loading adds at most `load_share` to the time of the batches it runs with: operations
+//! never stop, and none is in flight while an entry is replaced.
 
 use std::time::{Duration, Instant};
 
@@ -42,6 +43,8 @@ pub struct DeviceCache {
     fills: Vec<Fill>,
     done: usize,
     slice: usize,
+    /// Fills of the slice that ran with the last batch.
+    last_slice: u32,
     ops_since_load: u64,
     /// Average time a batch spends in the engine (loading excluded).
     batch_time: Option<Duration>,
@@ -94,7 +97,7 @@ impl DeviceCache {
         let map = storage("cache map", if on { groups } else { 4 });
         let counts = storage("cache counts", if on { groups } else { 4 });
         let owner = storage("cache owner", entries.max(4) as u64);
-        let plan = storage("cache plan", 2 * entries.max(4) as u64);
+        let plan = storage("cache plan", 1 + 2 * entries.max(4) as u64);
         if on {
             gpu.queue.write_buffer(&map, 0, bytemuck::cast_slice(&vec![NONE; groups as usize]));
             gpu.queue.write_buffer(&owner, 0, bytemuck::cast_slice(&vec![NONE; entries as usize]));
@@ -118,6 +121,7 @@ impl DeviceCache {
             fills: vec![],
             done: 0,
             slice: FIRST_SLICE,
+            last_slice: 0,
             ops_since_load: 0,
             batch_time: None,
             stats: CacheStats {
@@ -166,14 +170,31 @@ impl DeviceCache {
     }
 
     /// Notes the start of a batch of `ops` operations, after one that spent `previous` in the
-    /// engine (zero for the first). True when a loading slice should run before it: a loading
+    /// engine (zero for the first). True when a loading slice should run with it: a loading
     /// phase is in progress, or one is due.
+    ///
+    /// The slices' size follows the time budget: a batch that ran a slice took `previous`, the
+    /// average batch without one takes `batch_time`; the difference is what the slice cost.
     pub fn batch_starts(&mut self, ops: u64, previous: Duration) -> bool {
         if !self.enabled() {
             return false;
         }
-        if !previous.is_zero() {
-            self.batch_time = Some(self.batch_time.map_or(previous, |avg| (avg * 7 + previous) / 8));
+        match (std::mem::take(&mut self.last_slice), self.batch_time) {
+            (_, _) if previous.is_zero() => {}
+            (0, avg) => self.batch_time = Some(avg.map_or(previous, |avg| (avg * 7 + previous) / 8)),
+            (fills, Some(batch)) => {
+                let extra = previous.saturating_sub(batch);
+                self.stats.load_time += extra;
+                let share = self.opts.load_share;
+                let budget = batch.as_secs_f64() * share / (1.0 - share).max(1e-3);
+                let scale = (budget / extra.as_secs_f64().max(1e-6)).clamp(0.25, 4.0);
+                self.slice = ((fills as f64 * scale) as usize).max(16).min(self.cfg.entries as usize);
+                log::debug!(
+                    "cache slice of {fills} fills: {extra:?} over a batch of {batch:?}; next {}",
+                    self.slice
+                );
+            }
+            (_, None) => {}
         }
         self.ops_since_load += ops;
         self.loading() || self.ops_since_load >= self.opts.period
@@ -185,8 +206,9 @@ impl DeviceCache {
     }
 
     /// Starts a loading phase: picks the hot groups from `counts` (downloaded by the caller;
-    /// empty for the random policy) and plans their fills.
-    pub fn start_load(&mut self, counts: &[u32]) {
+    /// empty for the random policy) and plans their fills; `elapsed` is what reading the counts
+    /// took.
+    pub fn start_load(&mut self, counts: &[u32], elapsed: Duration) {
         let t = Instant::now();
         let seed = self.opts.seed ^ self.stats.loads.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let counts: Vec<u32> =
@@ -198,39 +220,25 @@ impl DeviceCache {
         self.slice = FIRST_SLICE;
         self.ops_since_load = 0;
         self.stats.loads += 1;
-        self.stats.load_time += t.elapsed();
+        self.stats.load_time += elapsed + t.elapsed();
     }
 
-    /// Uploads the next slice's fills (`whole`: all that are left) to the plan buffer; returns
-    /// how many (0: none left).
+    /// Uploads the next slice's fills (`whole`: all that are left) to the plan buffer, for the
+    /// next submit; returns how many (0: none left). The host mirror takes them at once: they
+    /// run before anything reads the mappings again.
     pub fn next_slice(&mut self, gpu: &Gpu, whole: bool) -> u32 {
         let left = self.fills.len() - self.done;
         let n = if whole { left } else { self.slice.min(left) };
+        let fills = &self.fills[self.done..self.done + n];
         let words: Vec<u32> =
-            self.fills[self.done..self.done + n].iter().flat_map(|f| [f.entry, f.group]).collect();
-        if n > 0 {
-            gpu.queue.write_buffer(&self.plan, 0, bytemuck::cast_slice(&words));
-        }
-        n as u32
-    }
-
-    /// Records a slice of `n` fills that took `elapsed` (`filled` groups by the control block),
-    /// and sizes the next one to the time budget.
-    pub fn slice_done(&mut self, n: u32, elapsed: Duration, filled: u32) {
-        for f in &self.fills[self.done..self.done + n as usize] {
+            std::iter::once(n as u32).chain(fills.iter().flat_map(|f| [f.entry, f.group])).collect();
+        gpu.queue.write_buffer(&self.plan, 0, bytemuck::cast_slice(&words));
+        for f in fills {
             self.owner_host[f.entry as usize] = f.group;
         }
-        self.done += n as usize;
-        self.stats.groups_loaded += filled as u64;
-        self.stats.load_time += elapsed;
-        if let Some(batch) = self.batch_time {
-            let share = self.opts.load_share;
-            let budget = batch.as_secs_f64() * share / (1.0 - share).max(1e-3);
-            let scale = budget / elapsed.as_secs_f64().max(1e-6);
-            let next = (self.slice as f64 * scale.clamp(0.25, 4.0)) as usize;
-            self.slice = next.max(16).min(self.cfg.entries as usize);
-            log::debug!("cache slice of {n} fills: {elapsed:?} (batch {batch:?}); next {}", self.slice);
-        }
+        self.done += n;
+        self.last_slice = n as u32;
+        n as u32
     }
 
     /// Adds a phase's counters to the statistics.
@@ -241,6 +249,7 @@ impl DeviceCache {
         s.group_reads_saved += ctl[control::CACHE_GROUPS_SAVED] as u64;
         s.value_reads_saved += ctl[control::CACHE_VALUES_SAVED] as u64;
         s.refresh_reads += ctl[control::CACHE_REFRESHED] as u64;
+        s.groups_loaded += ctl[control::CACHE_FILLED] as u64;
         s.stale += ctl[control::CACHE_STALE] as u64;
     }
 

@@ -172,6 +172,8 @@ pub struct GpuEngine {
     seq: u32,
     /// Batches started (the LRU stamp).
     batches: u32,
+    /// Fills of the cache slice in the current submit.
+    fills: u32,
     /// Time the current batch has spent in the engine (the loading slices' budget).
     busy: std::time::Duration,
     n: u32,
@@ -249,6 +251,7 @@ impl GpuEngine {
             track_lines,
             seq: 0,
             batches: 0,
+            fills: 0,
             busy: std::time::Duration::ZERO,
             n: 0,
             statuses: vec![],
@@ -360,10 +363,7 @@ impl GpuEngine {
         record_passes(
             &mut enc,
             bind,
-            kernels
-                .iter()
-                .map(|&k| (self.pipelines.get(k), n as u64 * k.lanes_per_item(self.cfg.tile)))
-                .chain(writeback),
+            kernels.iter().map(|&k| (self.pipelines.get(k), self.invocations(k))).chain(writeback),
         );
         let rl = ReadbackLayout::new(
             io.cap as u64,
@@ -449,28 +449,34 @@ impl GpuEngine {
         Ok(Report { control, written })
     }
 
-    /// Before a batch: a slice of the cache's loading phase (`whole`: the rest of the phase),
-    /// starting the phase when one is due (hot groups chosen from the counts read now; LFU counts
-    /// then halve).
-    fn cache_slice(&mut self, whole: bool) -> Result<()> {
-        let started = std::time::Instant::now();
+    /// The cache's work to run with the next submit: a slice of its loading phase (`whole`: the
+    /// rest of the phase), starting the phase when none is in progress (hot groups chosen from
+    /// the counts read now; LFU counts then halve).
+    fn cache_kernels(&mut self, whole: bool) -> Result<Vec<Kernel>> {
+        let mut kernels = vec![];
         if !self.cache.loading() {
+            let started = std::time::Instant::now();
             let counts =
                 if self.cache.counts_accesses() { self.cache.download_counts(&self.gpu)? } else { vec![] };
-            self.cache.start_load(&counts);
+            self.cache.start_load(&counts, started.elapsed());
             if self.cfg.cache.count_mode == crate::cache::Policy::Lfu.count_mode() {
-                self.write_params(self.cache.groups() as u32);
-                self.run(&[Kernel::CacheDecay], Results::None)?;
+                kernels.push(Kernel::CacheDecay);
             }
         }
-        let n = self.cache.next_slice(&self.gpu, whole);
-        let mut filled = 0;
-        if n > 0 {
-            self.write_params(n);
-            filled = self.run(&[Kernel::CacheFill], Results::None)?[control::CACHE_FILLED];
+        self.fills = self.cache.next_slice(&self.gpu, whole);
+        if self.fills > 0 {
+            kernels.push(Kernel::CacheFill);
         }
-        self.cache.slice_done(n, started.elapsed(), filled);
-        Ok(())
+        Ok(kernels)
+    }
+
+    /// Invocations of kernel `k` in the current submit.
+    fn invocations(&self, k: Kernel) -> u64 {
+        match k {
+            Kernel::CacheFill => self.fills as u64 * self.cfg.tile as u64,
+            Kernel::CacheDecay => self.cfg.geo.groups(),
+            _ => self.n as u64,
+        }
     }
 
     /// The kernels that end a batch: phase B (when `publish`) or a rollback, the release of
@@ -497,9 +503,11 @@ impl Engine for GpuEngine {
         let n = u32::try_from(batch.len()).map_err(|_| Error::InvalidConfig("batch too large".into()))?;
         self.reserve(n);
         self.batches = self.batches.wrapping_add(1);
+        let mut kernels = vec![];
         if self.cache.batch_starts(n as u64, std::mem::take(&mut self.busy)) {
-            self.cache_slice(false)?;
+            kernels = self.cache_kernels(false)?;
         }
+        kernels.extend([Kernel::Alloc, Kernel::PhaseA]);
         let started = std::time::Instant::now();
         self.write_params(n);
         let io = self.io.as_ref().expect("reserved");
@@ -525,7 +533,8 @@ impl Engine for GpuEngine {
                 Results::None
             }
         };
-        let report = self.phase(pool, &[Kernel::Alloc, Kernel::PhaseA], results);
+        let report = self.phase(pool, &kernels, results);
+        self.fills = 0;
         self.busy += started.elapsed();
         report
     }
@@ -599,10 +608,11 @@ impl Engine for GpuEngine {
             return Ok(());
         }
         self.reserve(1);
-        self.cache_slice(true)?;
-        while self.cache.loading() {
-            self.cache_slice(true)?;
-        }
+        let kernels = self.cache_kernels(true)?;
+        self.write_params(0);
+        let report = self.run(&kernels, Results::None);
+        self.fills = 0;
+        self.cache.record(&report?);
         Ok(())
     }
 }

@@ -113,12 +113,6 @@ impl Kernel {
     /// The kernels of a resize (they need a [`KernelConfig::source`]).
     pub const RESIZE: [Kernel; 2] = [Kernel::Relocate, Kernel::Rehash];
 
-    /// Invocations per item of the dispatch (`params.n` items): a whole tile of `tile` lanes
-    /// for each fill of a loading slice, one otherwise.
-    pub fn lanes_per_item(self, tile: u32) -> u64 {
-        if self == Kernel::CacheFill { tile as u64 } else { 1 }
-    }
-
     /// Whether the kernel writes the pool's regions (staged mode then gathers dirty lines).
     pub fn writes_pool(self) -> bool {
         matches!(self, Kernel::Alloc | Kernel::PhaseA | Kernel::PhaseB | Kernel::Rollback)
