@@ -10,6 +10,7 @@ use crate::batch::Batch;
 use crate::error::{Error, Result};
 use crate::gpu::context::Gpu;
 use crate::gpu::engine::DeviceBatch;
+pub use crate::gpu::resources::download_words;
 use crate::protocol::{OpKind, Status};
 
 /// Memory traffic of one operation in the memory the system's table lives in, by kind of
@@ -196,23 +197,6 @@ impl DeviceOps {
 /// Reads a whole storage buffer (made with `COPY_SRC`) back to the host.
 pub fn download(gpu: &Gpu, buffer: &wgpu::Buffer) -> Result<Vec<u32>> {
     download_words(gpu, buffer, buffer.size() / 4)
-}
-
-/// Reads the first `words` words of a storage buffer (made with `COPY_SRC`) back to the host.
-pub fn download_words(gpu: &Gpu, buffer: &wgpu::Buffer, words: u64) -> Result<Vec<u32>> {
-    let size = (words * 4).max(4);
-    let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("download"),
-        size,
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    enc.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
-    gpu.queue.submit([enc.finish()]);
-    let mut out = vec![];
-    crate::gpu::resources::map_read(gpu, &staging, 0..size, |b| out = bytemuck::cast_slice(b).to_vec())?;
-    Ok(out)
 }
 
 /// Writes words into a storage buffer (made with `COPY_DST`), in queue order.

@@ -10,10 +10,10 @@
 use std::time::{Duration, Instant};
 
 use super::context::Gpu;
-use super::resources::map_read;
+use super::resources::download_words;
 use super::shader::{CacheConfig, Windows};
 use crate::cache::{self, CacheOptions, CacheStats, Fill, Policy, Snapshot};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::layout::Geometry;
 use crate::protocol::{NONE, control};
 
@@ -255,7 +255,7 @@ impl DeviceCache {
 
     /// Downloads the counts (`groups` words).
     pub fn download_counts(&self, gpu: &Gpu) -> Result<Vec<u32>> {
-        download(gpu, &self.counts, self.groups * 4)
+        download_words(gpu, &self.counts, self.groups)
     }
 
     /// Downloads everything the device holds.
@@ -266,33 +266,16 @@ impl DeviceCache {
         let concat = |bufs: &[wgpu::Buffer]| -> Result<Vec<u32>> {
             let mut out = vec![];
             for b in bufs {
-                out.extend(download(gpu, b, b.size())?);
+                out.extend(download_words(gpu, b, b.size() / 4)?);
             }
             Ok(out)
         };
         Ok(Snapshot {
-            map: download(gpu, &self.map, self.groups * 4)?,
-            owner: download(gpu, &self.owner, self.cfg.entries as u64 * 4)?,
+            map: download_words(gpu, &self.map, self.groups)?,
+            owner: download_words(gpu, &self.owner, self.cfg.entries as u64)?,
             counts: self.download_counts(gpu)?,
             table: concat(&self.table)?,
             values: concat(&self.heap)?,
         })
     }
-}
-
-/// Reads the first `bytes` bytes of a storage buffer.
-fn download(gpu: &Gpu, buffer: &wgpu::Buffer, bytes: u64) -> Result<Vec<u32>> {
-    let rb = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("cache readback"),
-        size: bytes.max(4),
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    enc.copy_buffer_to_buffer(buffer, 0, &rb, 0, bytes);
-    gpu.queue.submit([enc.finish()]);
-    let mut out = vec![];
-    map_read(gpu, &rb, 0..bytes, |b| out = bytemuck::cast_slice(b).to_vec())
-        .map_err(|e| Error::Gpu(format!("reading the cache: {e}")))?;
-    Ok(out)
 }

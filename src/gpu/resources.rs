@@ -42,6 +42,23 @@ pub fn map_read(
     Ok(())
 }
 
+/// Reads the first `words` words of a storage buffer (made with `COPY_SRC`) back to the host.
+pub fn download_words(gpu: &Gpu, buffer: &wgpu::Buffer, words: u64) -> Result<Vec<u32>> {
+    let size = (words * 4).max(4);
+    let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("download"),
+        size,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
+    gpu.queue.submit([enc.finish()]);
+    let mut out = vec![];
+    map_read(gpu, &staging, 0..size, |b| out = bytemuck::cast_slice(b).to_vec())?;
+    Ok(out)
+}
+
 /// The bind group layout of a kernel configuration: the uniform parameters at binding 0, then
 /// storage buffers up to `bindings` (read-only where `read_only` says the shaders declare them
 /// so).
