@@ -241,6 +241,12 @@ impl DeviceCache {
         n as u32
     }
 
+    /// Counts `elapsed` of loading done on its own (a loading phase on demand).
+    pub fn loaded_for(&mut self, elapsed: Duration) {
+        self.stats.load_time += elapsed;
+        self.last_slice = 0;
+    }
+
     /// Adds a phase's counters to the statistics.
     pub fn record(&mut self, ctl: &[u32; control::WORDS]) {
         let s = &mut self.stats;

@@ -610,7 +610,9 @@ impl Engine for GpuEngine {
         self.reserve(1);
         let kernels = self.cache_kernels(true)?;
         self.write_params(0);
+        let started = std::time::Instant::now();
         let report = self.run(&kernels, Results::None);
+        self.cache.loaded_for(started.elapsed());
         self.fills = 0;
         self.cache.record(&report?);
         Ok(())

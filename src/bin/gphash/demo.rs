@@ -68,6 +68,9 @@ pub fn run(args: &DemoArgs, options: &Options) -> gphash::Result<()> {
     }
     bar.finish_and_clear();
     let load = rate(args.keys, t);
+    // The first loading phase of the cache is due after --cache-period operations; the demo
+    // runs one now, from the accesses of the load.
+    index.load_cache()?;
 
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(42);
     let bar = progress(args.ops, "mixed");
@@ -121,6 +124,7 @@ pub fn run(args: &DemoArgs, options: &Options) -> gphash::Result<()> {
         "  batch size {batch}; load factor {:.3} ({} keys in {} slots)",
         stats.load_factor, stats.items, stats.slots
     );
+    println!("  cache: {}", stats.cache);
     println!(
         "  values verified: {} wrong of {} reads; check: {}",
         wrong,
