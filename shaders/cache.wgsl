@@ -14,11 +14,14 @@
 // The slot an operation changed (or tried to) in phase B, or NONE.
 fn changed_slot(op: u32) -> u32 {
     switch (op_field(op, ST_PHASE)) {
-        case PHASE_FOUND, PHASE_CLAIMED: {
+        case PHASE_CLAIMED: {
             return op_field(op, ST_SLOT);
         }
-        case PHASE_FOLLOWS: {
-            return op_field(op_field(op, ST_SLOT), ST_SLOT);
+        case PHASE_FOUND, PHASE_FOLLOWS: {
+            // The lead's one CAS changed the key's slot; the operation that decided the final
+            // state writes it through, the others of the key need not read it again.
+            let lead = lead_of(op);
+            return select(NONE, op_field(lead, ST_SLOT), decides(op, lead));
         }
         case PHASE_JOINED: {
             // An upsert that joined a claim wrote its value into the claimed slot.

@@ -116,11 +116,11 @@ fn step(t: Tile, turn: Turn) -> bool {
         return true;
     }
     if (found) {
-        note(op, loc, found_slot, found_entry, table_group_reads(loc, found_entry, true), read_value && found_entry != NONE);
+        note(op, loc, found_slot, found_entry, table_group_reads(loc, found_entry), read_value && found_entry != NONE);
     } else if (won) {
-        note(op, loc, bucket * SLOTS + slot, candidate_entry(loc, chosen), table_group_reads(loc, NONE, false), false);
+        note(op, loc, bucket * SLOTS + slot, candidate_entry(loc, chosen), table_group_reads(loc, NONE), false);
     } else if (!wants_slot || chosen == NONE) {
-        note(op, loc, NONE, NONE, table_group_reads(loc, NONE, false), false);
+        note(op, loc, NONE, NONE, table_group_reads(loc, NONE), false);
     }
     if (kind == OP_GET) {
         if (found) {

@@ -45,8 +45,7 @@ fn change(op: u32, kind: u32, cell: u32, lead: u32) {
             count(CTRL_DELETED);
         }
     }
-    let decides = select(op + 1u == last_write, op == first_delete, deleted);
-    if (decides) {
+    if (decides(op, lead)) {
         set_op_field(op, ST_FREE, old - PUBLISHED);
     } else {
         set_op_field(op, ST_FREE, cell);
@@ -87,11 +86,8 @@ fn main(inv: Invocation) {
     let kind = kinds[me];
     let cell = op_field(me, ST_CELL);
     switch (op_field(me, ST_PHASE)) {
-        case PHASE_FOUND: {
-            change(me, kind, cell, me);
-        }
-        case PHASE_FOLLOWS: {
-            change(me, kind, cell, op_field(me, ST_SLOT));
+        case PHASE_FOUND, PHASE_FOLLOWS: {
+            change(me, kind, cell, lead_of(me));
         }
         case PHASE_CLAIMED: {
             publish(me, cell);

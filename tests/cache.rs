@@ -226,6 +226,15 @@ fn access_counts_match_the_model() {
             let differ = (0..counts.len()).filter(|&g| counts[g] != got[g]).count();
             assert_eq!(differ, 0, "{policy} round {round}: {differ} groups counted differently");
         }
+        // A loading phase ages LFU counts (the `decay` kernel halves each); LRU stamps stay.
+        t.load_cache().unwrap();
+        let aged: Vec<u32> = match policy {
+            Policy::Lfu => counts.iter().map(|c| c >> 1).collect(),
+            _ => counts.clone(),
+        };
+        let got = t.cache_snapshot().unwrap().counts;
+        let differ = (0..aged.len()).filter(|&g| aged[g] != got[g]).count();
+        assert_eq!(differ, 0, "{policy}: {differ} groups aged differently by a loading phase");
     }
 }
 

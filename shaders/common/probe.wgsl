@@ -98,9 +98,10 @@ fn probe(t: Tile, busy: bool, key: array<u32, KEY_WORDS>, loc: Located) -> LaneP
     return p;
 }
 
-// Hash locations whose group the probe read from the table (none when a cached group held the key).
-fn table_group_reads(loc: Located, found_entry: u32, found: bool) -> u32 {
-    if (found && found_entry != NONE) {
+// Hash locations whose group the probe read from the table: none when the key was found in a
+// cached group (`found_entry`; NONE when it was not found or not in a cached group).
+fn table_group_reads(loc: Located, found_entry: u32) -> u32 {
+    if (found_entry != NONE) {
         return 0u;
     }
     var n = 0u;

@@ -51,6 +51,19 @@ fn set_op_field(op: u32, field: u32, v: u32) {
     atomicStore(&opstate[op * ST_WORDS + field], v);
 }
 
+// The lead of the changes to a found key that `op` takes part in (FOUND: itself; FOLLOWS: the
+// one it recorded).
+fn lead_of(op: u32) -> u32 {
+    return select(op, op_field(op, ST_SLOT), op_field(op, ST_PHASE) == PHASE_FOLLOWS);
+}
+
+// Whether `op` decides its found key's final state: the first delete if the batch deletes the
+// key, else the last writer (see `change` in phase_b.wgsl).
+fn decides(op: u32, lead: u32) -> bool {
+    let first_delete = op_field(lead, ST_FIRST_DELETE);
+    return select(op + 1u == op_field(lead, ST_LAST_WRITE), op == first_delete, first_delete != NONE);
+}
+
 // Per-invocation counts, added to the control block once per subgroup by `flush_tally`: the
 // hot kernels would otherwise make every operation contend for the same few atomic words.
 var<private> tally: array<u32, CTRL_WORDS>;

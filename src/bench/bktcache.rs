@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::bench::plots;
+use crate::bench::runner::quantile_ms;
 use crate::bench::system::DeviceOps;
 use crate::bench::ycsb::{Distribution, Generator, Workload, batch_of};
 use crate::cache::{CacheOptions, CacheStatus, Policy};
@@ -153,12 +154,6 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
-fn quantile(lat: &[Duration], q: f64) -> f64 {
-    let mut ms: Vec<f64> = lat.iter().map(|d| d.as_secs_f64() * 1e3).collect();
-    ms.sort_by(f64::total_cmp);
-    ms.get(((ms.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or_default()
-}
-
 impl CacheBench {
     /// Loads the table and measures every section; `progress` hears of each point as it is made.
     pub fn run(&self, gpu: &Arc<Gpu>, progress: &mut dyn FnMut(&str)) -> Result<CacheFigures> {
@@ -260,8 +255,8 @@ impl CacheBench {
             ratio,
             policy: policy.to_string(),
             ops_per_s: median(rates),
-            p50_ms: quantile(&all, 0.5),
-            p99_ms: quantile(&all, 0.99),
+            p50_ms: quantile_ms(&all, 0.5),
+            p99_ms: quantile_ms(&all, 0.99),
             hit_rate: if targets > targets0 {
                 (hits - hits0) as f64 / (targets - targets0) as f64
             } else {
@@ -328,20 +323,11 @@ fn summarize(ticks: &[Tick], loads: u64) -> TimelineSummary {
 /// skew, per policy, and over time across loading phases.
 pub fn plot(figures: &CacheFigures, dir: &std::path::Path) -> Result<()> {
     let section = |name: &'static str| figures.points.iter().filter(move |p| p.section == name);
-    let names = |v: Vec<String>| -> Vec<String> {
-        let mut out: Vec<String> = vec![];
-        v.into_iter().for_each(|x| {
-            if !out.contains(&x) {
-                out.push(x)
-            }
-        });
-        out
-    };
     let pct = |r: f64| format!("cache {:.0}%", r * 100.0);
     let ratios: Vec<&Point> = section("ratio").collect();
     if !ratios.is_empty() {
-        let workloads = names(ratios.iter().map(|p| p.workload.clone()).collect());
-        let series = names(ratios.iter().map(|p| pct(p.ratio)).collect());
+        let workloads = plots::distinct(ratios.iter().map(|p| &p.workload));
+        let series = plots::distinct(ratios.iter().map(|p| pct(p.ratio)));
         let value = |w: usize, s: usize| {
             ratios
                 .iter()
@@ -359,7 +345,7 @@ pub fn plot(figures: &CacheFigures, dir: &std::path::Path) -> Result<()> {
     }
     let skew: Vec<&Point> = section("skew").collect();
     if !skew.is_empty() {
-        let series: Vec<plots::Line> = names(skew.iter().map(|p| pct(p.ratio)).collect())
+        let series: Vec<plots::Line> = plots::distinct(skew.iter().map(|p| pct(p.ratio)))
             .into_iter()
             .map(|name| {
                 let pts =
@@ -373,8 +359,8 @@ pub fn plot(figures: &CacheFigures, dir: &std::path::Path) -> Result<()> {
     }
     let policies: Vec<&Point> = section("policy").collect();
     if !policies.is_empty() {
-        let workloads = names(policies.iter().map(|p| p.workload.clone()).collect());
-        let series = names(policies.iter().map(|p| p.policy.clone()).collect());
+        let workloads = plots::distinct(policies.iter().map(|p| &p.workload));
+        let series = plots::distinct(policies.iter().map(|p| &p.policy));
         let value = |w: usize, s: usize| {
             policies
                 .iter()

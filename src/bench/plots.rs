@@ -34,11 +34,11 @@ fn draw_error(e: impl std::fmt::Display) -> Error {
 }
 
 /// The distinct values of `items`, in order of first appearance.
-fn distinct<'a>(items: impl Iterator<Item = &'a String>) -> Vec<String> {
+pub fn distinct<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> Vec<String> {
     let mut seen: Vec<String> = vec![];
     for item in items {
-        if !seen.contains(item) {
-            seen.push(item.clone());
+        if !seen.iter().any(|s| s == item.as_ref()) {
+            seen.push(item.as_ref().to_string());
         }
     }
     seen

@@ -473,6 +473,13 @@ fn ops_of(suite: &Suite, w: Workload) -> u64 {
     }
 }
 
+/// The `q` quantile (0 to 1) of batch latencies, in milliseconds (0 without any).
+pub fn quantile_ms(latencies: &[Duration], q: f64) -> f64 {
+    let mut ms: Vec<f64> = latencies.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    ms.get(((ms.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or_default()
+}
+
 #[allow(clippy::too_many_arguments)]
 fn summarize(
     kind: SystemKind,
@@ -484,10 +491,6 @@ fn summarize(
     m: &Measured,
     ceilings: &[(Memory, Ceilings)],
 ) -> Record {
-    let mut lat = m.latencies.clone();
-    lat.sort();
-    let at =
-        |p: f64| lat.get(((lat.len().max(1) - 1) as f64 * p).round() as usize).copied().unwrap_or_default();
     let seconds: f64 = m.latencies.iter().map(Duration::as_secs_f64).sum();
     let ops = m.transactions.max(1) as f64;
     let ops_per_s = m.transactions as f64 / seconds.max(1e-12);
@@ -505,8 +508,8 @@ fn summarize(
         batch,
         operations: m.transactions,
         ops_per_s,
-        p50_ms: at(0.5).as_secs_f64() * 1e3,
-        p99_ms: at(0.99).as_secs_f64() * 1e3,
+        p50_ms: quantile_ms(&m.latencies, 0.5),
+        p99_ms: quantile_ms(&m.latencies, 0.99),
         requests_per_op,
         bytes_per_op: m.traffic.bytes / ops,
         ceiling_ops_per_s: ceiling,

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use super::context::Gpu;
-use super::resources::download_words;
+use super::resources::{download_words, storage_buffer};
 use super::shader::{CacheConfig, Windows};
 use crate::cache::{self, CacheOptions, CacheStats, Fill, Policy, Snapshot};
 use crate::error::Result;
@@ -82,16 +82,7 @@ impl DeviceCache {
             }
         };
         let dev = &gpu.device;
-        let storage = |label: &str, words: u64| {
-            dev.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size: (words * 4).max(16),
-                usage: wgpu::BufferUsages::STORAGE
-                    | wgpu::BufferUsages::COPY_DST
-                    | wgpu::BufferUsages::COPY_SRC,
-                mapped_at_creation: false,
-            })
-        };
+        let storage = |label: &str, words: u64| storage_buffer(dev, label, words * 4);
         let on = entries > 0;
         let groups = geo.groups();
         let map = storage("cache map", if on { groups } else { 4 });

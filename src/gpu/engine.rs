@@ -10,8 +10,8 @@ use super::cache::DeviceCache;
 use super::context::Gpu;
 use super::hostmem;
 use super::resources::{
-    Pipelines, PoolWindows, bind_group, bind_group_layout, build_pipelines, check_bindings, map_read,
-    max_window, params_buffer, read_dirty, record_passes, storage_buffer, writeback_invocations,
+    Pipelines, PoolWindows, bind_group, bind_group_layout, build_pipelines, check_bindings, download_words,
+    map_read, max_window, params_buffer, read_dirty, record_passes, storage_buffer, writeback_invocations,
 };
 use super::shader::{self, CacheConfig, Kernel, KernelConfig, Params, Windows};
 use crate::cache::{CacheOptions, CacheStatus, Snapshot};
@@ -588,19 +588,7 @@ impl Engine for GpuEngine {
     }
 
     fn bitmap(&mut self) -> Result<Bitmap> {
-        let size = self.bitmap.size();
-        let rb = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("bitmap readback"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(&self.bitmap, 0, &rb, 0, size);
-        self.gpu.queue.submit([enc.finish()]);
-        let mut words = vec![];
-        map_read(&self.gpu, &rb, 0..size, |bytes| words = bytemuck::cast_slice(bytes).to_vec())?;
-        Ok(Bitmap::from_words(words))
+        Ok(Bitmap::from_words(download_words(&self.gpu, &self.bitmap, self.bitmap.size() / 4)?))
     }
 
     fn load_cache(&mut self) -> Result<()> {
