@@ -107,8 +107,7 @@ pub fn inspect(path: &Path) -> Result<Inspection> {
     let geo = GpHash::geometry_of(&pool)?;
     let header = *pool.header();
     let found = recovery::check(&pool, &geo, &header);
-    let (recovery, recovered, stats) = match recovery::recover_pool(&mut pool, &geo, resize::Builder::Cpu)
-    {
+    let (recovery, recovered, stats) = match recovery::recover_pool(&mut pool, &geo, resize::Builder::Cpu) {
         Ok((geo, rec, _)) => {
             let changed = rec.cleared_claims > 0 || rec.resumed_resize.is_some();
             let recovered = changed.then(|| recovery::check(&pool, &geo, pool.header()));

@@ -5,21 +5,12 @@ mod common;
 
 use std::path::Path;
 
-use common::killed::{fingerprint, mid_resize, with_claims};
+use common::killed::{fingerprint, inspect_and_open, mid_resize, with_claims};
 use gphash::{Config, GpHash, inspect};
 
-/// Inspects `path`, checks the file was left as it was, and compares the prediction with
-/// what opening the pool (which recovers it) does. Returns the inspection.
+/// Inspects `path` and opens it (see `inspect_and_open`); the opened table checks clean.
 fn inspect_then_open(path: &Path) -> gphash::Inspection {
-    let before = fingerprint(path);
-    let found = inspect(path).unwrap();
-    assert!(fingerprint(path) == before, "inspect changed the pool file");
-    let t = GpHash::open(path, &common::cpu_options()).unwrap();
-    let rec = found.recovery.as_ref().unwrap();
-    let opened = t.stats();
-    assert_eq!(rec.cleared_claims, opened.recovery.cleared_claims);
-    assert_eq!(rec.resumed_resize, opened.recovery.resumed_resize);
-    assert_eq!(found.stats, opened.table(), "the predicted table is the recovered one");
+    let (found, t) = inspect_and_open(path, &path.display().to_string());
     assert!(t.check().ok());
     found
 }

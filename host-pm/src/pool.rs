@@ -415,8 +415,7 @@ impl Pool {
     /// Opens for writing (exclusive lock) or as a private view (shared lock).
     fn open_as(path: &Path, kind: Lock) -> Result<Pool> {
         let private = kind == Lock::Shared;
-        let file =
-            OpenOptions::new().read(true).write(!private).open(path).map_err(io_err(path, "open"))?;
+        let file = OpenOptions::new().read(true).write(!private).open(path).map_err(io_err(path, "open"))?;
         lock(&file, path, kind)?;
         let info = backend::probe(&file, path)?;
         if info.bytes < HEADER_AREA {

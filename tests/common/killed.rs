@@ -64,3 +64,18 @@ pub fn mid_resize(path: &Path, built: bool) {
 pub fn fingerprint(path: &Path) -> (Vec<u8>, std::time::SystemTime) {
     (std::fs::read(path).unwrap(), std::fs::metadata(path).unwrap().modified().unwrap())
 }
+
+/// Inspects the pool at `path` (which must leave the file as it was and find it consistent),
+/// then opens it on the CPU model, which recovers it as the inspection predicted.
+pub fn inspect_and_open(path: &Path, what: &str) -> (gphash::Inspection, GpHash) {
+    let before = fingerprint(path);
+    let found = gphash::inspect(path).unwrap_or_else(|e| panic!("{what}: inspect failed: {e}"));
+    assert!(fingerprint(path) == before, "{what}: inspect changed the pool file");
+    assert!(found.consistent(), "{what}: {found}");
+    let t = GpHash::open(path, &super::cpu_options()).unwrap_or_else(|e| panic!("{what}: open failed: {e}"));
+    let (predicted, opened) = (found.recovery.as_ref().unwrap(), t.stats());
+    assert_eq!(predicted.cleared_claims, opened.recovery.cleared_claims, "{what}");
+    assert_eq!(predicted.resumed_resize, opened.recovery.resumed_resize, "{what}");
+    assert_eq!(found.stats, opened.table(), "{what}: the predicted table is the recovered one");
+    (found, t)
+}

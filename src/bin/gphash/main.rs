@@ -196,7 +196,10 @@ fn stats(path: &Path) -> gphash::Result<()> {
     if found.clean() {
         println!("state:         closed cleanly");
     } else {
-        println!("state:         not closed cleanly; shown as recovery would leave it ({})", found.recovery_plan());
+        println!(
+            "state:         not closed cleanly; shown as recovery would leave it ({})",
+            found.recovery_plan()
+        );
     }
     let check = if found.consistent() { "consistent" } else { "INCONSISTENT (`gphash check` reports it)" };
     println!("check:         {check}");
@@ -204,7 +207,7 @@ fn stats(path: &Path) -> gphash::Result<()> {
     Ok(())
 }
 
-/// Exit statuses of `gphash check`.
+// Exit statuses of `gphash check`.
 const CONSISTENT: u8 = 0;
 const INCONSISTENT: u8 = 1;
 const CANNOT_CHECK: u8 = 2;
@@ -213,7 +216,10 @@ fn check(path: &Path, repair: bool, options: &Options) -> ExitCode {
     let found = match gphash::inspect(path) {
         Ok(found) => found,
         Err(gphash::Error::Pool(host_pm::PoolError::Locked { .. })) => {
-            println!("cannot check {}: it is in use (another process has it open for writing)", path.display());
+            println!(
+                "cannot check {}: it is in use (another process has it open for writing)",
+                path.display()
+            );
             return ExitCode::from(CANNOT_CHECK);
         }
         Err(e) => {
@@ -240,7 +246,7 @@ fn check(path: &Path, repair: bool, options: &Options) -> ExitCode {
         Ok(false) => ExitCode::from(INCONSISTENT),
         Err(e) => {
             println!("cannot repair {}: {e}", path.display());
-            return ExitCode::from(CANNOT_CHECK);
+            ExitCode::from(CANNOT_CHECK)
         }
     }
 }
