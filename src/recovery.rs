@@ -57,7 +57,8 @@ pub fn recover(pool: &mut Pool, geo: &Geometry) -> crate::Result<(Recovery, Bitm
     let mut rec = Recovery { clean_shutdown: h.clean_shutdown, ..Default::default() };
     let (bitmap, lines) = scan(pool, geo, h.table_region, &mut rec)?;
     pool.persist_lines(&lines)?;
-    if rec.cleared_claims > 0 {
+    // An inspection's private view says what recovery would do in its own report.
+    if rec.cleared_claims > 0 && !pool.is_private() {
         log::warn!("recovery cleared {} unacknowledged claim(s)", rec.cleared_claims);
     }
     Ok((rec, bitmap))
@@ -82,7 +83,9 @@ pub fn recover_pool(
             Ok((grown, recovery, bitmap))
         }
         Err(e) => {
-            log::warn!("an interrupted resize could not complete ({e}); the table keeps its size");
+            if !pool.is_private() {
+                log::warn!("an interrupted resize could not complete ({e}); the table keeps its size");
+            }
             crate::resize::abandon(pool)?;
             recovery.resumed_resize = Some(false);
             Ok((*geo, recovery, bitmap))
