@@ -19,6 +19,7 @@ use crate::gpu::context::Gpu;
 use crate::gpu::engine::DeviceBatch;
 use crate::gpu::engine::{GpuEngine, GpuOptions};
 use crate::hash::Seeds;
+use crate::inspect::TableStats;
 use crate::layout::{Geometry, Layout};
 use crate::model::Bitmap;
 use crate::protocol::{OpKind, Status, control};
@@ -182,24 +183,25 @@ pub struct Stats {
     pub cache: crate::cache::CacheStatus,
 }
 
+impl Stats {
+    /// The table's part of the stats.
+    pub fn table(&self) -> TableStats {
+        TableStats {
+            items: self.items,
+            slots: self.slots,
+            load_factor: self.load_factor,
+            layout: self.layout,
+            key_bytes: self.key_bytes,
+            value_bytes: self.value_bytes,
+            levels: self.levels,
+            cells: self.cells,
+        }
+    }
+}
+
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "keys:          {} in {} slots (load factor {:.4})",
-            self.items, self.slots, self.load_factor
-        )?;
-        writeln!(
-            f,
-            "layout:        {} with {}-byte keys and {}-byte values",
-            self.layout, self.key_bytes, self.value_bytes
-        )?;
-        writeln!(
-            f,
-            "levels:        {} .. {} (top level has 2^{} buckets)",
-            self.levels.0, self.levels.1, self.levels.0
-        )?;
-        writeln!(f, "value cells:   {}", self.cells)?;
+        writeln!(f, "{}", self.table())?;
         writeln!(f, "mode:          {}", self.mode)?;
         match (&self.adapter, self.subgroup_sizes) {
             (Some(a), Some((lo, hi))) => writeln!(f, "adapter:       {a} (subgroup size {lo}..{hi})")?,
@@ -323,7 +325,7 @@ impl GpHash {
         if let Some(mode) = options.persist_mode {
             pool.set_persist_mode(mode)?;
         }
-        let mut geo = Self::geometry_of(&pool)?;
+        let geo = Self::geometry_of(&pool)?;
         let gpu = match (options.executor, &options.device) {
             (Executor::Cpu, _) => Err("the CPU executor was requested".to_string()),
             (_, Some(g)) => Ok(g.clone()),
@@ -336,18 +338,7 @@ impl GpHash {
                 Err(e) => return Err(e),
             },
         };
-        let (mut recovery, mut bitmap) = recovery::recover(&mut pool, &geo)?;
-        if pool.header().resize.state != 0 {
-            let builder = builder(&gpu, &options.gpu);
-            match resize::complete(&mut pool, builder, &geo, recovery.items) {
-                Ok((g, b)) => (geo, bitmap, recovery.resumed_resize) = (g, b, Some(true)),
-                Err(e) => {
-                    log::warn!("an interrupted resize could not complete ({e}); the table keeps its size");
-                    resize::abandon(&mut pool)?;
-                    recovery.resumed_resize = Some(false);
-                }
-            }
-        }
+        let (geo, recovery, bitmap) = recovery::recover_pool(&mut pool, &geo, builder(&gpu, &options.gpu))?;
         pool.mark_dirty()?;
         log::info!(
             "opened {}: {recovery}",
@@ -479,16 +470,16 @@ impl GpHash {
 
     /// Load factor, mode, device, pool and activity.
     pub fn stats(&self) -> Stats {
-        let h = self.pool.header();
+        let t = TableStats::of(&self.geo, self.items);
         Stats {
-            items: self.items,
-            slots: self.geo.slots(),
-            load_factor: self.items as f64 / self.geo.slots() as f64,
-            layout: self.geo.layout,
-            key_bytes: self.geo.key_bytes,
-            value_bytes: self.geo.value_bytes,
-            levels: (self.geo.top_level, self.geo.top_level + 1 - self.geo.layout.levels),
-            cells: h.heap_cells,
+            items: t.items,
+            slots: t.slots,
+            load_factor: t.load_factor,
+            layout: t.layout,
+            key_bytes: t.key_bytes,
+            value_bytes: t.value_bytes,
+            levels: t.levels,
+            cells: t.cells,
             mode: self.engine.as_ref().expect("an engine exists between resizes").mode(),
             adapter: self.gpu.as_ref().map(|g| format!("{} ({})", g.info.name, g.info.driver)).ok(),
             subgroup_sizes: self.gpu.as_ref().map(|g| g.info.subgroup_sizes).ok(),

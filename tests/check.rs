@@ -180,8 +180,10 @@ fn every_planted_fault_is_caught() {
         let text = report(&path);
         assert!(text.contains("INCONSISTENT"), "{name}: not caught:\n{text}");
         assert!(text.contains(expect), "{name}: the report does not say {expect:?}:\n{text}");
-        // The command line says so with exit status 1.
+        // The command line says so with exit status 1, and leaves the pool as it was.
+        let before = common::killed::fingerprint(&path);
         let out = Command::new(env!("CARGO_BIN_EXE_gphash")).arg("check").arg(&path).output().unwrap();
         assert_eq!(out.status.code(), Some(1), "{name}");
+        assert!(common::killed::fingerprint(&path) == before, "{name}: check changed the pool");
     }
 }

@@ -193,3 +193,167 @@ fn the_demo_runs_and_reports_its_mode() {
         assert!(t.contains(want), "demo output lacks {want:?}");
     }
 }
+
+/// `gphash stats` and `gphash check` on `pool` leave it byte for byte (and its modification
+/// time) as it was; returns check's output.
+fn inspect_leaves_it_alone(pool: &Path) -> Output {
+    let before = common::killed::fingerprint(pool);
+    let stats = gphash(&["stats", s(pool)]);
+    assert!(stats.status.success(), "{}", text(&stats));
+    assert!(common::killed::fingerprint(pool) == before, "stats changed {}", pool.display());
+    let check = gphash(&["check", s(pool)]);
+    assert!(common::killed::fingerprint(pool) == before, "check changed {}", pool.display());
+    check
+}
+
+#[test]
+fn stats_and_check_never_write_the_pool() {
+    let dir = common::pool_dir();
+    let clean = dir.path().join("clean.pool");
+    assert!(create(&clean, "8", "1000").status.success());
+    let check = inspect_leaves_it_alone(&clean);
+    assert_eq!(check.status.code(), Some(0), "{}", text(&check));
+    assert!(text(&check).contains("closed cleanly"));
+    assert!(text(&check).trim_end().ends_with("\nconsistent"));
+
+    let claims = dir.path().join("claims.pool");
+    common::killed::with_claims(&claims);
+    let check = inspect_leaves_it_alone(&claims);
+    assert_eq!(check.status.code(), Some(0), "{}", text(&check));
+    assert!(
+        text(&check).contains(
+            "not closed cleanly; recovery would clear 100 unacknowledged claim(s); consistent after recovery"
+        ),
+        "{}",
+        text(&check)
+    );
+    let stats = text(&gphash(&["stats", s(&claims)]));
+    assert!(stats.contains("keys:          300 "), "shown as recovery leaves it:\n{stats}");
+    assert!(stats.contains("not closed cleanly"), "{stats}");
+
+    for built in [false, true] {
+        let resizing = dir.path().join(format!("resize-{built}.pool"));
+        common::killed::mid_resize(&resizing, built);
+        let check = inspect_leaves_it_alone(&resizing);
+        assert_eq!(check.status.code(), Some(0), "{}", text(&check));
+        assert!(text(&check).contains("complete an interrupted resize; consistent after recovery"));
+    }
+}
+
+#[test]
+fn check_says_why_it_cannot_check_with_status_2() {
+    let dir = common::pool_dir();
+    let zeros = dir.path().join("zeros");
+    std::fs::write(&zeros, vec![0u8; 1 << 20]).unwrap();
+    let pool = dir.path().join("t.pool");
+    assert!(create(&pool, "8", "100").status.success());
+    let newer = dir.path().join("newer.pool");
+    let mut bytes = std::fs::read(&pool).unwrap();
+    for copy in 0..2 {
+        let at = copy * host_pm::HEADER_COPY_BYTES as usize;
+        let raw = &mut bytes[at..at + host_pm::HEADER_COPY_BYTES as usize];
+        let mut h = host_pm::decode_header(raw, 1 << 30).unwrap();
+        h.version = 2;
+        raw.copy_from_slice(&host_pm::encode_header(&h));
+    }
+    std::fs::write(&newer, bytes).unwrap();
+    let cases = [
+        (dir.path().join("missing"), "No such file"),
+        (zeros, "not a gphash pool"),
+        (newer, "version 2 is not supported"),
+        (dir.path().to_path_buf(), "neither a regular file nor a devdax device"),
+    ];
+    for (path, why) in cases {
+        let out = gphash(&["check", s(&path)]);
+        assert_eq!(out.status.code(), Some(2), "{}", path.display());
+        assert!(text(&out).contains(why), "{}: {why:?} not said", path.display());
+    }
+    // In use by a writer: a check would see its changes half-made.
+    let t = gphash::GpHash::open(&pool, &common::cpu_options()).unwrap();
+    let before = common::killed::fingerprint(&pool);
+    let out = gphash(&["check", s(&pool)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("in use"), "{}", text(&out));
+    assert!(common::killed::fingerprint(&pool) == before);
+    t.close().unwrap();
+    assert_eq!(gphash(&["check", s(&pool)]).status.code(), Some(0));
+}
+
+#[test]
+fn check_repair_recovers_a_killed_pool_and_closes_it() {
+    let dir = common::pool_dir();
+    let pool = dir.path().join("claims.pool");
+    common::killed::with_claims(&pool);
+    let out = gphash(&["check", "--repair", s(&pool)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("repaired: recovered after a crash: 100 unacknowledged claim(s) cleared"));
+    let header = *host_pm::Pool::open(&pool).unwrap().header();
+    assert!(header.clean_shutdown, "closed cleanly");
+    let check = inspect_leaves_it_alone(&pool);
+    assert_eq!(check.status.code(), Some(0));
+    assert!(text(&check).contains("closed cleanly"));
+    assert!(text(&check).contains("keys: 300 "), "{}", text(&check));
+    // Nothing to do now: the pool is not written.
+    let before = common::killed::fingerprint(&pool);
+    let out = gphash(&["check", "--repair", s(&pool)]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out).contains("nothing to repair"));
+    assert!(common::killed::fingerprint(&pool) == before);
+
+    let resizing = dir.path().join("resize.pool");
+    common::killed::mid_resize(&resizing, true);
+    let out = gphash(&["check", "--repair", s(&resizing)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("an interrupted resize was completed"));
+    assert!(host_pm::Pool::open(&resizing).unwrap().header().resize.state == 0);
+}
+
+#[test]
+fn check_repair_leaves_an_inconsistent_pool_alone() {
+    let dir = common::pool_dir();
+    let pool = dir.path().join("claims.pool");
+    common::killed::with_claims(&pool);
+    {
+        // Two published slots share a value cell.
+        let mut p = host_pm::Pool::open(&pool).unwrap();
+        let geo = gphash::GpHash::geometry_of(&p).unwrap();
+        let region = p.header().table_region;
+        let table: &mut [u32] = bytemuck::cast_slice_mut(p.region_mut(region));
+        let published: Vec<usize> = (0..geo.buckets())
+            .flat_map(|b| (0..geo.layout.slots).map(move |s| geo.state_word(b, s) as usize))
+            .filter(|&w| table[w] >= 2)
+            .take(2)
+            .collect();
+        table[published[1]] = table[published[0]];
+    }
+    let before = common::killed::fingerprint(&pool);
+    let out = gphash(&["check", "--repair", s(&pool)]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("not repaired"));
+    assert!(text(&out).contains("also referenced by"));
+    assert!(common::killed::fingerprint(&pool) == before, "an inconsistent pool is not written");
+}
+
+#[test]
+fn stats_needs_no_gpu() {
+    let dir = common::pool_dir();
+    let pool = dir.path().join("t.pool");
+    assert!(create(&pool, "8", "100").status.success());
+    // With no Vulkan driver to be found, opening for batches on a GPU fails, stats does not.
+    let hidden = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gphash"))
+            .args(args)
+            .args(["--executor", "gpu"])
+            .env("VK_ICD_FILENAMES", "/nonexistent.json")
+            .env("VK_DRIVER_FILES", "/nonexistent.json")
+            .output()
+            .unwrap()
+    };
+    let trace_path = dir.path().join("t.trace");
+    std::fs::write(&trace_path, "R 1\n").unwrap();
+    let replay = hidden(&["replay", s(&pool), "--trace", s(&trace_path), "--out", s(&dir.path().join("r"))]);
+    assert!(!replay.status.success(), "the GPU is hidden");
+    let stats = hidden(&["stats", s(&pool)]);
+    assert!(stats.status.success(), "{}", text(&stats));
+    assert!(text(&stats).contains("mode:          chosen when the pool is opened"));
+}

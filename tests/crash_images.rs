@@ -2,7 +2,8 @@
 //! every persist point. A crash image is the durable state at one persist point plus any
 //! subset of the 8-byte words written before the next one (the rest lost). Every image must
 //! recover to: all acknowledged batches applied, and each operation of the batch in flight
-//! either whole or absent; `check` finds nothing wrong.
+//! either whole or absent; `check` finds nothing wrong; a read-only inspection before recovery
+//! predicts what recovery does and finds the image consistent.
 //!
 //! `GPHASH_CRASH_IMAGES` sets how many images to test (default 2000); `GPHASH_TEST_SEED`
 //! replays a run.
@@ -11,7 +12,7 @@ mod common;
 
 use common::crash::{Content, CrashRun, assert_whole_or_absent};
 use common::oracle::Oracle;
-use gphash::{Config, GpHash, GpuOptions, Options};
+use gphash::{Config, GpuOptions, Options};
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
@@ -61,7 +62,8 @@ fn verify(
     in_flight: Option<(&gphash::Batch, &Content)>,
     what: &str,
 ) {
-    let t = GpHash::open(path, &common::cpu_options()).unwrap_or_else(|e| panic!("{what}: open failed: {e}"));
+    // Inspected first: read-only, it predicts what opening does.
+    let (_, t) = common::killed::inspect_and_open(path, what);
     let report = t.check();
     assert!(report.ok(), "{what}: {report}");
     let got: Content = t.entries().into_iter().collect();

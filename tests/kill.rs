@@ -1,7 +1,8 @@
 //! Kill tests: a child process (this test binary, re-executed) runs random batches on a table
 //! that keeps growing and reports each acknowledged batch; the parent kills it with SIGKILL at a
-//! random moment, reopens the pool, checks it, and verifies that every acknowledged operation
-//! holds and each operation of the batch in flight is whole or absent.
+//! random moment, inspects the pool read-only (which must predict what recovery does), reopens
+//! it, checks it, and verifies that every acknowledged operation holds and each operation of the
+//! batch in flight is whole or absent.
 //!
 //! `GPHASH_KILLS` sets the number of kills (default 200); `GPHASH_TEST_SEED` replays a run.
 
@@ -141,7 +142,8 @@ fn kills_at_random_moments_lose_nothing_acknowledged() {
         acked_total += acks.len();
 
         let what = format!("seed {seed}, kill {kill} ({executor}), batch {in_flight} in flight");
-        let t = GpHash::open(&path, &common::cpu_options()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        // Inspected first: read-only, it predicts what opening does.
+        let (_, t) = common::killed::inspect_and_open(&path, &what);
         let report = t.check();
         assert!(report.ok(), "{what}: {report}");
         resizes += t.stats().recovery.resumed_resize.is_some() as usize;

@@ -71,6 +71,9 @@ pub struct Pool {
     slot: usize,
     /// Called with the pool's bytes at every persist point (crash-consistency tests).
     observer: Option<Observer>,
+    /// A private view ([`Pool::open_private`]): writes stay in this process, the file is
+    /// never written.
+    private: bool,
 }
 
 /// A function shown the whole pool at every persist point: after each `persist_*` call, header
@@ -86,6 +89,7 @@ impl fmt::Debug for Pool {
             .field("len", &self.len)
             .field("max_bytes", &self.max_bytes())
             .field("header", &self.header)
+            .field("private", &self.private)
             .finish()
     }
 }
@@ -105,11 +109,24 @@ fn anon_path() -> PathBuf {
     PathBuf::from("<anonymous memory>")
 }
 
-/// Take the pool's exclusive lock without waiting.
-fn lock(file: &File, path: &Path) -> Result<()> {
+/// Which lock an opener takes on the pool's file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lock {
+    /// Writers: no one else may have the pool open.
+    Exclusive,
+    /// Private views: other views may look too, writers may not open.
+    Shared,
+}
+
+/// Take the pool's lock without waiting.
+fn lock(file: &File, path: &Path, kind: Lock) -> Result<()> {
+    let op = match kind {
+        Lock::Exclusive => libc::LOCK_EX,
+        Lock::Shared => libc::LOCK_SH,
+    };
     loop {
         // SAFETY: flock on a descriptor that `file` keeps open; no memory is passed.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } == 0 {
             return Ok(());
         }
         let err = std::io::Error::last_os_error();
@@ -131,6 +148,24 @@ fn map_file(file: &File, len: u64, path: &Path) -> Result<MmapMut> {
     // ignores the lock and truncates the file can make accesses fault (SIGBUS), as with any
     // shared mapping.
     unsafe { MmapOptions::new().len(len).map_mut(file) }.map_err(io_err(path, "mmap"))
+}
+
+/// A private, copy-on-write view of the pool in `file` (opened read-only): stores change this
+/// process's copy of a page, never the file. A devdax device refuses private mappings, so its
+/// pool (its first `pool_bytes`, read from the header) is copied into anonymous memory.
+fn map_private(file: &File, info: &FileInfo, path: &Path) -> Result<MmapMut> {
+    let bytes = to_usize(info.bytes)?;
+    if info.backend != Backend::DevDax {
+        // SAFETY: as in `map_file`; the shared lock keeps cooperating writers out.
+        return unsafe { MmapOptions::new().len(bytes).map_copy(file) }.map_err(io_err(path, "mmap"));
+    }
+    // SAFETY: as above; the read-only mapping lives until the copy is made.
+    let device = unsafe { MmapOptions::new().len(bytes).map(file) }.map_err(io_err(path, "mmap"))?;
+    let (_, x, _) = choose_header([&device[..COPY], &device[COPY..2 * COPY]], info.bytes, path)?;
+    let len = to_usize(x.pool_bytes)?;
+    let mut copy = MmapMut::map_anon(len).map_err(io_err(&anon_path(), "mmap"))?;
+    copy.copy_from_slice(&device[..len]);
+    Ok(copy)
 }
 
 /// Give the file `bytes` of allocated storage so that running out of space is an error now,
@@ -250,6 +285,7 @@ impl Pool {
                 header: h,
                 slot: 0,
                 observer: None,
+                private: false,
             };
             return pool.format();
         };
@@ -264,7 +300,7 @@ impl Pool {
             .open(path)
             .map_err(io_err(path, "create"))?;
         let mut cleanup = RemoveOnError(Some(path));
-        lock(&file, path)?;
+        lock(&file, path, Lock::Exclusive)?;
         let info = backend::probe(&file, path)?;
         let total = total
             .checked_next_multiple_of(info.granule)
@@ -282,7 +318,7 @@ impl Pool {
 
     fn create_devdax(path: &Path, total: u64, h: Header, limit: Option<u64>) -> Result<Pool> {
         let file = OpenOptions::new().read(true).write(true).open(path).map_err(io_err(path, "open"))?;
-        lock(&file, path)?;
+        lock(&file, path, Lock::Exclusive)?;
         let info = backend::probe(&file, path)?;
         check_limit(total, Some(info.bytes))?;
         // The device is mapped whole, so later growth needs no remapping.
@@ -332,6 +368,7 @@ impl Pool {
             header: h,
             slot: 0,
             observer: None,
+            private: false,
         }
     }
 
@@ -358,13 +395,33 @@ impl Pool {
     /// If the newest intact copy (right magic and checksum) fails validation, that error is
     /// returned rather than falling back to the older copy: only a damaged file produces it.
     pub fn open(path: &Path) -> Result<Pool> {
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io_err(path, "open"))?;
-        lock(&file, path)?;
+        Self::open_as(path, Lock::Exclusive)
+    }
+
+    /// Open an existing pool as a private view that never writes the file: the file is opened
+    /// read-only and mapped copy-on-write (a devdax pool is copied into anonymous memory), so
+    /// everything done to the pool (recovery, header writes, even [`Pool::close`]) stays in
+    /// this process and is gone when it is dropped. Persisting does nothing; growth copies the
+    /// view into anonymous memory; discarding leaves the bytes as they are. The header is
+    /// chosen and validated as [`Pool::open`] does.
+    ///
+    /// It takes a shared lock: several views may be open at once, but not while a writer has
+    /// the pool open ([`PoolError::Locked`]), whose changes the view would see half-made; and
+    /// a writer cannot open the pool while a view is open.
+    pub fn open_private(path: &Path) -> Result<Pool> {
+        Self::open_as(path, Lock::Shared)
+    }
+
+    /// Opens for writing (exclusive lock) or as a private view (shared lock).
+    fn open_as(path: &Path, kind: Lock) -> Result<Pool> {
+        let private = kind == Lock::Shared;
+        let file = OpenOptions::new().read(true).write(!private).open(path).map_err(io_err(path, "open"))?;
+        lock(&file, path, kind)?;
         let info = backend::probe(&file, path)?;
         if info.bytes < HEADER_AREA {
             return Err(PoolError::Truncated { file_bytes: info.bytes, needed: HEADER_AREA });
         }
-        let map = map_file(&file, info.bytes, path)?;
+        let map = if private { map_private(&file, &info, path)? } else { map_file(&file, info.bytes, path)? };
         let (h, x, slot) = choose_header([&map[..COPY], &map[COPY..2 * COPY]], info.bytes, path)?;
         // A devdax pool is as long as its header says; a file pool is the whole file.
         let len = if info.backend == Backend::DevDax { x.pool_bytes } else { info.bytes };
@@ -378,9 +435,14 @@ impl Pool {
         }
         let mut pool = Pool::assemble(map, file, path, info, len, max_bytes, h);
         pool.slot = slot;
+        if private {
+            pool.private = true;
+            pool.persist = Persist::None;
+        }
         log::info!(
-            "opened pool {} ({} bytes, backend {}, persist {}, header copy {slot}, sequence {}, clean {})",
+            "opened pool {}{} ({} bytes, backend {}, persist {}, header copy {slot}, sequence {}, clean {})",
             path.display(),
+            if private { " as a private view" } else { "" },
             len,
             pool.backend,
             pool.persist_mode(),
@@ -442,6 +504,11 @@ impl Pool {
     /// [`PersistMode::Msync`] needs a file. Weakening the mode weakens durability: that is
     /// the caller's choice.
     pub fn set_persist_mode(&mut self, mode: PersistMode) -> Result<()> {
+        if self.private && mode != PersistMode::None {
+            return Err(PoolError::InvalidArgument(format!(
+                "a private view persists nothing, it cannot use {mode}"
+            )));
+        }
         self.persist = match mode {
             PersistMode::FlushFence => persist::flush_instr()
                 .map(Persist::Flush)
@@ -456,6 +523,11 @@ impl Pool {
             PersistMode::None => Persist::None,
         };
         Ok(())
+    }
+
+    /// Whether this is a private view ([`Pool::open_private`]) that never writes its file.
+    pub fn is_private(&self) -> bool {
+        self.private
     }
 
     /// The pool's file or device; `None` for anonymous memory.
@@ -640,12 +712,13 @@ impl Pool {
         check_limit(new, limit)?;
         let old = self.len;
         match (self.backend, &self.file, &self.path) {
-            (Backend::DevDax, _, _) => {
+            // A private view copies itself below, leaving the file as it is.
+            (Backend::DevDax, _, _) if !self.private => {
                 // Mapped whole at open: zero the new part durably, as a fresh file would read.
                 self.map[old as usize..new as usize].fill(0);
                 self.persist_span(old, new)?;
             }
-            (Backend::Tmpfs | Backend::File, Some(file), Some(path)) => {
+            (Backend::Tmpfs | Backend::File, Some(file), Some(path)) if !self.private => {
                 allocate(file, path, new)?;
                 if self.backend == Backend::File {
                     // The new length must be durable before a header can point past the old one.
@@ -654,7 +727,8 @@ impl Pool {
                 self.map = map_file(file, new, path)?;
             }
             _ => {
-                // Anonymous memory (or a pool without its file, which cannot happen): copy.
+                // Anonymous memory or a private view (or a pool without its file, which
+                // cannot happen): copy.
                 let mut map = MmapMut::map_anon(to_usize(new)?).map_err(io_err(&anon_path(), "mmap"))?;
                 map[..old as usize].copy_from_slice(&self.map[..old as usize]);
                 self.map = map;
@@ -668,7 +742,8 @@ impl Pool {
 
     /// Give back the storage of a region that holds nothing any more (the regions a resize
     /// left behind): a hole is punched in file and tmpfs pools, anonymous pages are dropped; it
-    /// reads as zeros afterwards. Devdax memory cannot be given back and is left as it is.
+    /// reads as zeros afterwards. Devdax memory cannot be given back and is left as it is, and
+    /// so is a private view.
     /// Where the filesystem cannot punch holes the region simply stays allocated.
     pub fn discard(&mut self, region: Region) -> Result<()> {
         if region.end() > self.len || region.offset < HEADER_AREA {
@@ -681,7 +756,8 @@ impl Pool {
             return Ok(());
         }
         match (self.backend, &self.file) {
-            (Backend::Tmpfs | Backend::File, Some(file)) => {
+            // A private view leaves the file, and so its own bytes, as they are.
+            (Backend::Tmpfs | Backend::File, Some(file)) if !self.private => {
                 let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
                 // SAFETY: plain syscall on an open descriptor; the range is inside the file.
                 let r = unsafe {
@@ -716,6 +792,7 @@ impl Pool {
     }
 
     /// Clean close: a durable header write with `clean_shutdown = true`, then unmap and unlock.
+    /// (A private view writes that header into its own copy only: the file stays as it was.)
     ///
     /// With msync the whole pool is synced first (only dirty pages cost anything), so the flag
     /// never claims data that is not durable. With cache-line flushes the caller must have

@@ -503,3 +503,88 @@ fn pool_is_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<Pool>();
 }
+
+/// Everything done to a private view stays in it: the file's bytes and times do not change.
+fn private_view_on(dir: &Path) {
+    let path = dir.join("pool");
+    let (mut pool, h) = create(&path);
+    pool.region_mut(h.heap_region)[..5].copy_from_slice(b"hello");
+    pool.persist_range(h.heap_region.offset, 5).unwrap();
+    drop(pool); // not closed cleanly
+    let before = std::fs::read(&path).unwrap();
+    let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+
+    let mut view = Pool::open_private(&path).unwrap();
+    assert!(view.is_private());
+    assert_eq!(view.persist_mode(), PersistMode::None);
+    assert_eq!(view.bytes(), &before[..], "the view shows the file");
+    assert!(!view.header().clean_shutdown);
+    let seq = view.header().sequence;
+    view.region_mut(h.heap_region)[..5].copy_from_slice(b"world");
+    view.persist_all().unwrap();
+    view.persist_lines(&[h.heap_region.offset / 64]).unwrap();
+    assert_eq!(&view.region(h.heap_region)[..5], b"world", "the view sees its own writes");
+    let mut next = *view.header();
+    next.user[0] = 12345;
+    view.write_header(&next).unwrap();
+    assert_eq!(view.header().sequence, seq + 1);
+    let err = view.set_persist_mode(PersistMode::Msync).unwrap_err();
+    assert!(err.to_string().contains("private view"), "{err}");
+    view.set_persist_mode(PersistMode::None).unwrap();
+    view.discard(h.table_region).unwrap();
+    let (_, total) = sample();
+    view.grow(total + 2 * REGION_ALIGN).unwrap();
+    assert_eq!(view.len(), total + 2 * REGION_ALIGN);
+    assert_eq!(&view.region(h.heap_region)[..5], b"world", "growth keeps the view's bytes");
+    view.close().unwrap();
+
+    assert_eq!(std::fs::read(&path).unwrap(), before, "the file is byte-identical");
+    assert_eq!(std::fs::metadata(&path).unwrap().modified().unwrap(), modified);
+    let pool = Pool::open(&path).unwrap();
+    assert!(!pool.header().clean_shutdown, "the view's clean close stayed in the view");
+    assert_eq!(pool.header().sequence, seq);
+}
+
+#[test]
+fn a_private_view_never_writes_its_file() {
+    private_view_on(shm_dir().path());
+    private_view_on(disk_dir().path());
+}
+
+#[test]
+fn private_views_share_the_lock_and_keep_writers_out() {
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    let (pool, _) = create(&path);
+    // A writer has it open: a view would see its changes half-made.
+    assert!(matches!(Pool::open_private(&path), Err(PoolError::Locked { .. })));
+    pool.close().unwrap();
+    let a = Pool::open_private(&path).unwrap();
+    let b = Pool::open_private(&path).expect("views share the lock");
+    assert!(matches!(Pool::open(&path), Err(PoolError::Locked { .. })));
+    drop(a);
+    assert!(matches!(Pool::open(&path), Err(PoolError::Locked { .. })));
+    drop(b);
+    Pool::open(&path).expect("the last view released the lock");
+}
+
+#[test]
+fn a_private_view_validates_like_open() {
+    let dir = shm_dir();
+    let zeros = dir.path().join("zeros");
+    std::fs::write(&zeros, vec![0u8; 1 << 20]).unwrap();
+    assert!(matches!(Pool::open_private(&zeros), Err(PoolError::NotAPool { .. })));
+    let path = dir.path().join("pool");
+    drop(create(&path));
+    let bytes = std::fs::read(&path).unwrap();
+    let cut = dir.path().join("cut");
+    std::fs::write(&cut, &bytes[..bytes.len() - 1]).unwrap();
+    assert!(matches!(Pool::open_private(&cut), Err(PoolError::Truncated { .. })));
+    let mut copy = read_copy(&path, 1);
+    copy[8..12].copy_from_slice(&2u32.to_le_bytes());
+    reseal(&mut copy);
+    patch(&path, HEADER_COPY_BYTES, &copy);
+    assert!(matches!(Pool::open_private(&path), Err(PoolError::UnsupportedVersion { found: 2, .. })));
+    let missing = dir.path().join("missing");
+    assert!(matches!(Pool::open_private(&missing), Err(PoolError::Io { op: "open", .. })));
+}

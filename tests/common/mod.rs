@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod crash;
+pub mod killed;
 pub mod oracle;
 
 use std::path::PathBuf;

@@ -130,15 +130,22 @@ enum Command {
         #[arg(long, default_value_t = 1 << 16)]
         batch: usize,
     },
-    /// Show what a pool holds and how it would run.
+    /// Show what a pool holds, without writing it or opening a GPU (a pool not closed cleanly
+    /// is shown as recovery would leave it).
     Stats {
         /// Pool path.
         pool: PathBuf,
     },
-    /// Verify every invariant of a pool; exit 1 with a report when one fails.
+    /// Verify every invariant of a pool without writing it; a pool not closed cleanly is
+    /// checked as recovery would leave it. Exit 0: consistent; 1: inconsistent; 2: could not
+    /// check (unreadable, not a pool, another version, in use by another process).
     Check {
         /// Pool path.
         pool: PathBuf,
+        /// Recover a consistent pool that was not closed cleanly (as opening it does) and
+        /// close it cleanly. An inconsistent pool is left as it is.
+        #[arg(long)]
+        repair: bool,
     },
     /// The demo that runs when no command is given.
     Demo(demo::DemoArgs),
@@ -160,8 +167,8 @@ fn main() -> ExitCode {
             create(&pool, &config, &options)
         }
         Some(Command::Replay { pool, trace, out, batch }) => replay(&pool, &trace, &out, batch, &options),
-        Some(Command::Stats { pool }) => stats(&pool, &options),
-        Some(Command::Check { pool }) => return check(&pool),
+        Some(Command::Stats { pool }) => stats(&pool),
+        Some(Command::Check { pool, repair }) => return check(&pool, repair, &options),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -179,27 +186,79 @@ fn create(path: &Path, config: &Config, options: &Options) -> gphash::Result<()>
     index.close()
 }
 
-fn stats(path: &Path, options: &Options) -> gphash::Result<()> {
-    let index = GpHash::open(path, options)?;
-    println!("{}", index.stats());
-    index.close()
+fn stats(path: &Path) -> gphash::Result<()> {
+    let found = gphash::inspect(path)?;
+    println!("{}", found.stats);
+    println!(
+        "pool:          {} bytes, {} backend, header sequence {}",
+        found.pool_bytes, found.backend, found.header.sequence
+    );
+    if found.clean() {
+        println!("state:         closed cleanly");
+    } else {
+        println!(
+            "state:         not closed cleanly; shown as recovery would leave it ({})",
+            found.recovery_plan()
+        );
+    }
+    let check = if found.consistent() { "consistent" } else { "INCONSISTENT (`gphash check` reports it)" };
+    println!("check:         {check}");
+    println!("mode:          chosen when the pool is opened (stats writes nothing and opens no GPU)");
+    Ok(())
 }
 
-fn check(path: &Path) -> ExitCode {
-    let report = host_pm::Pool::open(path)
-        .map_err(gphash::Error::from)
-        .and_then(|pool| Ok((GpHash::geometry_of(&pool)?, pool)))
-        .map(|(geo, pool)| gphash::recovery::check(&pool, &geo, pool.header()));
-    match report {
-        Ok(r) => {
-            println!("{r}");
-            if r.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+// Exit statuses of `gphash check`.
+const CONSISTENT: u8 = 0;
+const INCONSISTENT: u8 = 1;
+const CANNOT_CHECK: u8 = 2;
+
+fn check(path: &Path, repair: bool, options: &Options) -> ExitCode {
+    let found = match gphash::inspect(path) {
+        Ok(found) => found,
+        Err(gphash::Error::Pool(host_pm::PoolError::Locked { .. })) => {
+            println!(
+                "cannot check {}: it is in use (another process has it open for writing)",
+                path.display()
+            );
+            return ExitCode::from(CANNOT_CHECK);
         }
         Err(e) => {
             println!("cannot check {}: {e}", path.display());
-            ExitCode::FAILURE
+            return ExitCode::from(CANNOT_CHECK);
+        }
+    };
+    println!("{found}");
+    if !found.consistent() {
+        if repair {
+            println!("not repaired: recovery cannot make it consistent; the pool is left as it is");
+        }
+        return ExitCode::from(INCONSISTENT);
+    }
+    if !repair {
+        return ExitCode::from(CONSISTENT);
+    }
+    if found.clean() {
+        println!("closed cleanly: nothing to repair");
+        return ExitCode::from(CONSISTENT);
+    }
+    match recover_and_close(path, options) {
+        Ok(true) => ExitCode::from(CONSISTENT),
+        Ok(false) => ExitCode::from(INCONSISTENT),
+        Err(e) => {
+            println!("cannot repair {}: {e}", path.display());
+            ExitCode::from(CANNOT_CHECK)
         }
     }
+}
+
+/// `check --repair`: opens (which recovers), checks and closes cleanly; whether it is consistent.
+fn recover_and_close(path: &Path, options: &Options) -> gphash::Result<bool> {
+    let index = GpHash::open(path, options)?;
+    println!("repaired: {}", index.stats().recovery);
+    let report = index.check();
+    println!("{report}");
+    index.close()?;
+    Ok(report.ok())
 }
 
 fn replay(
