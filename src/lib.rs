@@ -31,6 +31,7 @@ pub mod protocol;
 pub mod recovery;
 pub mod resize;
 pub mod trace;
+pub mod typed;
 
 pub use batch::{Batch, BatchResult};
 pub use cache::{CacheOptions, CacheStats, CacheStatus, Policy};
@@ -41,3 +42,4 @@ pub use gpu::engine::{DeviceBatch, GpuOptions, Placement};
 pub use index::{Config, Executor, GpHash, Options, Stats};
 pub use layout::Layout;
 pub use protocol::{OpKind, Status};
+pub use typed::{TypedBatch, TypedIndex, TypedResult};
