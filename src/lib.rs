@@ -13,6 +13,8 @@
 //! index.close()?;
 //! # Ok::<(), gphash::Error>(())
 //! ```
+//!
+//! [`TypedIndex`] is the same index with typed keys and values (see [`typed`]).
 #![warn(missing_docs)]
 
 pub mod baselines;
