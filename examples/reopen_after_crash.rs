@@ -55,7 +55,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("child killed ({status}) after {acked} acknowledged batches");
     assert!(acked >= KILL_AFTER, "the child failed before the kill (see its stderr)");
 
-    // Reopen: recovery clears the claims of the batch in flight and rebuilds the allocator.
+    // Reopen: recovery clears the claims of the batch in flight (there are some when the kill
+    // landed between its two phases), completes an interrupted resize, rebuilds the allocator.
     let mut map = TypedIndex::<u64, u64>::open(&path)?;
     let stats = map.stats();
     println!("recovery: {}", stats.recovery);

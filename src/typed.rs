@@ -75,7 +75,8 @@ fn run_one(index: &mut GpHash, kind: OpKind, key: &[u8], value: Option<&[u8]>) -
 /// types' sizes fails with [`Error::TypeSize`].
 ///
 /// `insert` inserts only an absent key, as in the batch API (`HashMap::insert` overwrites:
-/// that is [`TypedIndex::upsert`] here). Calls over slices run as one batch, in which
+/// that is [`TypedIndex::upsert`] here). Calls over slices run as one batch (as several, each
+/// acknowledged on its own, beyond [`crate::index::MAX_BATCH`] operations), in which
 /// operations on the same key take effect in some order; a [`TypedBatch`] run with
 /// [`TypedIndex::execute_ordered`] gives batch order.
 pub struct TypedIndex<K, V> {
