@@ -12,7 +12,7 @@ mkdir -p "$out" /tmp/gph && cd /tmp/gph && tar xzf "$root/.gpu/gpu.tgz"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
 case $stage in
 tests)
-  for t in kernels cache baseline_slab baseline_cpu growth persistence crash_images device kill; do
+  for t in kernels cache baseline_slab baseline_cpu growth persistence crash_images device kill typed; do
     echo "== $t"
     ./test-$t 2>&1 | grep -E "test result|FAILED|panicked|GPU tests run|hardware" | sort -u
   done 2>&1 | tee "$out/tests.log"

@@ -36,6 +36,28 @@ pub enum Error {
         /// Bytes the table uses.
         expected: usize,
     },
+    /// A typed index's key or value type whose size is not the table's key width or value
+    /// size ([`crate::TypedIndex`]).
+    #[error("{role} type {type_name} is {type_bytes} bytes; this table's {role}s are {table_bytes} bytes")]
+    TypeSize {
+        /// `"key"` or `"value"`.
+        role: &'static str,
+        /// The type.
+        type_name: &'static str,
+        /// Its size.
+        type_bytes: usize,
+        /// The table's width for it.
+        table_bytes: usize,
+    },
+    /// A key type that no table can take: the table compares keys in 4-byte words
+    /// ([`crate::TypedIndex`]).
+    #[error("key type {type_name} is {type_bytes} bytes; keys must be a non-zero multiple of 4 bytes")]
+    KeyType {
+        /// The type.
+        type_name: &'static str,
+        /// Its size.
+        type_bytes: usize,
+    },
     /// Some insertion of the batch found no empty candidate slot. The batch was rolled back:
     /// none of its operations took effect.
     #[error(

@@ -13,6 +13,8 @@
 //! index.close()?;
 //! # Ok::<(), gphash::Error>(())
 //! ```
+//!
+//! [`TypedIndex`] is the same index with typed keys and values (see [`typed`]).
 #![warn(missing_docs)]
 
 pub mod baselines;
@@ -32,6 +34,7 @@ pub mod protocol;
 pub mod recovery;
 pub mod resize;
 pub mod trace;
+pub mod typed;
 
 pub use batch::{Batch, BatchResult};
 pub use cache::{CacheOptions, CacheStats, CacheStatus, Policy};
@@ -43,3 +46,4 @@ pub use index::{Config, Executor, GpHash, Options, Stats};
 pub use inspect::{Inspection, TableStats, inspect};
 pub use layout::Layout;
 pub use protocol::{OpKind, Status};
+pub use typed::{TypedBatch, TypedIndex, TypedResult};
