@@ -193,3 +193,46 @@ fn the_demo_runs_and_reports_its_mode() {
         assert!(t.contains(want), "demo output lacks {want:?}");
     }
 }
+
+/// A compute-only run prints nothing about a display: where `XDG_RUNTIME_DIR` is unset, Mesa's
+/// device-select layer printed `error: XDG_RUNTIME_DIR is invalid or not set` at each device
+/// enumeration while the instance enabled window-surface extensions. A software device is
+/// named as one.
+#[test]
+fn opening_the_device_prints_no_display_noise() {
+    let dir = common::pool_dir();
+    let pool = dir.path().join("t.pool");
+    assert!(create(&pool, "8", "100").status.success());
+    let out = Command::new(env!("CARGO_BIN_EXE_gphash"))
+        .args(["stats", s(&pool)])
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("WAYLAND_DISPLAY")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("XDG_RUNTIME_DIR"), "display noise on stderr:\n{stderr}");
+    if common::gpu().is_some_and(|g| g.info.is_cpu()) {
+        assert!(text(&out).contains("software Vulkan device"), "{}", text(&out));
+    }
+}
+
+/// `--executor auto` without any Vulkan driver says on stderr that the CPU model runs the
+/// table, even with logging off.
+#[test]
+fn a_fallback_to_the_cpu_model_is_announced() {
+    let dir = common::pool_dir();
+    let pool = dir.path().join("t.pool");
+    assert!(create(&pool, "8", "100").status.success());
+    let out = Command::new(env!("CARGO_BIN_EXE_gphash"))
+        .args(["stats", s(&pool), "--executor", "auto"])
+        .env("VK_ICD_FILENAMES", "/nonexistent.json")
+        .env("VK_DRIVER_FILES", "/nonexistent.json")
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("running on the CPU model"), "no announcement on stderr:\n{stderr}");
+    assert!(text(&out).contains("CPU fallback"));
+}

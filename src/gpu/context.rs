@@ -61,9 +61,7 @@ impl Gpu {
     /// Opens the best Vulkan adapter (or the one `GPHASH_ADAPTER` names). `Err(NoAdapter)`
     /// when none exists; `Err(MissingFeature)` when the adapter lacks subgroups.
     pub fn new() -> Result<Arc<Gpu>> {
-        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-        desc.backends = wgpu::Backends::VULKAN;
-        let instance = wgpu::Instance::new(desc);
+        let instance = compute_instance()?;
         let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN));
         let adapter = match std::env::var(ADAPTER_ENV) {
             Ok(want) => adapters
@@ -162,6 +160,38 @@ impl Gpu {
             .map(|_| ())
             .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))
     }
+}
+
+/// Window-system surface extensions, which a compute-only instance does not enable.
+const WINDOW_SURFACE_EXTENSIONS: [&std::ffi::CStr; 3] =
+    [ash::khr::xlib_surface::NAME, ash::khr::xcb_surface::NAME, ash::khr::wayland_surface::NAME];
+
+/// A Vulkan instance without window-system surface extensions. wgpu enables every one the
+/// loader offers; Mesa's implicit device-select layer then connects to the Wayland (and X)
+/// display at each enumeration of the devices, and libwayland prints "error: XDG_RUNTIME_DIR
+/// is invalid or not set" where there is none. gphash creates no surfaces, and wgpu-hal checks
+/// its list of enabled extensions before it would use one.
+fn compute_instance() -> Result<wgpu::Instance> {
+    let desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    let hal_desc = wgpu::hal::InstanceDescriptor {
+        name: "gphash",
+        flags: desc.flags,
+        memory_budget_thresholds: desc.memory_budget_thresholds,
+        backend_options: desc.backend_options,
+        telemetry: None,
+        display: None,
+    };
+    let drop_surfaces = |args: wgpu::hal::vulkan::CreateInstanceCallbackArgs| {
+        args.extensions.retain(|e| !WINDOW_SURFACE_EXTENSIONS.contains(e));
+    };
+    // SAFETY: wgpu-hal asks callbacks not to remove extensions because it may rely on them;
+    // these only create window surfaces, which gphash never does, and wgpu-hal keeps the list
+    // it enabled and refuses such a surface when its extension is not in it.
+    let hal =
+        unsafe { wgpu::hal::vulkan::Instance::init_with_callback(&hal_desc, Some(Box::new(drop_surfaces))) }
+            .map_err(|e| Error::NoAdapter(format!("cannot create a Vulkan instance: {e}")))?;
+    // SAFETY: `hal` is a valid Vulkan instance that wgpu takes over.
+    Ok(unsafe { wgpu::Instance::from_hal::<Vulkan>(hal) })
 }
 
 /// Whether `VK_EXT_external_memory_host` is enabled on the device, and its alignment.
