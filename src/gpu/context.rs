@@ -61,7 +61,8 @@ impl std::fmt::Debug for Gpu {
 
 impl Gpu {
     /// Opens the best Vulkan adapter (or the one `GPHASH_ADAPTER` names). `Err(NoAdapter)`
-    /// when none exists; `Err(MissingFeature)` when the adapter lacks subgroups.
+    /// when none exists; `Err(MissingFeature)` when the adapter lacks subgroups or runs fewer
+    /// lanes a subgroup than it reports.
     pub fn new() -> Result<Arc<Gpu>> {
         let instance = compute_instance()?;
         let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN));
