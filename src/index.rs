@@ -169,6 +169,9 @@ pub struct Stats {
     pub adapter: Option<String>,
     /// Its subgroup sizes (min, max).
     pub subgroup_sizes: Option<(u32, u32)>,
+    /// The adapter is a software device (lavapipe): the kernels run on the CPU, and timings
+    /// say nothing about a GPU.
+    pub software_device: bool,
     /// Pool backend.
     pub backend: Backend,
     /// How the pool persists.
@@ -206,6 +209,9 @@ impl fmt::Display for Stats {
         match (&self.adapter, self.subgroup_sizes) {
             (Some(a), Some((lo, hi))) => writeln!(f, "adapter:       {a} (subgroup size {lo}..{hi})")?,
             _ => writeln!(f, "adapter:       none")?,
+        }
+        if self.software_device {
+            writeln!(f, "               a software Vulkan device on the CPU: its figures are not a GPU's")?;
         }
         writeln!(
             f,
@@ -483,6 +489,7 @@ impl GpHash {
             mode: self.engine.as_ref().expect("an engine exists between resizes").mode(),
             adapter: self.gpu.as_ref().map(|g| format!("{} ({})", g.info.name, g.info.driver)).ok(),
             subgroup_sizes: self.gpu.as_ref().map(|g| g.info.subgroup_sizes).ok(),
+            software_device: self.gpu.as_ref().is_ok_and(|g| g.info.is_cpu()),
             backend: self.pool.backend(),
             persist_mode: self.pool.persist_mode(),
             pool_bytes: self.pool.len(),

@@ -356,4 +356,45 @@ fn stats_needs_no_gpu() {
     let stats = hidden(&["stats", s(&pool)]);
     assert!(stats.status.success(), "{}", text(&stats));
     assert!(text(&stats).contains("mode:          chosen when the pool is opened"));
+
+/// A compute-only run prints nothing about a display: where `XDG_RUNTIME_DIR` is unset, Mesa's
+/// device-select layer printed `error: XDG_RUNTIME_DIR is invalid or not set` at each device
+/// enumeration while the instance enabled window-surface extensions. A software device is
+/// named as one.
+#[test]
+fn opening_the_device_prints_no_display_noise() {
+    let dir = common::pool_dir();
+    let pool = dir.path().join("t.pool");
+    // `create` opens the device (`stats` opens none).
+    let out = Command::new(env!("CARGO_BIN_EXE_gphash"))
+        .args(["create", s(&pool), "--key-bytes", "8", "--value-bytes", "100"])
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("WAYLAND_DISPLAY")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("XDG_RUNTIME_DIR"), "display noise on stderr:\n{stderr}");
+    if common::gpu().is_some_and(|g| g.info.is_cpu()) {
+        assert!(text(&out).contains("software Vulkan device"), "{}", text(&out));
+    }
+}
+
+/// `--executor auto` without any Vulkan driver says on stderr that the CPU model runs the
+/// table, even with logging off.
+#[test]
+fn a_fallback_to_the_cpu_model_is_announced() {
+    let dir = common::pool_dir();
+    let pool = dir.path().join("t.pool");
+    let out = Command::new(env!("CARGO_BIN_EXE_gphash"))
+        .args(["create", s(&pool), "--key-bytes", "8", "--value-bytes", "100", "--executor", "auto"])
+        .env("VK_ICD_FILENAMES", "/nonexistent.json")
+        .env("VK_DRIVER_FILES", "/nonexistent.json")
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("running on the CPU model"), "no announcement on stderr:\n{stderr}");
+    assert!(text(&out).contains("CPU fallback"));
 }

@@ -1,8 +1,8 @@
 //! The reference the tests compare against: a map, operations applied one by one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use gphash::{Batch, OpKind, Status};
+use gphash::{Batch, BatchResult, OpKind, Status};
 
 /// A hash map with gphash's operation semantics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -50,4 +50,80 @@ pub fn assert_same_content(entries: Vec<(Vec<u8>, Vec<u8>)>, map: &HashMap<Vec<u
         let differ = map.iter().filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v)).count();
         panic!("{what}: content differs: {missing} missing, {extra} extra, {differ} with another value");
     }
+}
+
+/// Asserts that the results of `execute` fit its guarantee: reads see `before`, and for each
+/// key the batch's other operations on it, applied one by one in some order to `before`, give
+/// their statuses and leave the value `after` holds. Keys outside the batch keep their values.
+pub fn assert_some_order(
+    batch: &Batch,
+    result: &BatchResult,
+    before: &HashMap<Vec<u8>, Vec<u8>>,
+    after: &HashMap<Vec<u8>, Vec<u8>>,
+    what: &str,
+) {
+    let mut by_key: HashMap<&[u8], Vec<usize>> = HashMap::new();
+    for i in 0..batch.len() {
+        by_key.entry(batch.op(i).1).or_default().push(i);
+    }
+    for (key, ops) in &by_key {
+        let pre = before.get(*key);
+        let (reads, writes): (Vec<usize>, Vec<usize>) =
+            ops.iter().partition(|&&i| batch.op(i).0 == OpKind::Get);
+        for i in reads {
+            let want = if pre.is_some() { Status::Ok } else { Status::NotFound };
+            assert_eq!(
+                (result.statuses[i], result.value(i)),
+                (want, pre.map(|v| &v[..])),
+                "{what}: get {i} of key {key:?} does not see the state before the batch"
+            );
+        }
+        assert!(writes.len() <= 64, "{what}: the order search takes at most 64 operations a key");
+        let mut dead_ends = HashSet::new();
+        assert!(
+            fits(batch, result, &writes, 0, pre.cloned(), after.get(*key), &mut dead_ends),
+            "{what}: no order of the {} changes of key {key:?} gives their statuses {:?} and leaves {:?} \
+             (before: {pre:?})",
+            writes.len(),
+            writes.iter().map(|&i| (batch.op(i).0, result.statuses[i])).collect::<Vec<_>>(),
+            after.get(*key)
+        );
+    }
+    for key in before.keys().chain(after.keys()).filter(|k| !by_key.contains_key(&k[..])) {
+        assert_eq!(before.get(key), after.get(key), "{what}: key {key:?} changed outside the batch");
+    }
+}
+
+/// Whether the operations `ops` not yet in `done` (a bit each) can follow in some order from
+/// `state`, each giving its status, and end in `want`. `dead_ends` remembers the (done, state)
+/// pairs that cannot, so repeated operations do not make the search factorial.
+fn fits(
+    batch: &Batch,
+    result: &BatchResult,
+    ops: &[usize],
+    done: u64,
+    state: Option<Vec<u8>>,
+    want: Option<&Vec<u8>>,
+    dead_ends: &mut HashSet<(u64, Option<Vec<u8>>)>,
+) -> bool {
+    if done.count_ones() as usize == ops.len() {
+        return state.as_ref() == want;
+    }
+    if dead_ends.contains(&(done, state.clone())) {
+        return false;
+    }
+    for (j, &i) in ops.iter().enumerate().filter(|&(j, _)| done & (1 << j) == 0) {
+        let (kind, key, value) = batch.op(i);
+        let mut one = Oracle::default();
+        if let Some(v) = &state {
+            one.map.insert(key.to_vec(), v.clone());
+        }
+        if one.apply(kind, key, value).0 == result.statuses[i]
+            && fits(batch, result, ops, done | 1 << j, one.map.remove(key), want, dead_ends)
+        {
+            return true;
+        }
+    }
+    dead_ends.insert((done, state));
+    false
 }

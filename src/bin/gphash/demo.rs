@@ -8,7 +8,7 @@ use gphash::{Config, GpHash, Options, Status};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::progress;
+use crate::{announce_cpu_fallback, progress};
 
 /// Demo settings.
 #[derive(Args, Clone)]
@@ -49,9 +49,13 @@ pub fn run(args: &DemoArgs, options: &Options) -> gphash::Result<()> {
     let path = dir.path().join("demo.pool");
     let config = Config { capacity: args.keys, ..Config::default() };
     let mut index = GpHash::create(Some(&path), &config, options)?;
+    announce_cpu_fallback(&index, options);
     let stats = index.stats();
     println!("gphash demo: pool {} ({:?}, persist by {})", path.display(), stats.backend, stats.persist_mode);
     println!("  device: {}", stats.adapter.as_deref().unwrap_or("none"));
+    if stats.software_device {
+        println!("          a software Vulkan device on the CPU: the figures below are not a GPU's");
+    }
     println!("  mode:   {}", stats.mode);
     let batch = args.batch.max(1);
     let mut expect: Vec<u64> = (0..args.keys).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();

@@ -181,6 +181,7 @@ fn main() -> ExitCode {
 
 fn create(path: &Path, config: &Config, options: &Options) -> gphash::Result<()> {
     let index = GpHash::create(Some(path), config, options)?;
+    announce_cpu_fallback(&index, options);
     println!("created {}", path.display());
     println!("{}", index.stats());
     index.close()
@@ -273,6 +274,7 @@ fn replay(
         return Err(gphash::Error::InvalidConfig("--batch must be at least 1".into()));
     }
     let mut index = GpHash::open(path, options)?;
+    announce_cpu_fallback(&index, options);
     let g = *index.geometry();
     let text =
         std::fs::read_to_string(trace_path).map_err(io(format!("reading {}", trace_path.display())))?;
@@ -301,6 +303,14 @@ fn replay(
     bar.finish_and_clear();
     eprintln!("replayed {} operations; {}", ops.len(), index.stats().mode);
     index.close()
+}
+
+/// Says on stderr that `--executor auto` found no GPU and the CPU model runs the table (the
+/// library only logs it).
+pub fn announce_cpu_fallback(index: &GpHash, options: &Options) {
+    if let (Executor::Auto, gphash::Mode::Cpu { reason }) = (options.executor, index.stats().mode) {
+        eprintln!("gphash: running on the CPU model of the table, not a GPU: {reason}");
+    }
 }
 
 /// A progress bar on stderr (hidden when stderr is not a terminal).
