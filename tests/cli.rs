@@ -356,6 +356,7 @@ fn stats_needs_no_gpu() {
     let stats = hidden(&["stats", s(&pool)]);
     assert!(stats.status.success(), "{}", text(&stats));
     assert!(text(&stats).contains("mode:          chosen when the pool is opened"));
+}
 
 /// A compute-only run prints nothing about a display: where `XDG_RUNTIME_DIR` is unset, Mesa's
 /// device-select layer printed `error: XDG_RUNTIME_DIR is invalid or not set` at each device
