@@ -39,13 +39,17 @@ pub enum Error {
     /// Some insertion of the batch found no empty candidate slot. The batch was rolled back:
     /// none of its operations took effect.
     #[error(
-        "table full: {failed} insertion(s) of the batch found no empty slot (load factor {load:.3}); the batch was not applied"
+        "table full: {failed} insertion(s) of the batch found no empty slot (load factor {load:.3}){}; the batch was not applied",
+        if *early { ", although the table would be less than half full: its layout collides too early for growing to help (use more levels, hash locations or slots per bucket)" } else { "" }
     )]
     TableFull {
         /// Insertions that found no slot.
         failed: u64,
         /// Load factor before the batch.
         load: f64,
+        /// The table would be less than half full even with every operation of the batch adding
+        /// a key: its layout collides too early, and growing it is refused.
+        early: bool,
     },
     /// The value heap has no free cell. The batch was rolled back.
     #[error("value heap full: {failed} operation(s) found no free value cell; the batch was not applied")]

@@ -46,6 +46,9 @@ pub const INSERTING: u32 = 1;
 pub const PUBLISHED: u32 = 2;
 /// Largest number of candidate slots per key (`L * H * S`) the kernels support.
 pub const MAX_CANDIDATES: u32 = 128;
+/// Fewest candidate slots per key a table may have: with fewer, keys collide while the table
+/// is nearly empty, and growing does not help (1L-1H-1S doubled to 864 MB for 2,258 keys).
+pub const MIN_CANDIDATES: u32 = 8;
 /// The pool header's user word that records where keys live (0: in their buckets, 1: apart).
 pub const KEYS_APART_WORD: usize = 0;
 /// Load factor the table is sized for when created with a capacity.
@@ -95,6 +98,13 @@ impl Layout {
         }
         if !(1..=32).contains(&self.slots) {
             return bad("slots per bucket must be 1 to 32".into());
+        }
+        if self.candidates() < MIN_CANDIDATES {
+            return bad(format!(
+                "{} candidate slots per key (L x H x S); at least {MIN_CANDIDATES} are needed, or keys \
+                 collide while the table is nearly empty",
+                self.candidates()
+            ));
         }
         if self.candidates() > MAX_CANDIDATES {
             return bad(format!(
@@ -385,6 +395,20 @@ mod tests {
         assert_eq!(l.to_string(), "4L-2H-16S");
         for bad in ["", "2L-2H", "2L-2H-8S-1X", "2H-2L-8S", "0L-2H-8S", "2L-2H-64S", "4L-4H-16S"] {
             assert!(bad.parse::<Layout>().is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn layouts_with_fewer_than_eight_candidates_are_refused() {
+        for few in ["1L-1H-1S", "1L-1H-4S", "1L-2H-2S", "2L-1H-2S", "1L-1H-7S"] {
+            match few.parse::<Layout>() {
+                Err(Error::InvalidConfig(why)) => assert!(why.contains("at least 8"), "{few}: {why}"),
+                other => panic!("{few}: {other:?}"),
+            }
+        }
+        // The smallest layouts the benchmarks and tests use stay valid.
+        for ok in ["1L-1H-8S", "1L-2H-4S", "2L-2H-4S", "1L-2H-8S", "3L-2H-4S"] {
+            assert!(ok.parse::<Layout>().is_ok(), "{ok}");
         }
     }
 

@@ -51,7 +51,7 @@ fn cases() -> Vec<Case> {
             keys_apart: false,
         },
         Case {
-            layout: "1L-2H-4S",
+            layout: "1L-2H-8S",
             key_bytes: 4,
             value_bytes: 3,
             gpu: opts(Placement::Staged, 4, Some(64 << 10)),
@@ -317,24 +317,24 @@ fn full_table_and_full_heap_roll_back() {
         [("GPU", common::gpu_options(GpuOptions::default())), ("model", common::cpu_options())]
     {
         let opts = gphash::Options { grow: false, ..opts };
-        let cfg = Config { layout: "1L-1H-4S".parse::<Layout>().unwrap(), capacity: 1, ..Default::default() };
+        let cfg = Config { layout: "1L-1H-8S".parse::<Layout>().unwrap(), capacity: 1, ..Default::default() };
         let mut t = common::table(&dir, name, &cfg, &opts);
-        assert_eq!(t.geometry().slots(), 4);
+        assert_eq!(t.geometry().slots(), 8);
         let k = |i: u64| common::key(i, 8);
-        let keys: Vec<u8> = (0..4).flat_map(k).collect();
+        let keys: Vec<u8> = (0..8).flat_map(k).collect();
         t.insert(&keys, &keys).unwrap();
         let mut batch = t.batch();
         batch.upsert(&k(1), &[9; 8]).unwrap();
         batch.get(&k(2)).unwrap();
-        batch.insert(&k(7), &[7; 8]).unwrap();
+        batch.insert(&k(9), &[9; 8]).unwrap();
         batch.delete(&k(3)).unwrap();
         match t.execute(&batch) {
             Err(Error::TableFull { failed: 1, .. }) => {}
             other => panic!("{name}: expected TableFull, got {other:?}"),
         }
-        let unchanged: HashMap<Vec<u8>, Vec<u8>> = (0..4).map(|i| (k(i), k(i))).collect();
+        let unchanged: HashMap<Vec<u8>, Vec<u8>> = (0..8).map(|i| (k(i), k(i))).collect();
         assert_same_content(t.entries(), &unchanged, name);
-        assert_eq!(t.cells_used().unwrap(), 4, "{name}: rollback released the batch's cells");
+        assert_eq!(t.cells_used().unwrap(), 8, "{name}: rollback released the batch's cells");
         // More updates in one batch than free cells: the heap is full, nothing applies.
         let many = Batch::of_kind(
             OpKind::Update,
@@ -349,8 +349,8 @@ fn full_table_and_full_heap_roll_back() {
         assert!(t.check().ok());
         // Still usable.
         assert_eq!(t.delete(&k(3)).unwrap(), vec![Status::Ok]);
-        assert_eq!(t.insert(&k(7), &k(7)).unwrap(), vec![Status::Ok]);
-        assert_eq!(t.len(), 4);
+        assert_eq!(t.insert(&k(9), &k(9)).unwrap(), vec![Status::Ok]);
+        assert_eq!(t.len(), 8);
         assert_eq!(t.stats().activity.rolled_back, 2);
     }
 }
