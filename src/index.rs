@@ -93,6 +93,10 @@ pub struct Options {
     /// batch fails with `TableFull`; so it does with growth while the table would be less than
     /// half full (see [`GROW_FROM_LOAD`]).
     pub grow: bool,
+    /// Reads check the checksum of the value they read (off by default: it reads one more word
+    /// per value and hashes the value). A read whose value fails it gets [`Status::Corrupt`]
+    /// and no value.
+    pub verify_values: bool,
     /// Shown the pool at every persist point (see [`host_pm::Observer`]): for crash tests.
     pub observer: Option<host_pm::Observer>,
     /// Use this persist primitive instead of the backend's (benchmarks: `clwb` on tmpfs to
@@ -107,6 +111,7 @@ impl Default for Options {
             gpu: GpuOptions::default(),
             device: None,
             grow: true,
+            verify_values: false,
             observer: None,
             persist_mode: None,
         }
@@ -120,6 +125,7 @@ impl fmt::Debug for Options {
             .field("gpu", &self.gpu)
             .field("device", &self.device)
             .field("grow", &self.grow)
+            .field("verify_values", &self.verify_values)
             .field("observer", &self.observer.is_some())
             .field("persist_mode", &self.persist_mode)
             .finish()
@@ -385,10 +391,10 @@ impl GpHash {
                 gpu.clone(),
                 (self.geo, seeds),
                 &mut self.pool,
-                h.table_region,
-                h.heap_region,
+                [h.table_region, h.heap_region],
                 &bitmap,
                 &self.options.gpu,
+                self.options.verify_values,
             )?),
             Err(reason) => Box::new(CpuEngine::new(
                 self.geo,
@@ -397,6 +403,7 @@ impl GpHash {
                 h.heap_region,
                 bitmap,
                 reason.clone(),
+                self.options.verify_values,
             )),
         })
     }

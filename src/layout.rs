@@ -15,6 +15,13 @@
 //! cell. Keeping the value reference in the state word makes publish, update and delete single
 //! 32-bit CAS transitions on one word (see `docs/protocol.md`).
 //!
+//! A value cell of the heap is the value's words (zero-padded to whole words), then its
+//! checksum ([`crate::hash::value_checksum`]), one contiguous run read with one request:
+//!
+//! ```text
+//! | value[0..value_words] (u32) | checksum (u32) |
+//! ```
+//!
 //! Twin: `shaders/common/table.wgsl` computes the same addresses; change both together.
 
 use std::fmt;
@@ -278,9 +285,14 @@ impl Geometry {
         self.table_words() * 4
     }
 
-    /// 32-bit words of one value cell.
-    pub fn cell_words(&self) -> u32 {
+    /// 32-bit words of one value (its bytes zero-padded): what batches carry per operation.
+    pub fn value_words(&self) -> u32 {
         self.value_bytes.div_ceil(4)
+    }
+
+    /// 32-bit words of one value cell: the value words, then the checksum word.
+    pub fn cell_words(&self) -> u32 {
+        self.value_words() + 1
     }
 
     /// Words of the value heap.
@@ -419,6 +431,10 @@ mod tests {
         assert_eq!(g.group_bytes(), 384);
         assert_eq!(g.groups(), 512);
         assert_eq!(g.slots(), 512 * 3 * 8);
+        // An 8-byte value and its checksum.
+        assert_eq!((g.value_words(), g.cell_words()), (2, 3));
+        let odd = Geometry::new(Layout::default(), 8, 5, 10, 100).unwrap();
+        assert_eq!((odd.value_words(), odd.cell_words(), odd.heap_words()), (2, 3, 300));
     }
 
     #[test]
