@@ -1,8 +1,9 @@
-// Phase A: look every key up. Reads finish here (verified reads check their value's checksum). The first operation of the batch that inserts
-// an absent key registers in the batch's claim registry and claims the lowest empty slot of the
-// key's least-loaded candidate bucket (EMPTY -> INSERTING), then writes fingerprint and key;
-// later operations on that key join it, so a key is claimed at most once per batch. Nothing
-// published changes in this phase, so every lookup sees the state before the batch.
+// Phase A: look every key up. Reads finish here (verified reads check their value's checksum).
+// The first operation of the batch that inserts an absent key registers in the batch's claim
+// registry and claims the lowest empty slot of the key's least-loaded candidate bucket
+// (EMPTY -> INSERTING), then writes fingerprint and key; later operations on that key join it,
+// so a key is claimed at most once per batch. Nothing published changes in this phase, so every
+// lookup sees the state before the batch.
 // Twin: Model::phase_a in src/model.rs.
 
 #include "common/prelude.wgsl"

@@ -2,6 +2,10 @@
 
 use std::path::PathBuf;
 
+/// What a [`Error::TableFull`] with `early` set adds to its message.
+const EARLY_COLLISIONS: &str = ", although the table would be less than half full: its layout collides too early \
+     for growing to help (use more levels, hash locations or slots per bucket)";
+
 /// What went wrong. Nothing here is a panic: bad input, full tables and missing device
 /// features are all reported, and none of them loses acknowledged data.
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +44,7 @@ pub enum Error {
     /// none of its operations took effect.
     #[error(
         "table full: {failed} insertion(s) of the batch found no empty slot (load factor {load:.3}){}; the batch was not applied",
-        if *early { ", although the table would be less than half full: its layout collides too early for growing to help (use more levels, hash locations or slots per bucket)" } else { "" }
+        if *early { EARLY_COLLISIONS } else { "" }
     )]
     TableFull {
         /// Insertions that found no slot.
