@@ -1,5 +1,6 @@
 // Allocation stage, first of phase A: every operation that carries a value takes a free cell
-// of the heap and the tile writes the value into it. Resets the per-operation records.
+// of the heap and the tile writes the value and its checksum into it. Resets the per-operation
+// records.
 // Twin: Model::alloc in src/model.rs.
 
 #include "common/prelude.wgsl"

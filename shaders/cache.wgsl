@@ -37,8 +37,8 @@ fn changed_slot(op: u32) -> u32 {
 }
 
 // Writes one operation's slot through to its cached copy: the state word as the table holds it
-// now; for a claim, the key and fingerprint (from the operation itself); and the value, from the
-// operation's input, when the slot now references the cell this operation wrote.
+// now; for a claim, the key and fingerprint (from the operation itself); and the value cell, from
+// the operation's input, when the slot now references the cell this operation wrote.
 @compute @workgroup_size(WG)
 fn refresh(inv: Invocation, sg: Subgroup) {
     let me = op_index(inv);
@@ -65,10 +65,15 @@ fn refresh(inv: Invocation, sg: Subgroup) {
         ctable_store(cached_word(entry, bucket, SLOTS + slot), state);
         let cell = op_field(me, ST_CELL);
         if (state >= PUBLISHED && state - PUBLISHED == cell) {
+            // The cell as the allocation stage wrote it: the value, then its checksum.
             let at = cached_value_word(entry, id);
-            for (var w = 0u; w < CELL_WORDS; w++) {
-                cheap_store(at + w, vals_in[me * CELL_WORDS + w]);
+            var checksum = CHECKSUM_BASE;
+            for (var w = 0u; w < VALUE_WORDS; w++) {
+                let v = vals_in[me * VALUE_WORDS + w];
+                cheap_store(at + w, v);
+                checksum += checksum_term(w, v);
             }
+            cheap_store(at + VALUE_WORDS, checksum);
         }
     }
     flush_tally(sg.lane);

@@ -1,8 +1,9 @@
-// Phase A: look every key up. Reads finish here. The first operation of the batch that inserts
-// an absent key registers in the batch's claim registry and claims the lowest empty slot of the
-// key's least-loaded candidate bucket (EMPTY -> INSERTING), then writes fingerprint and key;
-// later operations on that key join it, so a key is claimed at most once per batch. Nothing
-// published changes in this phase, so every lookup sees the state before the batch.
+// Phase A: look every key up. Reads finish here (verified reads check their value's checksum).
+// The first operation of the batch that inserts an absent key registers in the batch's claim
+// registry and claims the lowest empty slot of the key's least-loaded candidate bucket
+// (EMPTY -> INSERTING), then writes fingerprint and key; later operations on that key join it,
+// so a key is claimed at most once per batch. Nothing published changes in this phase, so every
+// lookup sees the state before the batch.
 // Twin: Model::phase_a in src/model.rs.
 
 #include "common/prelude.wgsl"
@@ -98,17 +99,36 @@ fn step(t: Tile, turn: Turn) -> bool {
     let slot = chosen % SLOTS;
 
     let read_value = turn.busy && found && kind == OP_GET;
+    // Verified reads fetch the checksum word too: it follows the value in the same request.
+    let read_words = VALUE_WORDS + VERIFY_VALUES;
+    var terms = 0u;
+    var stored = 0u;
     if (read_value) {
         // The value, with consecutive lanes: one request per cell (none for a cached group).
         let cell = found_state - PUBLISHED;
-        for (var w = t.lane; w < CELL_WORDS; w += t.size) {
+        for (var w = t.lane; w < read_words; w += t.size) {
             var v: u32;
             if (found_entry == NONE) {
                 v = heap_load(cell * CELL_WORDS + w);
             } else {
                 v = cheap_load(cached_value_word(found_entry, found_slot) + w);
             }
-            vals_out[op * CELL_WORDS + w] = v;
+            if (w < VALUE_WORDS) {
+                vals_out[op * VALUE_WORDS + w] = v;
+                terms += checksum_term(w, v);
+            } else {
+                stored = v;
+            }
+        }
+    }
+    var corrupt = false;
+    if (VERIFY_VALUES == 1u) {
+        // The same on every lane of the tile. A damaged value is not handed out: zeros instead.
+        corrupt = read_value && CHECKSUM_BASE + tile_add(t, terms) != tile_add(t, stored);
+        if (corrupt) {
+            for (var w = t.lane; w < VALUE_WORDS; w += t.size) {
+                vals_out[op * VALUE_WORDS + w] = 0u;
+            }
         }
     }
 
@@ -123,7 +143,9 @@ fn step(t: Tile, turn: Turn) -> bool {
         note(op, loc, NONE, NONE, table_group_reads(loc, NONE), false);
     }
     if (kind == OP_GET) {
-        if (found) {
+        if (corrupt) {
+            finish(op, STATUS_CORRUPT);
+        } else if (found) {
             finish(op, STATUS_OK);
         } else {
             finish(op, STATUS_NOT_FOUND);

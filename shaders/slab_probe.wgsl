@@ -171,8 +171,8 @@ fn probe(inv: Invocation, sg: Subgroup) {
 
         // A read that found its key: the tile copies the value (one request per cell).
         if (turn.busy && out == OUT_FOUND && kind == OP_GET && found_ref < CELLS) {
-            for (var w = t.lane; w < CELL_WORDS; w += t.size) {
-                vals_out[op * CELL_WORDS + w] = heap_load(found_ref * CELL_WORDS + w);
+            for (var w = t.lane; w < VALUE_WORDS; w += t.size) {
+                vals_out[op * VALUE_WORDS + w] = heap_load(found_ref * CELL_WORDS + w);
             }
         }
 

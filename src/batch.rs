@@ -134,13 +134,13 @@ impl Batch {
         let words = |bytes: &[u8], out: &mut Vec<u32>| {
             out.extend(bytes.chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())));
         };
-        let cell_bytes = self.value_bytes.div_ceil(4) * 4;
+        let padded = self.value_bytes.div_ceil(4) * 4;
         e.kinds.clear();
         e.keys.clear();
         e.values.clear();
         let whole = is_whole(ops, self.len());
         let carries_values = ops.iter().any(|&i| self.kinds[i].writes_value());
-        if whole && (cell_bytes == self.value_bytes || !carries_values) {
+        if whole && (padded == self.value_bytes || !carries_values) {
             e.kinds.extend(self.kinds.iter().map(|&k| k as u32));
             words(&self.keys, &mut e.keys);
             if carries_values {
@@ -148,14 +148,14 @@ impl Batch {
             }
             return;
         }
-        let mut cell = vec![0u8; cell_bytes];
+        let mut word_aligned = vec![0u8; padded];
         for &i in ops {
             let (kind, key, value) = self.op(i);
             e.kinds.push(kind as u32);
             words(key, &mut e.keys);
             if carries_values {
-                cell[..self.value_bytes].copy_from_slice(value);
-                words(&cell, &mut e.values);
+                word_aligned[..self.value_bytes].copy_from_slice(value);
+                words(&word_aligned, &mut e.values);
             }
         }
     }
@@ -204,13 +204,13 @@ impl BatchResult {
         }
     }
 
-    /// Stores the results of the operations `ops` (in that order) from kernel output; `cells`
-    /// holds `cell_words` words per operation, or nothing when no operation reads.
-    pub(crate) fn scatter(&mut self, batch: &Batch, ops: &[usize], statuses: &[u32], cells: &[u32]) {
+    /// Stores the results of the operations `ops` (in that order) from kernel output; `values`
+    /// holds `value_words` words per operation, or nothing when no operation reads.
+    pub(crate) fn scatter(&mut self, batch: &Batch, ops: &[usize], statuses: &[u32], values: &[u32]) {
         let vb = self.value_bytes;
-        let cell_bytes = vb.div_ceil(4) * 4;
-        let bytes: &[u8] = bytemuck::cast_slice(cells);
-        let bulk = !cells.is_empty() && cell_bytes == vb && is_whole(ops, self.len());
+        let padded = vb.div_ceil(4) * 4;
+        let bytes: &[u8] = bytemuck::cast_slice(values);
+        let bulk = !values.is_empty() && padded == vb && is_whole(ops, self.len());
         if bulk {
             // Values of operations that are not successful reads are never handed out.
             self.values.copy_from_slice(bytes);
@@ -220,8 +220,7 @@ impl BatchResult {
             self.statuses[i] = status;
             self.reads[i] = status == Status::Ok && batch.kinds[i] == OpKind::Get;
             if self.reads[i] && !bulk {
-                self.values[i * vb..(i + 1) * vb]
-                    .copy_from_slice(&bytes[j * cell_bytes..j * cell_bytes + vb]);
+                self.values[i * vb..(i + 1) * vb].copy_from_slice(&bytes[j * padded..j * padded + vb]);
             }
         }
     }

@@ -35,11 +35,13 @@ pub struct CpuEngine {
     heap: Region,
     bitmap: Bitmap,
     reason: String,
+    verify_values: bool,
     run: BatchRun,
 }
 
 impl CpuEngine {
-    /// An engine over the pool's regions, with the allocator rebuilt at recovery.
+    /// An engine over the pool's regions, with the allocator rebuilt at recovery; reads check
+    /// their value's checksum when `verify_values`.
     pub fn new(
         geo: Geometry,
         seeds: Seeds,
@@ -47,8 +49,9 @@ impl CpuEngine {
         heap: Region,
         bitmap: Bitmap,
         reason: String,
+        verify_values: bool,
     ) -> Self {
-        CpuEngine { geo, seeds, table, heap, bitmap, reason, run: BatchRun::default() }
+        CpuEngine { geo, seeds, table, heap, bitmap, reason, verify_values, run: BatchRun::default() }
     }
 
     /// Runs `stage` over every operation of the batch with the lines it writes collected.
@@ -61,7 +64,7 @@ impl CpuEngine {
         self.run.control = Control::default();
         let mut dirty =
             Dirty { table_base: self.table.offset / 64, heap_base: self.heap.offset / 64, lines: vec![] };
-        let model = Model { geo: &self.geo, seeds: &self.seeds };
+        let model = Model { geo: &self.geo, seeds: &self.seeds, verify_values: self.verify_values };
         let mut mem = regions_mut(pool, self.table, self.heap);
         for i in 0..batch.len() {
             stage(&model, &mut mem, &mut self.bitmap, &mut dirty, &mut self.run, i);
@@ -84,7 +87,7 @@ impl Engine for CpuEngine {
 
     fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report> {
         let batch = host(batch)?;
-        self.run = BatchRun::new(batch.len(), self.geo.cell_words() as usize);
+        self.run = BatchRun::new(batch.len(), self.geo.value_words() as usize);
         let alloc = self
             .stage(pool, batch, |m, mem, bitmap, dirty, run, i| m.alloc(mem, bitmap, dirty, batch, run, i));
         let mut a = self.stage(pool, batch, |m, mem, _, dirty, run, i| m.phase_a(mem, dirty, batch, run, i));
@@ -112,8 +115,9 @@ impl Engine for CpuEngine {
         } else {
             Report { control: Control::default(), written: Written::Lines(vec![]) }
         };
+        let model = Model { geo: &self.geo, seeds: &self.seeds, verify_values: self.verify_values };
         for st in &self.run.states {
-            Model { geo: &self.geo, seeds: &self.seeds }.free(&mut self.bitmap, st);
+            model.free(&mut self.bitmap, st);
         }
         Ok(report)
     }

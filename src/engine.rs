@@ -11,14 +11,14 @@ use crate::gpu::engine::DeviceBatch;
 use crate::model::{Bitmap, Control};
 use crate::protocol::OpKind;
 
-/// A batch in kernel form: operation codes, key words, value words (cell-padded).
+/// A batch in kernel form: operation codes, key words, value words (zero-padded to whole words).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Encoded {
     /// One [`OpKind`] code per operation.
     pub kinds: Vec<u32>,
     /// `key_words` words per operation.
     pub keys: Vec<u32>,
-    /// `cell_words` words per operation (zero for operations without a value); empty when no
+    /// `value_words` words per operation (zero for operations without a value); empty when no
     /// operation carries a value.
     pub values: Vec<u32>,
 }
@@ -142,7 +142,7 @@ pub trait Engine: Send {
     /// Phase B (when `publish`) and the release of cells.
     fn phase_b(&mut self, pool: &mut Pool, batch: Input, publish: bool) -> Result<Report>;
 
-    /// The current batch's statuses and the value words of its reads (`cell_words` per
+    /// The current batch's statuses and the value words of its reads (`value_words` per
     /// operation, or empty when the batch has no read).
     fn results(&self) -> (&[u32], &[u32]);
 

@@ -2,6 +2,10 @@
 
 use std::path::PathBuf;
 
+/// What a [`Error::TableFull`] with `early` set adds to its message.
+const EARLY_COLLISIONS: &str = ", although the table would be less than half full: its layout collides too early \
+     for growing to help (use more levels, hash locations or slots per bucket)";
+
 /// What went wrong. Nothing here is a panic: bad input, full tables and missing device
 /// features are all reported, and none of them loses acknowledged data.
 #[derive(Debug, thiserror::Error)]
@@ -61,13 +65,17 @@ pub enum Error {
     /// Some insertion of the batch found no empty candidate slot. The batch was rolled back:
     /// none of its operations took effect.
     #[error(
-        "table full: {failed} insertion(s) of the batch found no empty slot (load factor {load:.3}); the batch was not applied"
+        "table full: {failed} insertion(s) of the batch found no empty slot (load factor {load:.3}){}; the batch was not applied",
+        if *early { EARLY_COLLISIONS } else { "" }
     )]
     TableFull {
         /// Insertions that found no slot.
         failed: u64,
         /// Load factor before the batch.
         load: f64,
+        /// The table would be less than half full even with every operation of the batch adding
+        /// a key: its layout collides too early, and growing it is refused.
+        early: bool,
     },
     /// The value heap has no free cell. The batch was rolled back.
     #[error("value heap full: {failed} operation(s) found no free value cell; the batch was not applied")]

@@ -4,6 +4,9 @@
 //! location hashes (their high bits pick the top-level bucket, so a bucket of level `t` is
 //! always the parent of the two buckets of level `t + 1` it shares with) and one fingerprint.
 //!
+//! Value cells carry a checksum ([`value_checksum`]): a sum of one bijective mix per value
+//! word, so that a tile of lanes computes it with one shuffle reduction.
+//!
 //! Twin: `shaders/common/hash.wgsl` (`top_bucket`: `shaders/common/table.wgsl`); change both
 //! together.
 
@@ -43,6 +46,22 @@ pub fn hash_words(key: &[u32], seed: u32) -> u32 {
     fmix(h ^ (key.len() as u32 * 4))
 }
 
+/// The checksum of a cell whose value words are all zero is never zero (pinned for every cell
+/// size by a test): a cell that was never written fails its check.
+pub const CHECKSUM_BASE: u32 = 0x6A09_E667;
+
+/// What value word `w` at position `i` of its cell adds to the cell's checksum: for each
+/// position a bijection of the word, so a change of any one word always changes the sum.
+pub fn checksum_term(i: u32, w: u32) -> u32 {
+    fmix(w ^ i.wrapping_add(1).wrapping_mul(0x9E37_79B9))
+}
+
+/// The checksum stored after the value words of a cell: [`CHECKSUM_BASE`] plus the terms of
+/// every word, modulo 2^32 (an order-free sum: lanes add their words' terms in any order).
+pub fn value_checksum(words: &[u32]) -> u32 {
+    (0..).zip(words).fold(CHECKSUM_BASE, |sum, (i, &w)| sum.wrapping_add(checksum_term(i, w)))
+}
+
 /// Top-level bucket of a location hash: its `top_level` high bits.
 pub fn top_bucket(hash: u32, top_level: u32) -> u32 {
     if top_level == 0 { 0 } else { hash >> (32 - top_level) }
@@ -63,6 +82,38 @@ mod tests {
         // Reference values of MurmurHash3's fmix32.
         assert_eq!(fmix(0), 0);
         assert_eq!(fmix(1), 0x514E_28B7);
+    }
+
+    #[test]
+    fn value_checksums_are_pinned() {
+        // The same numbers as `checksum_term` in shaders/common/hash.wgsl must give.
+        assert_eq!(value_checksum(&[0]), 0xFCD4_1575);
+        assert_eq!(value_checksum(&[1]), 0xA0E8_9B6A);
+        assert_eq!(value_checksum(&[1, 2, 3]), 0xBFE6_0AD3);
+        assert_eq!(value_checksum(&[0xDEAD_BEEF, 0, 0xFFFF_FFFF]), 0x411A_4D47);
+    }
+
+    #[test]
+    fn no_cell_of_zeros_has_a_zero_checksum() {
+        // Every cell size a table can have: 1 to 16384 value words.
+        let mut sum = CHECKSUM_BASE;
+        for i in 0..16384 {
+            sum = sum.wrapping_add(checksum_term(i, 0));
+            assert_ne!(sum, 0, "a cell of {} zero words", i + 1);
+        }
+    }
+
+    #[test]
+    fn every_single_word_change_changes_the_checksum() {
+        let words = [0x0102_0304u32, 0, 0xFFFF_FFFF, 7];
+        let sum = value_checksum(&words);
+        for i in 0..words.len() {
+            for flip in [1u32, 0x80, 0x100, 0x8000_0000, 0xFFFF_FFFF, 0x5A5A_0000] {
+                let mut changed = words;
+                changed[i] ^= flip;
+                assert_ne!(value_checksum(&changed), sum, "word {i} ^ {flip:#x}");
+            }
+        }
     }
 
     #[test]

@@ -30,6 +30,11 @@ use crate::resize;
 /// batches, each acknowledged on its own.
 pub const MAX_BATCH: usize = 1 << 22;
 
+/// An insertion that finds no slot grows the table only if the table would be at least this
+/// full with every operation of the batch adding a key: below it, the layout's candidates
+/// collide too early for doubling the table to help, and growing would repeat without bound.
+pub const GROW_FROM_LOAD: f64 = 0.5;
+
 /// The table to create.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -86,8 +91,13 @@ pub struct Options {
     /// A device to share with other tables (default: open the best one).
     pub device: Option<Arc<Gpu>>,
     /// Grow the table when an insertion finds no empty slot (default). Without growth such a
-    /// batch fails with `TableFull`.
+    /// batch fails with `TableFull`; so it does with growth while the table would be less than
+    /// half full (see [`GROW_FROM_LOAD`]).
     pub grow: bool,
+    /// Reads check the checksum of the value they read (off by default: it reads one more word
+    /// per value and hashes the value). A read whose value fails it gets [`Status::Corrupt`]
+    /// and no value.
+    pub verify_values: bool,
     /// Shown the pool at every persist point (see [`host_pm::Observer`]): for crash tests.
     pub observer: Option<host_pm::Observer>,
     /// Use this persist primitive instead of the backend's (benchmarks: `clwb` on tmpfs to
@@ -102,6 +112,7 @@ impl Default for Options {
             gpu: GpuOptions::default(),
             device: None,
             grow: true,
+            verify_values: false,
             observer: None,
             persist_mode: None,
         }
@@ -115,6 +126,7 @@ impl fmt::Debug for Options {
             .field("gpu", &self.gpu)
             .field("device", &self.device)
             .field("grow", &self.grow)
+            .field("verify_values", &self.verify_values)
             .field("observer", &self.observer.is_some())
             .field("persist_mode", &self.persist_mode)
             .finish()
@@ -376,10 +388,10 @@ impl GpHash {
                 gpu.clone(),
                 (self.geo, seeds),
                 &mut self.pool,
-                h.table_region,
-                h.heap_region,
+                [h.table_region, h.heap_region],
                 &bitmap,
                 &self.options.gpu,
+                self.options.verify_values,
             )?),
             Err(reason) => Box::new(CpuEngine::new(
                 self.geo,
@@ -388,6 +400,7 @@ impl GpHash {
                 h.heap_region,
                 bitmap,
                 reason.clone(),
+                self.options.verify_values,
             )),
         })
     }
@@ -728,12 +741,11 @@ impl GpHash {
             let r = engine.rollback(pool, batch)?;
             self.activity.engine_time += t.elapsed();
             self.persist(&r.written)?;
-            if !self.options.grow {
+            let load = self.items as f64 / self.geo.slots() as f64;
+            let early = (self.items + batch.len() as u64) as f64 / (self.geo.slots() as f64) < GROW_FROM_LOAD;
+            if !self.options.grow || (full > 0 && early) {
                 return Err(if full > 0 {
-                    Error::TableFull {
-                        failed: full as u64,
-                        load: self.items as f64 / self.geo.slots() as f64,
-                    }
+                    Error::TableFull { failed: full as u64, load, early }
                 } else {
                     Error::HeapFull { failed: no_cell as u64 }
                 });

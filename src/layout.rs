@@ -15,6 +15,13 @@
 //! cell. Keeping the value reference in the state word makes publish, update and delete single
 //! 32-bit CAS transitions on one word (see `docs/protocol.md`).
 //!
+//! A value cell of the heap is the value's words (zero-padded to whole words), then its
+//! checksum ([`crate::hash::value_checksum`]), one contiguous run read with one request:
+//!
+//! ```text
+//! | value[0..value_words] (u32) | checksum (u32) |
+//! ```
+//!
 //! Twin: `shaders/common/table.wgsl` computes the same addresses; change both together.
 
 use std::fmt;
@@ -46,6 +53,9 @@ pub const INSERTING: u32 = 1;
 pub const PUBLISHED: u32 = 2;
 /// Largest number of candidate slots per key (`L * H * S`) the kernels support.
 pub const MAX_CANDIDATES: u32 = 128;
+/// Fewest candidate slots per key a table may have: with fewer, keys collide while the table
+/// is nearly empty, and growing does not help (1L-1H-1S doubled to 864 MB for 2,258 keys).
+pub const MIN_CANDIDATES: u32 = 8;
 /// The pool header's user word that records where keys live (0: in their buckets, 1: apart).
 pub const KEYS_APART_WORD: usize = 0;
 /// Load factor the table is sized for when created with a capacity.
@@ -95,6 +105,13 @@ impl Layout {
         }
         if !(1..=32).contains(&self.slots) {
             return bad("slots per bucket must be 1 to 32".into());
+        }
+        if self.candidates() < MIN_CANDIDATES {
+            return bad(format!(
+                "{} candidate slots per key (L x H x S); at least {MIN_CANDIDATES} are needed, or keys \
+                 collide while the table is nearly empty",
+                self.candidates()
+            ));
         }
         if self.candidates() > MAX_CANDIDATES {
             return bad(format!(
@@ -268,9 +285,14 @@ impl Geometry {
         self.table_words() * 4
     }
 
-    /// 32-bit words of one value cell.
-    pub fn cell_words(&self) -> u32 {
+    /// 32-bit words of one value (its bytes zero-padded): what batches carry per operation.
+    pub fn value_words(&self) -> u32 {
         self.value_bytes.div_ceil(4)
+    }
+
+    /// 32-bit words of one value cell: the value words, then the checksum word.
+    pub fn cell_words(&self) -> u32 {
+        self.value_words() + 1
     }
 
     /// Words of the value heap.
@@ -389,12 +411,30 @@ mod tests {
     }
 
     #[test]
+    fn layouts_with_fewer_than_eight_candidates_are_refused() {
+        for few in ["1L-1H-1S", "1L-1H-4S", "1L-2H-2S", "2L-1H-2S", "1L-1H-7S"] {
+            match few.parse::<Layout>() {
+                Err(Error::InvalidConfig(why)) => assert!(why.contains("at least 8"), "{few}: {why}"),
+                other => panic!("{few}: {other:?}"),
+            }
+        }
+        // The smallest layouts the benchmarks and tests use stay valid.
+        for ok in ["1L-1H-8S", "1L-2H-4S", "2L-2H-4S", "1L-2H-8S", "3L-2H-4S"] {
+            assert!(ok.parse::<Layout>().is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
     fn default_groups_are_384_bytes_for_8_byte_keys() {
         let g = Geometry::new(Layout::default(), 8, 8, 10, 100).unwrap();
         assert_eq!(g.bucket_words() * 4, 128);
         assert_eq!(g.group_bytes(), 384);
         assert_eq!(g.groups(), 512);
         assert_eq!(g.slots(), 512 * 3 * 8);
+        // An 8-byte value and its checksum.
+        assert_eq!((g.value_words(), g.cell_words()), (2, 3));
+        let odd = Geometry::new(Layout::default(), 8, 5, 10, 100).unwrap();
+        assert_eq!((odd.value_words(), odd.cell_words(), odd.heap_words()), (2, 3, 300));
     }
 
     #[test]

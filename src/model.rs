@@ -5,7 +5,7 @@
 //! of a batch through a stage before the next stage starts is one of the interleavings the
 //! GPU may produce, so for batches of distinct keys the results are identical.
 
-use crate::hash::{Seeds, locate};
+use crate::hash::{Seeds, locate, value_checksum};
 use crate::layout::{Candidate, EMPTY, Geometry, INSERTING, PUBLISHED};
 use std::collections::HashMap;
 
@@ -171,7 +171,7 @@ pub struct BatchRun {
     pub states: Vec<OpState>,
     /// Per-operation results.
     pub statuses: Vec<u32>,
-    /// Values read by gets (`cell_words` per operation).
+    /// Values read by gets (`value_words` per operation).
     pub values: Vec<u32>,
     /// The claim registry: key -> the operation that claims it in this batch.
     pub claims: HashMap<Vec<u32>, u32>,
@@ -181,11 +181,11 @@ pub struct BatchRun {
 
 impl BatchRun {
     /// The state of a batch of `n` operations before the allocation stage.
-    pub fn new(n: usize, cell_words: usize) -> Self {
+    pub fn new(n: usize, value_words: usize) -> Self {
         BatchRun {
             states: vec![OpState::INITIAL; n],
             statuses: vec![0; n],
-            values: vec![0; n * cell_words],
+            values: vec![0; n * value_words],
             ..Default::default()
         }
     }
@@ -197,6 +197,8 @@ pub struct Model<'g> {
     pub geo: &'g Geometry,
     /// Hash seeds.
     pub seeds: &'g Seeds,
+    /// Reads check their value's checksum (`VERIFY_VALUES` of the kernels).
+    pub verify_values: bool,
 }
 
 impl Model<'_> {
@@ -229,7 +231,7 @@ impl Model<'_> {
     }
 
     /// Allocation stage (`shaders/alloc.wgsl`) for operation `i`: a fresh cell holding the
-    /// operation's value.
+    /// operation's value and its checksum.
     pub fn alloc(
         &self,
         mem: &mut Mem,
@@ -250,11 +252,12 @@ impl Model<'_> {
             return;
         };
         run.control[control::ALLOCATED] += 1;
-        let cw = self.geo.cell_words() as u64;
-        let at = cell as u64 * cw;
-        mem.heap[at as usize..(at + cw) as usize]
-            .copy_from_slice(&batch.values[i * cw as usize..(i + 1) * cw as usize]);
-        dirty.heap(at, cw);
+        let (vw, cw) = (self.geo.value_words() as usize, self.geo.cell_words() as usize);
+        let value = &batch.values[i * vw..(i + 1) * vw];
+        let at = cell as usize * cw;
+        mem.heap[at..at + vw].copy_from_slice(value);
+        mem.heap[at + vw] = value_checksum(value);
+        dirty.heap(at as u64, cw as u64);
         st.cell = cell;
     }
 
@@ -268,7 +271,7 @@ impl Model<'_> {
             return;
         }
         let geo = self.geo;
-        let (kw, cw) = (geo.key_words() as usize, geo.cell_words() as usize);
+        let (kw, vw, cw) = (geo.key_words() as usize, geo.value_words() as usize, geo.cell_words() as usize);
         let key = &batch.keys[i * kw..(i + 1) * kw];
         let kind = OpKind::from_code(batch.kinds[i]).expect("encoded from OpKind");
         let slots = geo.layout.slots;
@@ -284,8 +287,15 @@ impl Model<'_> {
         match (kind, found) {
             (OpKind::Get, Some(c)) => {
                 let at = (probe.states[c] - PUBLISHED) as usize * cw;
-                run.values[i * cw..(i + 1) * cw].copy_from_slice(&mem.heap[at..at + cw]);
-                done(st, status, Status::Ok);
+                let value = &mem.heap[at..at + vw];
+                if self.verify_values && value_checksum(value) != mem.heap[at + vw] {
+                    // A damaged value is not handed out (the kernel writes zeros).
+                    run.values[i * vw..(i + 1) * vw].fill(0);
+                    done(st, status, Status::Corrupt);
+                } else {
+                    run.values[i * vw..(i + 1) * vw].copy_from_slice(value);
+                    done(st, status, Status::Ok);
+                }
             }
             (OpKind::Get | OpKind::Update | OpKind::Delete, None) => done(st, status, Status::NotFound),
             (OpKind::Insert, Some(_)) => done(st, status, Status::Exists),

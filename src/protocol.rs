@@ -47,6 +47,9 @@ pub enum Status {
     NotFound = 2,
     /// The key is present (insert).
     Exists = 3,
+    /// A verified read (`Options::verify_values`) found the key, but its value cell fails its
+    /// checksum: the stored value is damaged and is not handed out.
+    Corrupt = 4,
 }
 
 impl Status {
@@ -56,6 +59,7 @@ impl Status {
             1 => Status::Ok,
             2 => Status::NotFound,
             3 => Status::Exists,
+            4 => Status::Corrupt,
             _ => return None,
         })
     }

@@ -9,7 +9,7 @@ use std::fmt;
 
 use host_pm::{Header, Pool, Region};
 
-use crate::hash::{Seeds, locate};
+use crate::hash::{Seeds, locate, value_checksum};
 use crate::layout::{Candidate, EMPTY, Geometry, INSERTING, PUBLISHED};
 use crate::model::Bitmap;
 
@@ -212,12 +212,15 @@ impl fmt::Display for CheckReport {
 }
 
 /// Checks every invariant of the table in `pool` (whose header is valid: `Pool::open` checked
-/// it): each published key sits in one of its own candidate slots with its own fingerprint,
-/// no key is published twice, value cells are in range and not shared, and a cleanly closed
-/// pool holds no INSERTING slot.
+/// it, and whose regions fit `geo`: [`crate::GpHash::geometry_of`] checked them): each
+/// published key sits in one of its own candidate slots with its own fingerprint, no key is
+/// published twice, value cells are in range, not shared and hold their checksum, and a
+/// cleanly closed pool holds no INSERTING slot.
 pub fn check(pool: &Pool, geo: &Geometry, header: &Header) -> CheckReport {
     let seeds = Seeds::new(header.table.seed, geo.layout.hashes);
     let table: &[u32] = bytemuck::cast_slice(pool.region(header.table_region));
+    let heap: &[u32] = bytemuck::cast_slice(pool.region(header.heap_region));
+    let (vw, cw) = (geo.value_words() as usize, geo.cell_words() as usize);
     let kw = geo.key_words() as usize;
     let mut report = CheckReport { slots: geo.slots(), ..Default::default() };
     check_resize_record(geo, header, &mut report);
@@ -262,6 +265,14 @@ pub fn check(pool: &Pool, geo: &Geometry, header: &Header) -> CheckReport {
                     "value cell {cell} also referenced by bucket {} slot {}",
                     first.bucket, first.slot
                 ));
+            } else {
+                let at = cell as usize * cw;
+                let (stored, want) = (heap[at + vw], value_checksum(&heap[at..at + vw]));
+                if stored != want {
+                    bad(format!(
+                        "value cell {cell}: checksum {stored:#010x} is not its value's {want:#010x}"
+                    ));
+                }
             }
         }
     }

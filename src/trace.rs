@@ -98,6 +98,8 @@ pub fn result_line(batch: &Batch, result: &BatchResult, i: usize) -> String {
         (_, Status::Ok) => "OK".into(),
         (_, Status::NotFound) => "NOTFOUND".into(),
         (_, Status::Exists) => "EXISTS".into(),
+        // A verified read whose stored value fails its checksum.
+        (_, Status::Corrupt) => "CORRUPT".into(),
     }
 }
 

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gphash::hash::{Seeds, locate};
-use gphash::layout::{Candidate, Geometry};
-use gphash::{Config, GpHash};
+use gphash::layout::{Candidate, Geometry, PUBLISHED};
+use gphash::recovery::Violation;
+use gphash::{CacheOptions, CacheStatus, Config, GpHash, GpuOptions, Options, Placement, Policy, Status};
 use host_pm::{Pool, Region, ResizeRecord};
 
 struct Planted {
@@ -25,6 +26,20 @@ impl Planted {
     fn table(&mut self) -> &mut [u32] {
         let r = self.pool.header().table_region;
         bytemuck::cast_slice_mut(self.pool.region_mut(r))
+    }
+
+    /// The bytes of the value cell slot `c` references (value, then checksum).
+    fn cell(&mut self, c: Candidate) -> &mut [u8] {
+        let cell = (*self.state(c) - PUBLISHED) as usize;
+        let bytes = self.geo.cell_words() as usize * 4;
+        let r = self.pool.header().heap_region;
+        &mut self.pool.region_mut(r)[cell * bytes..(cell + 1) * bytes]
+    }
+
+    /// The published slot of `key`.
+    fn slot_of(&mut self, key: &[u8]) -> Candidate {
+        let words: Vec<u32> = bytemuck::cast_slice(key).to_vec();
+        self.slots(true).into_iter().find(|&c| self.key(c) == words).expect("key published")
     }
 
     fn state(&mut self, c: Candidate) -> &mut u32 {
@@ -91,7 +106,7 @@ fn every_planted_fault_is_caught() {
     let pristine = pristine(dir.path());
     assert!(report(&pristine).ends_with("consistent"), "{}", report(&pristine));
     type Plant = fn(&mut Planted);
-    let faults: [(&str, Plant, &str); 7] = [
+    let faults: [(&str, Plant, &str); 9] = [
         (
             "key moved out of its candidates",
             |p| {
@@ -144,6 +159,22 @@ fn every_planted_fault_is_caught() {
             "INSERTING slot in a cleanly closed pool",
         ),
         (
+            "value byte flipped",
+            |p| {
+                let c = p.slots(true)[6];
+                p.cell(c)[0] ^= 0x10;
+            },
+            "checksum",
+        ),
+        (
+            "slot referencing a cell never written",
+            |p| {
+                let c = p.slots(true)[7];
+                *p.state(c) = PUBLISHED + p.geo.cells as u32 - 1;
+            },
+            "checksum 0x00000000 is not its value's",
+        ),
+        (
             "fingerprint overwritten",
             |p| {
                 let c = p.slots(true)[4];
@@ -185,5 +216,107 @@ fn every_planted_fault_is_caught() {
         let out = Command::new(env!("CARGO_BIN_EXE_gphash")).arg("check").arg(&path).output().unwrap();
         assert_eq!(out.status.code(), Some(1), "{name}");
         assert!(common::killed::fingerprint(&path) == before, "{name}: check changed the pool");
+    }
+}
+
+/// The table of `pristine` with one byte of key 42's value flipped in the pool file: `check`
+/// names the slot and the cell, a verified read reports the key corrupt instead of handing out
+/// the damaged value (on the GPU, zero-copy from the pool and from the bucket cache, staged,
+/// and on the CPU model), and an unverified read is as before: it returns the damaged value.
+#[test]
+fn a_flipped_value_byte_is_caught_by_check_and_verified_reads() {
+    let dir = common::pool_dir();
+    let path = dir.path().join("flipped");
+    std::fs::copy(pristine(dir.path()), &path).unwrap();
+    let (damaged, healthy) = (common::key(42, 8), common::key(7, 8));
+    let mut p = Planted::open(&path);
+    let at = p.slot_of(&damaged);
+    let cell = *p.state(at) - PUBLISHED;
+    p.cell(at)[3] ^= 0x01;
+    let mut flipped = damaged.clone();
+    flipped[3] ^= 0x01;
+    drop(p);
+
+    let pool = Pool::open(&path).unwrap();
+    let geo = GpHash::geometry_of(&pool).unwrap();
+    let report = gphash::recovery::check(&pool, &geo, pool.header());
+    assert_eq!(report.violations.len(), 1, "{report}");
+    let Violation { at: named, what } = &report.violations[0];
+    assert_eq!(*named, Some(at), "{report}");
+    assert!(what.starts_with(&format!("value cell {cell}: checksum")), "{report}");
+    assert!(
+        report
+            .to_string()
+            .contains(&format!("VIOLATION bucket {} slot {}: value cell {cell}", at.bucket, at.slot)),
+        "{report}"
+    );
+    drop(pool);
+
+    let both: Vec<u8> = [damaged.clone(), healthy.clone()].concat();
+    let cached = GpuOptions {
+        placement: Placement::ZeroCopy,
+        cache: CacheOptions { ratio: 1.0, policy: Policy::Random, ..CacheOptions::default() },
+        ..GpuOptions::default()
+    };
+    let staged = GpuOptions { placement: Placement::Staged, ..GpuOptions::default() };
+    let executors = [
+        ("GPU zero-copy", common::gpu_options(GpuOptions::default()), false),
+        ("GPU from the cache", common::gpu_options(cached), true),
+        ("GPU staged", common::gpu_options(staged), false),
+        ("CPU model", common::cpu_options(), false),
+    ];
+    for (name, options, load_cache) in executors {
+        let mut t = GpHash::open(&path, &Options { verify_values: true, ..options.clone() }).unwrap();
+        if load_cache {
+            t.load_cache().unwrap();
+        }
+        let r = t.get(&both).unwrap();
+        assert_eq!(r.statuses, vec![Status::Corrupt, Status::Ok], "{name}: verified");
+        assert_eq!(r.value(0), None, "{name}: a damaged value is not handed out");
+        assert_eq!(r.value(1), Some(&healthy[..]), "{name}: verified");
+        if load_cache {
+            match t.stats().cache {
+                CacheStatus::On(s) => {
+                    assert_eq!(s.value_reads_saved, 2, "{name}: values read from the cache")
+                }
+                off => panic!("{name}: {off}"),
+            }
+        }
+        drop(t);
+        let mut t = GpHash::open(&path, &options).unwrap();
+        let r = t.get(&both).unwrap();
+        assert_eq!(r.statuses, vec![Status::Ok, Status::Ok], "{name}: unverified");
+        assert_eq!(r.value(0), Some(&flipped[..]), "{name}: an unverified read is unchanged");
+        drop(t);
+    }
+
+    // The command line: `check` fails, a verified replay reads CORRUPT, an unverified one the
+    // damaged value.
+    let gphash = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_gphash")).args(args).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let pool = path.to_str().unwrap();
+    let (code, text) = gphash(&["check", pool]);
+    assert_eq!(code, Some(1));
+    assert!(
+        text.contains(&format!("bucket {} slot {}: value cell {cell}: checksum", at.bucket, at.slot)),
+        "{text}"
+    );
+    let trace = dir.path().join("trace");
+    std::fs::write(&trace, "R 42\nR 7\n").unwrap();
+    let out = dir.path().join("out");
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    for (flag, first) in [(Some("--verify-values"), "CORRUPT".to_string()), (None, hex(&flipped))] {
+        let _ = std::fs::remove_file(&out);
+        let mut args =
+            vec!["replay", pool, "--trace", trace.to_str().unwrap(), "--out", out.to_str().unwrap()];
+        args.extend(flag);
+        assert_eq!(gphash(&args).0, Some(0), "{flag:?}");
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            format!("{first}\n{}\n", hex(&healthy)),
+            "{flag:?}"
+        );
     }
 }

@@ -64,6 +64,7 @@ fn random_trace(rng: &mut StdRng, n: usize) -> (String, String) {
             (_, Status::Ok, _) => "OK".to_string(),
             (_, Status::NotFound, _) => "NOTFOUND".to_string(),
             (_, Status::Exists, _) => "EXISTS".to_string(),
+            (_, Status::Corrupt, _) => "CORRUPT".to_string(),
         };
         writeln!(expect, "{line}").unwrap();
     }

@@ -174,3 +174,64 @@ fn an_interrupted_resize_completes_on_open() {
         assert_eq!(t.pool().header().resize.state, 0);
     }
 }
+
+/// Layouts with fewer than 8 candidate slots per key are refused at create, with the minimum
+/// named; nothing is created.
+#[test]
+fn layouts_that_collide_at_once_are_refused() {
+    let dir = common::pool_dir();
+    for layout in [Layout { levels: 1, hashes: 1, slots: 1 }, Layout { levels: 1, hashes: 1, slots: 4 }] {
+        let path = dir.path().join(layout.to_string());
+        let cfg = Config { layout, ..Default::default() };
+        match GpHash::create(Some(&path), &cfg, &common::cpu_options()) {
+            Err(Error::InvalidConfig(why)) => assert!(why.contains("at least 8"), "{layout}: {why}"),
+            other => panic!("{layout}: expected InvalidConfig, got {other:?}"),
+        }
+        assert!(!path.exists(), "{layout}: a pool was created");
+    }
+}
+
+/// A layout whose keys collide while the table is mostly empty (one bucket of 8 slots per key)
+/// does not grow again and again: the insertion that finds no slot at a low load factor fails
+/// with TableFull saying so, the batch is rolled back, and the table neither grew nor changed.
+#[test]
+fn early_collisions_fail_instead_of_growing() {
+    let dir = common::pool_dir();
+    let cfg = Config { layout: "1L-1H-8S".parse().unwrap(), capacity: 6000, ..Default::default() };
+    let mut t = common::table(&dir, "p", &cfg, &common::cpu_options());
+    let (slots, pool_bytes) = (t.geometry().slots(), t.pool().len());
+    let mut oracle = Oracle::default();
+    let mut failure = None;
+    for b in 0..slots / 64 {
+        let mut batch = t.batch();
+        for i in 0..64 {
+            let k = b * 64 + i;
+            batch.insert(&common::key(k, 8), &k.to_le_bytes()).unwrap();
+        }
+        match t.execute(&batch) {
+            Ok(_) => {
+                oracle.run(&batch);
+            }
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    let e = failure.expect("a table of 8-slot buckets filled without a collision");
+    eprintln!("{e}");
+    match &e {
+        Error::TableFull { load, early: true, .. } => assert!(*load < 0.5, "{e}"),
+        other => panic!("expected TableFull at a low load factor, got {other:?}"),
+    }
+    assert!(e.to_string().contains("collides too early"), "{e}");
+    let s = t.stats();
+    assert_eq!((s.activity.resizes, s.slots, t.pool().len()), (0, slots, pool_bytes), "the table grew");
+    assert_eq!(s.activity.rolled_back, 1);
+    assert_same_content(t.entries(), &oracle.map, "after the refused batch");
+    assert!(t.check().ok(), "{}", t.check());
+    // Still usable.
+    let k = common::key(slots, 8);
+    assert_eq!(t.delete(&common::key(0, 8)).unwrap(), vec![gphash::Status::Ok]);
+    assert_eq!(t.get(&k).unwrap().statuses, vec![gphash::Status::NotFound]);
+}

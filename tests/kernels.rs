@@ -52,7 +52,7 @@ fn cases() -> Vec<Case> {
             keys_apart: false,
         },
         Case {
-            layout: "1L-2H-4S",
+            layout: "1L-2H-8S",
             key_bytes: 4,
             value_bytes: 3,
             gpu: opts(Placement::Staged, 4, Some(64 << 10)),
@@ -69,7 +69,7 @@ fn cases() -> Vec<Case> {
         Case {
             layout: "2L-2H-8S",
             key_bytes: 16,
-            value_bytes: 8,
+            value_bytes: 5,
             gpu: opts(Placement::ZeroCopy, 1, None),
             keys_apart: false,
         },
@@ -84,7 +84,7 @@ fn cases() -> Vec<Case> {
         Case {
             layout: "3L-2H-4S",
             key_bytes: 8,
-            value_bytes: 8,
+            value_bytes: 1,
             gpu: opts(Placement::Staged, 8, None),
             keys_apart: true,
         },
@@ -100,7 +100,8 @@ fn cases() -> Vec<Case> {
 }
 
 /// The GPU and the CPU model run the same batches of distinct keys: their statuses, the
-/// values they read and their contents equal the oracle's, and every invariant holds.
+/// values they read and their contents equal the oracle's, the value cells in their pools
+/// (checksum words included) are the same for each key, and every invariant holds.
 #[test]
 fn gpu_matches_model_on_random_batches() {
     let seed = common::seed("gpu_matches_model_on_random_batches");
@@ -179,6 +180,66 @@ fn gpu_matches_model_on_random_batches() {
                     "{what} {name}: a value cell leaked or was freed twice"
                 );
             }
+            if case.gpu.placement != Placement::Volatile {
+                assert_same_cells(&gpu, &cpu, &format!("{what} round {round}"));
+            }
+        }
+    }
+}
+
+/// The value cells of every key (value words, then the checksum word the allocation stage
+/// computed) are the same in the GPU's pool and in the CPU model's.
+fn assert_same_cells(gpu: &gphash::GpHash, cpu: &gphash::GpHash, what: &str) {
+    let (g, c) = (common::stored_cells(gpu), common::stored_cells(cpu));
+    assert_eq!(g.len(), c.len(), "{what}: published keys");
+    for (key, cell) in &c {
+        let (value, checksum) = cell.split_at(cell.len() - 1);
+        assert_eq!(checksum[0], gphash::hash::value_checksum(value), "{what}: key {key:x?}: model checksum");
+        assert_eq!(g.get(key), Some(cell), "{what}: key {key:x?}: GPU cell (value words, checksum)");
+    }
+}
+
+/// Values of odd sizes and the largest size, written and read (verified) by both engines:
+/// the same cells and checksums in both pools, every read right, `check` clean.
+#[test]
+fn odd_value_sizes_keep_their_checksums() {
+    let seed = common::seed("odd_value_sizes_keep_their_checksums");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = common::pool_dir();
+    for value_bytes in [1u32, 3, 5, 65536] {
+        let cfg = Config {
+            value_bytes,
+            layout: "1L-1H-8S".parse().unwrap(),
+            capacity: 6,
+            seed: rng.random(),
+            ..Default::default()
+        };
+        let verified = |o: gphash::Options| gphash::Options { verify_values: true, ..o };
+        let gpu_opts = verified(common::gpu_options(GpuOptions { tile: 8, ..GpuOptions::default() }));
+        let mut gpu = common::table(&dir, &format!("g{value_bytes}"), &cfg, &gpu_opts);
+        let mut cpu = common::table(&dir, &format!("c{value_bytes}"), &cfg, &verified(common::cpu_options()));
+        let mut oracle = Oracle::default();
+        for round in 0..3 {
+            let mut batch = gpu.batch();
+            for k in sample(&mut rng, 6, 4) {
+                let kind = [OpKind::Upsert, OpKind::Get, OpKind::Insert][rng.random_range(0..3)];
+                let v = common::value(&mut rng, value_bytes as usize);
+                batch.push(kind, &common::key(k as u64, 8), kind.writes_value().then_some(&v[..])).unwrap();
+            }
+            let want = oracle.run(&batch);
+            let what = format!("{value_bytes}-byte values, round {round}");
+            for (name, t) in [("GPU", &mut gpu), ("model", &mut cpu)] {
+                let got = t.execute(&batch).unwrap_or_else(|e| panic!("{what} {name}: {e}"));
+                for (i, (status, value)) in want.iter().enumerate() {
+                    assert_eq!(
+                        (got.statuses[i], got.value(i)),
+                        (*status, value.as_deref()),
+                        "{what} {name} op {i}"
+                    );
+                }
+                assert!(t.check().ok(), "{what} {name}: {}", t.check());
+            }
+            assert_same_cells(&gpu, &cpu, &what);
         }
     }
 }
@@ -318,24 +379,24 @@ fn full_table_and_full_heap_roll_back() {
         [("GPU", common::gpu_options(GpuOptions::default())), ("model", common::cpu_options())]
     {
         let opts = gphash::Options { grow: false, ..opts };
-        let cfg = Config { layout: "1L-1H-4S".parse::<Layout>().unwrap(), capacity: 1, ..Default::default() };
+        let cfg = Config { layout: "1L-1H-8S".parse::<Layout>().unwrap(), capacity: 1, ..Default::default() };
         let mut t = common::table(&dir, name, &cfg, &opts);
-        assert_eq!(t.geometry().slots(), 4);
+        assert_eq!(t.geometry().slots(), 8);
         let k = |i: u64| common::key(i, 8);
-        let keys: Vec<u8> = (0..4).flat_map(k).collect();
+        let keys: Vec<u8> = (0..8).flat_map(k).collect();
         t.insert(&keys, &keys).unwrap();
         let mut batch = t.batch();
         batch.upsert(&k(1), &[9; 8]).unwrap();
         batch.get(&k(2)).unwrap();
-        batch.insert(&k(7), &[7; 8]).unwrap();
+        batch.insert(&k(9), &[9; 8]).unwrap();
         batch.delete(&k(3)).unwrap();
         match t.execute(&batch) {
             Err(Error::TableFull { failed: 1, .. }) => {}
             other => panic!("{name}: expected TableFull, got {other:?}"),
         }
-        let unchanged: HashMap<Vec<u8>, Vec<u8>> = (0..4).map(|i| (k(i), k(i))).collect();
+        let unchanged: HashMap<Vec<u8>, Vec<u8>> = (0..8).map(|i| (k(i), k(i))).collect();
         assert_same_content(t.entries(), &unchanged, name);
-        assert_eq!(t.cells_used().unwrap(), 4, "{name}: rollback released the batch's cells");
+        assert_eq!(t.cells_used().unwrap(), 8, "{name}: rollback released the batch's cells");
         // More updates in one batch than free cells: the heap is full, nothing applies.
         let many = Batch::of_kind(
             OpKind::Update,
@@ -350,8 +411,8 @@ fn full_table_and_full_heap_roll_back() {
         assert!(t.check().ok());
         // Still usable.
         assert_eq!(t.delete(&k(3)).unwrap(), vec![Status::Ok]);
-        assert_eq!(t.insert(&k(7), &k(7)).unwrap(), vec![Status::Ok]);
-        assert_eq!(t.len(), 4);
+        assert_eq!(t.insert(&k(9), &k(9)).unwrap(), vec![Status::Ok]);
+        assert_eq!(t.len(), 8);
         assert_eq!(t.stats().activity.rolled_back, 2);
     }
 }
@@ -361,7 +422,7 @@ fn full_table_and_full_heap_roll_back() {
 #[test]
 fn subgroup_sizes_4_to_128() {
     common::rerun_at_subgroup_sizes(
-        &["gpu_matches_model", "ordered_mode", "same_key_storms", "full_table"],
-        4,
+        &["gpu_matches_model", "ordered_mode", "same_key_storms", "full_table", "odd_value_sizes"],
+        5,
     );
 }

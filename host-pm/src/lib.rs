@@ -59,8 +59,9 @@ pub const LINE_BYTES: u64 = 64;
 pub const REGION_ALIGN: u64 = 64 * 1024;
 /// Bytes reserved at the start of the pool for the header copies; regions start at or after it.
 pub const HEADER_AREA: u64 = 64 * 1024;
-/// The on-media format version this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// The on-media format version this build reads and writes. Version 2: each value cell ends
+/// with a checksum word (version 1 pools are refused as unsupported).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Everything that can go wrong with a pool.
 #[derive(Debug, thiserror::Error)]

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use host_pm::{
-    Backend, CreateOptions, HEADER_AREA, HEADER_COPY_BYTES, Header, PersistMode, Pool, PoolError,
-    REGION_ALIGN, Region, decode_header,
+    Backend, CreateOptions, FORMAT_VERSION, HEADER_AREA, HEADER_COPY_BYTES, Header, PersistMode, Pool,
+    PoolError, REGION_ALIGN, Region, decode_header,
 };
 
 fn create(path: &Path) -> (Pool, Header) {
@@ -251,17 +251,44 @@ fn other_version_with_valid_checksum_is_unsupported() {
     let dir = shm_dir();
     let path = dir.path().join("pool");
     drop(create(&path));
+    let newer = FORMAT_VERSION + 1;
     let mut copy = read_copy(&path, 1);
-    copy[8..12].copy_from_slice(&2u32.to_le_bytes());
+    copy[8..12].copy_from_slice(&newer.to_le_bytes());
     reseal(&mut copy);
     // Even one copy written by a newer format stops the open: that format owns the pool now.
     patch(&path, HEADER_COPY_BYTES, &copy);
     let err = Pool::open(&path).unwrap_err();
-    assert!(matches!(err, PoolError::UnsupportedVersion { found: 2, supported: 1 }), "{err:?}");
+    assert!(
+        matches!(err, PoolError::UnsupportedVersion { found, supported: FORMAT_VERSION } if found == newer),
+        "{err:?}"
+    );
     patch(&path, 0, &copy);
     let err = Pool::open(&path).unwrap_err();
-    assert!(matches!(err, PoolError::UnsupportedVersion { found: 2, supported: 1 }));
-    assert!(err.to_string().contains("version 2"), "{err}");
+    assert!(matches!(err, PoolError::UnsupportedVersion { found, .. } if found == newer));
+    assert!(err.to_string().contains(&format!("version {newer}")), "{err}");
+}
+
+/// A pool of the previous format (value cells without checksums) gets a clear error.
+#[test]
+fn previous_version_is_unsupported() {
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    drop(create(&path));
+    let old = FORMAT_VERSION - 1;
+    for copy in 0..2 {
+        let mut bytes = read_copy(&path, copy);
+        bytes[8..12].copy_from_slice(&old.to_le_bytes());
+        reseal(&mut bytes);
+        patch(&path, copy * HEADER_COPY_BYTES, &bytes);
+    }
+    let err = Pool::open(&path).unwrap_err();
+    assert!(
+        matches!(err, PoolError::UnsupportedVersion { found, supported: FORMAT_VERSION } if found == old)
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("pool format version {old} is not supported (this build reads version {FORMAT_VERSION})")
+    );
 }
 
 #[test]
@@ -437,7 +464,7 @@ fn write_header_refuses_invalid_headers() {
     let mut beyond = h;
     beyond.heap_region.bytes = total; // ends past the pool
     let mut version = h;
-    version.version = 2;
+    version.version = FORMAT_VERSION + 1;
     for bad in [overlap, beyond, version] {
         let err = pool.write_header(&bad).unwrap_err();
         assert!(matches!(err, PoolError::InvalidArgument(_)), "{err:?}");

@@ -1,4 +1,4 @@
-// Key hashing: MurmurHash3-style 32-bit hashes over the key's words.
+// Key hashing: MurmurHash3-style 32-bit hashes over the key's words, and value checksums.
 // Twin: src/hash.rs; change both together.
 
 fn rotl(x: u32, r: u32) -> u32 {
@@ -21,4 +21,13 @@ fn hash_key(key: array<u32, KEY_WORDS>, seed: u32) -> u32 {
         h = rotl(h ^ k, 13u) * 5u + 0xe6546b64u;
     }
     return fmix(h ^ (KEY_WORDS * 4u));
+}
+
+// Value checksums (twin: `value_checksum` in src/hash.rs): CHECKSUM_BASE plus, for each value
+// word, a bijective mix of the word and its position. A sum, so a tile adds its lanes' terms
+// with one reduction in any order.
+const CHECKSUM_BASE: u32 = 0x6a09e667u;
+
+fn checksum_term(i: u32, w: u32) -> u32 {
+    return fmix(w ^ ((i + 1u) * 0x9e3779b9u));
 }

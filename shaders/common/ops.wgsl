@@ -12,6 +12,7 @@ const OP_DELETE: u32 = 5u;
 const STATUS_OK: u32 = 1u;
 const STATUS_NOT_FOUND: u32 = 2u;
 const STATUS_EXISTS: u32 = 3u;
+const STATUS_CORRUPT: u32 = 4u;
 
 const NONE: u32 = 0xffffffffu;
 

@@ -1,5 +1,7 @@
 // New values: each operation's value goes into its fresh cell of the heap, written by the
-// operation's tile with consecutive lanes (one request per cell).
+// operation's tile with consecutive lanes (one request per cell). Where cells have a checksum
+// word (CELL_WORDS > VALUE_WORDS), the tile sums its lanes' checksum terms and one lane writes
+// it after the value, in the same phase: it is persisted with the value, before any publish.
 
 // Writes the value of operation `me` into `cell` (NONE: nothing to write). A subgroup
 // operation: call it from subgroup-uniform control flow.
@@ -11,9 +13,18 @@ fn write_values(t: Tile, me: u32, cell: u32) {
         }
         let turn = take_turn(t, pending, me);
         let c = tile_bcast(t, cell, turn.lead);
+        var terms = 0u;
         if (turn.busy) {
-            for (var w = t.lane; w < CELL_WORDS; w += t.size) {
-                heap_store(c * CELL_WORDS + w, vals_in[turn.op * CELL_WORDS + w]);
+            for (var w = t.lane; w < VALUE_WORDS; w += t.size) {
+                let v = vals_in[turn.op * VALUE_WORDS + w];
+                heap_store(c * CELL_WORDS + w, v);
+                terms += checksum_term(w, v);
+            }
+        }
+        if (CELL_WORDS > VALUE_WORDS) {
+            let checksum = CHECKSUM_BASE + tile_add(t, terms);
+            if (turn.busy && t.lane == 0u) {
+                heap_store(c * CELL_WORDS + VALUE_WORDS, checksum);
             }
         }
         if (turn.leader) {

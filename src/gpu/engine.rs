@@ -73,26 +73,28 @@ pub struct DeviceBatch<'a> {
     pub kinds: &'a wgpu::Buffer,
     /// `key_bytes / 4` words per operation.
     pub keys: &'a wgpu::Buffer,
-    /// `ceil(value_bytes / 4)` words per operation (read for insert, upsert, update).
+    /// `ceil(value_bytes / 4)` words per operation (read for insert, upsert, update); the
+    /// index computes each value's checksum itself.
     pub values: &'a wgpu::Buffer,
     /// Output: one [`crate::Status`] code per operation.
     pub statuses: &'a wgpu::Buffer,
-    /// Output: `ceil(value_bytes / 4)` words per operation, the values gets found.
+    /// Output: `ceil(value_bytes / 4)` words per operation, the values gets found (zeros for a
+    /// verified read whose status is [`crate::Status::Corrupt`]; untouched for other statuses).
     pub found: &'a wgpu::Buffer,
 }
 
 impl DeviceBatch<'_> {
     /// Refuses buffers too small for `len` operations of `key_words`-word keys and
-    /// `cell_words`-word values, or without `STORAGE` usage.
-    pub(crate) fn validate(&self, key_words: u32, cell_words: u32) -> Result<()> {
+    /// `value_words`-word values, or without `STORAGE` usage.
+    pub(crate) fn validate(&self, key_words: u32, value_words: u32) -> Result<()> {
         let n = self.len as u64;
-        let (kw, cw) = (key_words as u64, cell_words as u64);
+        let (kw, vw) = (key_words as u64, value_words as u64);
         for (name, buf, words) in [
             ("kinds", self.kinds, n),
             ("keys", self.keys, n * kw),
-            ("values", self.values, n * cw),
+            ("values", self.values, n * vw),
             ("statuses", self.statuses, n),
-            ("found", self.found, n * cw),
+            ("found", self.found, n * vw),
         ] {
             if buf.size() < words.max(1) * 4 {
                 return Err(Error::InvalidConfig(format!(
@@ -143,11 +145,11 @@ struct ReadbackLayout {
 }
 
 impl ReadbackLayout {
-    fn new(cap: u64, dirty_cap: u64, cell_words: u64, staged: bool) -> Self {
+    fn new(cap: u64, dirty_cap: u64, value_words: u64, staged: bool) -> Self {
         let up = |x: u64| x.div_ceil(256) * 256;
         let statuses = 256;
         let values = statuses + up(cap * 4);
-        let lines = values + up(cap * cell_words * 4);
+        let lines = values + up(cap * value_words * 4);
         let staging = lines + up(dirty_cap * 4);
         let total = staging + if staged { dirty_cap * 64 } else { 0 };
         ReadbackLayout { statuses, values, lines, total }
@@ -182,15 +184,16 @@ pub struct GpuEngine {
 }
 
 impl GpuEngine {
-    /// Binds the pool's regions (imported, or copied to the device) and builds the kernels.
+    /// Binds the pool's table and heap regions (imported, or copied to the device) and builds
+    /// the kernels; reads check their value's checksum when `verify_values`.
     pub fn new(
         gpu: Arc<Gpu>,
         cfg_base: (crate::layout::Geometry, crate::hash::Seeds),
         pool: &mut Pool,
-        table_region: Region,
-        heap_region: Region,
+        [table_region, heap_region]: [Region; 2],
         bitmap: &Bitmap,
         opts: &GpuOptions,
+        verify_values: bool,
     ) -> Result<Self> {
         let (geo, seeds) = cfg_base;
         // A lane keeps one bit per pass over the candidates: at most 32 passes.
@@ -211,6 +214,7 @@ impl GpuEngine {
             tile: opts.tile,
             cache: CacheConfig::off(),
             source: None,
+            verify_values,
         };
         check_bindings("the table", cfg.bindings().0, &gpu.info)?;
         let windows = PoolWindows::place(
@@ -266,7 +270,7 @@ impl GpuEngine {
         }
         let cap = n.next_power_of_two().max(256);
         let geo = &self.cfg.geo;
-        let (kw, cw) = (geo.key_words() as u64, geo.cell_words() as u64);
+        let (kw, vw, cw) = (geo.key_words() as u64, geo.value_words() as u64, geo.cell_words() as u64);
         // Lines one operation can write in one phase: its cell, then fingerprint, state and key.
         let per_op = cw / 16 + kw / 16 + 8;
         let dirty_cap = (cap as u64 * per_op).min(u32::MAX as u64 / 16) as u32;
@@ -275,15 +279,15 @@ impl GpuEngine {
         let cap64 = cap as u64;
         let kinds = storage("kinds", cap64 * 4);
         let keys = storage("keys", cap64 * kw * 4);
-        let vals_in = storage("vals_in", cap64 * cw * 4);
+        let vals_in = storage("vals_in", cap64 * vw * 4);
         let statuses = storage("statuses", cap64 * 4);
-        let vals_out = storage("vals_out", cap64 * cw * 4);
+        let vals_out = storage("vals_out", cap64 * vw * 4);
         let opstate = storage("opstate", cap64 * crate::protocol::OpState::WORDS * 4);
         let dirty = storage("dirty", dirty_cap as u64 * 4);
         let staging = storage("staging", if self.windows.staged() { dirty_cap as u64 * 64 } else { 16 });
         // The claim registry, at most half full.
         let claims = storage("claims", cap64 * 2 * 4);
-        let rl = ReadbackLayout::new(cap64, dirty_cap as u64, cw, self.windows.staged());
+        let rl = ReadbackLayout::new(cap64, dirty_cap as u64, vw, self.windows.staged());
         let readback = dev.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
             size: rl.total,
@@ -365,19 +369,14 @@ impl GpuEngine {
             bind,
             kernels.iter().map(|&k| (self.pipelines.get(k), self.invocations(k))).chain(writeback),
         );
-        let rl = ReadbackLayout::new(
-            io.cap as u64,
-            io.dirty_cap as u64,
-            self.cfg.geo.cell_words() as u64,
-            self.windows.staged(),
-        );
-        let cw = self.cfg.geo.cell_words() as u64;
+        let vw = self.cfg.geo.value_words() as u64;
+        let rl = ReadbackLayout::new(io.cap as u64, io.dirty_cap as u64, vw, self.windows.staged());
         enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, (control::WORDS * 4) as u64);
         if results != Results::None && n > 0 {
             enc.copy_buffer_to_buffer(&io.statuses, 0, &io.readback, rl.statuses, n as u64 * 4);
         }
         if results == Results::WithValues && n > 0 {
-            enc.copy_buffer_to_buffer(&io.vals_out, 0, &io.readback, rl.values, n as u64 * cw * 4);
+            enc.copy_buffer_to_buffer(&io.vals_out, 0, &io.readback, rl.values, n as u64 * vw * 4);
         }
         let mut cmds = vec![enc.finish()];
         if !self.windows.staged() {
@@ -404,7 +403,7 @@ impl GpuEngine {
             }
             if results == Results::WithValues {
                 let v = rl.values as usize;
-                values.extend_from_slice(bytemuck::cast_slice(&bytes[v..v + (n as u64 * cw * 4) as usize]));
+                values.extend_from_slice(bytemuck::cast_slice(&bytes[v..v + (n as u64 * vw * 4) as usize]));
             }
         })?;
         log::debug!(
@@ -434,7 +433,7 @@ impl GpuEngine {
         let rl = ReadbackLayout::new(
             io.cap as u64,
             io.dirty_cap as u64,
-            self.cfg.geo.cell_words() as u64,
+            self.cfg.geo.value_words() as u64,
             self.windows.staged(),
         );
         let staging = self.windows.staged().then_some(&io.staging);
@@ -524,7 +523,7 @@ impl Engine for GpuEngine {
                 if e.read_only() { Results::WithValues } else { Results::None }
             }
             Input::Device(d) => {
-                d.validate(self.cfg.geo.key_words(), self.cfg.geo.cell_words())?;
+                d.validate(self.cfg.geo.key_words(), self.cfg.geo.value_words())?;
                 let bind = self.bind_group(
                     [d.kinds, d.keys, d.values, d.statuses, d.found],
                     [&io.opstate, &io.dirty, &io.staging, &io.claims],

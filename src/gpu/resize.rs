@@ -46,6 +46,8 @@ pub fn build(
             top_level: old.top_level,
             keys_base: old.keys_base(),
         }),
+        // The resize kernels read no value.
+        verify_values: false,
     };
     check_bindings("the table", cfg.bindings().0, &gpu.info)?;
     let source = cfg.source.expect("set above").windows;

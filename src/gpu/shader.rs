@@ -190,6 +190,8 @@ pub struct KernelConfig {
     pub cache: CacheConfig,
     /// The old table of a resize, read-only (resize kernels only).
     pub source: Option<Source>,
+    /// Reads check their value's checksum (see `Options::verify_values`).
+    pub verify_values: bool,
 }
 
 /// How the kernels see the bucket cache.
@@ -283,7 +285,7 @@ fn prelude(cfg: &KernelConfig) -> String {
     let g = &cfg.geo;
     let l = &g.layout;
     let mut s = String::new();
-    let consts: [(&str, u64); 16] = [
+    let consts: [(&str, u64); 17] = [
         ("SLOTS", l.slots as u64),
         ("LEVELS", l.levels as u64),
         ("HASHES", l.hashes as u64),
@@ -300,8 +302,9 @@ fn prelude(cfg: &KernelConfig) -> String {
         ("KEYS_BASE", g.keys_base()),
         ("CACHE_ENTRIES", cfg.cache.entries as u64),
         ("CACHE_COUNT", cfg.cache.count_mode as u64),
+        ("VERIFY_VALUES", cfg.verify_values as u64),
     ];
-    write_consts(&mut s, cfg.tile, g.key_words(), g.cell_words(), &consts);
+    write_consts(&mut s, cfg.tile, g.key_words(), (g.value_words(), g.cell_words()), &consts);
     let seeds: Vec<String> = cfg.seeds.locations.iter().map(|v| format!("{v}u")).collect();
     writeln!(s, "const LOCATION_SEEDS = array<u32, {}>({});", seeds.len(), seeds.join(", ")).unwrap();
     writeln!(s, "const FINGERPRINT_SEED: u32 = {}u;", cfg.seeds.fingerprint).unwrap();
@@ -342,9 +345,23 @@ struct Params {
 }
 
 /// The constants of a prelude: those of every table, which the shared files use (`WG`, `TILE`,
-/// `KEY_WORDS`, `CELL_WORDS`), then the table's own `consts`.
-pub fn write_consts(s: &mut String, tile: u32, key_words: u32, cell_words: u32, consts: &[(&str, u64)]) {
-    let shared = [("WG", WORKGROUP), ("TILE", tile), ("KEY_WORDS", key_words), ("CELL_WORDS", cell_words)];
+/// `KEY_WORDS`; `VALUE_WORDS`, a value's words in batch buffers, and `CELL_WORDS`, the words
+/// of a heap cell: the value, then its checksum when the table keeps one), then the table's
+/// own `consts`.
+pub fn write_consts(
+    s: &mut String,
+    tile: u32,
+    key_words: u32,
+    (value_words, cell_words): (u32, u32),
+    consts: &[(&str, u64)],
+) {
+    let shared = [
+        ("WG", WORKGROUP),
+        ("TILE", tile),
+        ("KEY_WORDS", key_words),
+        ("VALUE_WORDS", value_words),
+        ("CELL_WORDS", cell_words),
+    ];
     for (name, v) in shared.into_iter().map(|(n, v)| (n, v as u64)).chain(consts.iter().copied()) {
         writeln!(s, "const {name}: u32 = {v}u;").unwrap();
     }
@@ -495,7 +512,16 @@ mod tests {
         let source =
             Some(Source { windows: table, top_level: geo.top_level - 1, keys_base: geo.keys_base() / 2 });
         let cache = CacheConfig { entries: 3, count_mode: 1, table: heap, heap: table };
-        KernelConfig { seeds: Seeds::new(7, layout.hashes), geo, tile: 32, table, heap, cache, source }
+        KernelConfig {
+            seeds: Seeds::new(7, layout.hashes),
+            geo,
+            tile: 32,
+            table,
+            heap,
+            cache,
+            source,
+            verify_values: value_bytes % 2 == 1,
+        }
     }
 
     /// A broken shader fails here, not in a user's run.
@@ -504,7 +530,7 @@ mod tests {
         for (layout, k, v, w) in [
             ("2L-2H-8S", 8, 8, 1),
             ("2L-2H-8S", 32, 128, 3),
-            ("1L-1H-4S", 4, 1, 1),
+            ("1L-1H-8S", 4, 1, 1),
             ("4L-2H-16S", 16, 100, 4),
             ("3L-3H-8S", 256, 7, 2),
         ] {

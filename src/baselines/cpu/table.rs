@@ -788,7 +788,7 @@ impl CpuTable {
         if full > 0 || no_cell > 0 {
             self.roll_back(&plans);
             return Err(if full > 0 {
-                Error::TableFull { failed: full, load: self.load() }
+                Error::TableFull { failed: full, load: self.load(), early: false }
             } else {
                 Error::HeapFull { failed: no_cell }
             });

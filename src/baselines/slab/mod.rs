@@ -757,7 +757,7 @@ impl SlabSystem {
             if c[ctl::NO_SLAB] > 0 {
                 self.roll_back()?;
                 let load = self.items as f64 / self.geo.entry_capacity() as f64;
-                return Err(Error::TableFull { failed: c[ctl::NO_SLAB] as u64, load });
+                return Err(Error::TableFull { failed: c[ctl::NO_SLAB] as u64, load, early: false });
             }
             published += c[ctl::PUBLISHED] as u64;
             deleted += c[ctl::DELETED] as u64;

@@ -187,7 +187,8 @@ fn prelude(cfg: &SlabShaderConfig) -> String {
         ("CELL_BITMAP_WORDS", g.cell_bitmap_words() as u64),
         ("MARKS", cfg.marks() as u64),
     ];
-    shader::write_consts(&mut s, cfg.tile, g.key_words(), g.cell_words(), &consts);
+    // The baseline's cells hold the value only, as SlabHash's do: no checksum word.
+    shader::write_consts(&mut s, cfg.tile, g.key_words(), (g.cell_words(), g.cell_words()), &consts);
     s.push_str(
         "
 struct Params {

@@ -47,6 +47,9 @@ struct ExecArgs {
     /// The cache counts one access in this many for LFU and LRU (0: none).
     #[arg(long, global = true, default_value_t = CacheOptions::default().sample)]
     cache_sample: u32,
+    /// Reads check their value's checksum; a damaged value reads as CORRUPT.
+    #[arg(long, global = true)]
+    verify_values: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -87,6 +90,7 @@ impl ExecArgs {
                     ..CacheOptions::default()
                 },
             },
+            verify_values: self.verify_values,
             ..Options::default()
         }
     }
