@@ -254,14 +254,15 @@ fn check_says_why_it_cannot_check_with_status_2() {
         let at = copy * host_pm::HEADER_COPY_BYTES as usize;
         let raw = &mut bytes[at..at + host_pm::HEADER_COPY_BYTES as usize];
         let mut h = host_pm::decode_header(raw, 1 << 30).unwrap();
-        h.version = 2;
+        h.version = host_pm::FORMAT_VERSION + 1;
         raw.copy_from_slice(&host_pm::encode_header(&h));
     }
     std::fs::write(&newer, bytes).unwrap();
+    let newer_why = format!("version {} is not supported", host_pm::FORMAT_VERSION + 1);
     let cases = [
         (dir.path().join("missing"), "No such file"),
         (zeros, "not a gphash pool"),
-        (newer, "version 2 is not supported"),
+        (newer, newer_why.as_str()),
         (dir.path().to_path_buf(), "neither a regular file nor a devdax device"),
     ];
     for (path, why) in cases {
