@@ -731,7 +731,8 @@ impl Pool {
     }
 
     /// Mark the pool open-and-dirty (`clean_shutdown = false`) durably; the table crate calls it
-    /// right after open. Writes nothing if the flag is already false.
+    /// before its first write after open, so that a crash during writes is never taken for a
+    /// clean shutdown. Writes nothing if the flag is already false.
     pub fn mark_dirty(&mut self) -> Result<()> {
         if !self.header.clean_shutdown {
             return Ok(());
