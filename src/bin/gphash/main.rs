@@ -217,7 +217,7 @@ fn replay(
     let g = *index.geometry();
     let text =
         std::fs::read_to_string(trace_path).map_err(io(format!("reading {}", trace_path.display())))?;
-    let ops = trace::parse(trace_path, &text, g.key_bytes as usize, g.value_bytes as usize)?;
+    let ops = trace::parse_bytes(trace_path, text.as_bytes(), g.key_bytes as usize, g.value_bytes as usize)?;
     let mut out = File::create(out_path).map_err(io(format!("creating {}", out_path.display())))?;
     let bar = progress(ops.len() as u64, "replay");
     let mut lines = String::new();
