@@ -21,7 +21,6 @@
 //! [`op_line`] writes operations in this form (keys always with `0x`), and what it writes
 //! parses back to the same operations.
 
-use std::fmt::Write;
 use std::path::Path;
 
 use crate::batch::{Batch, BatchResult};
@@ -118,9 +117,11 @@ fn hex(token: &str, bytes: usize) -> std::result::Result<Vec<u8>, String> {
 }
 
 fn push_hex(s: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     s.reserve(2 * bytes.len());
-    for b in bytes {
-        write!(s, "{b:02x}").unwrap();
+    for &b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
     }
 }
 

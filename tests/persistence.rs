@@ -99,7 +99,7 @@ fn only_writes_mark_a_pool_dirty() {
         assert!(clean(&t), "{name}: a refused batch does not mark the pool dirty");
         t.delete(&keys[..8]).unwrap();
         drop(t);
-        let mut t = reopen();
+        let t = reopen();
         assert!(!clean(&t), "{name}: a write marks the pool dirty");
         assert_eq!(t.len(), 99);
         t.close().unwrap();
