@@ -346,23 +346,14 @@ fn a_killed_demo_leaves_nothing() {
     let mut rng = StdRng::seed_from_u64(common::seed("a_killed_demo_leaves_nothing"));
     let dir = common::pool_dir();
     for kill in 0..12 {
+        // Seconds of work (the default sizes): the kill comes first.
         let mut child = Command::new(env!("CARGO_BIN_EXE_gphash"))
-            .args([
-                "demo",
-                "--keys",
-                "100000",
-                "--ops",
-                "100000",
-                "--dir",
-                s(dir.path()),
-                "--executor",
-                "cpu",
-            ])
+            .args(["demo", "--dir", s(dir.path()), "--executor", "cpu"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(rng.random_range(0..800)));
+        std::thread::sleep(Duration::from_millis(rng.random_range(0..1000)));
         assert!(child.try_wait().unwrap().is_none(), "kill {kill}: the demo ended before its kill");
         child.kill().unwrap();
         child.wait().unwrap();
