@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::protocol::{OpKind, Status};
 
 /// A batch of operations with fixed-width keys and values, stored column-wise.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Batch {
     key_bytes: usize,
     value_bytes: usize,

@@ -357,7 +357,8 @@ impl GpHash {
             },
         };
         let (geo, recovery, bitmap) = recovery::recover_pool(&mut pool, &geo, builder(&gpu, &options.gpu))?;
-        pool.mark_dirty()?;
+        // The pool is marked dirty only before its first write (see `protocol` and `grow`): an
+        // index opened and dropped without writing leaves a cleanly closed pool clean.
         log::info!(
             "opened {}: {recovery}",
             pool.path().map_or("anonymous memory".into(), |p| p.display().to_string())
@@ -425,6 +426,7 @@ impl GpHash {
         }
         let t = Instant::now();
         let regions = resize::plan(&self.pool, &self.geo)?;
+        self.pool.mark_dirty()?;
         // The engine's buffers may map the pool, which may move.
         self.engine = None;
         let builder = builder(&self.gpu, &self.options.gpu);
@@ -724,6 +726,11 @@ impl GpHash {
     fn protocol(&mut self, batch: Input) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
+        }
+        if !batch.read_only() {
+            // Durable before phase A writes anything: a crash from here on leaves a pool
+            // that says it needs recovery. A no-op once the pool is dirty.
+            self.pool.mark_dirty()?;
         }
         loop {
             let t = Instant::now();

@@ -3,8 +3,10 @@
 mod common;
 
 use std::fmt::Write as _;
+use std::os::unix::io::AsRawFd;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use common::oracle::Oracle;
 use gphash::{OpKind, Status};
@@ -84,6 +86,8 @@ fn replay_gives_one_by_one_results_and_the_pool_checks_clean() {
     assert!(out.status.success());
     assert!(text(&out).contains("2L-2H-8S"));
     assert!(create(&pool, "4", "1000").status.code() != Some(0), "create refuses an existing pool");
+    let out = create(dir.path(), "4", "1000");
+    assert!(text(&out).contains("is a directory"), "create wants a file path, not a directory");
 
     let (trace_text, expect) = random_trace(&mut rng, 3000);
     let trace_path = dir.path().join("ops.trace");
@@ -120,6 +124,7 @@ fn malformed_traces_are_refused_before_anything_is_applied() {
     assert!(text(&out).contains("bad.trace:4"), "the error names the line");
     let stats = text(&gphash(&["stats", s(&pool)]));
     assert!(stats.contains("keys:          0 "), "nothing was applied:\n{stats}");
+    assert!(stats.contains("recovery:      clean shutdown"), "the failed replay wrote nothing:\n{stats}");
 }
 
 #[test]
@@ -400,4 +405,166 @@ fn a_fallback_to_the_cpu_model_is_announced() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("running on the CPU model"), "no announcement on stderr:\n{stderr}");
     assert!(text(&out).contains("CPU fallback"));
+}
+/// `--out` never destroys a pool: not the pool itself by any path, not a pool another process
+/// holds open, not a closed pool; nor the trace, nor anything but a regular file. A refused
+/// replay changes nothing, and leaves a cleanly closed pool clean.
+#[test]
+fn replay_refuses_an_output_that_would_destroy_a_pool() {
+    let dir = common::pool_dir();
+    let (a, b) = (dir.path().join("a.pool"), dir.path().join("b.pool"));
+    assert!(create(&a, "4", "100").status.success());
+    assert!(create(&b, "4", "100").status.success());
+    let trace_path = dir.path().join("t.trace");
+    std::fs::write(&trace_path, "P 1 01020304\n").unwrap();
+    let replay = |out: &Path| gphash(&["replay", s(&a), "--trace", s(&trace_path), "--out", s(out)]);
+    let refused = |out: &Path, why: &str| {
+        let kept: Vec<_> = [&a, &b, &trace_path].iter().map(|p| std::fs::read(p).unwrap()).collect();
+        let o = replay(out);
+        assert_ne!(o.status.code(), Some(0), "--out {out:?}");
+        assert!(text(&o).contains(why), "--out {out:?}: the error says {why:?}");
+        assert!(text(&o).contains(s(out)), "--out {out:?}: the error names it");
+        let now: Vec<_> = [&a, &b, &trace_path].iter().map(|p| std::fs::read(p).unwrap()).collect();
+        assert!(kept == now, "--out {out:?}: nothing was written");
+    };
+
+    let hard = dir.path().join("hard.pool");
+    std::fs::hard_link(&a, &hard).unwrap();
+    let soft = dir.path().join("soft.pool");
+    std::os::unix::fs::symlink(&a, &soft).unwrap();
+    for same in [a.clone(), dir.path().join(".").join("a.pool"), hard, soft] {
+        refused(&same, "it is the pool");
+    }
+    refused(&trace_path, "it is the trace");
+    // Another process (this one) holds b.pool open.
+    let held = host_pm::Pool::open(&b).unwrap();
+    refused(&b, "another process holds its lock");
+    drop(held);
+    refused(&b, "it holds a gphash pool");
+    // A file that is no pool but that another process has locked.
+    let locked = dir.path().join("locked");
+    std::fs::write(&locked, "mine\n").unwrap();
+    let f = std::fs::File::open(&locked).unwrap();
+    // SAFETY: flock on a descriptor `f` keeps open.
+    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+    refused(&locked, "another process holds its lock");
+    drop(f);
+    refused(dir.path(), "not a regular file");
+    let stats = text(&gphash(&["stats", s(&a)]));
+    assert!(stats.contains("state:         closed cleanly"), "{stats}");
+
+    // An ordinary file is replaced.
+    let out = dir.path().join("results");
+    std::fs::write(&out, "old results\n").unwrap();
+    assert!(replay(&out).status.success());
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "OK\n");
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(!names.iter().any(|n| n.to_string_lossy().starts_with('.')), "no hidden file is left: {names:?}");
+}
+
+/// A replay killed at any moment leaves an output of whole batches of complete result lines.
+/// Values of 4 KiB make each batch's lines span hundreds of pages, so that kills land in them.
+#[test]
+fn a_killed_replay_leaves_only_whole_result_lines() {
+    const VALUE_BYTES: usize = 4096;
+    const KEYS: u64 = 256;
+    const BATCH: usize = 96;
+    let mut rng = StdRng::seed_from_u64(common::seed("a_killed_replay_leaves_only_whole_result_lines"));
+    let dir = common::pool_dir();
+    let pool = dir.path().join("big.pool");
+    assert!(create(&pool, &VALUE_BYTES.to_string(), "1000").status.success());
+    // Upserts of fixed values, then reads: every run, however far an earlier one got, gives
+    // the same results.
+    let value = |k: u64| -> String {
+        (0..VALUE_BYTES).map(|i| format!("{:02x}", (k as usize * 7 + i) as u8)).collect()
+    };
+    let (mut trace, mut expect) = (String::new(), vec![]);
+    for k in 0..KEYS {
+        writeln!(trace, "P {k} {}", value(k)).unwrap();
+        expect.push("OK".to_string());
+    }
+    for _ in 0..30 {
+        for k in 0..KEYS {
+            writeln!(trace, "R {k}").unwrap();
+            expect.push(value(k));
+        }
+    }
+    let trace_path = dir.path().join("t.trace");
+    std::fs::write(&trace_path, trace).unwrap();
+    let out = dir.path().join("results");
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_gphash"))
+            .args(["replay", s(&pool), "--trace", s(&trace_path), "--out", s(&out)])
+            .args(["--batch", &BATCH.to_string(), "--executor", "cpu"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    // The shorter of two whole runs, so that kills land inside runs.
+    let whole = (0..2)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            assert!(run().wait().unwrap().success());
+            started.elapsed()
+        })
+        .min()
+        .unwrap();
+    let (mut partial, mut empty) = (0, 0);
+    for kill in 0..30 {
+        let mut child = run();
+        std::thread::sleep(whole.mul_f64(rng.random_range(0.0..0.9)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // What a kill may leave beside the output: its spare, or a new output not yet in place.
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if name.starts_with(".results.") {
+                std::fs::remove_file(dir.path().join(name)).unwrap();
+            }
+        }
+        let Ok(bytes) = std::fs::read(&out) else {
+            continue;
+        };
+        let got = String::from_utf8(bytes).unwrap_or_else(|_| panic!("kill {kill}: the output is not text"));
+        assert!(got.is_empty() || got.ends_with('\n'), "kill {kill}: the last line is torn");
+        let lines: Vec<&str> = got.lines().collect();
+        assert!(
+            lines.len().is_multiple_of(BATCH) || lines.len() == expect.len(),
+            "kill {kill}: {} lines",
+            lines.len()
+        );
+        for (i, line) in lines.iter().enumerate() {
+            assert!(*line == expect[i], "kill {kill}: line {} is not its result", i + 1);
+        }
+        match lines.len() {
+            0 => empty += 1,
+            n if n < expect.len() => partial += 1,
+            _ => {}
+        }
+    }
+    eprintln!("30 kills: {partial} left part of the results, {empty} none; a whole run takes {whole:?}");
+    assert!(partial >= 8, "kills land in the middle of replays");
+}
+
+/// A demo killed at any moment leaves nothing in its directory: its pool never has a name.
+#[test]
+fn a_killed_demo_leaves_nothing() {
+    let mut rng = StdRng::seed_from_u64(common::seed("a_killed_demo_leaves_nothing"));
+    let dir = common::pool_dir();
+    for kill in 0..12 {
+        // Seconds of work (the default sizes): the kill comes first.
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gphash"))
+            .args(["demo", "--dir", s(dir.path()), "--executor", "cpu"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(rng.random_range(0..1000)));
+        assert!(child.try_wait().unwrap().is_none(), "kill {kill}: the demo ended before its kill");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+        assert!(left.is_empty(), "kill {kill}: the demo left {left:?}");
+    }
 }

@@ -70,6 +70,46 @@ fn pools_reopen_with_every_acknowledged_operation() {
     }
 }
 
+/// A pool is marked dirty right before its first write, not at open: an index that only
+/// reads, or fails before writing, leaves a cleanly closed pool clean.
+#[test]
+fn only_writes_mark_a_pool_dirty() {
+    let dir = common::pool_dir();
+    let path = dir.path().join("p");
+    for (name, opts) in options() {
+        let _ = std::fs::remove_file(&path);
+        let mut t =
+            GpHash::create(Some(&path), &Config { capacity: 1000, ..Default::default() }, &opts).unwrap();
+        let keys: Vec<u8> = (0..100).flat_map(|k| common::key(k, 8)).collect();
+        t.insert(&keys, &keys).unwrap();
+        t.close().unwrap();
+        let reopen = || GpHash::open(&path, &opts).unwrap();
+        let clean = |t: &GpHash| t.stats().recovery.clean_shutdown;
+
+        drop(reopen());
+        let mut t = reopen();
+        assert!(clean(&t), "{name}: an index opened and dropped wrote nothing");
+        assert_eq!(t.get(&keys).unwrap().value(7), Some(&keys[56..64]));
+        drop(t);
+        let mut t = reopen();
+        assert!(clean(&t), "{name}: reads do not mark the pool dirty");
+        assert!(t.insert(&keys[..8], &[0; 9]).is_err(), "a refused batch writes nothing");
+        drop(t);
+        let mut t = reopen();
+        assert!(clean(&t), "{name}: a refused batch does not mark the pool dirty");
+        t.delete(&keys[..8]).unwrap();
+        drop(t);
+        let t = reopen();
+        assert!(!clean(&t), "{name}: a write marks the pool dirty");
+        assert_eq!(t.len(), 99);
+        t.close().unwrap();
+        let mut t = reopen();
+        t.grow().unwrap();
+        drop(t);
+        assert!(!clean(&reopen()), "{name}: growing marks the pool dirty");
+    }
+}
+
 /// Word offset (in the pool file) of the state word of the first slot of bucket 0.
 fn first_state_offset(path: &Path) -> (u64, u32) {
     let pool = host_pm::Pool::open(path).unwrap();

@@ -1,12 +1,14 @@
 //! The pool: creation, opening, locking, A/B header writes, persistence, growth.
 
 use std::cmp::Reverse;
+use std::ffi::CString;
 use std::fmt;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileTypeExt;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{Ordering, fence};
+use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 use memmap2::{MmapMut, MmapOptions};
 
@@ -187,20 +189,113 @@ fn allocate(file: &File, path: &Path, bytes: u64) -> Result<()> {
 
 /// Make a new directory entry durable.
 fn sync_parent_dir(path: &Path) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = parent_dir(path);
     File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(dir, "sync directory"))
 }
 
-/// Removes a half-created pool file unless disarmed.
-struct RemoveOnError<'a>(Option<&'a Path>);
+/// The directory a path's entry lives in.
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
 
-impl Drop for RemoveOnError<'_> {
+/// Open a new file without a name in `dir` (`O_TMPFILE`): it vanishes with its last descriptor
+/// unless it is linked into a directory first.
+fn open_unnamed(dir: &Path) -> std::io::Result<File> {
+    OpenOptions::new().read(true).write(true).custom_flags(libc::O_TMPFILE).mode(0o666).open(dir)
+}
+
+/// Whether `open_unnamed` failed because the file system (or kernel) has no unnamed files.
+fn unnamed_unsupported(e: &std::io::Error) -> bool {
+    // Kernels before O_TMPFILE take it for O_DIRECTORY and answer EISDIR.
+    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL))
+}
+
+fn already_exists(path: &Path) -> PoolError {
+    io_err(path, "create")(std::io::Error::from_raw_os_error(libc::EEXIST))
+}
+
+/// A new pool file while it is built: nobody sees it at its path until [`Staged::publish`]
+/// links it there, which fails rather than replace whatever is there by then. A crash before
+/// that leaves nothing (an unnamed file goes with its last descriptor) or, where the file
+/// system has no unnamed files, a hidden temporary file that blocks no later create.
+struct Staged {
+    /// The temporary name of the file, where it has one; removed on drop.
+    temp: Option<PathBuf>,
+}
+
+impl Staged {
+    /// An unnamed file in `path`'s directory where the file system allows, else a named one.
+    fn new(path: &Path) -> Result<(File, Staged)> {
+        // The link at the end refuses an existing path too; this spares building a large file
+        // only to find that out.
+        if path.symlink_metadata().is_ok() {
+            return Err(already_exists(path));
+        }
+        // An unnamed file is linked through its /proc/self/fd entry.
+        if Path::new("/proc/self/fd").is_dir() {
+            match open_unnamed(parent_dir(path)) {
+                Ok(file) => return Ok((file, Staged { temp: None })),
+                Err(e) if unnamed_unsupported(&e) => {}
+                Err(e) => return Err(io_err(path, "create")(e)),
+            }
+        }
+        Self::named(path)
+    }
+
+    /// A file under a hidden temporary name beside `path`.
+    fn named(path: &Path) -> Result<(File, Staged)> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let name = path
+            .file_name()
+            .ok_or_else(|| PoolError::InvalidArgument(format!("{}: no file name", path.display())))?
+            .to_string_lossy();
+        loop {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let temp = parent_dir(path).join(format!(".{name}.{}-{n}.creating", std::process::id()));
+            match OpenOptions::new().read(true).write(true).create_new(true).open(&temp) {
+                Ok(file) => return Ok((file, Staged { temp: Some(temp) })),
+                // Left by a killed process that had our pid.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io_err(path, "create")(e)),
+            }
+        }
+    }
+
+    /// Gives the complete file its name `path`, unless something is there already.
+    fn publish(&self, file: &File, path: &Path) -> Result<()> {
+        let linked = match &self.temp {
+            Some(temp) => std::fs::hard_link(temp, path),
+            None => {
+                let from = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
+                    .expect("a number holds no NUL byte");
+                let to = CString::new(path.as_os_str().as_bytes())
+                    .map_err(|_| PoolError::InvalidArgument("a path with a NUL byte".to_string()))?;
+                // SAFETY: two NUL-terminated strings that outlive the call. The /proc entry
+                // is a magic link to the open file, which AT_SYMLINK_FOLLOW links itself.
+                let rc = unsafe {
+                    libc::linkat(
+                        libc::AT_FDCWD,
+                        from.as_ptr(),
+                        libc::AT_FDCWD,
+                        to.as_ptr(),
+                        libc::AT_SYMLINK_FOLLOW,
+                    )
+                };
+                if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+            }
+        };
+        linked.map_err(io_err(path, "create"))
+    }
+}
+
+impl Drop for Staged {
     fn drop(&mut self) {
-        if let Some(p) = self.0 {
-            let _ = std::fs::remove_file(p);
+        // Published or not, the temporary name has served.
+        if let Some(temp) = &self.temp {
+            let _ = std::fs::remove_file(temp);
         }
     }
 }
@@ -257,7 +352,13 @@ impl Pool {
     /// to 1) into both header copies, persist, and keep the pool locked.
     ///
     /// `path` must not exist, unless it is a devdax device (whose first `bytes` are then
-    /// zeroed; a new file is zero already). `None` creates volatile anonymous memory. The
+    /// zeroed; a new file is zero already) or a directory. The file is built without a name
+    /// (or under a hidden temporary one where the file system has no unnamed files) and
+    /// linked at `path` only when complete, never over anything that appeared there meanwhile:
+    /// a crash during creation leaves no file at `path`. A directory gets a pool in a file that
+    /// has no name at all: it vanishes when the pool is dropped or the process ends, however
+    /// it ends (for temporary tables; [`Pool::path`] is then the directory). `None` creates
+    /// volatile anonymous memory. The
     /// caller lays out the header's regions, e.g. with [`crate::layout_regions`]; a header that
     /// does not validate against the pool size is refused ([`PoolError::InvalidArgument`]).
     pub fn create(path: Option<&Path>, bytes: u64, header: &Header, opts: &CreateOptions) -> Result<Pool> {
@@ -289,31 +390,57 @@ impl Pool {
             };
             return pool.format();
         };
-        let is_device = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device());
-        if is_device {
-            return Self::create_devdax(path, total, h, limit);
+        match std::fs::metadata(path) {
+            Ok(m) if m.file_type().is_char_device() => Self::create_devdax(path, total, h, limit),
+            Ok(m) if m.is_dir() => {
+                let file = open_unnamed(path).map_err(|e| match unnamed_unsupported(&e) {
+                    true => PoolError::InvalidArgument(format!(
+                        "{}: this file system cannot hold an unnamed pool file (O_TMPFILE): {e}",
+                        path.display()
+                    )),
+                    false => io_err(path, "create")(e),
+                })?;
+                Self::create_file(file, path, total, limit, h)
+            }
+            _ => Self::create_staged(path, Staged::new(path)?, total, limit, h),
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path)
-            .map_err(io_err(path, "create"))?;
-        let mut cleanup = RemoveOnError(Some(path));
+    }
+
+    /// Builds the pool in the staged file and links it at `path` once it is complete.
+    fn create_staged(
+        path: &Path,
+        (file, staged): (File, Staged),
+        total: u64,
+        limit: Option<u64>,
+        h: Header,
+    ) -> Result<Pool> {
+        let pool = Self::create_file(file, path, total, limit, h)?;
+        let file = pool.file.as_ref().expect("a file pool has its file");
+        if pool.backend == Backend::File {
+            // Contents and length durable before a name makes them reachable.
+            file.sync_all().map_err(io_err(path, "sync"))?;
+        }
+        staged.publish(file, path)?;
+        if pool.backend == Backend::File
+            && let Err(e) = sync_parent_dir(path)
+        {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
+        Ok(pool)
+    }
+
+    /// Locks, sizes, maps and formats a new, empty pool file.
+    fn create_file(file: File, path: &Path, total: u64, limit: Option<u64>, h: Header) -> Result<Pool> {
         lock(&file, path, Lock::Exclusive)?;
         let info = backend::probe(&file, path)?;
         let total = total
             .checked_next_multiple_of(info.granule)
-            .ok_or_else(|| PoolError::InvalidArgument(format!("pool size {bytes} is too large")))?;
+            .ok_or_else(|| PoolError::InvalidArgument(format!("pool size {total} is too large")))?;
         check_limit(total, limit)?;
         allocate(&file, path, total)?;
         let map = map_file(&file, total, path)?;
-        let pool = Pool::assemble(map, file, path, info, total, limit, h).format()?;
-        if pool.backend == Backend::File {
-            sync_parent_dir(path)?;
-        }
-        cleanup.0 = None;
-        Ok(pool)
+        Pool::assemble(map, file, path, info, total, limit, h).format()
     }
 
     fn create_devdax(path: &Path, total: u64, h: Header, limit: Option<u64>) -> Result<Pool> {
@@ -530,7 +657,8 @@ impl Pool {
         self.private
     }
 
-    /// The pool's file or device; `None` for anonymous memory.
+    /// The pool's file or device (the directory of a pool in an unnamed file); `None` for
+    /// anonymous memory.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }
@@ -808,7 +936,8 @@ impl Pool {
     }
 
     /// Mark the pool open-and-dirty (`clean_shutdown = false`) durably; the table crate calls it
-    /// right after open. Writes nothing if the flag is already false.
+    /// before its first write after open, so that a crash during writes is never taken for a
+    /// clean shutdown. Writes nothing if the flag is already false.
     pub fn mark_dirty(&mut self) -> Result<()> {
         if !self.header.clean_shutdown {
             return Ok(());
@@ -859,6 +988,53 @@ mod tests {
 
     fn choose(a: &[u8], b: &[u8]) -> Result<(Header, Extras, usize)> {
         choose_header([a, b], FILE, Path::new("p"))
+    }
+
+    /// The pool size `header` needs.
+    fn pool_bytes() -> u64 {
+        crate::layout_regions(REGION_ALIGN, REGION_ALIGN).2
+    }
+
+    fn assert_exists_error(err: &PoolError) {
+        assert!(
+            matches!(err, PoolError::Io { op: "create", source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_staged_pool_never_replaces_what_appeared_at_its_path() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let path = dir.path().join("pool");
+        for named in [false, true] {
+            let staged = if named { Staged::named(&path) } else { Staged::new(&path) }.unwrap();
+            assert_eq!(staged.1.temp.is_some(), named, "tmpfs has unnamed files");
+            std::fs::write(&path, b"appeared meanwhile").unwrap();
+            let err = Pool::create_staged(&path, staged, pool_bytes(), None, header(1)).unwrap_err();
+            assert_exists_error(&err);
+            assert_eq!(std::fs::read(&path).unwrap(), b"appeared meanwhile");
+            std::fs::remove_file(&path).unwrap();
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no temporary file is left");
+        }
+    }
+
+    #[test]
+    fn a_leftover_temporary_file_blocks_no_create() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let path = dir.path().join("pool");
+        // What a create killed on a file system without unnamed files leaves.
+        let (file, staged) = Staged::named(&path).unwrap();
+        let leftover = staged.temp.clone().unwrap();
+        std::mem::forget(staged);
+        drop(file);
+        let pool =
+            Pool::create_staged(&path, Staged::named(&path).unwrap(), pool_bytes(), None, header(1)).unwrap();
+        pool.close().unwrap();
+        assert_eq!(Pool::open(&path).unwrap().header().sequence, 2);
+        let mut names: Vec<PathBuf> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+        names.sort();
+        assert_eq!(names, [leftover, path], "the pool and the leftover, nothing else");
     }
 
     #[test]

@@ -370,6 +370,77 @@ fn a_pool_is_locked_while_open() {
     Pool::open(&path).expect("lock released by close");
 }
 
+/// Set in the child of `a_killed_create_leaves_no_file_and_blocks_nothing` to its pool path.
+const CREATE_CHILD_ENV: &str = "HOST_PM_CREATE_CHILD";
+
+/// A create killed at any moment leaves at its path either nothing or a complete pool, and no
+/// other file; the next create succeeds. The child creates (and removes) large pools, so most
+/// kills land while the file is being allocated.
+#[test]
+fn a_killed_create_leaves_no_file_and_blocks_nothing() {
+    const NAME: &str = "a_killed_create_leaves_no_file_and_blocks_nothing";
+    if let Some(path) = std::env::var_os(CREATE_CHILD_ENV) {
+        let (h, _) = sample();
+        loop {
+            let pool = Pool::create(Some(path.as_ref()), 256 << 20, &h, &CreateOptions::default()).unwrap();
+            pool.close().unwrap();
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    eprintln!("seed {seed}");
+    let mut rng = Rng(seed | 1);
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    let (mut complete, mut absent) = (0, 0);
+    for kill in 0..24 {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([NAME, "--exact", "--test-threads=1"])
+            .env(CREATE_CHILD_ENV, &path)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20 + rng.below(400)));
+        assert!(child.try_wait().unwrap().is_none(), "kill {kill}: the child stopped by itself");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        if path.exists() {
+            let pool = Pool::open(&path).unwrap_or_else(|e| panic!("kill {kill}: a killed create left {e}"));
+            assert_eq!(pool.header().table, sample().0.table, "kill {kill}");
+            drop(pool);
+            assert_eq!(names, ["pool"], "kill {kill}: the pool and nothing else");
+            std::fs::remove_file(&path).unwrap();
+            complete += 1;
+        } else {
+            assert!(names.is_empty(), "kill {kill}: left {names:?}");
+            absent += 1;
+        }
+        let (pool, _) = create(&path);
+        pool.close().unwrap();
+        std::fs::remove_file(&path).unwrap();
+    }
+    eprintln!("{complete} kills left a complete pool, {absent} no file");
+}
+
+/// A directory gets a pool in a file without a name: usable and growable like any tmpfs pool,
+/// invisible in the directory, gone when dropped.
+#[test]
+fn a_directory_gets_an_unnamed_pool() {
+    let dir = shm_dir();
+    let (h, total) = sample();
+    let mut pool = Pool::create(Some(dir.path()), total, &h, &CreateOptions::default()).unwrap();
+    assert_eq!((pool.backend(), pool.path()), (Backend::Tmpfs, Some(dir.path())));
+    pool.region_mut(h.table_region)[5] = 7;
+    pool.persist_range(h.table_region.offset, 64).unwrap();
+    pool.grow(total + REGION_ALIGN).unwrap();
+    assert_eq!(pool.region(h.table_region)[5], 7);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the pool file has no name");
+    pool.close().unwrap();
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
 fn grow_on(dir: &Path, backend: Backend) {
     let path = dir.join("pool");
     let (h, total) = sample();

@@ -1,6 +1,7 @@
 //! The demo: a table in a temporary pool, loaded with a progress bar, then a mixed and a
 //! read-only workload, every value verified, with throughput, load factor, mode and device.
 
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
@@ -22,11 +23,15 @@ pub struct DemoArgs {
     /// Operations per batch.
     #[arg(long, default_value_t = 1 << 16)]
     batch: u64,
+    /// Directory of the demo's pool: a file without a name there, gone when the demo ends,
+    /// however it ends [default: /dev/shm, else the system's temporary directory].
+    #[arg(long)]
+    dir: Option<PathBuf>,
 }
 
 impl Default for DemoArgs {
     fn default() -> Self {
-        DemoArgs { keys: 1 << 20, ops: 1 << 20, batch: 1 << 16 }
+        DemoArgs { keys: 1 << 20, ops: 1 << 20, batch: 1 << 16, dir: None }
     }
 }
 
@@ -40,18 +45,23 @@ fn bytes(xs: &[u64]) -> Vec<u8> {
 }
 
 pub fn run(args: &DemoArgs, options: &Options) -> gphash::Result<()> {
-    let dir = if std::path::Path::new("/dev/shm").is_dir() {
-        tempfile::tempdir_in("/dev/shm")
-    } else {
-        tempfile::tempdir()
+    let shm = Path::new("/dev/shm");
+    let dir =
+        args.dir.clone().unwrap_or_else(|| if shm.is_dir() { shm.into() } else { std::env::temp_dir() });
+    if !dir.is_dir() {
+        return Err(gphash::Error::InvalidConfig(format!("--dir {} is not a directory", dir.display())));
     }
-    .map_err(|source| gphash::Error::Io { what: "creating a temporary directory".into(), source })?;
-    let path = dir.path().join("demo.pool");
     let config = Config { capacity: args.keys, ..Config::default() };
-    let mut index = GpHash::create(Some(&path), &config, options)?;
+    // A directory gets a pool in a file that is never named: a killed demo leaves nothing.
+    let mut index = GpHash::create(Some(&dir), &config, options)?;
     announce_cpu_fallback(&index, options);
     let stats = index.stats();
-    println!("gphash demo: pool {} ({:?}, persist by {})", path.display(), stats.backend, stats.persist_mode);
+    println!(
+        "gphash demo: pool in an unnamed file in {} ({:?}, persist by {})",
+        dir.display(),
+        stats.backend,
+        stats.persist_mode
+    );
     println!("  device: {}", stats.adapter.as_deref().unwrap_or("none"));
     if stats.software_device {
         println!("          a software Vulkan device on the CPU: the figures below are not a GPU's");

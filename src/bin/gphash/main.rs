@@ -3,15 +3,18 @@
 
 mod bench;
 mod demo;
+mod results;
 
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gphash::{CacheOptions, Config, Executor, GpHash, GpuOptions, Layout, Options, Placement, Policy, trace};
 use indicatif::{ProgressBar, ProgressStyle};
+use results::ResultFile;
+
+/// What a command reports on failure: a library error, or a sentence of the command's own.
+pub type Error = Box<dyn std::error::Error>;
 
 #[derive(Parser)]
 #[command(version, about = "A persistent, lock-free hash index driven by the GPU through Vulkan")]
@@ -127,7 +130,8 @@ enum Command {
         /// Trace file (I/P/U/R/D lines).
         #[arg(long)]
         trace: PathBuf,
-        /// Result file, one line per operation.
+        /// Result file, one line per operation: replaced (never a pool, nor the trace), then
+        /// grown by whole batches, atomically.
         #[arg(long)]
         out: PathBuf,
         /// Operations per batch.
@@ -162,16 +166,16 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     let options = cli.exec.options();
-    let result = match cli.command {
-        None => demo::run(&demo::DemoArgs::default(), &options),
-        Some(Command::Demo(args)) => demo::run(&args, &options),
-        Some(Command::Bench(args)) => bench::run(&args, &options),
+    let result: Result<(), Error> = match cli.command {
+        None => demo::run(&demo::DemoArgs::default(), &options).map_err(Into::into),
+        Some(Command::Demo(args)) => demo::run(&args, &options).map_err(Into::into),
+        Some(Command::Bench(args)) => bench::run(&args, &options).map_err(Into::into),
         Some(Command::Create { pool, key_bytes, value_bytes, layout, capacity, max_bytes }) => {
             let config = Config { key_bytes, value_bytes, layout, capacity, max_bytes, ..Config::default() };
             create(&pool, &config, &options)
         }
         Some(Command::Replay { pool, trace, out, batch }) => replay(&pool, &trace, &out, batch, &options),
-        Some(Command::Stats { pool }) => stats(&pool),
+        Some(Command::Stats { pool }) => stats(&pool).map_err(Into::into),
         Some(Command::Check { pool, repair }) => return check(&pool, repair, &options),
     };
     match result {
@@ -183,12 +187,17 @@ fn main() -> ExitCode {
     }
 }
 
-fn create(path: &Path, config: &Config, options: &Options) -> gphash::Result<()> {
+fn create(path: &Path, config: &Config, options: &Options) -> Result<(), Error> {
+    if path.is_dir() {
+        return Err(
+            format!("{} is a directory; give the path of the pool file to create", path.display()).into()
+        );
+    }
     let index = GpHash::create(Some(path), config, options)?;
     announce_cpu_fallback(&index, options);
     println!("created {}", path.display());
     println!("{}", index.stats());
-    index.close()
+    Ok(index.close()?)
 }
 
 fn stats(path: &Path) -> gphash::Result<()> {
@@ -272,18 +281,20 @@ fn replay(
     out_path: &Path,
     batch_size: usize,
     options: &Options,
-) -> gphash::Result<()> {
-    let io = |what: String| move |source| gphash::Error::Io { what, source };
+) -> Result<(), Error> {
     if batch_size == 0 {
-        return Err(gphash::Error::InvalidConfig("--batch must be at least 1".into()));
+        return Err("--batch must be at least 1".into());
     }
+    // Opening writes nothing to a cleanly closed pool, and nothing below writes to it before
+    // the trace is parsed and the output checked and in place.
     let mut index = GpHash::open(path, options)?;
     announce_cpu_fallback(&index, options);
     let g = *index.geometry();
-    let text =
-        std::fs::read_to_string(trace_path).map_err(io(format!("reading {}", trace_path.display())))?;
-    let ops = trace::parse(trace_path, &text, g.key_bytes as usize, g.value_bytes as usize)?;
-    let mut out = File::create(out_path).map_err(io(format!("creating {}", out_path.display())))?;
+    let text = std::fs::read(trace_path)
+        .map_err(|e| format!("cannot read the trace {}: {e}", trace_path.display()))?;
+    let ops = trace::parse_bytes(trace_path, &text, g.key_bytes as usize, g.value_bytes as usize)?;
+    drop(text);
+    let mut out = ResultFile::create(out_path, &[("pool", path), ("trace", trace_path)])?;
     let bar = progress(ops.len() as u64, "replay");
     let mut lines = String::new();
     for start in (0..ops.len()).step_by(batch_size) {
@@ -300,13 +311,13 @@ fn replay(
             lines.push_str(&trace::result_line(&batch, &result, i));
             lines.push('\n');
         }
-        out.write_all(lines.as_bytes()).map_err(io(format!("writing {}", out_path.display())))?;
-        out.sync_data().map_err(io(format!("syncing {}", out_path.display())))?;
+        out.append(lines.as_bytes())?;
         bar.inc(batch.len() as u64);
     }
+    out.finish()?;
     bar.finish_and_clear();
     eprintln!("replayed {} operations; {}", ops.len(), index.stats().mode);
-    index.close()
+    Ok(index.close()?)
 }
 
 /// Says on stderr that `--executor auto` found no GPU and the CPU model runs the table (the
