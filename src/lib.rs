@@ -30,7 +30,6 @@ pub mod model;
 pub mod protocol;
 pub mod recovery;
 pub mod resize;
-pub mod trace;
 
 pub use batch::{Batch, BatchResult};
 pub use cache::{CacheOptions, CacheStats, CacheStatus, Policy};

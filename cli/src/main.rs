@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use gphash::{CacheOptions, Config, Executor, GpHash, GpuOptions, Layout, Options, Placement, Policy, trace};
+use gphash::{CacheOptions, Config, Executor, GpHash, GpuOptions, Layout, Options, Placement, Policy};
+use gphash_cli::trace;
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Parser)]

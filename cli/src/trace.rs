@@ -15,9 +15,7 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::batch::{Batch, BatchResult};
-use crate::error::{Error, Result};
-use crate::protocol::{OpKind, Status};
+use gphash::{Batch, BatchResult, Error, OpKind, Result, Status};
 
 /// Parses a whole trace; the first malformed line is an error naming it, before anything runs.
 pub fn parse(path: &Path, text: &str, key_bytes: usize, value_bytes: usize) -> Result<Batch> {

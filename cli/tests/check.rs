@@ -1,5 +1,6 @@
 //! `check` (and `gphash check`) catches every kind of planted damage.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};

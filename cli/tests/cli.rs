@@ -1,5 +1,6 @@
 //! The `gphash` command line: create, replay, stats, check and the demo.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::fmt::Write as _;
