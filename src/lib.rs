@@ -15,9 +15,7 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod baselines;
 pub mod batch;
-pub mod bench;
 pub mod cache;
 pub mod cpu;
 pub mod engine;

@@ -3,8 +3,8 @@
 //! hardware for figures.
 
 use gphash::Options;
-use gphash::bench::LoadSearch;
-use gphash::gpu::engine::Placement;
+use gphash::Placement;
+use gphash_bench::LoadSearch;
 
 fn main() -> gphash::Result<()> {
     let dir =

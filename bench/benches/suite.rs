@@ -4,10 +4,10 @@
 //! operation wrongly (statuses are checked), not how fast anything is: use `gphash bench` on
 //! real hardware for figures.
 
-use gphash::bench::bktcache::CacheBench;
-use gphash::bench::runner::{self, Suite, SystemKind};
-use gphash::bench::ycsb::Workload;
 use gphash::{CacheOptions, Gpu, Policy};
+use gphash_bench::bktcache::CacheBench;
+use gphash_bench::runner::{self, Suite, SystemKind};
+use gphash_bench::ycsb::Workload;
 
 fn main() -> gphash::Result<()> {
     let gpu = Gpu::new()?;

@@ -9,9 +9,9 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::error::{Error, Result};
-use crate::gpu::engine::Placement;
-use crate::index::{Config, GpHash, Options};
+use gphash::error::{Error, Result};
+use gphash::gpu::engine::Placement;
+use gphash::index::{Config, GpHash, Options};
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -123,7 +123,7 @@ pub fn key_bytes(k: u64, bytes: usize) -> Vec<u8> {
 /// `fnvhash64(i)` ([`key_bytes`] of it). Distinct records get distinct keys but for FNV
 /// collisions (about n^2 / 2^64 among n records).
 pub fn key(i: u64, bytes: usize) -> Vec<u8> {
-    key_bytes(crate::bench::ycsb::fnv64(i), bytes)
+    key_bytes(crate::ycsb::fnv64(i), bytes)
 }
 
 impl LoadSearch {
@@ -183,7 +183,7 @@ impl LoadSearch {
 #[derive(Clone, Debug)]
 pub struct Fill {
     /// Layout.
-    pub layout: crate::layout::Layout,
+    pub layout: gphash::layout::Layout,
     /// About how many slots the table has.
     pub slots: u64,
     /// Insertions per batch (the figure's resolution).
@@ -222,7 +222,7 @@ impl Fill {
     /// Inserts distinct keys in batches, with growth off, until a batch is refused.
     pub fn run(&self, base: &Options) -> Result<Filled> {
         let dir = pool_dir(&self.pool_dir)?;
-        let capacity = (self.slots as f64 * crate::layout::TARGET_LOAD) as u64;
+        let capacity = (self.slots as f64 * gphash::layout::TARGET_LOAD) as u64;
         let config = Config {
             layout: self.layout,
             key_bytes: self.key_bytes,

@@ -9,15 +9,15 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::bench::plots;
-use crate::bench::runner::quantile_ms;
-use crate::bench::system::DeviceOps;
-use crate::bench::ycsb::{Distribution, Generator, Workload, batch_of};
-use crate::cache::{CacheOptions, CacheStatus, Policy};
-use crate::error::{Error, Result};
-use crate::gpu::context::Gpu;
-use crate::gpu::engine::{GpuOptions, Placement};
-use crate::index::{Config, Executor, GpHash, Options};
+use crate::plots;
+use crate::runner::quantile_ms;
+use crate::systems::DeviceOps;
+use crate::ycsb::{Distribution, Generator, Workload, batch_of};
+use gphash::cache::{CacheOptions, CacheStatus, Policy};
+use gphash::error::{Error, Result};
+use gphash::gpu::context::Gpu;
+use gphash::gpu::engine::{GpuOptions, Placement};
+use gphash::index::{Config, Executor, GpHash, Options};
 
 /// What `gphash bench cache` runs.
 #[derive(Clone, Debug)]

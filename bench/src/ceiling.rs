@@ -6,10 +6,10 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
-use crate::gpu::context::Gpu;
-use crate::gpu::hostmem::{self, ImportGuard};
-use crate::gpu::resources::{dispatch, map_read, release_imports};
+use gphash::error::{Error, Result};
+use gphash::gpu::context::Gpu;
+use gphash::gpu::hostmem::{self, ImportGuard};
+use gphash::gpu::resources::{dispatch, map_read, release_imports};
 
 /// Where the measured buffer lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +55,7 @@ impl Ceilings {
 
     /// The operation rate this memory allows for operations of traffic `t`: each kind of request
     /// at its measured rate (reads, writes, CAS), one after the other.
-    pub fn op_rate(&self, t: &crate::bench::system::Traffic) -> f64 {
+    pub fn op_rate(&self, t: &crate::systems::Traffic) -> f64 {
         let secs = t.reads / self.reads() + t.writes / self.random_write + t.atomics / self.cas;
         if secs > 0.0 { 1.0 / secs } else { 0.0 }
     }
@@ -81,8 +81,8 @@ impl fmt::Display for Ceilings {
 /// Line sizes of the random-read test.
 pub const LINE_BYTES: [u32; 3] = [128, 256, 512];
 
-const SHADER: &str = include_str!("../../shaders/ceiling.wgsl");
-const CAS_SHADER: &str = include_str!("../../shaders/ceiling_cas.wgsl");
+const SHADER: &str = include_str!("../shaders/ceiling.wgsl");
+const CAS_SHADER: &str = include_str!("../shaders/ceiling_cas.wgsl");
 
 /// How a ceiling is measured.
 #[derive(Clone, Debug)]

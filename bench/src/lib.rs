@@ -1,12 +1,13 @@
-//! Benchmarks: the basic figures (`basic`), and the workload runner that drives gphash and the
-//! baselines through one interface (`system`).
+//! gphash's benchmarks: the basic figures (`basic`), the bucket cache's (`bktcache`), the
+//! memory ceilings (`ceiling`), and the workload runner (`runner`: YCSB and micro workloads,
+//! `ycsb`, and trace files, `traces`) that drives gphash and the baselines through one interface
+//! (`systems`).
 
 pub mod basic;
 pub mod bktcache;
 pub mod ceiling;
 pub mod plots;
 pub mod runner;
-pub mod system;
 pub mod systems;
 pub mod traces;
 pub mod ycsb;

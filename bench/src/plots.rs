@@ -15,8 +15,8 @@ use plotters::coord::ranged1d::{AsRangedCoord, KeyPointHint, NoDefaultFormatting
 use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 
-use crate::bench::runner::Record;
-use crate::error::{Error, Result};
+use crate::runner::Record;
+use gphash::error::{Error, Result};
 
 const COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),

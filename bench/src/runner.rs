@@ -9,20 +9,20 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::baselines::cpu::CpuSystem;
-use crate::baselines::slab::{SlabConfig, SlabOptions, SlabSystem};
-use crate::batch::Batch;
-use crate::bench::ceiling::{Ceilings, Memory};
-use crate::bench::system::{DeviceOps, System, Traffic};
-use crate::bench::systems::GpHashSystem;
-use crate::bench::traces::trace_batch;
-use crate::bench::ycsb::{Distribution, Generator, Op, Workload, batch_of};
-use crate::cache::CacheOptions;
-use crate::error::{Error, Result};
-use crate::gpu::context::Gpu;
-use crate::gpu::engine::Placement;
-use crate::index::Config;
-use crate::protocol::{OpKind, Status};
+use crate::ceiling::{Ceilings, Memory};
+use crate::systems::cpu::CpuSystem;
+use crate::systems::index::GpHashSystem;
+use crate::systems::slab::{SlabConfig, SlabOptions, SlabSystem};
+use crate::systems::{DeviceOps, System, Traffic};
+use crate::traces::trace_batch;
+use crate::ycsb::{Distribution, Generator, Op, Workload, batch_of};
+use gphash::batch::Batch;
+use gphash::cache::CacheOptions;
+use gphash::error::{Error, Result};
+use gphash::gpu::context::Gpu;
+use gphash::gpu::engine::Placement;
+use gphash::index::Config;
+use gphash::protocol::{OpKind, Status};
 
 /// A system of a suite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -374,7 +374,7 @@ pub fn run(
             report("load", suite.load_batch, &m, &system.setting());
             for &workload in suite.workloads.iter().filter(|w| **w != Workload::Load) {
                 // The same operations at every batch size; updates write values of their own.
-                let seed = suite.seed ^ crate::bench::ycsb::fnv64(workload as u64 + 1);
+                let seed = suite.seed ^ crate::ycsb::fnv64(workload as u64 + 1);
                 let to_batch = |ops: &[Op]| batch_of(ops, kb, vb as usize, seed);
                 let negative = workload == Workload::NegativeSearch;
                 let expect = if negative { Status::NotFound } else { Status::Ok };

@@ -21,10 +21,10 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
 
-use crate::batch::Batch;
-use crate::bench::ycsb::{Op, batch_with};
-use crate::error::{Error, Result};
-use crate::protocol::OpKind;
+use crate::ycsb::{Op, batch_with};
+use gphash::batch::Batch;
+use gphash::error::{Error, Result};
+use gphash::protocol::OpKind;
 
 /// Reads a whole trace file. The first malformed line, or a `SCAN`, is an [`Error::Trace`]
 /// naming the file and the line.
@@ -111,13 +111,13 @@ pub fn write_trace(path: impl AsRef<Path>, ops: &[Op]) -> Result<()> {
 }
 
 /// The key bytes of trace key `id` (a trace holds YCSB's hashed integers already):
-/// [`crate::bench::key_bytes`] of it.
+/// [`crate::key_bytes`] of it.
 pub fn trace_key(id: u64, key_bytes: usize) -> Vec<u8> {
-    crate::bench::key_bytes(id, key_bytes)
+    crate::key_bytes(id, key_bytes)
 }
 
 /// A batch of trace operations with keys [`trace_key`] and, for writes, the values
-/// [`crate::bench::ycsb::value_of`]`(id, seed, value_bytes)`.
+/// [`crate::ycsb::value_of`]`(id, seed, value_bytes)`.
 pub fn trace_batch(ops: &[Op], key_bytes: usize, value_bytes: usize, seed: u64) -> Batch {
     batch_with(ops, key_bytes, value_bytes, seed, trace_key)
 }
@@ -125,7 +125,7 @@ pub fn trace_batch(ops: &[Op], key_bytes: usize, value_bytes: usize, seed: u64) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::ycsb::{Generator, Workload, fnv64, value_of};
+    use crate::ycsb::{Generator, Workload, fnv64, value_of};
 
     fn parse(text: &str) -> Result<Vec<Op>> {
         parse_trace(Path::new("t.trace"), text.as_bytes())
@@ -211,7 +211,7 @@ mod tests {
     fn keys_and_batches() {
         assert_eq!(trace_key(0x0102, 8), vec![2, 1, 0, 0, 0, 0, 0, 0]);
         // A trace holds hashed keys already: record 7's key is the trace key fnvhash64(7).
-        assert_eq!(trace_key(crate::bench::ycsb::fnv64(7), 32), crate::bench::key(7, 32));
+        assert_eq!(trace_key(crate::ycsb::fnv64(7), 32), crate::key(7, 32));
         assert_eq!(&trace_key(7, 32)[..8], &7u64.to_le_bytes());
         let ops = [Op { kind: OpKind::Insert, id: 9 }, Op { kind: OpKind::Get, id: 9 }];
         let b = trace_batch(&ops, 8, 16, 1);

@@ -16,7 +16,7 @@
 //!
 //! Key ids are `u64`: the loaded records are ids `0..records`, the transaction phase's inserts
 //! take ids `records, records + 1, ...`, and negative searches use ids at or above
-//! `records + operations`. [`batch_of`] turns ids into key bytes with [`crate::bench::key`] and
+//! `records + operations`. [`batch_of`] turns ids into key bytes with [`crate::key`] and
 //! gives every write a deterministic pseudo-random value ([`value_of`]).
 //!
 //! What follows YCSB exactly, and where it deviates (each deviation is a YCSB quirk that would
@@ -53,9 +53,9 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rustc_hash::FxHashMap;
 
-use crate::batch::Batch;
-use crate::error::{Error, Result};
-use crate::protocol::OpKind;
+use gphash::batch::Batch;
+use gphash::error::{Error, Result};
+use gphash::protocol::OpKind;
 
 /// YCSB's default Zipfian constant (`ZipfianGenerator.ZIPFIAN_CONSTANT`).
 pub const ZIPFIAN_CONSTANT: f64 = 0.99;
@@ -72,7 +72,7 @@ pub const SCRAMBLED_ZETAN: f64 = 26.46902820178302;
 /// The largest Zipfian constant a request distribution takes (skew sweeps).
 pub const MAX_THETA: f64 = 2.0;
 
-/// Ids below this map to distinct keys through [`crate::bench::key`] (which keeps only the low
+/// Ids below this map to distinct keys through [`crate::key`] (which keeps only the low
 /// 32 bits of an id); [`Generator::new`] refuses configurations that would produce larger ids.
 pub const MAX_IDS: u64 = 1 << 32;
 
@@ -557,7 +557,7 @@ impl FromStr for Workload {
 pub struct Op {
     /// What it does.
     pub kind: OpKind,
-    /// The key's id (see [`crate::bench::key`]).
+    /// The key's id (see [`crate::key`]).
     pub id: u64,
 }
 
@@ -808,10 +808,10 @@ fn splitmix64(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// A batch of `ops` with keys [`crate::bench::key`]`(id, key_bytes)` and, for inserts, upserts
+/// A batch of `ops` with keys [`crate::key`]`(id, key_bytes)` and, for inserts, upserts
 /// and updates, the values [`value_of`]`(id, seed, value_bytes)`.
 pub fn batch_of(ops: &[Op], key_bytes: usize, value_bytes: usize, seed: u64) -> Batch {
-    batch_with(ops, key_bytes, value_bytes, seed, crate::bench::key)
+    batch_with(ops, key_bytes, value_bytes, seed, crate::key)
 }
 
 /// [`batch_of`] with another mapping of ids to keys (which must give `key_bytes` bytes).
@@ -1272,7 +1272,7 @@ mod tests {
         for (i, op) in ops.iter().enumerate() {
             let (kind, key, value) = b.op(i);
             assert_eq!(kind, op.kind);
-            assert_eq!(key, crate::bench::key(op.id, kb));
+            assert_eq!(key, crate::key(op.id, kb));
             if op.kind.writes_value() {
                 assert_eq!(value, value_of(op.id, 77, vb));
             } else {

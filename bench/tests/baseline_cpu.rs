@@ -1,18 +1,19 @@
-//! The `cpu` baseline (`gphash::baselines::cpu`): its table against the oracle, reopening,
+//! The `cpu` baseline (`gphash_bench::systems::cpu`): its table against the oracle, reopening,
 //! crash images, and the System path through the GPU.
 //!
 //! `GPHASH_TEST_SEED` replays a run; `GPHASH_CRASH_IMAGES` sets how many crash images to test
 //! (default 600). Without a Vulkan device the GPU test prints a warning and only the host parts
 //! run, except under `CI=true`, where it fails.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use common::crash::{Content, CrashRun, assert_whole_or_absent};
 use common::oracle::{Oracle, assert_same_content};
-use gphash::baselines::cpu::{CpuConfig, CpuSystem, CpuTable};
-use gphash::bench::system::{System, run_host};
 use gphash::engine::Encoded;
 use gphash::{Batch, Error, OpKind, Status};
+use gphash_bench::systems::cpu::{CpuConfig, CpuSystem, CpuTable};
+use gphash_bench::systems::{System, run_host};
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};

@@ -4,6 +4,7 @@
 //! On lavapipe `subgroup_sizes_4_8_16` re-runs the GPU tests in child processes with
 //! `LP_NATIVE_VECTOR_WIDTH=128/256/512` (subgroups of 4, 8 and 16 lanes).
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::{HashMap, HashSet};
@@ -12,9 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::oracle::{Oracle, assert_same_content};
-use gphash::baselines::slab::{self, SlabConfig, SlabModel, SlabOptions, SlabSystem};
-use gphash::bench::system::{System, run_host};
 use gphash::{Batch, Error, Gpu, OpKind, Placement, Status};
+use gphash_bench::systems::slab::{self, SlabConfig, SlabModel, SlabOptions, SlabSystem};
+use gphash_bench::systems::{System, run_host};
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};

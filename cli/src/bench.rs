@@ -1,15 +1,15 @@
-//! `gphash bench ...`: the benchmarks of `gphash::bench`, with their knobs.
+//! `gphash bench ...`: the benchmarks of `gphash_bench`, with their knobs.
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use gphash::bench::bktcache::{self, CacheBench};
-use gphash::bench::ceiling::{self, Method};
-use gphash::bench::runner::{self, Suite, SystemKind};
-use gphash::bench::ycsb::{Distribution, Workload};
-use gphash::bench::{Fill, LoadSearch, PersistCost, ResizeRecovery};
-use gphash::bench::{plots, traces};
 use gphash::{Layout, Options, Placement};
+use gphash_bench::bktcache::{self, CacheBench};
+use gphash_bench::ceiling::{self, Method};
+use gphash_bench::runner::{self, Suite, SystemKind};
+use gphash_bench::ycsb::{Distribution, Workload};
+use gphash_bench::{Fill, LoadSearch, PersistCost, ResizeRecovery};
+use gphash_bench::{plots, traces};
 use host_pm::PersistMode;
 
 use crate::progress;

@@ -84,7 +84,7 @@ pub struct DeviceBatch<'a> {
 impl DeviceBatch<'_> {
     /// Refuses buffers too small for `len` operations of `key_words`-word keys and
     /// `cell_words`-word values, or without `STORAGE` usage.
-    pub(crate) fn validate(&self, key_words: u32, cell_words: u32) -> Result<()> {
+    pub fn validate(&self, key_words: u32, cell_words: u32) -> Result<()> {
         let n = self.len as u64;
         let (kw, cw) = (key_words as u64, cell_words as u64);
         for (name, buf, words) in [

@@ -25,7 +25,7 @@
 //! - **Values** live out of place in fixed-size cells of a value heap, each shard with its own
 //!   cells and a volatile free list rebuilt on open from the valid slots.
 //! - **No resizing.** The table is sized for `capacity` keys at load 0.75; an insertion whose
-//!   probe window is full fails its batch with [`crate::Error::TableFull`] (nothing applied).
+//!   probe window is full fails its batch with [`gphash::Error::TableFull`] (nothing applied).
 //!   Benchmarks size it for their key count.
 //!
 //! # A batch
@@ -54,7 +54,7 @@
 //! memory); the threads write, the calling thread persists once all are done. A batch that
 //! finds a full probe window or no free cell is rolled back before persist point 1 (nothing
 //! was published; its cells go back to the free lists) and returns the error. A failed persist
-//! at point 2 leaves the table refusing batches ([`crate::Error::Poisoned`]) until reopened.
+//! at point 2 leaves the table refusing batches ([`gphash::Error::Poisoned`]) until reopened.
 //!
 //! # Crash consistency (log-free)
 //!
@@ -104,11 +104,11 @@ use std::sync::Arc;
 
 pub use table::{CpuConfig, CpuTable, Recovery};
 
-use crate::bench::system::{System, Traffic, upload};
-use crate::error::Result;
-use crate::gpu::context::Gpu;
-use crate::gpu::engine::DeviceBatch;
-use crate::protocol::OpKind;
+use crate::systems::{System, Traffic, upload};
+use gphash::error::Result;
+use gphash::gpu::context::Gpu;
+use gphash::gpu::engine::DeviceBatch;
+use gphash::protocol::OpKind;
 
 /// The `cpu` baseline as a [`System`]: batches copied to the host, applied by a [`CpuTable`],
 /// results copied back.
@@ -205,7 +205,7 @@ impl CpuSystem {
         }
         self.gpu.queue.submit([enc.finish()]);
         let mut out = vec![];
-        crate::gpu::resources::map_read(&self.gpu, staging, 0..total, |b| {
+        gphash::gpu::resources::map_read(&self.gpu, staging, 0..total, |b| {
             let words: &[u32] = bytemuck::cast_slice(b);
             let mut at = 0;
             for &(_, w) in buffers {

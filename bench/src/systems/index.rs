@@ -5,14 +5,14 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::bench::system::{System, Traffic};
-use crate::cache::CacheOptions;
-use crate::error::Result;
-use crate::gpu::context::Gpu;
-use crate::gpu::engine::{DeviceBatch, GpuOptions, Placement};
-use crate::index::{Config, Executor, GpHash, Options};
-use crate::layout::Geometry;
-use crate::protocol::OpKind;
+use crate::systems::{System, Traffic};
+use gphash::cache::CacheOptions;
+use gphash::error::Result;
+use gphash::gpu::context::Gpu;
+use gphash::gpu::engine::{DeviceBatch, GpuOptions, Placement};
+use gphash::index::{Config, Executor, GpHash, Options};
+use gphash::layout::Geometry;
+use gphash::protocol::OpKind;
 
 /// gphash behind the [`System`] interface.
 pub struct GpHashSystem {
@@ -57,7 +57,7 @@ impl GpHashSystem {
 /// - a claim is a CAS and a write of fingerprint and key (2 writes when keys are apart):
 ///   2 or 3 requests; publishing it, and swinging or clearing a found slot, is one CAS.
 ///
-/// The bucket cache is not modelled: its savings are counted by the kernels ([`crate::CacheStats`]).
+/// The bucket cache is not modelled: its savings are counted by the kernels ([`gphash::CacheStats`]).
 pub fn traffic(geo: &Geometry, kind: OpKind, hit: bool) -> Traffic {
     let l = geo.layout;
     let (key, cell) = (geo.key_bytes as f64, (geo.cell_words() * 4) as f64);
@@ -104,7 +104,7 @@ impl System for GpHashSystem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::Layout;
+    use gphash::layout::Layout;
 
     #[test]
     fn a_positive_search_is_three_requests_of_the_default_layout() {

@@ -1,17 +1,22 @@
-//! One interface for every system a workload runs against: gphash in its placements and the
-//! baselines. Batches live in device buffers, as a GPU-resident application holds them; a
-//! system reads them there and writes its results there.
+//! One interface for every system a workload runs against: gphash in its placements
+//! (`index`) and the baselines gphash is compared with (DESIGN §9: `slab`, `cpu`). Batches live
+//! in device buffers, as a GPU-resident application holds them; a system reads them there and
+//! writes its results there.
+
+pub mod cpu;
+pub mod index;
+pub mod slab;
 
 use std::sync::Arc;
 
 use wgpu::util::DeviceExt;
 
-use crate::batch::Batch;
-use crate::error::{Error, Result};
-use crate::gpu::context::Gpu;
-use crate::gpu::engine::DeviceBatch;
-pub use crate::gpu::resources::download_words;
-use crate::protocol::{OpKind, Status};
+use gphash::batch::Batch;
+use gphash::error::{Error, Result};
+use gphash::gpu::context::Gpu;
+use gphash::gpu::engine::DeviceBatch;
+pub use gphash::gpu::resources::download_words;
+use gphash::protocol::{OpKind, Status};
 
 /// Memory traffic of one operation in the memory the system's table lives in, by kind of
 /// request (over PCIe each costs about the same up to 512 bytes, but reads, posted writes and
@@ -94,7 +99,7 @@ impl DeviceOps {
     pub fn new(gpu: &Gpu, batch: &Batch) -> DeviceOps {
         let cell_words = batch.value_bytes().div_ceil(4);
         let n = batch.len();
-        let mut encoded = crate::engine::Encoded::default();
+        let mut encoded = gphash::engine::Encoded::default();
         batch.encode(&(0..n).collect::<Vec<_>>(), &mut encoded);
         if encoded.values.is_empty() {
             encoded.values = vec![0; n * cell_words];
@@ -134,7 +139,7 @@ impl DeviceOps {
             *self = DeviceOps::new(gpu, batch);
             return;
         }
-        let mut encoded = crate::engine::Encoded::default();
+        let mut encoded = gphash::engine::Encoded::default();
         batch.encode(&(0..n).collect::<Vec<_>>(), &mut encoded);
         gpu.queue.write_buffer(&self.kinds, 0, bytemuck::cast_slice(&encoded.kinds));
         gpu.queue.write_buffer(&self.keys, 0, bytemuck::cast_slice(&encoded.keys));

@@ -44,8 +44,8 @@
 
 use host_pm::{Header, ResizeRecord, TableConfig};
 
-use crate::error::{Error, Result};
-use crate::hash::{Seeds, hash_words};
+use gphash::error::{Error, Result};
+use gphash::hash::{Seeds, hash_words};
 
 /// Bytes of a bucket: four cache lines, the block size of Optane media that TurboHash targets.
 pub const BUCKET_BYTES: usize = 256;
@@ -326,7 +326,7 @@ impl Geometry {
                 h.heap_cells, g.cells
             )));
         }
-        crate::layout::check_regions(h, g.table_bytes(), g.heap_bytes()).map_err(bad)?;
+        gphash::layout::check_regions(h, g.table_bytes(), g.heap_bytes()).map_err(bad)?;
         Ok(g)
     }
 }

@@ -12,7 +12,7 @@
 //! heap region: cell c = words c*CW .. c*CW+CW (CW = ceil(value_bytes / 4))
 //! ```
 
-use crate::error::{Error, Result};
+use gphash::error::{Error, Result};
 
 /// Words of one slab (128 bytes).
 pub const SLAB_WORDS: u32 = 32;
@@ -202,7 +202,7 @@ impl SlabGeometry {
 
     /// The bucket of a key given as words. Twin: `bucket_of` in `shaders/slab_common.wgsl`.
     pub fn bucket(&self, key: &[u32]) -> u32 {
-        crate::hash::hash_words(key, self.seed) % self.buckets
+        gphash::hash::hash_words(key, self.seed) % self.buckets
     }
 
     /// Words of the slab bitmap (bit `s` set: slab `s` in use; base slabs always are).
@@ -218,7 +218,7 @@ impl SlabGeometry {
 
 /// The check word of a valid log header. Twin: none (the host writes and reads the header).
 pub fn log_check(count: u32, seq: u32) -> u32 {
-    crate::hash::fmix(LOG_VALID ^ crate::hash::fmix(count ^ crate::hash::fmix(seq.wrapping_add(0x51AB))))
+    gphash::hash::fmix(LOG_VALID ^ gphash::hash::fmix(count ^ gphash::hash::fmix(seq.wrapping_add(0x51AB))))
 }
 
 #[cfg(test)]

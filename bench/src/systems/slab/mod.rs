@@ -59,18 +59,18 @@ pub use layout::SlabGeometry;
 pub use model::{Recovered, SlabModel};
 use shader::{CONTROL_WORDS, SlabKernel, SlabParams, SlabShaderConfig, ctl};
 
-use crate::bench::system::{System, Traffic};
-use crate::engine::Mode;
-use crate::error::{Error, Result};
-use crate::gpu::context::Gpu;
-use crate::gpu::engine::{DeviceBatch, Placement};
-use crate::gpu::hostmem;
-use crate::gpu::resources::{
+use crate::systems::{System, Traffic};
+use gphash::engine::Mode;
+use gphash::error::{Error, Result};
+use gphash::gpu::context::Gpu;
+use gphash::gpu::engine::{DeviceBatch, Placement};
+use gphash::gpu::hostmem;
+use gphash::gpu::resources::{
     Pipelines, PoolWindows, bind_group, bind_group_layout, build_pipelines, check_bindings, map_read,
     max_window, params_buffer, read_dirty, record_passes, storage_buffer, writeback_invocations,
 };
-use crate::gpu::shader::Windows;
-use crate::protocol::OpKind;
+use gphash::gpu::shader::Windows;
+use gphash::protocol::OpKind;
 
 /// A new slab table's shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,7 +122,7 @@ impl SlabConfig {
 
 /// The 32-bit bucket-hash seed of a pool's 64-bit seed.
 fn seed32(seed: u64) -> u32 {
-    crate::hash::fmix(seed as u32 ^ crate::hash::fmix((seed >> 32) as u32 ^ 0x51AB_51AB))
+    gphash::hash::fmix(seed as u32 ^ gphash::hash::fmix((seed >> 32) as u32 ^ 0x51AB_51AB))
 }
 
 /// How a slab table runs.
@@ -325,7 +325,7 @@ impl SlabSystem {
                 geo.entries()
             )));
         }
-        crate::layout::check_regions(h, geo.table_bytes(), geo.heap_bytes()).map_err(incompatible)?;
+        gphash::layout::check_regions(h, geo.table_bytes(), geo.heap_bytes()).map_err(incompatible)?;
         Ok(geo)
     }
 
@@ -504,7 +504,7 @@ impl SlabSystem {
     /// Value cells and pool slabs the device allocators hold (a leak check: after a batch the
     /// cells equal [`System::len`] and the slabs [`SlabSystem::pool_slabs_used`]).
     pub fn allocated(&self) -> Result<(u64, u64)> {
-        let words = crate::bench::system::download(&self.gpu, &self.state)?;
+        let words = crate::systems::download(&self.gpu, &self.state)?;
         let ones = |r: std::ops::Range<u32>| -> u64 {
             words[r.start as usize..r.end as usize].iter().map(|w| w.count_ones() as u64).sum()
         };
