@@ -128,6 +128,16 @@ impl fmt::Display for Mode {
     }
 }
 
+impl From<gphash_gpu::Residence> for Mode {
+    fn from(r: gphash_gpu::Residence) -> Self {
+        match r {
+            gphash_gpu::Residence::ZeroCopy => Mode::ZeroCopy,
+            gphash_gpu::Residence::Staged { reason } => Mode::Staged { reason },
+            gphash_gpu::Residence::Volatile => Mode::Volatile,
+        }
+    }
+}
+
 /// One executor of the table's kernels.
 pub trait Engine: Send {
     /// How it executes.

@@ -9,13 +9,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gphash_gpu::Gpu;
 use host_pm::{Backend, CreateOptions, Header, PersistMode, Pool, ResizeRecord, TableConfig};
 
 use crate::batch::{Batch, BatchResult};
 use crate::cpu::CpuEngine;
 use crate::engine::{Encoded, Engine, Input, Mode, Written};
 use crate::error::{Error, Result};
-use crate::gpu::context::Gpu;
 use crate::gpu::engine::DeviceBatch;
 use crate::gpu::engine::{GpuEngine, GpuOptions};
 use crate::hash::Seeds;
@@ -333,7 +333,7 @@ impl GpHash {
                     log::warn!("no GPU, running on the CPU model: {e}");
                     Err(e.to_string())
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             },
         };
         let (mut recovery, mut bitmap) = recovery::recover(&mut pool, &geo)?;

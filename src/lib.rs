@@ -33,7 +33,7 @@ pub use batch::{Batch, BatchResult};
 pub use cache::{CacheOptions, CacheStats, CacheStatus, Policy};
 pub use engine::Mode;
 pub use error::{Error, Result};
-pub use gpu::context::Gpu;
+pub use gphash_gpu::Gpu;
 pub use gpu::engine::{DeviceBatch, GpuOptions, Placement};
 pub use index::{Config, Executor, GpHash, Options, Stats};
 pub use layout::Layout;

@@ -17,11 +17,11 @@
 
 use std::sync::Arc;
 
+use gphash_gpu::Gpu;
 use host_pm::{Pool, REGION_ALIGN, Region, ResizeRecord};
 
 use crate::cpu::split_regions;
 use crate::error::{Error, Result};
-use crate::gpu::context::Gpu;
 use crate::gpu::engine::GpuOptions;
 use crate::hash::Seeds;
 use crate::layout::Geometry;

@@ -9,8 +9,8 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
+use gphash::Placement;
 use gphash::error::{Error, Result};
-use gphash::gpu::engine::Placement;
 use gphash::index::{Config, GpHash, Options};
 
 /// What to measure.

@@ -13,11 +13,11 @@ use crate::plots;
 use crate::runner::quantile_ms;
 use crate::systems::DeviceOps;
 use crate::ycsb::{Distribution, Generator, Workload, batch_of};
+use gphash::Gpu;
 use gphash::cache::{CacheOptions, CacheStatus, Policy};
 use gphash::error::{Error, Result};
-use gphash::gpu::context::Gpu;
-use gphash::gpu::engine::{GpuOptions, Placement};
 use gphash::index::{Config, Executor, GpHash, Options};
+use gphash::{GpuOptions, Placement};
 
 /// What `gphash bench cache` runs.
 #[derive(Clone, Debug)]

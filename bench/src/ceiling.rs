@@ -6,10 +6,10 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use gphash::Gpu;
 use gphash::error::{Error, Result};
-use gphash::gpu::context::Gpu;
-use gphash::gpu::hostmem::{self, ImportGuard};
-use gphash::gpu::resources::{dispatch, map_read, release_imports};
+use gphash_gpu::hostmem::{self, ImportGuard};
+use gphash_gpu::resources::{dispatch, map_read, release_imports};
 
 /// Where the measured buffer lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -273,7 +273,9 @@ fn map_read_sink(gpu: &Gpu, sink: &wgpu::Buffer, sum: &mut u32) -> Result<()> {
     let mut enc = gpu.device.create_command_encoder(&Default::default());
     enc.copy_buffer_to_buffer(sink, 0, &rb, 0, 256);
     gpu.queue.submit([enc.finish()]);
-    map_read(gpu, &rb, 0..256, |b| *sum = bytemuck::cast_slice::<u8, u32>(b).iter().fold(0, |a, &w| a ^ w))
+    Ok(map_read(gpu, &rb, 0..256, |b| {
+        *sum = bytemuck::cast_slice::<u8, u32>(b).iter().fold(0, |a, &w| a ^ w)
+    })?)
 }
 
 /// Measures the ceilings of device memory and of imported host memory.

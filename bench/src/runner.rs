@@ -16,11 +16,11 @@ use crate::systems::slab::{SlabConfig, SlabOptions, SlabSystem};
 use crate::systems::{DeviceOps, System, Traffic};
 use crate::traces::trace_batch;
 use crate::ycsb::{Distribution, Generator, Op, Workload, batch_of};
+use gphash::Gpu;
+use gphash::Placement;
 use gphash::batch::Batch;
 use gphash::cache::CacheOptions;
 use gphash::error::{Error, Result};
-use gphash::gpu::context::Gpu;
-use gphash::gpu::engine::Placement;
 use gphash::index::Config;
 use gphash::protocol::{OpKind, Status};
 

@@ -1,13 +1,11 @@
-//! Device resources shared by the engine and the resize: windows of pool regions (imported
-//! or uploaded), pipelines, bind group layouts, readbacks.
+//! Device resources of a table's kernels: windows of pool regions (imported or uploaded),
+//! pipelines, bind group layouts, readbacks.
 
 use host_pm::{Backend, PersistMode, Pool, Region};
 
 use super::context::{DeviceInfo, Gpu};
-use super::engine::Placement;
 use super::hostmem::{self, ImportGuard};
 use super::shader::{KernelEntry, WORKGROUP, Windows};
-use crate::engine::Mode;
 use crate::error::{Error, Result};
 
 /// Dispatches `invocations` invocations (two-dimensional beyond 65535 workgroups).
@@ -192,6 +190,35 @@ pub fn writeback_invocations(dirty_cap: u32) -> u64 {
     (dirty_cap as u64 * 16).min(1 << 20)
 }
 
+/// Where a pool's regions live while the GPU works on them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// Zero-copy where the driver imports the pool mapping, staged otherwise (reported).
+    #[default]
+    Auto,
+    /// Zero-copy or an error.
+    ZeroCopy,
+    /// Always a device-memory copy written back at persist points.
+    Staged,
+    /// A device-memory copy that is never written back (the upper bound of benchmarks):
+    /// nothing persists and the pool on the host goes stale.
+    Volatile,
+}
+
+/// Where a pool's regions ended up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Residence {
+    /// The GPU reads and writes the pool mapping in place.
+    ZeroCopy,
+    /// The GPU works on a device-memory copy; dirty lines are written back at persist points.
+    Staged {
+        /// Why zero-copy was not used.
+        reason: String,
+    },
+    /// The GPU works on a device-memory copy and nothing is written back.
+    Volatile,
+}
+
 /// A region of a pool as storage windows on the device.
 pub struct RegionWindows {
     /// The region.
@@ -207,7 +234,7 @@ pub struct RegionWindows {
 /// where asked).
 pub struct PoolWindows {
     /// Zero-copy, staged (and why) or volatile.
-    pub mode: Mode,
+    pub residence: Residence,
     /// The table region.
     pub table: RegionWindows,
     /// The heap region.
@@ -232,8 +259,8 @@ impl PoolWindows {
             None => import_region(gpu, pool, table.0, table.1, &guard, table.3)
                 .and_then(|t| Ok((t, import_region(gpu, pool, heap.0, heap.1, &guard, heap.3)?))),
         };
-        let (t, h, mode) = match imported {
-            Ok((t, h)) => (t, h, Mode::ZeroCopy),
+        let (t, h, residence) = match imported {
+            Ok((t, h)) => (t, h, Residence::ZeroCopy),
             Err(reason) if placement == Placement::ZeroCopy => {
                 return Err(Error::Gpu(format!("zero-copy import of the pool failed: {reason}")));
             }
@@ -242,15 +269,15 @@ impl PoolWindows {
                 release_imports(gpu, &guard);
                 let t = upload_region(gpu, pool, table.0, table.1, table.2, table.3)?;
                 let h = upload_region(gpu, pool, heap.0, heap.1, heap.2, heap.3)?;
-                let mode = match placement {
-                    Placement::Volatile => Mode::Volatile,
-                    _ => Mode::Staged { reason },
+                let residence = match placement {
+                    Placement::Volatile => Residence::Volatile,
+                    _ => Residence::Staged { reason },
                 };
-                (t, h, mode)
+                (t, h, residence)
             }
         };
         Ok(PoolWindows {
-            mode,
+            residence,
             table: RegionWindows { region: table.0, windows: table.1, buffers: t },
             heap: RegionWindows { region: heap.0, windows: heap.1, buffers: h },
             guard,
@@ -259,16 +286,16 @@ impl PoolWindows {
 
     /// Whether the windows are device copies written back at persist points.
     pub fn staged(&self) -> bool {
-        matches!(self.mode, Mode::Staged { .. })
+        matches!(self.residence, Residence::Staged { .. })
     }
 
     /// Whether the kernels list the lines they write: staged (they are copied back) and
     /// zero-copy with a persist primitive that works on lines; not volatile, nor when the pool
     /// only fences.
     pub fn tracks_lines(&self, persist: PersistMode) -> bool {
-        match self.mode {
-            Mode::Staged { .. } => true,
-            Mode::Volatile => false,
+        match self.residence {
+            Residence::Staged { .. } => true,
+            Residence::Volatile => false,
             _ => !matches!(persist, PersistMode::Fence | PersistMode::None),
         }
     }

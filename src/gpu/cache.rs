@@ -9,9 +9,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::context::Gpu;
-use super::resources::{download_words, storage_buffer};
-use super::shader::{CacheConfig, Windows};
+use gphash_gpu::Gpu;
+use gphash_gpu::resources::{download_words, storage_buffer};
+use gphash_gpu::shader::Windows;
+
+use super::shader::CacheConfig;
 use crate::cache::{self, CacheOptions, CacheStats, Fill, Policy, Snapshot};
 use crate::error::Result;
 use crate::layout::Geometry;
@@ -252,7 +254,7 @@ impl DeviceCache {
 
     /// Downloads the counts (`groups` words).
     pub fn download_counts(&self, gpu: &Gpu) -> Result<Vec<u32>> {
-        download_words(gpu, &self.counts, self.groups)
+        Ok(download_words(gpu, &self.counts, self.groups)?)
     }
 
     /// Downloads everything the device holds.

@@ -4,16 +4,17 @@
 
 use std::sync::Arc;
 
+use gphash_gpu::resources::{
+    Pipelines, PoolWindows, Residence, bind_group, bind_group_layout, build_pipelines, check_bindings,
+    download_words, map_read, max_window, params_buffer, read_dirty, record_passes, storage_buffer,
+    writeback_invocations,
+};
+use gphash_gpu::shader::Windows;
+use gphash_gpu::{Gpu, hostmem};
 use host_pm::{Pool, Region};
 
 use super::cache::DeviceCache;
-use super::context::Gpu;
-use super::hostmem;
-use super::resources::{
-    Pipelines, PoolWindows, bind_group, bind_group_layout, build_pipelines, check_bindings, download_words,
-    map_read, max_window, params_buffer, read_dirty, record_passes, storage_buffer, writeback_invocations,
-};
-use super::shader::{self, CacheConfig, Kernel, KernelConfig, Params, Windows};
+use super::shader::{self, CacheConfig, Kernel, KernelConfig, Params};
 use crate::cache::{CacheOptions, CacheStatus, Snapshot};
 use crate::engine::{Engine, Input, Mode, Report, Written};
 use crate::error::{Error, Result};
@@ -34,6 +35,17 @@ pub enum Placement {
     /// benchmarks. Nothing persists, the pool on the host goes stale (do not reopen it) and
     /// the table cannot grow.
     Volatile,
+}
+
+impl From<Placement> for gphash_gpu::Placement {
+    fn from(p: Placement) -> Self {
+        match p {
+            Placement::Auto => gphash_gpu::Placement::Auto,
+            Placement::ZeroCopy => gphash_gpu::Placement::ZeroCopy,
+            Placement::Staged => gphash_gpu::Placement::Staged,
+            Placement::Volatile => gphash_gpu::Placement::Volatile,
+        }
+    }
 }
 
 /// GPU-specific settings.
@@ -216,14 +228,14 @@ impl GpuEngine {
         let windows = PoolWindows::place(
             &gpu,
             pool,
-            opts.placement,
+            opts.placement.into(),
             [
                 (table_region, cfg.table, geo.table_words(), "table"),
                 (heap_region, cfg.heap, geo.heap_words(), "heap"),
             ],
         )?;
         // Only a table in host memory gains from a copy of its hot groups in device memory.
-        let cached = windows.mode == Mode::ZeroCopy && !geo.keys_apart;
+        let cached = windows.residence == Residence::ZeroCopy && !geo.keys_apart;
         let cache = DeviceCache::new(&gpu, &geo, &opts.cache, cached, max_window)?;
         cfg.cache = cache.config();
         check_bindings("the table", cfg.bindings().0, &gpu.info)?;
@@ -496,7 +508,7 @@ impl GpuEngine {
 
 impl Engine for GpuEngine {
     fn mode(&self) -> Mode {
-        self.windows.mode.clone()
+        self.windows.residence.clone().into()
     }
 
     fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report> {
@@ -569,12 +581,12 @@ impl Engine for GpuEngine {
     }
 
     fn cache_status(&self) -> CacheStatus {
-        match &self.windows.mode {
+        match &self.windows.residence {
             _ if self.cache.enabled() => CacheStatus::On(self.cache.stats()),
             _ if self.cfg.geo.keys_apart => {
                 CacheStatus::Off { reason: "keys are apart from their buckets".into() }
             }
-            Mode::ZeroCopy => CacheStatus::Off { reason: "cache ratio 0".into() },
+            Residence::ZeroCopy => CacheStatus::Off { reason: "cache ratio 0".into() },
             _ => CacheStatus::Off { reason: "the table is in device memory already".into() },
         }
     }

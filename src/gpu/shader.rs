@@ -1,15 +1,16 @@
-//! WGSL sources: the kernels in `shaders/`, stitched with a tiny `#include` preprocessor and
-//! a generated prelude (the table's constants, bindings and window accessors).
+//! WGSL sources: gphash's kernels in `shaders/`, stitched by `gphash_gpu`'s `#include`
+//! preprocessor with the files every table shares and a generated prelude (the table's
+//! constants, bindings and window accessors).
 
-use std::collections::HashSet;
 use std::fmt::Write;
 
-use crate::error::{Error, Result};
+use gphash_gpu::Result;
+use gphash_gpu::shader::{
+    BATCH_BINDINGS, Files, KernelEntry, SHARED, Windows, accessor, check, stitch, write_consts, write_windows,
+};
+
 use crate::hash::Seeds;
 use crate::layout::Geometry;
-
-/// Invocations per workgroup: a multiple of every subgroup size up to 128.
-pub const WORKGROUP: u32 = 128;
 
 /// gphash's storage buffers after the batch's ([`BATCH_BINDINGS`], 1 to 5), in binding order
 /// from 6: name, WGSL element type, read-only. Windows of the table, the heap, the cache's group
@@ -31,27 +32,7 @@ pub const TABLE_BINDINGS: [(&str, &str, bool); 10] = [
 /// Binding of the first table window.
 pub const FIRST_WINDOW_BINDING: u32 = 6 + TABLE_BINDINGS.len() as u32;
 
-/// Named WGSL files, embedded at build time.
-pub type Files = &'static [(&'static str, &'static str)];
-
-/// The files any table's kernels may include or run: `shaders/common/` and the staged
-/// write-back kernel.
-pub const SHARED: Files = &[
-    ("writeback.wgsl", include_str!("../../shaders/writeback.wgsl")),
-    ("common/bitmap.wgsl", include_str!("../../shaders/common/bitmap.wgsl")),
-    ("common/cells.wgsl", include_str!("../../shaders/common/cells.wgsl")),
-    ("common/claims.wgsl", include_str!("../../shaders/common/claims.wgsl")),
-    ("common/hash.wgsl", include_str!("../../shaders/common/hash.wgsl")),
-    ("common/ops.wgsl", include_str!("../../shaders/common/ops.wgsl")),
-    ("common/pool.wgsl", include_str!("../../shaders/common/pool.wgsl")),
-    ("common/probe.wgsl", include_str!("../../shaders/common/probe.wgsl")),
-    ("common/protocol.wgsl", include_str!("../../shaders/common/protocol.wgsl")),
-    ("common/table.wgsl", include_str!("../../shaders/common/table.wgsl")),
-    ("common/tile.wgsl", include_str!("../../shaders/common/tile.wgsl")),
-    ("common/values.wgsl", include_str!("../../shaders/common/values.wgsl")),
-];
-
-/// gphash's kernel files.
+/// gphash's kernel files, and the code only they share (`shaders/common/`).
 const KERNELS: Files = &[
     ("alloc.wgsl", include_str!("../../shaders/alloc.wgsl")),
     ("phase_a.wgsl", include_str!("../../shaders/phase_a.wgsl")),
@@ -59,15 +40,11 @@ const KERNELS: Files = &[
     ("release.wgsl", include_str!("../../shaders/release.wgsl")),
     ("resize.wgsl", include_str!("../../shaders/resize.wgsl")),
     ("cache.wgsl", include_str!("../../shaders/cache.wgsl")),
+    ("common/cells.wgsl", include_str!("../../shaders/common/cells.wgsl")),
+    ("common/probe.wgsl", include_str!("../../shaders/common/probe.wgsl")),
+    ("common/protocol.wgsl", include_str!("../../shaders/common/protocol.wgsl")),
+    ("common/table.wgsl", include_str!("../../shaders/common/table.wgsl")),
 ];
-
-/// A compute entry point of some table's kernels.
-pub trait KernelEntry: Copy + PartialEq + std::fmt::Debug {
-    /// The file it lives in.
-    fn file(self) -> &'static str;
-    /// Its entry point.
-    fn entry(self) -> &'static str;
-}
 
 /// One compute entry point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -143,33 +120,6 @@ impl KernelEntry for Kernel {
             Kernel::CacheDecay => "decay",
             _ => "main",
         }
-    }
-}
-
-/// How a region is split into storage bindings: `count` windows of `2^shift` words.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Windows {
-    /// Number of bindings.
-    pub count: u32,
-    /// log2 of the words per window.
-    pub shift: u32,
-}
-
-impl Windows {
-    /// Windows of at most `max_bytes` bytes (a power of two is used) covering `words` words.
-    pub fn cover(words: u64, max_bytes: u64) -> Windows {
-        let shift = (max_bytes / 4).max(64).ilog2();
-        Windows { count: words.div_ceil(1 << shift).max(1) as u32, shift }
-    }
-
-    /// Words per window.
-    pub fn words(&self) -> u64 {
-        1 << self.shift
-    }
-
-    /// Words of window `i` of a region of `total` words.
-    pub fn len(&self, i: u32, total: u64) -> u64 {
-        (total - i as u64 * self.words()).min(self.words())
     }
 }
 
@@ -341,84 +291,6 @@ struct Params {
     s
 }
 
-/// The constants of a prelude: those of every table, which the shared files use (`WG`, `TILE`,
-/// `KEY_WORDS`, `CELL_WORDS`), then the table's own `consts`.
-pub fn write_consts(s: &mut String, tile: u32, key_words: u32, cell_words: u32, consts: &[(&str, u64)]) {
-    let shared = [("WG", WORKGROUP), ("TILE", tile), ("KEY_WORDS", key_words), ("CELL_WORDS", cell_words)];
-    for (name, v) in shared.into_iter().map(|(n, v)| (n, v as u64)).chain(consts.iter().copied()) {
-        writeln!(s, "const {name}: u32 = {v}u;").unwrap();
-    }
-}
-
-/// The bindings of a batch, the same for every table: its parameters (a `Params` struct each
-/// table's prelude declares), its operations and their results.
-pub const BATCH_BINDINGS: &str = "
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> kinds: array<u32>;
-@group(0) @binding(2) var<storage, read> keys: array<u32>;
-@group(0) @binding(3) var<storage, read> vals_in: array<u32>;
-@group(0) @binding(4) var<storage, read_write> statuses: array<u32>;
-@group(0) @binding(5) var<storage, read_write> vals_out: array<u32>;
-";
-
-/// The bindings of read-write regions split in windows (name, whether its words are atomic,
-/// windows), from binding `first` on, and their accessors: `{name}_load`, `{name}_store`, and
-/// for atomic regions `{name}_cas_weak`. Returns the next free binding.
-pub fn write_windows(s: &mut String, first: u32, regions: &[(&str, bool, Windows)]) -> u32 {
-    let mut binding = first;
-    for &(name, atomic, w) in regions {
-        let ty = if atomic { "atomic<u32>" } else { "u32" };
-        for i in 0..w.count {
-            writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> {name}_w{i}: array<{ty}>;")
-                .unwrap();
-            binding += 1;
-        }
-    }
-    for &(name, atomic, w) in regions {
-        let f = |sig: &str, body: &str| (format!("{name}_{sig}"), body.replace("{r}", &format!("{name}_w")));
-        let fns = if atomic {
-            vec![
-                f("load(a: u32) -> u32", "return atomicLoad(&{r}{i}[{a}]);"),
-                f("store(a: u32, v: u32)", "atomicStore(&{r}{i}[{a}], v); return;"),
-                f(
-                    "cas_weak(a: u32, expected: u32, v: u32) -> vec2<u32>",
-                    "let r = atomicCompareExchangeWeak(&{r}{i}[{a}], expected, v); return vec2<u32>(r.old_value, u32(r.exchanged));",
-                ),
-            ]
-        } else {
-            vec![
-                f("load(a: u32) -> u32", "return {r}{i}[{a}];"),
-                f("store(a: u32, v: u32)", "{r}{i}[{a}] = v; return;"),
-            ]
-        };
-        for (sig, body) in fns {
-            accessor(s, &sig, &body, w);
-        }
-    }
-    binding
-}
-
-/// A function that routes word address `a` to its window: `body` with `{i}` the window and
-/// `{a}` the address inside it.
-fn accessor(s: &mut String, signature: &str, body: &str, w: Windows) {
-    let inner = |i: u32| {
-        let a = if w.count == 1 { "a".to_string() } else { format!("a & {}u", w.words() - 1) };
-        body.replace("{i}", &i.to_string()).replace("{a}", &a)
-    };
-    writeln!(s, "fn {signature} {{").unwrap();
-    if w.count == 1 {
-        writeln!(s, "    {}", inner(0)).unwrap();
-    } else {
-        writeln!(s, "    switch (a >> {}u) {{", w.shift).unwrap();
-        for i in 1..w.count {
-            writeln!(s, "        case {i}u: {{ {} }}", inner(i)).unwrap();
-        }
-        writeln!(s, "        default: {{ {} }}", inner(0)).unwrap();
-        writeln!(s, "    }}").unwrap();
-    }
-    writeln!(s, "}}").unwrap();
-}
-
 /// The complete source of a kernel for a configuration.
 pub fn source(kernel: Kernel, cfg: &KernelConfig) -> Result<String> {
     stitch(kernel.file(), &prelude(cfg), &[SHARED, KERNELS])
@@ -427,57 +299,6 @@ pub fn source(kernel: Kernel, cfg: &KernelConfig) -> Result<String> {
 /// Parses and validates a kernel with naga, as wgpu will; the error names the kernel.
 pub fn validate(kernel: Kernel, cfg: &KernelConfig) -> Result<naga::Module> {
     check(kernel.file(), &source(kernel, cfg)?)
-}
-
-/// The source of `file`: each file it `#include`s, from `files`, expanded in place once;
-/// `common/prelude.wgsl` is a table's generated `prelude`.
-pub fn stitch(file: &str, prelude: &str, files: &[Files]) -> Result<String> {
-    let mut out = String::new();
-    expand(file, prelude, files, &mut HashSet::new(), &mut out)?;
-    Ok(out)
-}
-
-fn expand(
-    file: &str,
-    prelude: &str,
-    files: &[Files],
-    seen: &mut HashSet<String>,
-    out: &mut String,
-) -> Result<()> {
-    if !seen.insert(file.to_string()) {
-        return Ok(());
-    }
-    let text = if file == "common/prelude.wgsl" {
-        prelude
-    } else {
-        files
-            .iter()
-            .flat_map(|f| f.iter())
-            .find(|(name, _)| *name == file)
-            .map(|(_, text)| *text)
-            .ok_or_else(|| Error::Shader(format!("#include of unknown shader file {file}")))?
-    };
-    for line in text.lines() {
-        match line.trim().strip_prefix("#include") {
-            Some(rest) => expand(rest.trim().trim_matches('"'), prelude, files, seen, out)?,
-            None => {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Parses and validates the source `src` of `file` with naga, as wgpu will; the error names
-/// the file.
-pub fn check(file: &str, src: &str) -> Result<naga::Module> {
-    let module = naga::front::wgsl::parse_str(src)
-        .map_err(|e| Error::Shader(format!("{file}: {}", e.emit_to_string(src))))?;
-    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SUBGROUP)
-        .validate(&module)
-        .map_err(|e| Error::Shader(format!("{file}: {}", e.emit_to_string(src))))?;
-    Ok(module)
 }
 
 #[cfg(test)]
@@ -518,14 +339,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn windows_cover_the_region() {
-        let w = Windows::cover(1000, 1024);
-        assert_eq!((w.count, w.words()), (4, 256));
-        assert_eq!(w.len(3, 1000), 232);
-        assert_eq!(Windows::cover(10, 1 << 30).count, 1);
     }
 
     #[test]

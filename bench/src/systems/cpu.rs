@@ -105,9 +105,9 @@ use std::sync::Arc;
 pub use table::{CpuConfig, CpuTable, Recovery};
 
 use crate::systems::{System, Traffic, upload};
+use gphash::DeviceBatch;
+use gphash::Gpu;
 use gphash::error::Result;
-use gphash::gpu::context::Gpu;
-use gphash::gpu::engine::DeviceBatch;
 use gphash::protocol::OpKind;
 
 /// The `cpu` baseline as a [`System`]: batches copied to the host, applied by a [`CpuTable`],
@@ -205,7 +205,7 @@ impl CpuSystem {
         }
         self.gpu.queue.submit([enc.finish()]);
         let mut out = vec![];
-        gphash::gpu::resources::map_read(&self.gpu, staging, 0..total, |b| {
+        gphash_gpu::resources::map_read(&self.gpu, staging, 0..total, |b| {
             let words: &[u32] = bytemuck::cast_slice(b);
             let mut at = 0;
             for &(_, w) in buffers {
@@ -248,7 +248,7 @@ impl System for CpuSystem {
             upload(&self.gpu, batch.found, &found);
         }
         self.gpu.queue.submit([]);
-        self.gpu.wait()
+        Ok(self.gpu.wait()?)
     }
 
     fn len(&self) -> u64 {

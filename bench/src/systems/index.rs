@@ -6,13 +6,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::systems::{System, Traffic};
+use gphash::Gpu;
 use gphash::cache::CacheOptions;
 use gphash::error::Result;
-use gphash::gpu::context::Gpu;
-use gphash::gpu::engine::{DeviceBatch, GpuOptions, Placement};
 use gphash::index::{Config, Executor, GpHash, Options};
 use gphash::layout::Geometry;
 use gphash::protocol::OpKind;
+use gphash::{DeviceBatch, GpuOptions, Placement};
 
 /// gphash behind the [`System`] interface.
 pub struct GpHashSystem {

@@ -11,12 +11,12 @@ use std::sync::Arc;
 
 use wgpu::util::DeviceExt;
 
+use gphash::DeviceBatch;
+use gphash::Gpu;
 use gphash::batch::Batch;
 use gphash::error::{Error, Result};
-use gphash::gpu::context::Gpu;
-use gphash::gpu::engine::DeviceBatch;
-pub use gphash::gpu::resources::download_words;
 use gphash::protocol::{OpKind, Status};
+pub use gphash_gpu::resources::download_words;
 
 /// Memory traffic of one operation in the memory the system's table lives in, by kind of
 /// request (over PCIe each costs about the same up to 512 bytes, but reads, posted writes and
@@ -177,7 +177,7 @@ impl DeviceOps {
 
     /// Downloads the status codes.
     pub fn statuses(&self, gpu: &Gpu) -> Result<Vec<u32>> {
-        download_words(gpu, &self.statuses, self.len as u64)
+        Ok(download_words(gpu, &self.statuses, self.len as u64)?)
     }
 
     /// Downloads the results: a status per operation and the value each found (for reads that
@@ -201,7 +201,7 @@ impl DeviceOps {
 
 /// Reads a whole storage buffer (made with `COPY_SRC`) back to the host.
 pub fn download(gpu: &Gpu, buffer: &wgpu::Buffer) -> Result<Vec<u32>> {
-    download_words(gpu, buffer, buffer.size() / 4)
+    Ok(download_words(gpu, buffer, buffer.size() / 4)?)
 }
 
 /// Writes words into a storage buffer (made with `COPY_DST`), in queue order.

@@ -60,17 +60,17 @@ pub use model::{Recovered, SlabModel};
 use shader::{CONTROL_WORDS, SlabKernel, SlabParams, SlabShaderConfig, ctl};
 
 use crate::systems::{System, Traffic};
-use gphash::engine::Mode;
+use gphash::Gpu;
+use gphash::Mode;
 use gphash::error::{Error, Result};
-use gphash::gpu::context::Gpu;
-use gphash::gpu::engine::{DeviceBatch, Placement};
-use gphash::gpu::hostmem;
-use gphash::gpu::resources::{
+use gphash::protocol::OpKind;
+use gphash::{DeviceBatch, Placement};
+use gphash_gpu::hostmem;
+use gphash_gpu::resources::{
     Pipelines, PoolWindows, bind_group, bind_group_layout, build_pipelines, check_bindings, map_read,
     max_window, params_buffer, read_dirty, record_passes, storage_buffer, writeback_invocations,
 };
-use gphash::gpu::shader::Windows;
-use gphash::protocol::OpKind;
+use gphash_gpu::shader::Windows;
 
 /// A new slab table's shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -371,7 +371,7 @@ impl SlabSystem {
         let windows = PoolWindows::place(
             &gpu,
             &mut pool,
-            options.placement,
+            options.placement.into(),
             [
                 (table_region, cfg.table, geo.table_words(), "slab table"),
                 (heap_region, cfg.heap, geo.heap_words(), "slab heap"),
@@ -446,8 +446,8 @@ impl SlabSystem {
     }
 
     /// Zero-copy or staged (and why).
-    pub fn mode(&self) -> &Mode {
-        &self.windows.mode
+    pub fn mode(&self) -> Mode {
+        self.windows.residence.clone().into()
     }
 
     /// What recovery did when the table was opened.
@@ -838,7 +838,7 @@ impl System for SlabSystem {
             "{} | slab, tile {} | {} | pool {:?} ({:?}) | {} buckets, {} entries per slab",
             self.gpu.info.name,
             self.cfg.tile,
-            self.windows.mode,
+            self.mode(),
             pool.backend(),
             pool.persist_mode(),
             self.geo.buckets,

@@ -3,8 +3,8 @@
 //! constants, bindings and window accessors), by gphash's preprocessor.
 
 use super::layout::{LOG_HEADER_WORDS, SlabGeometry};
-use gphash::error::Result;
-use gphash::gpu::shader::{self, BATCH_BINDINGS, Files, KernelEntry, SHARED, Windows};
+use gphash_gpu::Result;
+use gphash_gpu::shader::{self, BATCH_BINDINGS, Files, KernelEntry, SHARED, Windows};
 
 /// The slab kernel files.
 const KERNELS: Files = &[
