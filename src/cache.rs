@@ -17,7 +17,7 @@ use std::time::Duration;
 use rand::SeedableRng;
 use rand::seq::index::sample;
 
-use crate::engine::Encoded;
+use crate::batch::Encoded;
 use crate::error::{Error, Result};
 use crate::layout::{Geometry, PUBLISHED};
 use crate::model::Model;

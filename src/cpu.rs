@@ -3,7 +3,8 @@
 
 use host_pm::{Pool, Region};
 
-use crate::engine::{Encoded, Engine, Input, Mode, Report, Written};
+use crate::batch::Encoded;
+use crate::engine::{Engine, Input, Mode, Report, Written};
 use crate::error::{Error, Result};
 use crate::hash::Seeds;
 use crate::layout::Geometry;

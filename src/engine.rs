@@ -5,45 +5,11 @@ use std::fmt;
 
 use host_pm::Pool;
 
+use crate::batch::Encoded;
 use crate::cache::{CacheStatus, Snapshot};
+use crate::device_batch::DeviceBatch;
 use crate::error::Result;
-use crate::gpu::engine::DeviceBatch;
 use crate::model::{Bitmap, Control};
-use crate::protocol::OpKind;
-
-/// A batch in kernel form: operation codes, key words, value words (cell-padded).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Encoded {
-    /// One [`OpKind`] code per operation.
-    pub kinds: Vec<u32>,
-    /// `key_words` words per operation.
-    pub keys: Vec<u32>,
-    /// `cell_words` words per operation (zero for operations without a value); empty when no
-    /// operation carries a value.
-    pub values: Vec<u32>,
-}
-
-impl Encoded {
-    /// Operations in the batch.
-    pub fn len(&self) -> usize {
-        self.kinds.len()
-    }
-
-    /// Whether the batch has no operations.
-    pub fn is_empty(&self) -> bool {
-        self.kinds.is_empty()
-    }
-
-    /// Whether every operation is a read: no phase B, nothing to persist.
-    pub fn read_only(&self) -> bool {
-        self.kinds.iter().all(|&k| k == OpKind::Get as u32)
-    }
-
-    /// Whether some operation is a read (whose value must be read back).
-    pub fn has_reads(&self) -> bool {
-        self.kinds.contains(&(OpKind::Get as u32))
-    }
-}
 
 /// Where a batch's operations come from.
 #[derive(Clone, Copy)]

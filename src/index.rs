@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 use gphash_gpu::Gpu;
 use host_pm::{Backend, CreateOptions, Header, PersistMode, Pool, ResizeRecord, TableConfig};
 
-use crate::batch::{Batch, BatchResult};
+use crate::batch::{Batch, BatchResult, Encoded};
 use crate::cpu::CpuEngine;
-use crate::engine::{Encoded, Engine, Input, Mode, Written};
+use crate::device_batch::DeviceBatch;
+use crate::engine::{Engine, Input, Mode, Written};
 use crate::error::{Error, Result};
-use crate::gpu::engine::DeviceBatch;
 use crate::gpu::engine::{GpuEngine, GpuOptions};
 use crate::hash::Seeds;
 use crate::layout::{Geometry, Layout};

@@ -18,6 +18,7 @@
 pub mod batch;
 pub mod cache;
 pub mod cpu;
+mod device_batch;
 pub mod engine;
 pub mod error;
 pub mod gpu;
@@ -29,12 +30,13 @@ pub mod protocol;
 pub mod recovery;
 pub mod resize;
 
-pub use batch::{Batch, BatchResult};
+pub use batch::{Batch, BatchResult, Encoded};
 pub use cache::{CacheOptions, CacheStats, CacheStatus, Policy};
+pub use device_batch::DeviceBatch;
 pub use engine::Mode;
 pub use error::{Error, Result};
 pub use gphash_gpu::Gpu;
-pub use gpu::engine::{DeviceBatch, GpuOptions, Placement};
+pub use gpu::engine::{GpuOptions, Placement};
 pub use index::{Config, Executor, GpHash, Options, Stats};
 pub use layout::Layout;
 pub use protocol::{OpKind, Status};

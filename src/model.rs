@@ -9,7 +9,7 @@ use crate::hash::{Seeds, locate};
 use crate::layout::{Candidate, EMPTY, Geometry, INSERTING, PUBLISHED};
 use std::collections::HashMap;
 
-use crate::engine::Encoded;
+use crate::batch::Encoded;
 use crate::protocol::{NONE, OpKind, OpState, Status, control, phase};
 
 /// The batch control block: counters indexed by [`control`] constants.

@@ -213,7 +213,7 @@ fn access_counts_match_the_model() {
             let (before, _) = pool_words(&t);
             t.execute(&batch).unwrap();
             let (after, _) = pool_words(&t);
-            let mut encoded = gphash::engine::Encoded::default();
+            let mut encoded = gphash::Encoded::default();
             batch.encode(&(0..batch.len()).collect::<Vec<_>>(), &mut encoded);
             let counted = |&(op, _): &(usize, u32)| cache::counted(op as u32, round, every);
             for (_, g) in cache::touches(&model, &before, &after, &encoded).into_iter().filter(counted) {

@@ -10,8 +10,7 @@ mod common;
 
 use common::crash::{Content, CrashRun, assert_whole_or_absent};
 use common::oracle::{Oracle, assert_same_content};
-use gphash::engine::Encoded;
-use gphash::{Batch, Error, OpKind, Status};
+use gphash::{Batch, Encoded, Error, OpKind, Status};
 use gphash_bench::systems::cpu::{CpuConfig, CpuSystem, CpuTable};
 use gphash_bench::systems::{System, run_host};
 use rand::rngs::StdRng;

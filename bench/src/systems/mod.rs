@@ -99,7 +99,7 @@ impl DeviceOps {
     pub fn new(gpu: &Gpu, batch: &Batch) -> DeviceOps {
         let cell_words = batch.value_bytes().div_ceil(4);
         let n = batch.len();
-        let mut encoded = gphash::engine::Encoded::default();
+        let mut encoded = gphash::Encoded::default();
         batch.encode(&(0..n).collect::<Vec<_>>(), &mut encoded);
         if encoded.values.is_empty() {
             encoded.values = vec![0; n * cell_words];
@@ -139,7 +139,7 @@ impl DeviceOps {
             *self = DeviceOps::new(gpu, batch);
             return;
         }
-        let mut encoded = gphash::engine::Encoded::default();
+        let mut encoded = gphash::Encoded::default();
         batch.encode(&(0..n).collect::<Vec<_>>(), &mut encoded);
         gpu.queue.write_buffer(&self.kinds, 0, bytemuck::cast_slice(&encoded.kinds));
         gpu.queue.write_buffer(&self.keys, 0, bytemuck::cast_slice(&encoded.keys));
