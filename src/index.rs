@@ -314,7 +314,7 @@ impl GpHash {
         let geo = Geometry::new(layout, t.key_bytes, t.value_bytes, t.top_level, h.heap_cells)
             .and_then(|g| g.with_keys_apart(apart))
             .map_err(|e| incompatible(e.to_string()))?;
-        crate::layout::check_regions(h, geo.table_bytes(), geo.heap_bytes()).map_err(incompatible)?;
+        h.check_regions(geo.table_bytes(), geo.heap_bytes()).map_err(incompatible)?;
         Ok(geo)
     }
 

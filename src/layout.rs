@@ -22,22 +22,6 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 
-/// Refuses a pool whose table and heap regions are smaller than `table_bytes` and `heap_bytes`
-/// (a table's needs); the error says why.
-pub fn check_regions(
-    h: &host_pm::Header,
-    table_bytes: u64,
-    heap_bytes: u64,
-) -> std::result::Result<(), String> {
-    if h.table_region.bytes < table_bytes || h.heap_region.bytes < heap_bytes {
-        return Err(format!(
-            "regions of {} and {} bytes are smaller than the {table_bytes} and {heap_bytes} bytes the table needs",
-            h.table_region.bytes, h.heap_region.bytes
-        ));
-    }
-    Ok(())
-}
-
 /// State word of an empty slot.
 pub const EMPTY: u32 = 0;
 /// State word of a slot claimed by a batch whose phase B has not published it yet.

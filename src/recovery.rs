@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use host_pm::{Header, Pool, Region};
+use host_pm::{Header, Pool, Region, ResizeRecord};
 
 use crate::hash::{Seeds, locate};
 use crate::layout::{Candidate, EMPTY, Geometry, INSERTING, PUBLISHED};
@@ -112,7 +112,7 @@ fn check_resize_record(geo: &Geometry, header: &Header, report: &mut CheckReport
     if r.state == 0 {
         return;
     }
-    if r.state != crate::resize::BUILDING {
+    if r.state != ResizeRecord::BUILDING {
         bad(format!("unknown state {}", r.state));
         return;
     }

@@ -29,9 +29,6 @@ use crate::model::{Bitmap, Model};
 use crate::protocol::control;
 use crate::recovery::{Recovery, scan};
 
-/// Resize state of the header's record while a grown table is being built.
-pub const BUILDING: u32 = 1;
-
 /// Who builds the grown table.
 #[derive(Clone, Copy)]
 pub enum Builder<'a> {
@@ -83,8 +80,12 @@ pub fn plan(pool: &Pool, geo: &Geometry) -> Result<[Region; 2]> {
 pub fn begin(pool: &mut Pool, geo: &Geometry, [table, heap]: [Region; 2]) -> Result<()> {
     pool.grow(table.end().max(heap.end()))?;
     let mut h = *pool.header();
-    h.resize =
-        ResizeRecord { state: BUILDING, new_top_level: geo.top_level + 1, new_table: table, new_heap: heap };
+    h.resize = ResizeRecord {
+        state: ResizeRecord::BUILDING,
+        new_top_level: geo.top_level + 1,
+        new_table: table,
+        new_heap: heap,
+    };
     pool.write_header(&h)?;
     log::info!("growing the table from level {}", geo.top_level);
     Ok(())
@@ -109,7 +110,7 @@ pub fn complete(pool: &mut Pool, builder: Builder, old: &Geometry, items: u64) -
     let new = old.grown()?;
     let corrupt =
         |what: String| Error::Pool(host_pm::PoolError::Corrupt { what: format!("resize record: {what}") });
-    if record.state != BUILDING {
+    if record.state != ResizeRecord::BUILDING {
         return Err(corrupt(format!("unknown state {}", record.state)));
     }
     if record.new_top_level != new.top_level {

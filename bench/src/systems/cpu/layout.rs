@@ -326,7 +326,7 @@ impl Geometry {
                 h.heap_cells, g.cells
             )));
         }
-        gphash::layout::check_regions(h, g.table_bytes(), g.heap_bytes()).map_err(bad)?;
+        h.check_regions(g.table_bytes(), g.heap_bytes()).map_err(bad)?;
         Ok(g)
     }
 }

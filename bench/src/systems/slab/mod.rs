@@ -325,7 +325,7 @@ impl SlabSystem {
                 geo.entries()
             )));
         }
-        gphash::layout::check_regions(h, geo.table_bytes(), geo.heap_bytes()).map_err(incompatible)?;
+        h.check_regions(geo.table_bytes(), geo.heap_bytes()).map_err(incompatible)?;
         Ok(geo)
     }
 
