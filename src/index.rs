@@ -13,6 +13,7 @@ use gphash_gpu::Gpu;
 use host_pm::{Backend, CreateOptions, Header, PersistMode, Pool, ResizeRecord, TableConfig};
 
 use crate::batch::{Batch, BatchResult, Encoded};
+use crate::cache::{CacheOptions, CacheStatus, Snapshot};
 use crate::cpu::CpuEngine;
 use crate::device_batch::DeviceBatch;
 use crate::engine::{Engine, Input, Mode, Written};
@@ -87,10 +88,13 @@ pub struct Options {
     /// Grow the table when an insertion finds no empty slot (default). Without growth such a
     /// batch fails with `TableFull`.
     pub grow: bool,
-    /// Shown the pool at every persist point (see [`host_pm::Observer`]): for crash tests.
+    /// Shown the pool at every persist point (see [`host_pm::Observer`]): for crash tests
+    /// (feature `testing`).
+    #[cfg(feature = "testing")]
     pub observer: Option<host_pm::Observer>,
     /// Use this persist primitive instead of the backend's (benchmarks: `clwb` on tmpfs to
-    /// measure what persistent memory would cost).
+    /// measure what persistent memory would cost; feature `bench`).
+    #[cfg(feature = "bench")]
     pub persist_mode: Option<PersistMode>,
 }
 
@@ -101,7 +105,9 @@ impl Default for Options {
             gpu: GpuOptions::default(),
             device: None,
             grow: true,
+            #[cfg(feature = "testing")]
             observer: None,
+            #[cfg(feature = "bench")]
             persist_mode: None,
         }
     }
@@ -109,14 +115,16 @@ impl Default for Options {
 
 impl fmt::Debug for Options {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Options")
-            .field("executor", &self.executor)
+        let mut d = f.debug_struct("Options");
+        d.field("executor", &self.executor)
             .field("gpu", &self.gpu)
             .field("device", &self.device)
-            .field("grow", &self.grow)
-            .field("observer", &self.observer.is_some())
-            .field("persist_mode", &self.persist_mode)
-            .finish()
+            .field("grow", &self.grow);
+        #[cfg(feature = "testing")]
+        d.field("observer", &self.observer.is_some());
+        #[cfg(feature = "bench")]
+        d.field("persist_mode", &self.persist_mode);
+        d.finish()
     }
 }
 
@@ -179,7 +187,7 @@ pub struct Stats {
     /// Work since open.
     pub activity: Activity,
     /// The bucket cache in device memory.
-    pub cache: crate::cache::CacheStatus,
+    pub cache: CacheStatus,
 }
 
 impl fmt::Display for Stats {
@@ -319,7 +327,9 @@ impl GpHash {
     }
 
     fn start(mut pool: Pool, options: &Options) -> Result<GpHash> {
+        #[cfg(feature = "testing")]
         pool.set_observer(options.observer.clone());
+        #[cfg(feature = "bench")]
         if let Some(mode) = options.persist_mode {
             pool.set_persist_mode(mode)?;
         }
@@ -503,7 +513,7 @@ impl GpHash {
 
     /// Replaces the bucket cache by one with these settings (empty: it fills at its first
     /// loading phase, or at [`GpHash::load_cache`]). The table is untouched.
-    pub fn set_cache(&mut self, cache: crate::cache::CacheOptions) -> Result<()> {
+    pub fn set_cache(&mut self, cache: CacheOptions) -> Result<()> {
         if let Some(why) = &self.poisoned {
             return Err(Error::Poisoned(why.clone()));
         }
@@ -529,7 +539,7 @@ impl GpHash {
     }
 
     /// What the bucket cache holds now (for tests and diagnostics; empty without a cache).
-    pub fn cache_snapshot(&mut self) -> Result<crate::cache::Snapshot> {
+    pub fn cache_snapshot(&mut self) -> Result<Snapshot> {
         self.engine().cache_snapshot()
     }
 

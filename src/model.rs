@@ -73,24 +73,6 @@ impl Bitmap {
         Bitmap { words, cursor: 0 }
     }
 
-    /// Rebuilds the allocator from the published slots of a table (recovery on open).
-    pub fn rebuild(geo: &Geometry, table: &[u32]) -> Self {
-        let mut b = Bitmap::new(geo.cells);
-        for bucket in 0..geo.buckets() {
-            for s in 0..geo.layout.slots {
-                let state = table[geo.state_word(bucket, s) as usize];
-                if state >= PUBLISHED {
-                    b.set((state - PUBLISHED) as u64);
-                }
-            }
-        }
-        b
-    }
-
-    fn set(&mut self, cell: u64) {
-        self.words[(cell / 32) as usize] |= 1 << (cell % 32);
-    }
-
     /// Whether a cell is in use.
     pub fn is_used(&self, cell: u64) -> bool {
         self.words[(cell / 32) as usize] & (1 << (cell % 32)) != 0

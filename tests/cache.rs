@@ -9,10 +9,10 @@ mod common;
 use std::collections::{HashMap, HashSet};
 
 use common::oracle::{Oracle, assert_same_content};
-use gphash::cache::{self, CacheOptions, CacheStatus, Policy};
 use gphash::hash::Seeds;
-use gphash::model::Model;
-use gphash::{Batch, Config, GpHash, GpuOptions, Placement, Status};
+use gphash::testing::cache;
+use gphash::testing::model::Model;
+use gphash::{Batch, CacheOptions, CacheStatus, Config, GpHash, GpuOptions, Placement, Policy, Status};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

@@ -10,8 +10,8 @@ use rand::seq::SliceRandom;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use gphash::Placement;
-use gphash::error::{Error, Result};
-use gphash::index::{Config, GpHash, Options};
+use gphash::{Config, GpHash, Options};
+use gphash::{Error, Result};
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -183,7 +183,7 @@ impl LoadSearch {
 #[derive(Clone, Debug)]
 pub struct Fill {
     /// Layout.
-    pub layout: gphash::layout::Layout,
+    pub layout: gphash::Layout,
     /// About how many slots the table has.
     pub slots: u64,
     /// Insertions per batch (the figure's resolution).
@@ -222,7 +222,7 @@ impl Fill {
     /// Inserts distinct keys in batches, with growth off, until a batch is refused.
     pub fn run(&self, base: &Options) -> Result<Filled> {
         let dir = pool_dir(&self.pool_dir)?;
-        let capacity = (self.slots as f64 * gphash::layout::TARGET_LOAD) as u64;
+        let capacity = (self.slots as f64 * gphash::TARGET_LOAD) as u64;
         let config = Config {
             layout: self.layout,
             key_bytes: self.key_bytes,

@@ -14,9 +14,9 @@ use crate::runner::quantile_ms;
 use crate::systems::DeviceOps;
 use crate::ycsb::{Distribution, Generator, Workload, batch_of};
 use gphash::Gpu;
-use gphash::cache::{CacheOptions, CacheStatus, Policy};
-use gphash::error::{Error, Result};
-use gphash::index::{Config, Executor, GpHash, Options};
+use gphash::{CacheOptions, CacheStatus, Policy};
+use gphash::{Config, Executor, GpHash, Options};
+use gphash::{Error, Result};
 use gphash::{GpuOptions, Placement};
 
 /// What `gphash bench cache` runs.

@@ -7,7 +7,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use gphash::Gpu;
-use gphash::error::{Error, Result};
+use gphash::{Error, Result};
 use gphash_gpu::hostmem::{self, ImportGuard};
 use gphash_gpu::resources::{dispatch, map_read, release_imports};
 

@@ -16,7 +16,7 @@ use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 
 use crate::runner::Record;
-use gphash::error::{Error, Result};
+use gphash::{Error, Result};
 
 const COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),

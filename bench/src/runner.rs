@@ -16,13 +16,13 @@ use crate::systems::slab::{SlabConfig, SlabOptions, SlabSystem};
 use crate::systems::{DeviceOps, System, Traffic};
 use crate::traces::trace_batch;
 use crate::ycsb::{Distribution, Generator, Op, Workload, batch_of};
+use gphash::Batch;
+use gphash::CacheOptions;
+use gphash::Config;
 use gphash::Gpu;
 use gphash::Placement;
-use gphash::batch::Batch;
-use gphash::cache::CacheOptions;
-use gphash::error::{Error, Result};
-use gphash::index::Config;
-use gphash::protocol::{OpKind, Status};
+use gphash::{Error, Result};
+use gphash::{OpKind, Status};
 
 /// A system of a suite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

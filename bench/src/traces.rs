@@ -22,9 +22,9 @@ use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
 
 use crate::ycsb::{Op, batch_with};
-use gphash::batch::Batch;
-use gphash::error::{Error, Result};
-use gphash::protocol::OpKind;
+use gphash::Batch;
+use gphash::OpKind;
+use gphash::{Error, Result};
 
 /// Reads a whole trace file. The first malformed line, or a `SCAN`, is an [`Error::Trace`]
 /// naming the file and the line.

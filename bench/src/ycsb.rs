@@ -53,9 +53,9 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rustc_hash::FxHashMap;
 
-use gphash::batch::Batch;
-use gphash::error::{Error, Result};
-use gphash::protocol::OpKind;
+use gphash::Batch;
+use gphash::OpKind;
+use gphash::{Error, Result};
 
 /// YCSB's default Zipfian constant (`ZipfianGenerator.ZIPFIAN_CONSTANT`).
 pub const ZIPFIAN_CONSTANT: f64 = 0.99;

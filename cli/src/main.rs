@@ -190,7 +190,7 @@ fn check(path: &Path) -> ExitCode {
     let report = host_pm::Pool::open(path)
         .map_err(gphash::Error::from)
         .and_then(|pool| Ok((GpHash::geometry_of(&pool)?, pool)))
-        .map(|(geo, pool)| gphash::recovery::check(&pool, &geo, pool.header()));
+        .map(|(geo, pool)| gphash::check(&pool, &geo, pool.header()));
     match report {
         Ok(r) => {
             println!("{r}");

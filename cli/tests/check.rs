@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gphash::hash::{Seeds, locate};
-use gphash::layout::{Candidate, Geometry};
+use gphash::{Candidate, Geometry};
 use gphash::{Config, GpHash};
 use host_pm::{Pool, Region, ResizeRecord};
 
@@ -71,7 +71,7 @@ impl Planted {
 fn report(path: &Path) -> String {
     let pool = Pool::open(path).unwrap();
     let geo = GpHash::geometry_of(&pool).unwrap();
-    gphash::recovery::check(&pool, &geo, pool.header()).to_string()
+    gphash::check(&pool, &geo, pool.header()).to_string()
 }
 
 /// A cleanly closed table of 300 keys, copied to a fresh path for each fault.

@@ -148,11 +148,6 @@ impl DeviceCache {
         self.cfg.count_mode != 0
     }
 
-    /// Groups of the table (the decay kernel's invocations).
-    pub fn groups(&self) -> u64 {
-        self.groups
-    }
-
     /// What it did so far.
     pub fn stats(&self) -> CacheStats {
         CacheStats {

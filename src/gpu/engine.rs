@@ -32,8 +32,9 @@ pub enum Placement {
     /// Always a device-memory copy written back at persist points.
     Staged,
     /// The table lives in device memory only and nothing is written back: the upper bound of
-    /// benchmarks. Nothing persists, the pool on the host goes stale (do not reopen it) and
-    /// the table cannot grow.
+    /// benchmarks (feature `bench`). Nothing persists, the pool on the host goes stale (do not
+    /// reopen it) and the table cannot grow.
+    #[cfg(feature = "bench")]
     Volatile,
 }
 
@@ -43,6 +44,7 @@ impl From<Placement> for gphash_gpu::Placement {
             Placement::Auto => gphash_gpu::Placement::Auto,
             Placement::ZeroCopy => gphash_gpu::Placement::ZeroCopy,
             Placement::Staged => gphash_gpu::Placement::Staged,
+            #[cfg(feature = "bench")]
             Placement::Volatile => gphash_gpu::Placement::Volatile,
         }
     }

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use gphash_gpu::Result;
 use gphash_gpu::shader::{
-    BATCH_BINDINGS, Files, KernelEntry, SHARED, Windows, accessor, check, stitch, write_consts, write_windows,
+    BATCH_BINDINGS, Files, KernelEntry, SHARED, Windows, accessor, stitch, write_consts, write_windows,
 };
 
 use crate::hash::Seeds;
@@ -297,8 +297,9 @@ pub fn source(kernel: Kernel, cfg: &KernelConfig) -> Result<String> {
 }
 
 /// Parses and validates a kernel with naga, as wgpu will; the error names the kernel.
+#[cfg(test)]
 pub fn validate(kernel: Kernel, cfg: &KernelConfig) -> Result<naga::Module> {
-    check(kernel.file(), &source(kernel, cfg)?)
+    gphash_gpu::shader::check(kernel.file(), &source(kernel, cfg)?)
 }
 
 #[cfg(test)]

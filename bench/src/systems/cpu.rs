@@ -107,8 +107,8 @@ pub use table::{CpuConfig, CpuTable, Recovery};
 use crate::systems::{System, Traffic, upload};
 use gphash::DeviceBatch;
 use gphash::Gpu;
-use gphash::error::Result;
-use gphash::protocol::OpKind;
+use gphash::OpKind;
+use gphash::Result;
 
 /// The `cpu` baseline as a [`System`]: batches copied to the host, applied by a [`CpuTable`],
 /// results copied back.

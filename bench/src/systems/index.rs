@@ -6,12 +6,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::systems::{System, Traffic};
+use gphash::CacheOptions;
+use gphash::Geometry;
 use gphash::Gpu;
-use gphash::cache::CacheOptions;
-use gphash::error::Result;
-use gphash::index::{Config, Executor, GpHash, Options};
-use gphash::layout::Geometry;
-use gphash::protocol::OpKind;
+use gphash::OpKind;
+use gphash::Result;
+use gphash::{Config, Executor, GpHash, Options};
 use gphash::{DeviceBatch, GpuOptions, Placement};
 
 /// gphash behind the [`System`] interface.
@@ -104,7 +104,7 @@ impl System for GpHashSystem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gphash::layout::Layout;
+    use gphash::Layout;
 
     #[test]
     fn a_positive_search_is_three_requests_of_the_default_layout() {

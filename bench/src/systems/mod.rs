@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use wgpu::util::DeviceExt;
 
+use gphash::Batch;
 use gphash::DeviceBatch;
 use gphash::Gpu;
-use gphash::batch::Batch;
-use gphash::error::{Error, Result};
-use gphash::protocol::{OpKind, Status};
+use gphash::{Error, Result};
+use gphash::{OpKind, Status};
 pub use gphash_gpu::resources::download_words;
 
 /// Memory traffic of one operation in the memory the system's table lives in, by kind of

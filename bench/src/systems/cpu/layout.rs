@@ -44,8 +44,8 @@
 
 use host_pm::{Header, ResizeRecord, TableConfig};
 
-use gphash::error::{Error, Result};
 use gphash::hash::{Seeds, hash_words};
+use gphash::{Error, Result};
 
 /// Bytes of a bucket: four cache lines, the block size of Optane media that TurboHash targets.
 pub const BUCKET_BYTES: usize = 256;

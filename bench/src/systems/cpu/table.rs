@@ -12,9 +12,9 @@ use rustc_hash::FxHashMap;
 
 use super::layout::{BUCKET_BYTES, Geometry, OVERFLOW, Place};
 use super::workers::{SpinBarrier, Workers};
-use gphash::error::{Error, Result};
 use gphash::hash::hash_words;
-use gphash::protocol::{OpKind, Status};
+use gphash::{Error, Result};
+use gphash::{OpKind, Status};
 
 /// Pool line size.
 const LINE: u64 = host_pm::LINE_BYTES;

@@ -12,7 +12,7 @@
 //! heap region: cell c = words c*CW .. c*CW+CW (CW = ceil(value_bytes / 4))
 //! ```
 
-use gphash::error::{Error, Result};
+use gphash::{Error, Result};
 
 /// Words of one slab (128 bytes).
 pub const SLAB_WORDS: u32 = 32;

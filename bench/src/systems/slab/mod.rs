@@ -62,9 +62,9 @@ use shader::{CONTROL_WORDS, SlabKernel, SlabParams, SlabShaderConfig, ctl};
 use crate::systems::{System, Traffic};
 use gphash::Gpu;
 use gphash::Mode;
-use gphash::error::{Error, Result};
-use gphash::protocol::OpKind;
+use gphash::OpKind;
 use gphash::{DeviceBatch, Placement};
+use gphash::{Error, Result};
 use gphash_gpu::hostmem;
 use gphash_gpu::resources::{
     Pipelines, PoolWindows, bind_group, bind_group_layout, build_pipelines, check_bindings, map_read,

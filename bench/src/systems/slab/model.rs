@@ -12,8 +12,8 @@ use host_pm::Pool;
 use super::layout::{
     EMPTY, FILLING, LOG_ENTRY_WORDS, LOG_VALID, MAX_REF, NEXT_WORD, NONE, SLAB_WORDS, SlabGeometry, log_check,
 };
-use gphash::error::{Error, Result};
-use gphash::protocol::{OpKind, Status};
+use gphash::{Error, Result};
+use gphash::{OpKind, Status};
 
 /// Walks the chain of `bucket`: its slab ids, in order. `Err` names a pointer out of range or
 /// a cycle.
