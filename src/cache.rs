@@ -126,7 +126,7 @@ impl CacheOptions {
 }
 
 /// Words of one cache entry's group copy, and of its value cells.
-pub fn entry_words(geo: &Geometry) -> (u64, u64) {
+pub(crate) fn entry_words(geo: &Geometry) -> (u64, u64) {
     (geo.group_words(), geo.group_slots() * geo.cell_words() as u64)
 }
 
@@ -231,7 +231,7 @@ impl fmt::Display for CacheStatus {
 /// The groups a loading phase caches: up to `k` of them. LFU and LRU take the groups with the
 /// highest counts (ties: the lower group), never a group that was not accessed; Random draws
 /// `k` groups uniformly.
-pub fn select(policy: Policy, counts: &[u32], k: usize, seed: u64) -> Vec<u32> {
+pub(crate) fn select(policy: Policy, counts: &[u32], k: usize, seed: u64) -> Vec<u32> {
     let k = k.min(counts.len());
     match policy {
         Policy::Random => {
@@ -252,7 +252,7 @@ pub fn select(policy: Policy, counts: &[u32], k: usize, seed: u64) -> Vec<u32> {
 
 /// One step of a loading phase: entry `entry` drops the group it holds and takes `group`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fill {
+pub(crate) struct Fill {
     /// The entry.
     pub entry: u32,
     /// The group it takes.
@@ -261,14 +261,14 @@ pub struct Fill {
 
 /// How much more often a group must have been accessed than a cached one to take its entry
 /// (LFU): popularity that merely wobbles between loading phases moves nothing.
-pub const HYSTERESIS: u64 = 2;
+pub(crate) const HYSTERESIS: u64 = 2;
 
 /// The fills that make the cache hold `chosen`: groups already cached stay where they are;
 /// every other chosen group takes an entry that holds nothing or a group not chosen. `owner`
 /// is the group each entry holds (`NONE`: nothing). With `counts` (LFU), the hottest new groups
 /// go first, into the entries of the coldest groups, and a new group displaces a cached one only
 /// if it has more than [`HYSTERESIS`] times its count.
-pub fn plan(owner: &[u32], chosen: &[u32], groups: u64, counts: Option<&[u32]>) -> Vec<Fill> {
+pub(crate) fn plan(owner: &[u32], chosen: &[u32], groups: u64, counts: Option<&[u32]>) -> Vec<Fill> {
     let mut wanted = vec![false; groups as usize];
     for &g in chosen {
         wanted[g as usize] = true;

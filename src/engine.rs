@@ -13,7 +13,7 @@ use crate::model::{Bitmap, Control};
 
 /// Where a batch's operations come from.
 #[derive(Clone, Copy)]
-pub enum Input<'a> {
+pub(crate) enum Input<'a> {
     /// Host slices, encoded.
     Host(&'a Encoded),
     /// Device buffers of a GPU-resident caller; results stay on the device.
@@ -22,7 +22,7 @@ pub enum Input<'a> {
 
 impl Input<'_> {
     /// Operations in the batch.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Input::Host(e) => e.len(),
             Input::Device(d) => d.len as usize,
@@ -30,19 +30,19 @@ impl Input<'_> {
     }
 
     /// Whether the batch is empty.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Whether every operation is known to be a read (device batches are never assumed so).
-    pub fn read_only(&self) -> bool {
+    pub(crate) fn read_only(&self) -> bool {
         matches!(self, Input::Host(e) if e.read_only())
     }
 }
 
 /// The cache lines a phase wrote.
 #[derive(Debug)]
-pub enum Written {
+pub(crate) enum Written {
     /// These pool lines (unsorted, may repeat).
     Lines(Vec<u64>),
     /// More than the list could hold: persist every region.
@@ -53,7 +53,7 @@ pub enum Written {
 
 /// What a phase did.
 #[derive(Debug)]
-pub struct Report {
+pub(crate) struct Report {
     /// The control block's counters after the phase.
     pub control: Control,
     /// What to persist.
@@ -105,7 +105,7 @@ impl From<gphash_gpu::Residence> for Mode {
 }
 
 /// One executor of the table's kernels.
-pub trait Engine: Send {
+pub(crate) trait Engine: Send {
     /// How it executes.
     fn mode(&self) -> Mode;
 

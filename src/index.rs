@@ -414,8 +414,8 @@ impl GpHash {
         (self.engine.as_deref_mut().expect("an engine exists between resizes"), &mut self.pool)
     }
 
-    /// Grows the table by one level now (see [`crate::resize`]); it also grows by itself when
-    /// an insertion finds no empty slot. On failure the table is unchanged.
+    /// Grows the table by one level now, crash-consistently (see `src/resize.rs`); it also grows
+    /// by itself when an insertion finds no empty slot. On failure the table is unchanged.
     pub fn grow(&mut self) -> Result<()> {
         if let Some(why) = &self.poisoned {
             return Err(Error::Poisoned(why.clone()));

@@ -23,15 +23,15 @@ use std::str::FromStr;
 use crate::error::{Error, Result};
 
 /// State word of an empty slot.
-pub const EMPTY: u32 = 0;
+pub(crate) const EMPTY: u32 = 0;
 /// State word of a slot claimed by a batch whose phase B has not published it yet.
-pub const INSERTING: u32 = 1;
+pub(crate) const INSERTING: u32 = 1;
 /// State words at or above this value are published: `state - PUBLISHED` is the value cell.
-pub const PUBLISHED: u32 = 2;
+pub(crate) const PUBLISHED: u32 = 2;
 /// Largest number of candidate slots per key (`L * H * S`) the kernels support.
-pub const MAX_CANDIDATES: u32 = 128;
+pub(crate) const MAX_CANDIDATES: u32 = 128;
 /// The pool header's user word that records where keys live (0: in their buckets, 1: apart).
-pub const KEYS_APART_WORD: usize = 0;
+pub(crate) const KEYS_APART_WORD: usize = 0;
 /// Load factor the table is sized for when created with a capacity.
 pub const TARGET_LOAD: f64 = 0.75;
 

@@ -18,10 +18,9 @@
 //! windows, the WGSL stitcher) is `gphash-gpu`, the pool file is `host-pm`. What a user of the
 //! index meets is re-exported here, among it the pool's error, backend and persist mode.
 //!
-//! Features: `bench` adds the hooks of the benchmarks ([`Placement::Volatile`],
+//! Features: `bench` adds the hooks of the benchmarks (`Placement::Volatile`,
 //! `Options::persist_mode`); `testing` (which implies `bench`) adds the internals gphash's own
-//! tests use (`Options::observer`, the [`testing`] module). Neither is a stable API.
-#![warn(missing_docs)]
+//! tests use (`Options::observer`, the `testing` module). Neither is a stable API.
 
 mod batch;
 // The `testing` module re-exports the cache's CPU twins: without the feature they are unused.
@@ -35,9 +34,11 @@ mod gpu;
 pub mod hash;
 mod index;
 mod layout;
-// Items that the `testing` module re-exports are `pub`; without the feature they are unreachable.
+// Items that the `testing` module re-exports (or that its model's methods take: `OpState`) are
+// `pub`; without the feature they are unreachable.
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 mod model;
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 mod protocol;
 mod recovery;
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]

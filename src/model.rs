@@ -13,7 +13,7 @@ use crate::batch::Encoded;
 use crate::protocol::{NONE, OpKind, OpState, Status, control, phase};
 
 /// The batch control block: counters indexed by [`control`] constants.
-pub type Control = [u32; control::WORDS];
+pub(crate) type Control = [u32; control::WORDS];
 
 /// The persistent words of a table: its bucket array and its value heap.
 pub struct Mem<'a> {

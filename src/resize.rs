@@ -31,7 +31,7 @@ use crate::recovery::{Recovery, scan};
 
 /// Who builds the grown table.
 #[derive(Clone, Copy)]
-pub enum Builder<'a> {
+pub(crate) enum Builder<'a> {
     /// The GPU, with these settings.
     Gpu(&'a Arc<Gpu>, &'a GpuOptions),
     /// The CPU model.
@@ -40,7 +40,7 @@ pub enum Builder<'a> {
 
 /// Places regions of `sizes` bytes (rounded up to [`REGION_ALIGN`]) first-fit in the free
 /// space around the regions `used` (the pool grows where none fits).
-pub fn place(used: &[Region], sizes: &[u64]) -> Vec<Region> {
+pub(crate) fn place(used: &[Region], sizes: &[u64]) -> Vec<Region> {
     let mut taken: Vec<Region> = used.to_vec();
     sizes
         .iter()
@@ -92,7 +92,7 @@ pub fn begin(pool: &mut Pool, geo: &Geometry, [table, heap]: [Region; 2]) -> Res
 }
 
 /// Abandons a recorded resize: the header forgets it and its regions are discarded.
-pub fn abandon(pool: &mut Pool) -> Result<()> {
+pub(crate) fn abandon(pool: &mut Pool) -> Result<()> {
     let mut h = *pool.header();
     let record = h.resize;
     h.resize = ResizeRecord::default();
@@ -104,7 +104,12 @@ pub fn abandon(pool: &mut Pool) -> Result<()> {
 
 /// Step 2: builds the grown table of the header's resize record from the current one, which
 /// holds `items` keys, and switches the header to it. Returns its geometry and allocator.
-pub fn complete(pool: &mut Pool, builder: Builder, old: &Geometry, items: u64) -> Result<(Geometry, Bitmap)> {
+pub(crate) fn complete(
+    pool: &mut Pool,
+    builder: Builder,
+    old: &Geometry,
+    items: u64,
+) -> Result<(Geometry, Bitmap)> {
     let h = *pool.header();
     let record = h.resize;
     let new = old.grown()?;

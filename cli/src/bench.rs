@@ -16,7 +16,7 @@ use crate::progress;
 
 /// Benchmarks.
 #[derive(Subcommand, Clone)]
-pub enum Bench {
+pub(crate) enum Bench {
     /// Insert and search throughput per placement.
     LoadSearch(LoadSearchArgs),
     /// The load factor at which each layout first finds no slot for an insertion.
@@ -40,7 +40,7 @@ pub enum Bench {
 
 /// `bench cache` settings.
 #[derive(Args, Clone)]
-pub struct CacheArgs {
+pub(crate) struct CacheArgs {
     /// Records loaded.
     #[arg(long, default_value_t = 1 << 24)]
     records: u64,
@@ -95,7 +95,7 @@ pub struct CacheArgs {
 
 /// `bench suite` settings.
 #[derive(Args, Clone)]
-pub struct SuiteArgs {
+pub(crate) struct SuiteArgs {
     /// Workloads (load runs first in any case): a, b, c, d, f, search+, search-, insert, update, delete.
     #[arg(long, value_delimiter = ',', default_value = "c,b,a,f,d,search+,search-,update,insert,delete")]
     workloads: Vec<Workload>,
@@ -149,7 +149,7 @@ pub struct SuiteArgs {
 
 /// `bench trace` settings.
 #[derive(Args, Clone)]
-pub struct TraceArgs {
+pub(crate) struct TraceArgs {
     /// Load file (INSERT lines).
     #[arg(long)]
     load: PathBuf,
@@ -174,7 +174,7 @@ pub struct TraceArgs {
 
 /// `bench ceilings` settings.
 #[derive(Args, Clone)]
-pub struct CeilingArgs {
+pub(crate) struct CeilingArgs {
     /// Buffer size in MiB (capped by the device's binding limit).
     #[arg(long, default_value_t = 1024)]
     mib: u64,
@@ -185,7 +185,7 @@ pub struct CeilingArgs {
 
 /// Where pools go.
 #[derive(Args, Clone)]
-pub struct PoolDir {
+pub(crate) struct PoolDir {
     /// Directory of the pools (tmpfs imports zero-copy).
     #[arg(long, default_value = "/dev/shm")]
     pool_dir: PathBuf,
@@ -193,7 +193,7 @@ pub struct PoolDir {
 
 /// `bench load-search` settings.
 #[derive(Args, Clone)]
-pub struct LoadSearchArgs {
+pub(crate) struct LoadSearchArgs {
     /// Keys loaded.
     #[arg(long, default_value_t = 1 << 24)]
     keys: u64,
@@ -218,7 +218,7 @@ pub struct LoadSearchArgs {
 
 /// `bench fill` settings.
 #[derive(Args, Clone)]
-pub struct FillArgs {
+pub(crate) struct FillArgs {
     /// Layouts measured.
     #[arg(
         long,
@@ -238,7 +238,7 @@ pub struct FillArgs {
 
 /// `bench resize` settings.
 #[derive(Args, Clone)]
-pub struct ResizeArgs {
+pub(crate) struct ResizeArgs {
     /// Keys loaded before the resize.
     #[arg(long, default_value_t = 1 << 24)]
     keys: u64,
@@ -251,7 +251,7 @@ pub struct ResizeArgs {
 
 /// `bench persist` settings.
 #[derive(Args, Clone)]
-pub struct PersistArgs {
+pub(crate) struct PersistArgs {
     /// Keys loaded first.
     #[arg(long, default_value_t = 1 << 22)]
     keys: u64,
@@ -267,7 +267,7 @@ pub struct PersistArgs {
     pools: Vec<String>,
 }
 
-pub fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
+pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
     match bench {
         Bench::Suite(a) => suite(a, options),
         Bench::Cache(a) => cache(a),

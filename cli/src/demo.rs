@@ -12,7 +12,7 @@ use crate::progress;
 
 /// Demo settings.
 #[derive(Args, Clone)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Keys to load.
     #[arg(long, default_value_t = 1 << 20)]
     keys: u64,
@@ -39,7 +39,7 @@ fn bytes(xs: &[u64]) -> Vec<u8> {
     xs.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-pub fn run(args: &DemoArgs, options: &Options) -> gphash::Result<()> {
+pub(crate) fn run(args: &DemoArgs, options: &Options) -> gphash::Result<()> {
     let dir = if std::path::Path::new("/dev/shm").is_dir() {
         tempfile::tempdir_in("/dev/shm")
     } else {

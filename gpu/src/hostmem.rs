@@ -73,6 +73,7 @@ pub unsafe fn import(
     let buf = unsafe { raw.create_buffer(&info, None) }.map_err(|e| format!("vkCreateBuffer: {e:?}"))?;
     // SAFETY: `buf` was just created on `raw`; destroyed on every error path below.
     let req = unsafe { raw.get_buffer_memory_requirements(buf) };
+    // SAFETY: a read-only query on the physical device of this live instance.
     let mem_props = unsafe { inst.get_physical_device_memory_properties(pd) };
     let bits = req.memory_type_bits & host_props.memory_type_bits;
     // The host keeps reading and writing the mapping (recovery, persist), which the spec allows
@@ -111,6 +112,7 @@ pub unsafe fn import(
     };
     // SAFETY: fresh buffer and memory of sufficient size.
     if let Err(e) = unsafe { raw.bind_buffer_memory(buf, mem, 0) } {
+        // SAFETY: `mem` was just allocated, is bound to nothing and is freed only here.
         unsafe { raw.free_memory(mem, None) };
         return destroy(format!("vkBindBufferMemory: {e:?}"));
     }

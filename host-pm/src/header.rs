@@ -36,29 +36,29 @@ const COPY: usize = HEADER_COPY_BYTES as usize;
 
 /// Field offsets inside one copy (see the module docs).
 mod off {
-    pub const MAGIC: usize = 0;
-    pub const VERSION: usize = 8;
-    pub const CLEAN: usize = 12;
-    pub const SEQUENCE: usize = 16;
-    pub const KEY_BYTES: usize = 24;
-    pub const VALUE_BYTES: usize = 28;
-    pub const LEVELS: usize = 32;
-    pub const HASHES: usize = 36;
-    pub const SLOTS: usize = 40;
-    pub const TOP_LEVEL: usize = 44;
-    pub const SEED: usize = 48;
-    pub const TABLE_REGION: usize = 56;
-    pub const HEAP_REGION: usize = 72;
-    pub const HEAP_CELLS: usize = 88;
-    pub const RESIZE_STATE: usize = 96;
-    pub const RESIZE_TOP: usize = 100;
-    pub const RESIZE_TABLE: usize = 104;
-    pub const RESIZE_HEAP: usize = 120;
-    pub const USER: usize = 136;
-    pub const POOL_BYTES: usize = 200;
-    pub const MAX_BYTES: usize = 208;
-    pub const RESERVED: usize = 216;
-    pub const CHECKSUM: usize = super::COPY - 4;
+    pub(super) const MAGIC: usize = 0;
+    pub(super) const VERSION: usize = 8;
+    pub(super) const CLEAN: usize = 12;
+    pub(super) const SEQUENCE: usize = 16;
+    pub(super) const KEY_BYTES: usize = 24;
+    pub(super) const VALUE_BYTES: usize = 28;
+    pub(super) const LEVELS: usize = 32;
+    pub(super) const HASHES: usize = 36;
+    pub(super) const SLOTS: usize = 40;
+    pub(super) const TOP_LEVEL: usize = 44;
+    pub(super) const SEED: usize = 48;
+    pub(super) const TABLE_REGION: usize = 56;
+    pub(super) const HEAP_REGION: usize = 72;
+    pub(super) const HEAP_CELLS: usize = 88;
+    pub(super) const RESIZE_STATE: usize = 96;
+    pub(super) const RESIZE_TOP: usize = 100;
+    pub(super) const RESIZE_TABLE: usize = 104;
+    pub(super) const RESIZE_HEAP: usize = 120;
+    pub(super) const USER: usize = 136;
+    pub(super) const POOL_BYTES: usize = 200;
+    pub(super) const MAX_BYTES: usize = 208;
+    pub(super) const RESERVED: usize = 216;
+    pub(super) const CHECKSUM: usize = super::COPY - 4;
 }
 
 /// A byte range of the pool. Empty regions are `Region::default()` (offset 0, 0 bytes).
@@ -187,7 +187,7 @@ pub(crate) enum CopyError {
 
 impl CopyError {
     /// A short reason for error messages that name both copies.
-    pub fn reason(&self) -> String {
+    pub(crate) fn reason(&self) -> String {
         match self {
             CopyError::BadMagic => "bad magic".to_string(),
             CopyError::Checksum { stored, computed } => {

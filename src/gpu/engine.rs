@@ -122,7 +122,7 @@ impl ReadbackLayout {
 }
 
 /// Executes batches on a GPU.
-pub struct GpuEngine {
+pub(crate) struct GpuEngine {
     gpu: Arc<Gpu>,
     cfg: KernelConfig,
     windows: PoolWindows,
@@ -150,7 +150,7 @@ pub struct GpuEngine {
 
 impl GpuEngine {
     /// Binds the pool's regions (imported, or copied to the device) and builds the kernels.
-    pub fn new(
+    pub(crate) fn new(
         gpu: Arc<Gpu>,
         cfg_base: (crate::layout::Geometry, crate::hash::Seeds),
         pool: &mut Pool,

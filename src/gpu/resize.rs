@@ -25,7 +25,7 @@ use crate::protocol::control;
 
 /// Builds the table `new` (zeroed, in region `new_region`) from `old` (in `old_region`);
 /// returns the control block (keys rehashed, keys that found no slot).
-pub fn build(
+pub(crate) fn build(
     gpu: &Arc<Gpu>,
     opts: &GpuOptions,
     pool: &mut Pool,

@@ -15,7 +15,7 @@ use crate::layout::Geometry;
 /// gphash's storage buffers after the batch's ([`BATCH_BINDINGS`], 1 to 5), in binding order
 /// from 6: name, WGSL element type, read-only. Windows of the table, the heap, the cache's group
 /// copies and the cache's values (and, for resize kernels, the old table) follow them.
-pub const TABLE_BINDINGS: [(&str, &str, bool); 10] = [
+pub(crate) const TABLE_BINDINGS: [(&str, &str, bool); 10] = [
     ("opstate", "atomic<u32>", false),
     ("control", "atomic<u32>", false),
     ("dirty", "u32", false),
@@ -30,7 +30,7 @@ pub const TABLE_BINDINGS: [(&str, &str, bool); 10] = [
 ];
 
 /// Binding of the first table window.
-pub const FIRST_WINDOW_BINDING: u32 = 6 + TABLE_BINDINGS.len() as u32;
+pub(crate) const FIRST_WINDOW_BINDING: u32 = 6 + TABLE_BINDINGS.len() as u32;
 
 /// gphash's kernel files, and the code only they share (`shaders/common/`).
 const KERNELS: Files = &[
@@ -48,7 +48,7 @@ const KERNELS: Files = &[
 
 /// One compute entry point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kernel {
+pub(crate) enum Kernel {
     /// Phase A, first step: allocate value cells and write the values.
     Alloc,
     /// Phase A: look up, claim.
@@ -75,7 +75,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// The kernels of batches.
-    pub const BATCH: [Kernel; 9] = [
+    pub(crate) const BATCH: [Kernel; 9] = [
         Kernel::Alloc,
         Kernel::PhaseA,
         Kernel::PhaseB,
@@ -88,10 +88,10 @@ impl Kernel {
     ];
 
     /// The kernels of a resize (they need a [`KernelConfig::source`]).
-    pub const RESIZE: [Kernel; 2] = [Kernel::Relocate, Kernel::Rehash];
+    pub(crate) const RESIZE: [Kernel; 2] = [Kernel::Relocate, Kernel::Rehash];
 
     /// Whether the kernel writes the pool's regions (staged mode then gathers dirty lines).
-    pub fn writes_pool(self) -> bool {
+    pub(crate) fn writes_pool(self) -> bool {
         matches!(self, Kernel::Alloc | Kernel::PhaseA | Kernel::PhaseB | Kernel::Rollback)
     }
 }
@@ -125,7 +125,7 @@ impl KernelEntry for Kernel {
 
 /// Everything a kernel is specialised on.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KernelConfig {
+pub(crate) struct KernelConfig {
     /// Table geometry.
     pub geo: Geometry,
     /// Hash seeds.
@@ -144,7 +144,7 @@ pub struct KernelConfig {
 
 /// How the kernels see the bucket cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CacheConfig {
+pub(crate) struct CacheConfig {
     /// Entries (0: no cache; the kernels then never read the cache's buffers).
     pub entries: u32,
     /// How phase A records accesses ([`crate::cache::Policy::count_mode`]).
@@ -157,7 +157,7 @@ pub struct CacheConfig {
 
 impl CacheConfig {
     /// No cache: one tiny window each, never read.
-    pub fn off() -> Self {
+    pub(crate) fn off() -> Self {
         let tiny = Windows::cover(16, 64);
         CacheConfig { entries: 0, count_mode: 0, table: tiny, heap: tiny }
     }
@@ -165,7 +165,7 @@ impl CacheConfig {
 
 /// The table a resize reads from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Source {
+pub(crate) struct Source {
     /// Its bindings.
     pub windows: Windows,
     /// Its top level.
@@ -176,12 +176,12 @@ pub struct Source {
 
 impl KernelConfig {
     /// Words of the allocation bitmap.
-    pub fn bitmap_words(&self) -> u32 {
+    pub(crate) fn bitmap_words(&self) -> u32 {
         self.geo.cells.div_ceil(32) as u32
     }
 
     /// Storage bindings (and the uniform at binding 0), and whether binding `i` is read-only.
-    pub fn bindings(&self) -> (u32, impl Fn(u32) -> bool + use<>) {
+    pub(crate) fn bindings(&self) -> (u32, impl Fn(u32) -> bool + use<>) {
         let windows = FIRST_WINDOW_BINDING + self.windows().iter().map(|(_, _, w)| w.count).sum::<u32>();
         let source = self.source.map_or(0, |s| s.windows.count);
         let table_read_only = |i: u32| TABLE_BINDINGS.get(i.wrapping_sub(6) as usize).is_some_and(|b| b.2);
@@ -190,7 +190,7 @@ impl KernelConfig {
 
     /// The read-write windows in binding order: table, heap, cache copies, cache values (name,
     /// whether its words are atomic, windows).
-    pub fn windows(&self) -> [(&'static str, bool, Windows); 4] {
+    pub(crate) fn windows(&self) -> [(&'static str, bool, Windows); 4] {
         [
             ("table", true, self.table),
             ("heap", false, self.heap),
@@ -203,7 +203,7 @@ impl KernelConfig {
 /// Parameters of one dispatch (binding 0); twin of `Params` in the generated prelude.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct Params {
+pub(crate) struct Params {
     /// Operations (invocations) of the dispatch.
     pub n: u32,
     /// Varies per batch (allocator start words).
@@ -292,13 +292,13 @@ struct Params {
 }
 
 /// The complete source of a kernel for a configuration.
-pub fn source(kernel: Kernel, cfg: &KernelConfig) -> Result<String> {
+pub(crate) fn source(kernel: Kernel, cfg: &KernelConfig) -> Result<String> {
     stitch(kernel.file(), &prelude(cfg), &[SHARED, KERNELS])
 }
 
 /// Parses and validates a kernel with naga, as wgpu will; the error names the kernel.
 #[cfg(test)]
-pub fn validate(kernel: Kernel, cfg: &KernelConfig) -> Result<naga::Module> {
+pub(crate) fn validate(kernel: Kernel, cfg: &KernelConfig) -> Result<naga::Module> {
     gphash_gpu::shader::check(kernel.file(), &source(kernel, cfg)?)
 }
 

@@ -16,11 +16,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long an idle thread spins before it sleeps.
-pub const SPIN: Duration = Duration::from_millis(1);
+pub(super) const SPIN: Duration = Duration::from_millis(1);
 
 /// Spins until `done()` or `budget` has passed; returns `done()`. Pauses for the first
 /// iterations, then yields, so that spinning threads never starve runnable ones.
-pub fn spin_until(done: impl Fn() -> bool, budget: Duration) -> bool {
+pub(super) fn spin_until(done: impl Fn() -> bool, budget: Duration) -> bool {
     let start = Instant::now();
     let mut i = 0u32;
     while !done() {
@@ -38,20 +38,20 @@ pub fn spin_until(done: impl Fn() -> bool, budget: Duration) -> bool {
 }
 
 /// A barrier for the tasks of one [`Workers::run`] (used once; spins and yields).
-pub struct SpinBarrier {
+pub(super) struct SpinBarrier {
     arrived: AtomicUsize,
     parties: usize,
 }
 
 impl SpinBarrier {
     /// A barrier that `parties` tasks pass together.
-    pub fn new(parties: usize) -> Self {
+    pub(super) fn new(parties: usize) -> Self {
         SpinBarrier { arrived: AtomicUsize::new(0), parties }
     }
 
     /// Waits until all parties have arrived. Every party runs at once (one task per thread),
     /// so waiting by yielding is enough.
-    pub fn wait(&self) {
+    pub(super) fn wait(&self) {
         self.arrived.fetch_add(1, Ordering::AcqRel);
         while !spin_until(|| self.arrived.load(Ordering::Acquire) >= self.parties, Duration::from_secs(3600))
         {
@@ -158,7 +158,7 @@ impl std::fmt::Debug for Workers {
 
 impl Workers {
     /// `threads - 1` parked threads (the caller is the last one).
-    pub fn new(threads: usize) -> Workers {
+    pub(super) fn new(threads: usize) -> Workers {
         let (boxes, handles) = (1..threads.max(1))
             .map(|i| {
                 let mailbox = Arc::new(Mailbox::default());
@@ -178,14 +178,14 @@ impl Workers {
     }
 
     /// Threads, the caller included.
-    pub fn threads(&self) -> usize {
+    pub(super) fn threads(&self) -> usize {
         self.boxes.len() + 1
     }
 
     /// Runs `f(i, group_i)` for every group, group 0 on the calling thread, the others on the
     /// parked threads (at most [`Workers::threads`] groups). Returns the results in group
     /// order once all have finished; a panic of any task is resumed here after that.
-    pub fn run<G: Send, T: Send>(&self, groups: Vec<G>, f: impl Fn(usize, G) -> T + Sync) -> Vec<T> {
+    pub(super) fn run<G: Send, T: Send>(&self, groups: Vec<G>, f: impl Fn(usize, G) -> T + Sync) -> Vec<T> {
         assert!(groups.len() <= self.threads(), "{} groups for {} threads", groups.len(), self.threads());
         let results: Vec<Mutex<Option<std::thread::Result<T>>>> =
             groups.iter().map(|_| Mutex::new(None)).collect();
