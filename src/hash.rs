@@ -4,7 +4,7 @@
 //! location hashes (their high bits pick the top-level bucket, so a bucket of level `t` is
 //! always the parent of the two buckets of level `t + 1` it shares with) and one fingerprint.
 //!
-//! Twin: `shaders/common/hash.wgsl` (`top_bucket`: `shaders/common/table.wgsl`); change both
+//! Twin: `gpu/shaders/common/hash.wgsl` (`top_bucket`: `shaders/common/table.wgsl`); change both
 //! together.
 
 /// Seeds of one table: `H` location hashes, then the fingerprint.

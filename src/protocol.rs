@@ -1,6 +1,7 @@
 //! Operation codes, result codes and the per-operation record that phase A hands to phase B.
 //!
-//! Twin: `shaders/common/protocol.wgsl`; the numbers must match.
+//! Twin: `shaders/common/protocol.wgsl`, and `gpu/shaders/common/ops.wgsl` for the operation and
+//! result codes; the numbers must match.
 
 /// What one operation of a batch does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,4 +1,4 @@
-// Memory ceilings (src/bench/ceiling.rs): sequential bandwidth and random requests, over one
+// Memory ceilings (src/ceiling.rs): sequential bandwidth and random requests, over one
 // buffer of vec4s. `sink` keeps every read alive.
 
 struct Params {

@@ -3,7 +3,7 @@
 // value with consecutive lanes: one request per cell). New values never overwrite a cell the
 // table references, so undoing the batch never loses an old value.
 // Also `release_cells`: a batch that cannot be applied gives its fresh cells back.
-// Twin: SlabModel::apply (new_cell) in src/baselines/slab/model.rs.
+// Twin: SlabModel::apply (new_cell) in src/systems/slab/model.rs.
 
 #include "common/prelude.wgsl"
 #include "slab_common.wgsl"

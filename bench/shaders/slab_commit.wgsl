@@ -11,7 +11,7 @@
 //   just before the publish of the value that stays).
 // A replaced or unused cell is released at once: cells are allocated only by the next batch,
 // which starts after this one is durable.
-// Twin: SlabModel::apply in src/baselines/slab/model.rs.
+// Twin: SlabModel::apply in src/systems/slab/model.rs.
 
 #include "common/prelude.wgsl"
 #include "slab_common.wgsl"

@@ -1,6 +1,6 @@
 // The slab table (SlabHash made persistent with an undo log): codes, per-operation records,
 // addressing, allocators and the tile-cooperative slab read shared by the slab kernels.
-// Twin: src/baselines/slab/layout.rs (addresses) and model.rs (operations); change together.
+// Twin: src/systems/slab/layout.rs (addresses) and model.rs (operations); change together.
 
 #include "common/ops.wgsl"
 #include "common/pool.wgsl"

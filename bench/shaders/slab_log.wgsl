@@ -4,7 +4,7 @@
 // the log region: entry = slab id, then the slab's 32 words. The tile reads a slab (one
 // request) and writes its entry (one request) per step. The host persists the entries, then
 // writes and persists the log header; only then may the table change.
-// Twin: recover() in src/baselines/slab/model.rs reads what this writes.
+// Twin: recover() in src/systems/slab/model.rs reads what this writes.
 
 #include "common/prelude.wgsl"
 #include "slab_common.wgsl"

@@ -11,7 +11,7 @@
 //   becomes the key's creator and claims a free entry (EMPTY -> FILLING by CAS, the first free
 //   entry of the chain, or entry 0 of a new slab linked at the tail by a CAS on the next
 //   pointer), then writes the key; later ones join it, so no key is created twice.
-// Twin: SlabModel::apply in src/baselines/slab/model.rs.
+// Twin: SlabModel::apply in src/systems/slab/model.rs.
 
 #include "common/prelude.wgsl"
 #include "slab_common.wgsl"

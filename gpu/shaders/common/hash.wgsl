@@ -1,5 +1,5 @@
 // Key hashing: MurmurHash3-style 32-bit hashes over the key's words.
-// Twin: src/hash.rs; change both together.
+// Twin: gphash's src/hash.rs; change both together.
 
 fn rotl(x: u32, r: u32) -> u32 {
     return (x << r) | (x >> (32u - r));

@@ -16,7 +16,7 @@
 //!
 //! # Operations (`shaders/slab_*.wgsl`)
 //!
-//! Warp-cooperative as in the paper, with tiles of lanes (gphash's `tile.wgsl`) in place of
+//! Warp-cooperative as in the paper, with tiles of lanes (`common/tile.wgsl` of gphash-gpu) in place of
 //! warps: a ballot picks the next pending operation of the tile, the tile reads one slab per
 //! step (one request for a 32-lane tile; a 4-lane tile takes 8 passes) and finds the key with
 //! ballots. A batch is: cells for new values (`alloc_cells`), the undo log (`log_chains`) and

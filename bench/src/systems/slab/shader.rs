@@ -1,6 +1,6 @@
 //! The slab kernels' WGSL: `shaders/slab_*.wgsl` stitched with the files every table shares
-//! (`shaders/common/`, the staged write-back kernel) and a generated prelude (the table's
-//! constants, bindings and window accessors), by gphash's preprocessor.
+//! (gphash-gpu's `shaders/common/`, the staged write-back kernel) and a generated prelude (the
+//! table's constants, bindings and window accessors), by gphash-gpu's preprocessor.
 
 use super::layout::{LOG_HEADER_WORDS, SlabGeometry};
 use gphash_gpu::Result;
