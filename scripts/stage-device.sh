@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the release binaries and packs those that need a GPU into .gpu/gpu.tgz (git-ignored)
-# for scripts/device.sh on a machine without Rust (the tool that runs it there carries .gpu).
+# for scripts/device.sh on a machine without Rust (the tool that runs it there carries .gpu):
+# the gphash binary (crate gphash-cli), the GPU tests of gphash (tests/) and of the baselines
+# (gphash-bench, bench/tests/), picked by test target name across the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release

@@ -3,7 +3,6 @@
 
 use rustc_hash::FxHashMap;
 
-use crate::engine::Encoded;
 use crate::error::{Error, Result};
 use crate::protocol::{OpKind, Status};
 
@@ -182,6 +181,40 @@ impl Batch {
 /// Whether `ops` is `0..n` in order.
 fn is_whole(ops: &[usize], n: usize) -> bool {
     ops.len() == n && ops.iter().enumerate().all(|(j, &i)| i == j)
+}
+
+/// A batch in kernel form: operation codes, key words, value words (cell-padded).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Encoded {
+    /// One [`OpKind`] code per operation.
+    pub kinds: Vec<u32>,
+    /// `key_words` words per operation.
+    pub keys: Vec<u32>,
+    /// `cell_words` words per operation (zero for operations without a value); empty when no
+    /// operation carries a value.
+    pub values: Vec<u32>,
+}
+
+impl Encoded {
+    /// Operations in the batch.
+    pub fn len(&self) -> usize {
+        self.kinds.len()
+    }
+
+    /// Whether the batch has no operations.
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty()
+    }
+
+    /// Whether every operation is a read: no phase B, nothing to persist.
+    pub fn read_only(&self) -> bool {
+        self.kinds.iter().all(|&k| k == OpKind::Get as u32)
+    }
+
+    /// Whether some operation is a read (whose value must be read back).
+    pub fn has_reads(&self) -> bool {
+        self.kinds.contains(&(OpKind::Get as u32))
+    }
 }
 
 /// Results of a batch: a status per operation and the values of successful reads.

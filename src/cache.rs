@@ -10,14 +10,12 @@
 //! the choice of hot groups, the plan of a loading phase, statistics, and the CPU twins of the
 //! kernels in `shaders/cache.wgsl` and of the access counting in `shaders/phase_a.wgsl`.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use rand::SeedableRng;
-use rand::seq::index::sample;
-
-use crate::engine::Encoded;
+use crate::batch::Encoded;
 use crate::error::{Error, Result};
 use crate::layout::{Geometry, PUBLISHED};
 use crate::model::Model;
@@ -126,7 +124,7 @@ impl CacheOptions {
 }
 
 /// Words of one cache entry's group copy, and of its value cells.
-pub fn entry_words(geo: &Geometry) -> (u64, u64) {
+pub(crate) fn entry_words(geo: &Geometry) -> (u64, u64) {
     (geo.group_words(), geo.group_slots() * geo.cell_words() as u64)
 }
 
@@ -231,13 +229,10 @@ impl fmt::Display for CacheStatus {
 /// The groups a loading phase caches: up to `k` of them. LFU and LRU take the groups with the
 /// highest counts (ties: the lower group), never a group that was not accessed; Random draws
 /// `k` groups uniformly.
-pub fn select(policy: Policy, counts: &[u32], k: usize, seed: u64) -> Vec<u32> {
+pub(crate) fn select(policy: Policy, counts: &[u32], k: usize, seed: u64) -> Vec<u32> {
     let k = k.min(counts.len());
     match policy {
-        Policy::Random => {
-            let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed);
-            sample(&mut rng, counts.len(), k).into_iter().map(|g| g as u32).collect()
-        }
+        Policy::Random => sample(counts.len(), k, seed),
         Policy::Lfu | Policy::Lru => {
             let mut hot: Vec<u32> = (0..counts.len() as u32).filter(|&g| counts[g as usize] > 0).collect();
             let order = |a: &u32, b: &u32| counts[*b as usize].cmp(&counts[*a as usize]).then(a.cmp(b));
@@ -250,9 +245,43 @@ pub fn select(policy: Policy, counts: &[u32], k: usize, seed: u64) -> Vec<u32> {
     }
 }
 
+/// `k` distinct numbers below `n`, each `k`-subset equally likely for a random `seed`: the
+/// first `k` steps of a Fisher-Yates shuffle of `0..n`, the displaced entries kept in a map.
+fn sample(n: usize, k: usize, seed: u64) -> Vec<u32> {
+    // SplitMix64: a full-period 64-bit generator, plenty for picking groups.
+    let mut state = seed;
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    // Uniform below `m` (Lemire's multiply-shift, rejecting the few biased draws).
+    let mut below = |m: u64| {
+        let threshold = m.wrapping_neg() % m;
+        loop {
+            let p = next() as u128 * m as u128;
+            if p as u64 >= threshold {
+                return (p >> 64) as u64;
+            }
+        }
+    };
+    let mut moved: HashMap<usize, usize> = HashMap::with_capacity(k);
+    (0..k)
+        .map(|i| {
+            let j = i + below((n - i) as u64) as usize;
+            let at_j = moved.get(&j).copied().unwrap_or(j);
+            let at_i = moved.get(&i).copied().unwrap_or(i);
+            moved.insert(j, at_i);
+            at_j as u32
+        })
+        .collect()
+}
+
 /// One step of a loading phase: entry `entry` drops the group it holds and takes `group`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fill {
+pub(crate) struct Fill {
     /// The entry.
     pub entry: u32,
     /// The group it takes.
@@ -261,14 +290,14 @@ pub struct Fill {
 
 /// How much more often a group must have been accessed than a cached one to take its entry
 /// (LFU): popularity that merely wobbles between loading phases moves nothing.
-pub const HYSTERESIS: u64 = 2;
+pub(crate) const HYSTERESIS: u64 = 2;
 
 /// The fills that make the cache hold `chosen`: groups already cached stay where they are;
 /// every other chosen group takes an entry that holds nothing or a group not chosen. `owner`
 /// is the group each entry holds (`NONE`: nothing). With `counts` (LFU), the hottest new groups
 /// go first, into the entries of the coldest groups, and a new group displaces a cached one only
 /// if it has more than [`HYSTERESIS`] times its count.
-pub fn plan(owner: &[u32], chosen: &[u32], groups: u64, counts: Option<&[u32]>) -> Vec<Fill> {
+pub(crate) fn plan(owner: &[u32], chosen: &[u32], groups: u64, counts: Option<&[u32]>) -> Vec<Fill> {
     let mut wanted = vec![false; groups as usize];
     for &g in chosen {
         wanted[g as usize] = true;
@@ -439,6 +468,20 @@ mod tests {
         assert_eq!(distinct.len(), 20);
         assert_eq!(a, select(Policy::Random, &counts, 20, 3));
         assert_ne!(a, select(Policy::Random, &counts, 20, 4));
+    }
+
+    #[test]
+    fn random_draws_are_uniform() {
+        // 3 of 10 groups over 6000 seeds: each group about 1800 times, every one of them drawn.
+        let mut times = [0u32; 10];
+        for seed in 0..6000 {
+            for g in select(Policy::Random, &[0; 10], 3, seed) {
+                times[g as usize] += 1;
+            }
+        }
+        assert!(times.iter().all(|&t| (1600..2000).contains(&t)), "{times:?}");
+        let all = select(Policy::Random, &[0; 10], 10, 1);
+        assert_eq!(all.iter().collect::<std::collections::HashSet<_>>().len(), 10);
     }
 
     #[test]

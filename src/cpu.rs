@@ -3,14 +3,15 @@
 
 use host_pm::{Pool, Region};
 
-use crate::engine::{Encoded, Engine, Input, Mode, Report, Written};
+use crate::batch::Encoded;
+use crate::engine::{Engine, Input, Mode, Report, Written};
 use crate::error::{Error, Result};
 use crate::hash::Seeds;
 use crate::layout::Geometry;
 use crate::model::{BatchRun, Bitmap, Control, Dirty, Mem, Model};
 
 /// Two disjoint regions of the pool mapping, both writable.
-pub fn split_regions(pool: &mut Pool, a: Region, b: Region) -> (&mut [u8], &mut [u8]) {
+pub(crate) fn split_regions(pool: &mut Pool, a: Region, b: Region) -> (&mut [u8], &mut [u8]) {
     let bytes = pool.bytes_mut();
     if a.offset < b.offset {
         let (lo, hi) = bytes.split_at_mut(b.offset as usize);
@@ -22,13 +23,13 @@ pub fn split_regions(pool: &mut Pool, a: Region, b: Region) -> (&mut [u8], &mut 
 }
 
 /// Splits the pool mapping into the table and heap words.
-pub fn regions_mut(pool: &mut Pool, table: Region, heap: Region) -> Mem<'_> {
+pub(crate) fn regions_mut(pool: &mut Pool, table: Region, heap: Region) -> Mem<'_> {
     let (t, h) = split_regions(pool, table, heap);
     Mem { table: bytemuck::cast_slice_mut(t), heap: bytemuck::cast_slice_mut(h) }
 }
 
 /// Executes batches with the CPU model.
-pub struct CpuEngine {
+pub(crate) struct CpuEngine {
     geo: Geometry,
     seeds: Seeds,
     table: Region,
@@ -42,7 +43,7 @@ pub struct CpuEngine {
 impl CpuEngine {
     /// An engine over the pool's regions, with the allocator rebuilt at recovery; reads check
     /// their value's checksum when `verify_values`.
-    pub fn new(
+    pub(crate) fn new(
         geo: Geometry,
         seeds: Seeds,
         table: Region,

@@ -5,49 +5,15 @@ use std::fmt;
 
 use host_pm::Pool;
 
+use crate::batch::Encoded;
 use crate::cache::{CacheStatus, Snapshot};
+use crate::device_batch::DeviceBatch;
 use crate::error::Result;
-use crate::gpu::engine::DeviceBatch;
 use crate::model::{Bitmap, Control};
-use crate::protocol::OpKind;
-
-/// A batch in kernel form: operation codes, key words, value words (zero-padded to whole words).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Encoded {
-    /// One [`OpKind`] code per operation.
-    pub kinds: Vec<u32>,
-    /// `key_words` words per operation.
-    pub keys: Vec<u32>,
-    /// `value_words` words per operation (zero for operations without a value); empty when no
-    /// operation carries a value.
-    pub values: Vec<u32>,
-}
-
-impl Encoded {
-    /// Operations in the batch.
-    pub fn len(&self) -> usize {
-        self.kinds.len()
-    }
-
-    /// Whether the batch has no operations.
-    pub fn is_empty(&self) -> bool {
-        self.kinds.is_empty()
-    }
-
-    /// Whether every operation is a read: no phase B, nothing to persist.
-    pub fn read_only(&self) -> bool {
-        self.kinds.iter().all(|&k| k == OpKind::Get as u32)
-    }
-
-    /// Whether some operation is a read (whose value must be read back).
-    pub fn has_reads(&self) -> bool {
-        self.kinds.contains(&(OpKind::Get as u32))
-    }
-}
 
 /// Where a batch's operations come from.
 #[derive(Clone, Copy)]
-pub enum Input<'a> {
+pub(crate) enum Input<'a> {
     /// Host slices, encoded.
     Host(&'a Encoded),
     /// Device buffers of a GPU-resident caller; results stay on the device.
@@ -56,7 +22,7 @@ pub enum Input<'a> {
 
 impl Input<'_> {
     /// Operations in the batch.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Input::Host(e) => e.len(),
             Input::Device(d) => d.len as usize,
@@ -64,19 +30,19 @@ impl Input<'_> {
     }
 
     /// Whether the batch is empty.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Whether every operation is known to be a read (device batches are never assumed so).
-    pub fn read_only(&self) -> bool {
+    pub(crate) fn read_only(&self) -> bool {
         matches!(self, Input::Host(e) if e.read_only())
     }
 }
 
 /// The cache lines a phase wrote.
 #[derive(Debug)]
-pub enum Written {
+pub(crate) enum Written {
     /// These pool lines (unsorted, may repeat).
     Lines(Vec<u64>),
     /// More than the list could hold: persist every region.
@@ -87,7 +53,7 @@ pub enum Written {
 
 /// What a phase did.
 #[derive(Debug)]
-pub struct Report {
+pub(crate) struct Report {
     /// The control block's counters after the phase.
     pub control: Control,
     /// What to persist.
@@ -128,8 +94,18 @@ impl fmt::Display for Mode {
     }
 }
 
+impl From<gphash_gpu::Residence> for Mode {
+    fn from(r: gphash_gpu::Residence) -> Self {
+        match r {
+            gphash_gpu::Residence::ZeroCopy => Mode::ZeroCopy,
+            gphash_gpu::Residence::Staged { reason } => Mode::Staged { reason },
+            gphash_gpu::Residence::Volatile => Mode::Volatile,
+        }
+    }
+}
+
 /// One executor of the table's kernels.
-pub trait Engine: Send {
+pub(crate) trait Engine: Send {
     /// How it executes.
     fn mode(&self) -> Mode;
 

@@ -121,5 +121,17 @@ pub enum Error {
     },
 }
 
+impl From<gphash_gpu::Error> for Error {
+    fn from(e: gphash_gpu::Error) -> Self {
+        match e {
+            gphash_gpu::Error::NoAdapter(why) => Error::NoAdapter(why),
+            gphash_gpu::Error::MissingFeature(why) => Error::MissingFeature(why),
+            gphash_gpu::Error::Shader(why) => Error::Shader(why),
+            gphash_gpu::Error::Gpu(why) => Error::Gpu(why),
+            gphash_gpu::Error::InvalidConfig(why) => Error::InvalidConfig(why),
+        }
+    }
+}
+
 /// Result of gphash operations.
 pub type Result<T> = std::result::Result<T, Error>;

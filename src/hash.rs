@@ -7,7 +7,7 @@
 //! Value cells carry a checksum ([`value_checksum`]): a sum of one bijective mix per value
 //! word, so that a tile of lanes computes it with one shuffle reduction.
 //!
-//! Twin: `shaders/common/hash.wgsl` (`top_bucket`: `shaders/common/table.wgsl`); change both
+//! Twin: `gpu/shaders/common/hash.wgsl` (`top_bucket`: `shaders/common/table.wgsl`); change both
 //! together.
 
 /// Seeds of one table: `H` location hashes, then the fingerprint.

@@ -9,14 +9,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gphash_gpu::Gpu;
 use host_pm::{Backend, CreateOptions, Header, PersistMode, Pool, ResizeRecord, TableConfig};
 
-use crate::batch::{Batch, BatchResult};
+use crate::batch::{Batch, BatchResult, Encoded};
+use crate::cache::{CacheOptions, CacheStatus, Snapshot};
 use crate::cpu::CpuEngine;
-use crate::engine::{Encoded, Engine, Input, Mode, Written};
+use crate::device_batch::DeviceBatch;
+use crate::engine::{Engine, Input, Mode, Written};
 use crate::error::{Error, Result};
-use crate::gpu::context::Gpu;
-use crate::gpu::engine::DeviceBatch;
 use crate::gpu::engine::{GpuEngine, GpuOptions};
 use crate::hash::Seeds;
 use crate::inspect::TableStats;
@@ -98,10 +99,13 @@ pub struct Options {
     /// per value and hashes the value). A read whose value fails it gets [`Status::Corrupt`]
     /// and no value.
     pub verify_values: bool,
-    /// Shown the pool at every persist point (see [`host_pm::Observer`]): for crash tests.
+    /// Shown the pool at every persist point (see [`host_pm::Observer`]): for crash tests
+    /// (feature `testing`).
+    #[cfg(feature = "testing")]
     pub observer: Option<host_pm::Observer>,
     /// Use this persist primitive instead of the backend's (benchmarks: `clwb` on tmpfs to
-    /// measure what persistent memory would cost).
+    /// measure what persistent memory would cost; feature `bench`).
+    #[cfg(feature = "bench")]
     pub persist_mode: Option<PersistMode>,
 }
 
@@ -113,7 +117,9 @@ impl Default for Options {
             device: None,
             grow: true,
             verify_values: false,
+            #[cfg(feature = "testing")]
             observer: None,
+            #[cfg(feature = "bench")]
             persist_mode: None,
         }
     }
@@ -121,15 +127,17 @@ impl Default for Options {
 
 impl fmt::Debug for Options {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Options")
-            .field("executor", &self.executor)
+        let mut d = f.debug_struct("Options");
+        d.field("executor", &self.executor)
             .field("gpu", &self.gpu)
             .field("device", &self.device)
             .field("grow", &self.grow)
-            .field("verify_values", &self.verify_values)
-            .field("observer", &self.observer.is_some())
-            .field("persist_mode", &self.persist_mode)
-            .finish()
+            .field("verify_values", &self.verify_values);
+        #[cfg(feature = "testing")]
+        d.field("observer", &self.observer.is_some());
+        #[cfg(feature = "bench")]
+        d.field("persist_mode", &self.persist_mode);
+        d.finish()
     }
 }
 
@@ -195,7 +203,7 @@ pub struct Stats {
     /// Work since open.
     pub activity: Activity,
     /// The bucket cache in device memory.
-    pub cache: crate::cache::CacheStatus,
+    pub cache: CacheStatus,
 }
 
 impl Stats {
@@ -334,12 +342,14 @@ impl GpHash {
         let geo = Geometry::new(layout, t.key_bytes, t.value_bytes, t.top_level, h.heap_cells)
             .and_then(|g| g.with_keys_apart(apart))
             .map_err(|e| incompatible(e.to_string()))?;
-        crate::layout::check_regions(h, geo.table_bytes(), geo.heap_bytes()).map_err(incompatible)?;
+        h.check_regions(geo.table_bytes(), geo.heap_bytes()).map_err(incompatible)?;
         Ok(geo)
     }
 
     fn start(mut pool: Pool, options: &Options) -> Result<GpHash> {
+        #[cfg(feature = "testing")]
         pool.set_observer(options.observer.clone());
+        #[cfg(feature = "bench")]
         if let Some(mode) = options.persist_mode {
             pool.set_persist_mode(mode)?;
         }
@@ -353,7 +363,7 @@ impl GpHash {
                     log::warn!("no GPU, running on the CPU model: {e}");
                     Err(e.to_string())
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             },
         };
         let (geo, recovery, bitmap) = recovery::recover_pool(&mut pool, &geo, builder(&gpu, &options.gpu))?;
@@ -415,8 +425,8 @@ impl GpHash {
         (self.engine.as_deref_mut().expect("an engine exists between resizes"), &mut self.pool)
     }
 
-    /// Grows the table by one level now (see [`crate::resize`]); it also grows by itself when
-    /// an insertion finds no empty slot. On failure the table is unchanged.
+    /// Grows the table by one level now, crash-consistently (see `src/resize.rs`); it also grows
+    /// by itself when an insertion finds no empty slot. On failure the table is unchanged.
     pub fn grow(&mut self) -> Result<()> {
         if let Some(why) = &self.poisoned {
             return Err(Error::Poisoned(why.clone()));
@@ -516,7 +526,7 @@ impl GpHash {
 
     /// Replaces the bucket cache by one with these settings (empty: it fills at its first
     /// loading phase, or at [`GpHash::load_cache`]). The table is untouched.
-    pub fn set_cache(&mut self, cache: crate::cache::CacheOptions) -> Result<()> {
+    pub fn set_cache(&mut self, cache: CacheOptions) -> Result<()> {
         if let Some(why) = &self.poisoned {
             return Err(Error::Poisoned(why.clone()));
         }
@@ -542,7 +552,7 @@ impl GpHash {
     }
 
     /// What the bucket cache holds now (for tests and diagnostics; empty without a cache).
-    pub fn cache_snapshot(&mut self) -> Result<crate::cache::Snapshot> {
+    pub fn cache_snapshot(&mut self) -> Result<Snapshot> {
         self.engine().cache_snapshot()
     }
 

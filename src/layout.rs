@@ -29,35 +29,19 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 
-/// Refuses a pool whose table and heap regions are smaller than `table_bytes` and `heap_bytes`
-/// (a table's needs); the error says why.
-pub fn check_regions(
-    h: &host_pm::Header,
-    table_bytes: u64,
-    heap_bytes: u64,
-) -> std::result::Result<(), String> {
-    if h.table_region.bytes < table_bytes || h.heap_region.bytes < heap_bytes {
-        return Err(format!(
-            "regions of {} and {} bytes are smaller than the {table_bytes} and {heap_bytes} bytes the table needs",
-            h.table_region.bytes, h.heap_region.bytes
-        ));
-    }
-    Ok(())
-}
-
 /// State word of an empty slot.
-pub const EMPTY: u32 = 0;
+pub(crate) const EMPTY: u32 = 0;
 /// State word of a slot claimed by a batch whose phase B has not published it yet.
-pub const INSERTING: u32 = 1;
+pub(crate) const INSERTING: u32 = 1;
 /// State words at or above this value are published: `state - PUBLISHED` is the value cell.
-pub const PUBLISHED: u32 = 2;
+pub(crate) const PUBLISHED: u32 = 2;
 /// Largest number of candidate slots per key (`L * H * S`) the kernels support.
-pub const MAX_CANDIDATES: u32 = 128;
+pub(crate) const MAX_CANDIDATES: u32 = 128;
 /// Fewest candidate slots per key a table may have: with fewer, keys collide while the table
 /// is nearly empty, and growing does not help (1L-1H-1S doubled to 864 MB for 2,258 keys).
-pub const MIN_CANDIDATES: u32 = 8;
+pub(crate) const MIN_CANDIDATES: u32 = 8;
 /// The pool header's user word that records where keys live (0: in their buckets, 1: apart).
-pub const KEYS_APART_WORD: usize = 0;
+pub(crate) const KEYS_APART_WORD: usize = 0;
 /// Load factor the table is sized for when created with a capacity.
 pub const TARGET_LOAD: f64 = 0.75;
 

@@ -14,36 +14,77 @@
 //! # Ok::<(), gphash::Error>(())
 //! ```
 //!
-//! [`TypedIndex`] is the same index with typed keys and values (see [`typed`]).
-#![warn(missing_docs)]
+//! [`TypedIndex`] is the same index with typed keys and values.
+//!
+//! The index is this crate; the GPU plumbing under it (device, host-memory import, storage
+//! windows, the WGSL stitcher) is `gphash-gpu`, the pool file is `host-pm`. What a user of the
+//! index meets is re-exported here, among it the pool's error, backend and persist mode.
+//!
+//! Features: `bench` adds the hooks of the benchmarks (`Placement::Volatile`,
+//! `Options::persist_mode`); `testing` (which implies `bench`) adds the internals gphash's own
+//! tests use (`Options::observer`, the `testing` module). Neither is a stable API.
 
-pub mod baselines;
-pub mod batch;
-pub mod bench;
-pub mod cache;
-pub mod cpu;
-pub mod engine;
-pub mod error;
-pub mod gpu;
+mod batch;
+// The `testing` module re-exports the cache's CPU twins: without the feature they are unused.
+#[cfg_attr(not(feature = "testing"), allow(dead_code, unreachable_pub))]
+mod cache;
+mod cpu;
+mod device_batch;
+mod engine;
+mod error;
+mod gpu;
 pub mod hash;
-pub mod index;
-pub mod inspect;
-pub mod layout;
-pub mod model;
-pub mod protocol;
-pub mod recovery;
-pub mod resize;
-pub mod trace;
-pub mod typed;
+mod index;
+mod inspect;
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
+mod layout;
+// Items that the `testing` module re-exports (or that its model's methods take: `OpState`) are
+// `pub`; without the feature they are unreachable.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
+mod model;
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
+mod protocol;
+mod recovery;
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
+mod resize;
+mod typed;
 
-pub use batch::{Batch, BatchResult};
-pub use cache::{CacheOptions, CacheStats, CacheStatus, Policy};
+pub use batch::{Batch, BatchResult, Encoded};
+pub use cache::{CacheOptions, CacheStats, CacheStatus, Policy, Snapshot as CacheSnapshot};
+pub use device_batch::DeviceBatch;
 pub use engine::Mode;
 pub use error::{Error, Result};
-pub use gpu::context::Gpu;
-pub use gpu::engine::{DeviceBatch, GpuOptions, Placement};
-pub use index::{Config, Executor, GpHash, Options, Stats};
-pub use inspect::{Inspection, TableStats, inspect};
-pub use layout::Layout;
+pub use gphash_gpu::{DeviceInfo, Gpu};
+pub use gpu::engine::{GpuOptions, Placement};
+pub use host_pm::{Backend, PersistMode, Pool, PoolError};
+pub use index::{Activity, Config, Executor, GpHash, MAX_BATCH, Options, Stats};
+pub use layout::{Candidate, Geometry, Layout, TARGET_LOAD};
 pub use protocol::{OpKind, Status};
+pub use inspect::{Inspection, TableStats, inspect};
+pub use recovery::{CheckReport, Recovery, Violation, check};
 pub use typed::{TypedBatch, TypedIndex, TypedResult};
+
+/// Internals for gphash's own tests (feature `testing`): the CPU twins of the kernels and of the
+/// bucket cache, and the steps of a resize (for crash injection). Not a stable API.
+#[cfg(feature = "testing")]
+pub mod testing {
+    /// The CPU model of the table, the oracle of the kernel tests.
+    pub mod model {
+        pub use crate::model::Model;
+    }
+
+    /// The bucket cache's CPU twins and checks.
+    pub mod cache {
+        pub use crate::cache::{counted, expected_entry, touches, verify};
+    }
+
+    /// The table's slot encoding, to read and damage pools in tests.
+    pub mod layout {
+        pub use crate::layout::PUBLISHED;
+    }
+
+    /// The steps of growing a table, to interrupt one between them.
+    pub mod resize {
+        pub use crate::resize::{begin, plan};
+    }
+}

@@ -9,11 +9,11 @@ use crate::hash::{Seeds, locate, value_checksum};
 use crate::layout::{Candidate, EMPTY, Geometry, INSERTING, PUBLISHED};
 use std::collections::HashMap;
 
-use crate::engine::Encoded;
+use crate::batch::Encoded;
 use crate::protocol::{NONE, OpKind, OpState, Status, control, phase};
 
 /// The batch control block: counters indexed by [`control`] constants.
-pub type Control = [u32; control::WORDS];
+pub(crate) type Control = [u32; control::WORDS];
 
 /// The persistent words of a table: its bucket array and its value heap.
 pub struct Mem<'a> {
@@ -71,24 +71,6 @@ impl Bitmap {
     /// The allocator whose bitmap words are `words` (as the GPU engine holds them).
     pub fn from_words(words: Vec<u32>) -> Self {
         Bitmap { words, cursor: 0 }
-    }
-
-    /// Rebuilds the allocator from the published slots of a table (recovery on open).
-    pub fn rebuild(geo: &Geometry, table: &[u32]) -> Self {
-        let mut b = Bitmap::new(geo.cells);
-        for bucket in 0..geo.buckets() {
-            for s in 0..geo.layout.slots {
-                let state = table[geo.state_word(bucket, s) as usize];
-                if state >= PUBLISHED {
-                    b.set((state - PUBLISHED) as u64);
-                }
-            }
-        }
-        b
-    }
-
-    fn set(&mut self, cell: u64) {
-        self.words[(cell / 32) as usize] |= 1 << (cell % 32);
     }
 
     /// Whether a cell is in use.

@@ -1,6 +1,7 @@
 //! Operation codes, result codes and the per-operation record that phase A hands to phase B.
 //!
-//! Twin: `shaders/common/protocol.wgsl`; the numbers must match.
+//! Twin: `shaders/common/protocol.wgsl`, and `gpu/shaders/common/ops.wgsl` for the operation and
+//! result codes; the numbers must match.
 
 /// What one operation of a batch does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -66,27 +67,27 @@ impl Status {
 }
 
 /// Where an operation stands after phase A (`OpState::phase`).
-pub mod phase {
+pub(crate) mod phase {
     /// Finished in phase A; its status is final.
-    pub const DONE: u32 = 1;
+    pub(crate) const DONE: u32 = 1;
     /// Found its key published at `slot`; phase B swings or clears it.
-    pub const FOUND: u32 = 2;
+    pub(crate) const FOUND: u32 = 2;
     /// Claimed `slot` (INSERTING) for a new key; phase B resolves and publishes.
-    pub const CLAIMED: u32 = 3;
+    pub(crate) const CLAIMED: u32 = 3;
     /// No empty candidate slot: the batch is rolled back.
-    pub const FULL: u32 = 4;
+    pub(crate) const FULL: u32 = 4;
     /// No free value cell: the batch is rolled back.
-    pub const NO_CELL: u32 = 5;
+    pub(crate) const NO_CELL: u32 = 5;
     /// An earlier operation of the batch claims the same key; `slot` holds that operation's
     /// index. Phase B makes an upsert overwrite its value and an insert find the key existing.
-    pub const JOINED: u32 = 6;
+    pub(crate) const JOINED: u32 = 6;
     /// Found its key published, as did an earlier operation of the batch that leads the key's
     /// changes (`slot` holds the lead's index): phase B applies them all with the lead's one CAS.
-    pub const FOLLOWS: u32 = 7;
+    pub(crate) const FOLLOWS: u32 = 7;
 }
 
 /// Marks an absent cell or slot.
-pub const NONE: u32 = u32::MAX;
+pub(crate) const NONE: u32 = u32::MAX;
 
 /// Per-operation record kept on the device between the phases (8 words).
 #[repr(C)]
@@ -130,35 +131,35 @@ impl OpState {
 }
 
 /// Words of the batch control block (atomic counters the kernels update; reset per phase).
-pub mod control {
+pub(crate) mod control {
     /// Dirty cache lines appended (may exceed the list's capacity: then persist everything).
-    pub const DIRTY_COUNT: usize = 0;
+    pub(crate) const DIRTY_COUNT: usize = 0;
     /// Operations that need phase B.
-    pub const NEED_B: usize = 1;
+    pub(crate) const NEED_B: usize = 1;
     /// Insertions that found no empty slot.
-    pub const FULL: usize = 2;
+    pub(crate) const FULL: usize = 2;
     /// Operations that found no free value cell.
-    pub const NO_CELL: usize = 3;
+    pub(crate) const NO_CELL: usize = 3;
     /// Keys newly published in phase B.
-    pub const PUBLISHED: usize = 4;
+    pub(crate) const PUBLISHED: usize = 4;
     /// Keys deleted in phase B.
-    pub const DELETED: usize = 5;
+    pub(crate) const DELETED: usize = 5;
     /// Operations that found their key or claimed a slot (cache hit rate's denominator).
-    pub const CACHE_TARGETS: usize = 6;
+    pub(crate) const CACHE_TARGETS: usize = 6;
     /// Of those, operations whose slot was in a cached group.
-    pub const CACHE_HITS: usize = 7;
+    pub(crate) const CACHE_HITS: usize = 7;
     /// Group reads served by the cache or skipped because a cached group held the key.
-    pub const CACHE_GROUPS_SAVED: usize = 8;
+    pub(crate) const CACHE_GROUPS_SAVED: usize = 8;
     /// Value reads served by the cache.
-    pub const CACHE_VALUES_SAVED: usize = 9;
+    pub(crate) const CACHE_VALUES_SAVED: usize = 9;
     /// State words the write-through refresh read from the table.
-    pub const CACHE_REFRESHED: usize = 10;
+    pub(crate) const CACHE_REFRESHED: usize = 10;
     /// Claims that found a cached copy stale.
-    pub const CACHE_STALE: usize = 11;
+    pub(crate) const CACHE_STALE: usize = 11;
     /// Groups a loading slice copied into the cache.
-    pub const CACHE_FILLED: usize = 12;
+    pub(crate) const CACHE_FILLED: usize = 12;
     /// Value cells the allocation stage took (phase B must release those not published).
-    pub const ALLOCATED: usize = 13;
+    pub(crate) const ALLOCATED: usize = 13;
     /// Words in the block.
-    pub const WORDS: usize = 16;
+    pub(crate) const WORDS: usize = 16;
 }

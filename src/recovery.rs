@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use host_pm::{Header, Pool, Region};
+use host_pm::{Header, Pool, Region, ResizeRecord};
 
 use crate::hash::{Seeds, locate, value_checksum};
 use crate::layout::{Candidate, EMPTY, Geometry, INSERTING, PUBLISHED};
@@ -52,7 +52,7 @@ impl fmt::Display for Recovery {
 /// Clears INSERTING slots (persisting them), counts keys and rebuilds the allocator. A slot
 /// that references a cell outside the heap, or a cell that two slots share, is corruption:
 /// the pool is refused (run `gphash check` for the full report).
-pub fn recover(pool: &mut Pool, geo: &Geometry) -> crate::Result<(Recovery, Bitmap)> {
+pub(crate) fn recover(pool: &mut Pool, geo: &Geometry) -> crate::Result<(Recovery, Bitmap)> {
     let h = *pool.header();
     let mut rec = Recovery { clean_shutdown: h.clean_shutdown, ..Default::default() };
     let (bitmap, lines) = scan(pool, geo, h.table_region, &mut rec)?;
@@ -95,7 +95,7 @@ pub fn recover_pool(
 
 /// Walks the table in `region`: clears INSERTING slots (returning their lines, not yet
 /// persisted), counts published keys into `rec` and builds the allocator from their cells.
-pub fn scan(
+pub(crate) fn scan(
     pool: &mut Pool,
     geo: &Geometry,
     region: Region,
@@ -142,7 +142,7 @@ fn check_resize_record(geo: &Geometry, header: &Header, report: &mut CheckReport
     if r.state == 0 {
         return;
     }
-    if r.state != crate::resize::BUILDING {
+    if r.state != ResizeRecord::BUILDING {
         bad(format!("unknown state {}", r.state));
         return;
     }

@@ -17,11 +17,11 @@
 
 use std::sync::Arc;
 
+use gphash_gpu::Gpu;
 use host_pm::{Pool, REGION_ALIGN, Region, ResizeRecord};
 
 use crate::cpu::split_regions;
 use crate::error::{Error, Result};
-use crate::gpu::context::Gpu;
 use crate::gpu::engine::GpuOptions;
 use crate::hash::Seeds;
 use crate::layout::Geometry;
@@ -29,12 +29,9 @@ use crate::model::{Bitmap, Model};
 use crate::protocol::control;
 use crate::recovery::{Recovery, scan};
 
-/// Resize state of the header's record while a grown table is being built.
-pub const BUILDING: u32 = 1;
-
 /// Who builds the grown table.
 #[derive(Clone, Copy)]
-pub enum Builder<'a> {
+pub(crate) enum Builder<'a> {
     /// The GPU, with these settings.
     Gpu(&'a Arc<Gpu>, &'a GpuOptions),
     /// The CPU model.
@@ -43,7 +40,7 @@ pub enum Builder<'a> {
 
 /// Places regions of `sizes` bytes (rounded up to [`REGION_ALIGN`]) first-fit in the free
 /// space around the regions `used` (the pool grows where none fits).
-pub fn place(used: &[Region], sizes: &[u64]) -> Vec<Region> {
+pub(crate) fn place(used: &[Region], sizes: &[u64]) -> Vec<Region> {
     let mut taken: Vec<Region> = used.to_vec();
     sizes
         .iter()
@@ -83,15 +80,19 @@ pub fn plan(pool: &Pool, geo: &Geometry) -> Result<[Region; 2]> {
 pub fn begin(pool: &mut Pool, geo: &Geometry, [table, heap]: [Region; 2]) -> Result<()> {
     pool.grow(table.end().max(heap.end()))?;
     let mut h = *pool.header();
-    h.resize =
-        ResizeRecord { state: BUILDING, new_top_level: geo.top_level + 1, new_table: table, new_heap: heap };
+    h.resize = ResizeRecord {
+        state: ResizeRecord::BUILDING,
+        new_top_level: geo.top_level + 1,
+        new_table: table,
+        new_heap: heap,
+    };
     pool.write_header(&h)?;
     log::info!("growing the table from level {}", geo.top_level);
     Ok(())
 }
 
 /// Abandons a recorded resize: the header forgets it and its regions are discarded.
-pub fn abandon(pool: &mut Pool) -> Result<()> {
+pub(crate) fn abandon(pool: &mut Pool) -> Result<()> {
     let mut h = *pool.header();
     let record = h.resize;
     h.resize = ResizeRecord::default();
@@ -103,13 +104,18 @@ pub fn abandon(pool: &mut Pool) -> Result<()> {
 
 /// Step 2: builds the grown table of the header's resize record from the current one, which
 /// holds `items` keys, and switches the header to it. Returns its geometry and allocator.
-pub fn complete(pool: &mut Pool, builder: Builder, old: &Geometry, items: u64) -> Result<(Geometry, Bitmap)> {
+pub(crate) fn complete(
+    pool: &mut Pool,
+    builder: Builder,
+    old: &Geometry,
+    items: u64,
+) -> Result<(Geometry, Bitmap)> {
     let h = *pool.header();
     let record = h.resize;
     let new = old.grown()?;
     let corrupt =
         |what: String| Error::Pool(host_pm::PoolError::Corrupt { what: format!("resize record: {what}") });
-    if record.state != BUILDING {
+    if record.state != ResizeRecord::BUILDING {
         return Err(corrupt(format!("unknown state {}", record.state)));
     }
     if record.new_top_level != new.top_level {

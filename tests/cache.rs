@@ -10,10 +10,10 @@ mod common;
 use std::collections::{HashMap, HashSet};
 
 use common::oracle::{Oracle, assert_same_content};
-use gphash::cache::{self, CacheOptions, CacheStatus, Policy};
 use gphash::hash::Seeds;
-use gphash::model::Model;
-use gphash::{Batch, Config, GpHash, GpuOptions, Placement, Status};
+use gphash::testing::cache;
+use gphash::testing::model::Model;
+use gphash::{Batch, CacheOptions, CacheStatus, Config, GpHash, GpuOptions, Placement, Policy, Status};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -214,7 +214,7 @@ fn access_counts_match_the_model() {
             let (before, _) = pool_words(&t);
             t.execute(&batch).unwrap();
             let (after, _) = pool_words(&t);
-            let mut encoded = gphash::engine::Encoded::default();
+            let mut encoded = gphash::Encoded::default();
             batch.encode(&(0..batch.len()).collect::<Vec<_>>(), &mut encoded);
             let counted = |&(op, _): &(usize, u32)| cache::counted(op as u32, round, every);
             for (_, g) in cache::touches(&model, &before, &after, &encoded).into_iter().filter(counted) {

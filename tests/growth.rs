@@ -156,8 +156,8 @@ fn an_interrupted_resize_completes_on_open() {
 
         let mut pool = host_pm::Pool::open(&path).unwrap();
         let geo = GpHash::geometry_of(&pool).unwrap();
-        let regions = gphash::resize::plan(&pool, &geo).unwrap();
-        gphash::resize::begin(&mut pool, &geo, regions).unwrap();
+        let regions = gphash::testing::resize::plan(&pool, &geo).unwrap();
+        gphash::testing::resize::begin(&mut pool, &geo, regions).unwrap();
         if half_built {
             // Garbage where the build had got to.
             let r = pool.header().resize.new_table;

@@ -36,29 +36,29 @@ const COPY: usize = HEADER_COPY_BYTES as usize;
 
 /// Field offsets inside one copy (see the module docs).
 mod off {
-    pub const MAGIC: usize = 0;
-    pub const VERSION: usize = 8;
-    pub const CLEAN: usize = 12;
-    pub const SEQUENCE: usize = 16;
-    pub const KEY_BYTES: usize = 24;
-    pub const VALUE_BYTES: usize = 28;
-    pub const LEVELS: usize = 32;
-    pub const HASHES: usize = 36;
-    pub const SLOTS: usize = 40;
-    pub const TOP_LEVEL: usize = 44;
-    pub const SEED: usize = 48;
-    pub const TABLE_REGION: usize = 56;
-    pub const HEAP_REGION: usize = 72;
-    pub const HEAP_CELLS: usize = 88;
-    pub const RESIZE_STATE: usize = 96;
-    pub const RESIZE_TOP: usize = 100;
-    pub const RESIZE_TABLE: usize = 104;
-    pub const RESIZE_HEAP: usize = 120;
-    pub const USER: usize = 136;
-    pub const POOL_BYTES: usize = 200;
-    pub const MAX_BYTES: usize = 208;
-    pub const RESERVED: usize = 216;
-    pub const CHECKSUM: usize = super::COPY - 4;
+    pub(super) const MAGIC: usize = 0;
+    pub(super) const VERSION: usize = 8;
+    pub(super) const CLEAN: usize = 12;
+    pub(super) const SEQUENCE: usize = 16;
+    pub(super) const KEY_BYTES: usize = 24;
+    pub(super) const VALUE_BYTES: usize = 28;
+    pub(super) const LEVELS: usize = 32;
+    pub(super) const HASHES: usize = 36;
+    pub(super) const SLOTS: usize = 40;
+    pub(super) const TOP_LEVEL: usize = 44;
+    pub(super) const SEED: usize = 48;
+    pub(super) const TABLE_REGION: usize = 56;
+    pub(super) const HEAP_REGION: usize = 72;
+    pub(super) const HEAP_CELLS: usize = 88;
+    pub(super) const RESIZE_STATE: usize = 96;
+    pub(super) const RESIZE_TOP: usize = 100;
+    pub(super) const RESIZE_TABLE: usize = 104;
+    pub(super) const RESIZE_HEAP: usize = 120;
+    pub(super) const USER: usize = 136;
+    pub(super) const POOL_BYTES: usize = 200;
+    pub(super) const MAX_BYTES: usize = 208;
+    pub(super) const RESERVED: usize = 216;
+    pub(super) const CHECKSUM: usize = super::COPY - 4;
 }
 
 /// A byte range of the pool. Empty regions are `Region::default()` (offset 0, 0 bytes).
@@ -108,7 +108,8 @@ pub struct TableConfig {
 /// State of a resize in progress, persisted so that a crash can resume it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ResizeRecord {
-    /// 0 = no resize; other values (at most 15) are owned by the table crate.
+    /// 0 = no resize; [`ResizeRecord::BUILDING`]: a grown table is being built in `new_table` and
+    /// `new_heap`; other values (at most 15) are the table crate's to refuse.
     pub state: u32,
     /// Top level of the table being built (0..=40); meaningful when `state != 0`.
     pub new_top_level: u32,
@@ -117,6 +118,12 @@ pub struct ResizeRecord {
     pub new_table: Region,
     /// New heap: `Region::default()` when `state == 0`; may stay empty when `state != 0`.
     pub new_heap: Region,
+}
+
+impl ResizeRecord {
+    /// Resize state while the table of `new_top_level` is being built in `new_table` and
+    /// `new_heap`: the old table is still the one the header names.
+    pub const BUILDING: u32 = 1;
 }
 
 /// The pool header, as the table crate sees it.
@@ -140,6 +147,20 @@ pub struct Header {
     pub sequence: u64,
     /// Opaque words for the table crate (counters, ...): stored, not interpreted.
     pub user: [u64; 8],
+}
+
+impl Header {
+    /// Refuses a header whose table and heap regions are smaller than `table_bytes` and
+    /// `heap_bytes` (a table's needs); the error says why.
+    pub fn check_regions(&self, table_bytes: u64, heap_bytes: u64) -> std::result::Result<(), String> {
+        if self.table_region.bytes < table_bytes || self.heap_region.bytes < heap_bytes {
+            return Err(format!(
+                "regions of {} and {} bytes are smaller than the {table_bytes} and {heap_bytes} bytes the table needs",
+                self.table_region.bytes, self.heap_region.bytes
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Pool facts stored beside the [`Header`] in each copy but not part of it.
@@ -166,7 +187,7 @@ pub(crate) enum CopyError {
 
 impl CopyError {
     /// A short reason for error messages that name both copies.
-    pub fn reason(&self) -> String {
+    pub(crate) fn reason(&self) -> String {
         match self {
             CopyError::BadMagic => "bad magic".to_string(),
             CopyError::Checksum { stored, computed } => {
@@ -515,6 +536,15 @@ mod tests {
             sequence: 7,
             user: [1, 2, 3, 4, 5, 6, 7, u64::MAX],
         }
+    }
+
+    #[test]
+    fn regions_smaller_than_a_table_needs_are_refused() {
+        let h = sample();
+        let (t, heap) = (h.table_region.bytes, h.heap_region.bytes);
+        assert!(h.check_regions(t, heap).is_ok());
+        assert!(h.check_regions(t + 1, heap).unwrap_err().contains("smaller than"));
+        assert!(h.check_regions(t, heap + 1).is_err());
     }
 
     #[test]

@@ -36,7 +36,6 @@
 //! ```
 //!
 //! Linux only: it relies on `flock`, `fstatfs`, `posix_fallocate` and sysfs.
-#![warn(missing_docs)]
 
 mod backend;
 mod header;

@@ -46,7 +46,7 @@ pub(crate) enum FlushInstr {
 }
 
 impl FlushInstr {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             FlushInstr::Clwb => "clwb",
             FlushInstr::Clflushopt => "clflushopt",

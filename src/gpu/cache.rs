@@ -9,9 +9,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::context::Gpu;
-use super::resources::{download_words, storage_buffer};
-use super::shader::{CacheConfig, Windows};
+use gphash_gpu::Gpu;
+use gphash_gpu::resources::{download_words, storage_buffer};
+use gphash_gpu::shader::Windows;
+
+use super::shader::CacheConfig;
 use crate::cache::{self, CacheOptions, CacheStats, Fill, Policy, Snapshot};
 use crate::error::Result;
 use crate::layout::Geometry;
@@ -21,7 +23,7 @@ use crate::protocol::{NONE, control};
 const FIRST_SLICE: usize = 256;
 
 /// The cache of one engine.
-pub struct DeviceCache {
+pub(crate) struct DeviceCache {
     opts: CacheOptions,
     cfg: CacheConfig,
     groups: u64,
@@ -53,7 +55,7 @@ pub struct DeviceCache {
 
 impl DeviceCache {
     /// A cache of `opts.ratio` of the table's groups (none when `enabled` is false).
-    pub fn new(
+    pub(crate) fn new(
         gpu: &Gpu,
         geo: &Geometry,
         opts: &CacheOptions,
@@ -127,32 +129,27 @@ impl DeviceCache {
     }
 
     /// How the kernels see it.
-    pub fn config(&self) -> CacheConfig {
+    pub(crate) fn config(&self) -> CacheConfig {
         self.cfg
     }
 
     /// Whether it has entries.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.cfg.entries > 0
     }
 
     /// Phase A counts one access in this many (0: none).
-    pub fn count_every(&self) -> u32 {
+    pub(crate) fn count_every(&self) -> u32 {
         if self.counts_accesses() { self.opts.sample } else { 0 }
     }
 
     /// Whether the policy counts accesses (and a loading phase must read the counts).
-    pub fn counts_accesses(&self) -> bool {
+    pub(crate) fn counts_accesses(&self) -> bool {
         self.cfg.count_mode != 0
     }
 
-    /// Groups of the table (the decay kernel's invocations).
-    pub fn groups(&self) -> u64 {
-        self.groups
-    }
-
     /// What it did so far.
-    pub fn stats(&self) -> CacheStats {
+    pub(crate) fn stats(&self) -> CacheStats {
         CacheStats {
             cached: self.owner_host.iter().filter(|&&g| g != NONE).count() as u32,
             loading: self.loading(),
@@ -166,7 +163,7 @@ impl DeviceCache {
     ///
     /// The slices' size follows the time budget: a batch that ran a slice took `previous`, the
     /// average batch without one takes `batch_time`; the difference is what the slice cost.
-    pub fn batch_starts(&mut self, ops: u64, previous: Duration) -> bool {
+    pub(crate) fn batch_starts(&mut self, ops: u64, previous: Duration) -> bool {
         if !self.enabled() {
             return false;
         }
@@ -192,14 +189,14 @@ impl DeviceCache {
     }
 
     /// Whether a loading phase is in progress.
-    pub fn loading(&self) -> bool {
+    pub(crate) fn loading(&self) -> bool {
         self.done < self.fills.len()
     }
 
     /// Starts a loading phase: picks the hot groups from `counts` (downloaded by the caller;
     /// empty for the random policy) and plans their fills; `elapsed` is what reading the counts
     /// took.
-    pub fn start_load(&mut self, counts: &[u32], elapsed: Duration) {
+    pub(crate) fn start_load(&mut self, counts: &[u32], elapsed: Duration) {
         let t = Instant::now();
         let seed = self.opts.seed ^ self.stats.loads.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let counts: Vec<u32> =
@@ -217,7 +214,7 @@ impl DeviceCache {
     /// Uploads the next slice's fills (`whole`: all that are left) to the plan buffer, for the
     /// next submit; returns how many (0: none left). The host mirror takes them at once: they
     /// run before anything reads the mappings again.
-    pub fn next_slice(&mut self, gpu: &Gpu, whole: bool) -> u32 {
+    pub(crate) fn next_slice(&mut self, gpu: &Gpu, whole: bool) -> u32 {
         let left = self.fills.len() - self.done;
         let n = if whole { left } else { self.slice.min(left) };
         let fills = &self.fills[self.done..self.done + n];
@@ -233,13 +230,13 @@ impl DeviceCache {
     }
 
     /// Counts `elapsed` of loading done on its own (a loading phase on demand).
-    pub fn loaded_for(&mut self, elapsed: Duration) {
+    pub(crate) fn loaded_for(&mut self, elapsed: Duration) {
         self.stats.load_time += elapsed;
         self.last_slice = 0;
     }
 
     /// Adds a phase's counters to the statistics.
-    pub fn record(&mut self, ctl: &[u32; control::WORDS]) {
+    pub(crate) fn record(&mut self, ctl: &[u32; control::WORDS]) {
         let s = &mut self.stats;
         s.targets += ctl[control::CACHE_TARGETS] as u64;
         s.hits += ctl[control::CACHE_HITS] as u64;
@@ -251,12 +248,12 @@ impl DeviceCache {
     }
 
     /// Downloads the counts (`groups` words).
-    pub fn download_counts(&self, gpu: &Gpu) -> Result<Vec<u32>> {
-        download_words(gpu, &self.counts, self.groups)
+    pub(crate) fn download_counts(&self, gpu: &Gpu) -> Result<Vec<u32>> {
+        Ok(download_words(gpu, &self.counts, self.groups)?)
     }
 
     /// Downloads everything the device holds.
-    pub fn snapshot(&self, gpu: &Gpu) -> Result<Snapshot> {
+    pub(crate) fn snapshot(&self, gpu: &Gpu) -> Result<Snapshot> {
         if !self.enabled() {
             return Ok(Snapshot::default());
         }

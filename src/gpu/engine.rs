@@ -4,16 +4,17 @@
 
 use std::sync::Arc;
 
+use gphash_gpu::resources::{
+    Pipelines, PoolWindows, Residence, bind_group, bind_group_layout, build_pipelines, check_bindings,
+    download_words, map_read, max_window, params_buffer, read_dirty, record_passes, storage_buffer,
+    writeback_invocations,
+};
+use gphash_gpu::shader::Windows;
+use gphash_gpu::{Gpu, hostmem};
 use host_pm::{Pool, Region};
 
 use super::cache::DeviceCache;
-use super::context::Gpu;
-use super::hostmem;
-use super::resources::{
-    Pipelines, PoolWindows, bind_group, bind_group_layout, build_pipelines, check_bindings, download_words,
-    map_read, max_window, params_buffer, read_dirty, record_passes, storage_buffer, writeback_invocations,
-};
-use super::shader::{self, CacheConfig, Kernel, KernelConfig, Params, Windows};
+use super::shader::{self, CacheConfig, Kernel, KernelConfig, Params};
 use crate::cache::{CacheOptions, CacheStatus, Snapshot};
 use crate::engine::{Engine, Input, Mode, Report, Written};
 use crate::error::{Error, Result};
@@ -31,9 +32,22 @@ pub enum Placement {
     /// Always a device-memory copy written back at persist points.
     Staged,
     /// The table lives in device memory only and nothing is written back: the upper bound of
-    /// benchmarks. Nothing persists, the pool on the host goes stale (do not reopen it) and
-    /// the table cannot grow.
+    /// benchmarks (feature `bench`). Nothing persists, the pool on the host goes stale (do not
+    /// reopen it) and the table cannot grow.
+    #[cfg(feature = "bench")]
     Volatile,
+}
+
+impl From<Placement> for gphash_gpu::Placement {
+    fn from(p: Placement) -> Self {
+        match p {
+            Placement::Auto => gphash_gpu::Placement::Auto,
+            Placement::ZeroCopy => gphash_gpu::Placement::ZeroCopy,
+            Placement::Staged => gphash_gpu::Placement::Staged,
+            #[cfg(feature = "bench")]
+            Placement::Volatile => gphash_gpu::Placement::Volatile,
+        }
+    }
 }
 
 /// GPU-specific settings.
@@ -59,55 +73,6 @@ impl Default for GpuOptions {
             max_window_bytes: None,
             cache: CacheOptions::default(),
         }
-    }
-}
-
-/// A batch whose operations and results live in device buffers of the index's GPU, for
-/// GPU-resident callers: keys and results never leave the device. Buffers need
-/// `STORAGE` usage; words are little-endian u32, laid out as the host API encodes them.
-#[derive(Clone, Copy, Debug)]
-pub struct DeviceBatch<'a> {
-    /// Operations in the batch.
-    pub len: u32,
-    /// One [`crate::OpKind`] code per operation.
-    pub kinds: &'a wgpu::Buffer,
-    /// `key_bytes / 4` words per operation.
-    pub keys: &'a wgpu::Buffer,
-    /// `ceil(value_bytes / 4)` words per operation (read for insert, upsert, update); the
-    /// index computes each value's checksum itself.
-    pub values: &'a wgpu::Buffer,
-    /// Output: one [`crate::Status`] code per operation.
-    pub statuses: &'a wgpu::Buffer,
-    /// Output: `ceil(value_bytes / 4)` words per operation, the values gets found (zeros for a
-    /// verified read whose status is [`crate::Status::Corrupt`]; untouched for other statuses).
-    pub found: &'a wgpu::Buffer,
-}
-
-impl DeviceBatch<'_> {
-    /// Refuses buffers too small for `len` operations of `key_words`-word keys and
-    /// `value_words`-word values, or without `STORAGE` usage.
-    pub(crate) fn validate(&self, key_words: u32, value_words: u32) -> Result<()> {
-        let n = self.len as u64;
-        let (kw, vw) = (key_words as u64, value_words as u64);
-        for (name, buf, words) in [
-            ("kinds", self.kinds, n),
-            ("keys", self.keys, n * kw),
-            ("values", self.values, n * vw),
-            ("statuses", self.statuses, n),
-            ("found", self.found, n * vw),
-        ] {
-            if buf.size() < words.max(1) * 4 {
-                return Err(Error::InvalidConfig(format!(
-                    "device batch of {n} operations: buffer {name} has {} bytes, needs {}",
-                    buf.size(),
-                    words.max(1) * 4
-                )));
-            }
-            if !buf.usage().contains(wgpu::BufferUsages::STORAGE) {
-                return Err(Error::InvalidConfig(format!("device batch: buffer {name} lacks STORAGE usage")));
-            }
-        }
-        Ok(())
     }
 }
 
@@ -157,7 +122,7 @@ impl ReadbackLayout {
 }
 
 /// Executes batches on a GPU.
-pub struct GpuEngine {
+pub(crate) struct GpuEngine {
     gpu: Arc<Gpu>,
     cfg: KernelConfig,
     windows: PoolWindows,
@@ -186,7 +151,7 @@ pub struct GpuEngine {
 impl GpuEngine {
     /// Binds the pool's table and heap regions (imported, or copied to the device) and builds
     /// the kernels; reads check their value's checksum when `verify_values`.
-    pub fn new(
+    pub(crate) fn new(
         gpu: Arc<Gpu>,
         cfg_base: (crate::layout::Geometry, crate::hash::Seeds),
         pool: &mut Pool,
@@ -220,14 +185,14 @@ impl GpuEngine {
         let windows = PoolWindows::place(
             &gpu,
             pool,
-            opts.placement,
+            opts.placement.into(),
             [
                 (table_region, cfg.table, geo.table_words(), "table"),
                 (heap_region, cfg.heap, geo.heap_words(), "heap"),
             ],
         )?;
         // Only a table in host memory gains from a copy of its hot groups in device memory.
-        let cached = windows.mode == Mode::ZeroCopy && !geo.keys_apart;
+        let cached = windows.residence == Residence::ZeroCopy && !geo.keys_apart;
         let cache = DeviceCache::new(&gpu, &geo, &opts.cache, cached, max_window)?;
         cfg.cache = cache.config();
         check_bindings("the table", cfg.bindings().0, &gpu.info)?;
@@ -495,7 +460,7 @@ impl GpuEngine {
 
 impl Engine for GpuEngine {
     fn mode(&self) -> Mode {
-        self.windows.mode.clone()
+        self.windows.residence.clone().into()
     }
 
     fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report> {
@@ -568,12 +533,12 @@ impl Engine for GpuEngine {
     }
 
     fn cache_status(&self) -> CacheStatus {
-        match &self.windows.mode {
+        match &self.windows.residence {
             _ if self.cache.enabled() => CacheStatus::On(self.cache.stats()),
             _ if self.cfg.geo.keys_apart => {
                 CacheStatus::Off { reason: "keys are apart from their buckets".into() }
             }
-            Mode::ZeroCopy => CacheStatus::Off { reason: "cache ratio 0".into() },
+            Residence::ZeroCopy => CacheStatus::Off { reason: "cache ratio 0".into() },
             _ => CacheStatus::Off { reason: "the table is in device memory already".into() },
         }
     }

@@ -1,9 +1,7 @@
-//! The GPU executor: device, host-memory import, kernels, engine.
+//! The GPU executor: the table's kernels, engine, bucket cache and resize, on `gphash_gpu`'s
+//! plumbing.
 
-pub mod cache;
-pub mod context;
-pub mod engine;
-pub mod hostmem;
-pub mod resize;
-pub mod resources;
-pub mod shader;
+pub(crate) mod cache;
+pub(crate) mod engine;
+pub(crate) mod resize;
+pub(crate) mod shader;

@@ -4,17 +4,18 @@
 
 use std::sync::Arc;
 
-use host_pm::{Pool, Region};
-
-use super::context::Gpu;
-use super::engine::GpuOptions;
-use super::hostmem::{self, ImportGuard};
-use super::resources::{
+use gphash_gpu::Gpu;
+use gphash_gpu::hostmem::{self, ImportGuard};
+use gphash_gpu::resources::{
     bind_group, bind_group_layout, build_pipelines, check_bindings, dispatch, download_region, import_region,
     map_read, max_window, release_imports, staged_reason, upload_region,
 };
+use gphash_gpu::shader::Windows;
+use host_pm::{Pool, Region};
+
+use super::engine::GpuOptions;
 use super::shader::{
-    self, CacheConfig, FIRST_WINDOW_BINDING, Kernel, KernelConfig, Params, Source, TABLE_BINDINGS, Windows,
+    self, CacheConfig, FIRST_WINDOW_BINDING, Kernel, KernelConfig, Params, Source, TABLE_BINDINGS,
 };
 use crate::error::Result;
 use crate::hash::Seeds;
@@ -24,7 +25,7 @@ use crate::protocol::control;
 
 /// Builds the table `new` (zeroed, in region `new_region`) from `old` (in `old_region`);
 /// returns the control block (keys rehashed, keys that found no slot).
-pub fn build(
+pub(crate) fn build(
     gpu: &Arc<Gpu>,
     opts: &GpuOptions,
     pool: &mut Pool,
@@ -52,7 +53,7 @@ pub fn build(
     check_bindings("the table", cfg.bindings().0, &gpu.info)?;
     let source = cfg.source.expect("set above").windows;
     let guard = ImportGuard::default();
-    let imported = match staged_reason(pool, opts.placement) {
+    let imported = match staged_reason(pool, opts.placement.into()) {
         Some(reason) => Err(reason),
         None => import_region(gpu, pool, old_region, source, &guard, "old table")
             .and_then(|o| Ok((o, import_region(gpu, pool, new_region, cfg.table, &guard, "new table")?))),

@@ -1,20 +1,21 @@
-//! WGSL sources: the kernels in `shaders/`, stitched with a tiny `#include` preprocessor and
-//! a generated prelude (the table's constants, bindings and window accessors).
+//! WGSL sources: gphash's kernels in `shaders/`, stitched by `gphash_gpu`'s `#include`
+//! preprocessor with the files every table shares and a generated prelude (the table's
+//! constants, bindings and window accessors).
 
-use std::collections::HashSet;
 use std::fmt::Write;
 
-use crate::error::{Error, Result};
+use gphash_gpu::Result;
+use gphash_gpu::shader::{
+    BATCH_BINDINGS, Files, KernelEntry, SHARED, Windows, accessor, stitch, write_consts, write_windows,
+};
+
 use crate::hash::Seeds;
 use crate::layout::Geometry;
-
-/// Invocations per workgroup: a multiple of every subgroup size up to 128.
-pub const WORKGROUP: u32 = 128;
 
 /// gphash's storage buffers after the batch's ([`BATCH_BINDINGS`], 1 to 5), in binding order
 /// from 6: name, WGSL element type, read-only. Windows of the table, the heap, the cache's group
 /// copies and the cache's values (and, for resize kernels, the old table) follow them.
-pub const TABLE_BINDINGS: [(&str, &str, bool); 10] = [
+pub(crate) const TABLE_BINDINGS: [(&str, &str, bool); 10] = [
     ("opstate", "atomic<u32>", false),
     ("control", "atomic<u32>", false),
     ("dirty", "u32", false),
@@ -29,29 +30,9 @@ pub const TABLE_BINDINGS: [(&str, &str, bool); 10] = [
 ];
 
 /// Binding of the first table window.
-pub const FIRST_WINDOW_BINDING: u32 = 6 + TABLE_BINDINGS.len() as u32;
+pub(crate) const FIRST_WINDOW_BINDING: u32 = 6 + TABLE_BINDINGS.len() as u32;
 
-/// Named WGSL files, embedded at build time.
-pub type Files = &'static [(&'static str, &'static str)];
-
-/// The files any table's kernels may include or run: `shaders/common/` and the staged
-/// write-back kernel.
-pub const SHARED: Files = &[
-    ("writeback.wgsl", include_str!("../../shaders/writeback.wgsl")),
-    ("common/bitmap.wgsl", include_str!("../../shaders/common/bitmap.wgsl")),
-    ("common/cells.wgsl", include_str!("../../shaders/common/cells.wgsl")),
-    ("common/claims.wgsl", include_str!("../../shaders/common/claims.wgsl")),
-    ("common/hash.wgsl", include_str!("../../shaders/common/hash.wgsl")),
-    ("common/ops.wgsl", include_str!("../../shaders/common/ops.wgsl")),
-    ("common/pool.wgsl", include_str!("../../shaders/common/pool.wgsl")),
-    ("common/probe.wgsl", include_str!("../../shaders/common/probe.wgsl")),
-    ("common/protocol.wgsl", include_str!("../../shaders/common/protocol.wgsl")),
-    ("common/table.wgsl", include_str!("../../shaders/common/table.wgsl")),
-    ("common/tile.wgsl", include_str!("../../shaders/common/tile.wgsl")),
-    ("common/values.wgsl", include_str!("../../shaders/common/values.wgsl")),
-];
-
-/// gphash's kernel files.
+/// gphash's kernel files, and the code only they share (`shaders/common/`).
 const KERNELS: Files = &[
     ("alloc.wgsl", include_str!("../../shaders/alloc.wgsl")),
     ("phase_a.wgsl", include_str!("../../shaders/phase_a.wgsl")),
@@ -59,19 +40,15 @@ const KERNELS: Files = &[
     ("release.wgsl", include_str!("../../shaders/release.wgsl")),
     ("resize.wgsl", include_str!("../../shaders/resize.wgsl")),
     ("cache.wgsl", include_str!("../../shaders/cache.wgsl")),
+    ("common/cells.wgsl", include_str!("../../shaders/common/cells.wgsl")),
+    ("common/probe.wgsl", include_str!("../../shaders/common/probe.wgsl")),
+    ("common/protocol.wgsl", include_str!("../../shaders/common/protocol.wgsl")),
+    ("common/table.wgsl", include_str!("../../shaders/common/table.wgsl")),
 ];
-
-/// A compute entry point of some table's kernels.
-pub trait KernelEntry: Copy + PartialEq + std::fmt::Debug {
-    /// The file it lives in.
-    fn file(self) -> &'static str;
-    /// Its entry point.
-    fn entry(self) -> &'static str;
-}
 
 /// One compute entry point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kernel {
+pub(crate) enum Kernel {
     /// Phase A, first step: allocate value cells and write the values.
     Alloc,
     /// Phase A: look up, claim.
@@ -98,7 +75,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// The kernels of batches.
-    pub const BATCH: [Kernel; 9] = [
+    pub(crate) const BATCH: [Kernel; 9] = [
         Kernel::Alloc,
         Kernel::PhaseA,
         Kernel::PhaseB,
@@ -111,10 +88,10 @@ impl Kernel {
     ];
 
     /// The kernels of a resize (they need a [`KernelConfig::source`]).
-    pub const RESIZE: [Kernel; 2] = [Kernel::Relocate, Kernel::Rehash];
+    pub(crate) const RESIZE: [Kernel; 2] = [Kernel::Relocate, Kernel::Rehash];
 
     /// Whether the kernel writes the pool's regions (staged mode then gathers dirty lines).
-    pub fn writes_pool(self) -> bool {
+    pub(crate) fn writes_pool(self) -> bool {
         matches!(self, Kernel::Alloc | Kernel::PhaseA | Kernel::PhaseB | Kernel::Rollback)
     }
 }
@@ -146,36 +123,9 @@ impl KernelEntry for Kernel {
     }
 }
 
-/// How a region is split into storage bindings: `count` windows of `2^shift` words.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Windows {
-    /// Number of bindings.
-    pub count: u32,
-    /// log2 of the words per window.
-    pub shift: u32,
-}
-
-impl Windows {
-    /// Windows of at most `max_bytes` bytes (a power of two is used) covering `words` words.
-    pub fn cover(words: u64, max_bytes: u64) -> Windows {
-        let shift = (max_bytes / 4).max(64).ilog2();
-        Windows { count: words.div_ceil(1 << shift).max(1) as u32, shift }
-    }
-
-    /// Words per window.
-    pub fn words(&self) -> u64 {
-        1 << self.shift
-    }
-
-    /// Words of window `i` of a region of `total` words.
-    pub fn len(&self, i: u32, total: u64) -> u64 {
-        (total - i as u64 * self.words()).min(self.words())
-    }
-}
-
 /// Everything a kernel is specialised on.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KernelConfig {
+pub(crate) struct KernelConfig {
     /// Table geometry.
     pub geo: Geometry,
     /// Hash seeds.
@@ -196,7 +146,7 @@ pub struct KernelConfig {
 
 /// How the kernels see the bucket cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CacheConfig {
+pub(crate) struct CacheConfig {
     /// Entries (0: no cache; the kernels then never read the cache's buffers).
     pub entries: u32,
     /// How phase A records accesses ([`crate::cache::Policy::count_mode`]).
@@ -209,7 +159,7 @@ pub struct CacheConfig {
 
 impl CacheConfig {
     /// No cache: one tiny window each, never read.
-    pub fn off() -> Self {
+    pub(crate) fn off() -> Self {
         let tiny = Windows::cover(16, 64);
         CacheConfig { entries: 0, count_mode: 0, table: tiny, heap: tiny }
     }
@@ -217,7 +167,7 @@ impl CacheConfig {
 
 /// The table a resize reads from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Source {
+pub(crate) struct Source {
     /// Its bindings.
     pub windows: Windows,
     /// Its top level.
@@ -228,12 +178,12 @@ pub struct Source {
 
 impl KernelConfig {
     /// Words of the allocation bitmap.
-    pub fn bitmap_words(&self) -> u32 {
+    pub(crate) fn bitmap_words(&self) -> u32 {
         self.geo.cells.div_ceil(32) as u32
     }
 
     /// Storage bindings (and the uniform at binding 0), and whether binding `i` is read-only.
-    pub fn bindings(&self) -> (u32, impl Fn(u32) -> bool + use<>) {
+    pub(crate) fn bindings(&self) -> (u32, impl Fn(u32) -> bool + use<>) {
         let windows = FIRST_WINDOW_BINDING + self.windows().iter().map(|(_, _, w)| w.count).sum::<u32>();
         let source = self.source.map_or(0, |s| s.windows.count);
         let table_read_only = |i: u32| TABLE_BINDINGS.get(i.wrapping_sub(6) as usize).is_some_and(|b| b.2);
@@ -242,7 +192,7 @@ impl KernelConfig {
 
     /// The read-write windows in binding order: table, heap, cache copies, cache values (name,
     /// whether its words are atomic, windows).
-    pub fn windows(&self) -> [(&'static str, bool, Windows); 4] {
+    pub(crate) fn windows(&self) -> [(&'static str, bool, Windows); 4] {
         [
             ("table", true, self.table),
             ("heap", false, self.heap),
@@ -255,7 +205,7 @@ impl KernelConfig {
 /// Parameters of one dispatch (binding 0); twin of `Params` in the generated prelude.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct Params {
+pub(crate) struct Params {
     /// Operations (invocations) of the dispatch.
     pub n: u32,
     /// Varies per batch (allocator start words).
@@ -344,157 +294,15 @@ struct Params {
     s
 }
 
-/// The constants of a prelude: those of every table, which the shared files use (`WG`, `TILE`,
-/// `KEY_WORDS`; `VALUE_WORDS`, a value's words in batch buffers, and `CELL_WORDS`, the words
-/// of a heap cell: the value, then its checksum when the table keeps one), then the table's
-/// own `consts`.
-pub fn write_consts(
-    s: &mut String,
-    tile: u32,
-    key_words: u32,
-    (value_words, cell_words): (u32, u32),
-    consts: &[(&str, u64)],
-) {
-    let shared = [
-        ("WG", WORKGROUP),
-        ("TILE", tile),
-        ("KEY_WORDS", key_words),
-        ("VALUE_WORDS", value_words),
-        ("CELL_WORDS", cell_words),
-    ];
-    for (name, v) in shared.into_iter().map(|(n, v)| (n, v as u64)).chain(consts.iter().copied()) {
-        writeln!(s, "const {name}: u32 = {v}u;").unwrap();
-    }
-}
-
-/// The bindings of a batch, the same for every table: its parameters (a `Params` struct each
-/// table's prelude declares), its operations and their results.
-pub const BATCH_BINDINGS: &str = "
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> kinds: array<u32>;
-@group(0) @binding(2) var<storage, read> keys: array<u32>;
-@group(0) @binding(3) var<storage, read> vals_in: array<u32>;
-@group(0) @binding(4) var<storage, read_write> statuses: array<u32>;
-@group(0) @binding(5) var<storage, read_write> vals_out: array<u32>;
-";
-
-/// The bindings of read-write regions split in windows (name, whether its words are atomic,
-/// windows), from binding `first` on, and their accessors: `{name}_load`, `{name}_store`, and
-/// for atomic regions `{name}_cas_weak`. Returns the next free binding.
-pub fn write_windows(s: &mut String, first: u32, regions: &[(&str, bool, Windows)]) -> u32 {
-    let mut binding = first;
-    for &(name, atomic, w) in regions {
-        let ty = if atomic { "atomic<u32>" } else { "u32" };
-        for i in 0..w.count {
-            writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> {name}_w{i}: array<{ty}>;")
-                .unwrap();
-            binding += 1;
-        }
-    }
-    for &(name, atomic, w) in regions {
-        let f = |sig: &str, body: &str| (format!("{name}_{sig}"), body.replace("{r}", &format!("{name}_w")));
-        let fns = if atomic {
-            vec![
-                f("load(a: u32) -> u32", "return atomicLoad(&{r}{i}[{a}]);"),
-                f("store(a: u32, v: u32)", "atomicStore(&{r}{i}[{a}], v); return;"),
-                f(
-                    "cas_weak(a: u32, expected: u32, v: u32) -> vec2<u32>",
-                    "let r = atomicCompareExchangeWeak(&{r}{i}[{a}], expected, v); return vec2<u32>(r.old_value, u32(r.exchanged));",
-                ),
-            ]
-        } else {
-            vec![
-                f("load(a: u32) -> u32", "return {r}{i}[{a}];"),
-                f("store(a: u32, v: u32)", "{r}{i}[{a}] = v; return;"),
-            ]
-        };
-        for (sig, body) in fns {
-            accessor(s, &sig, &body, w);
-        }
-    }
-    binding
-}
-
-/// A function that routes word address `a` to its window: `body` with `{i}` the window and
-/// `{a}` the address inside it.
-fn accessor(s: &mut String, signature: &str, body: &str, w: Windows) {
-    let inner = |i: u32| {
-        let a = if w.count == 1 { "a".to_string() } else { format!("a & {}u", w.words() - 1) };
-        body.replace("{i}", &i.to_string()).replace("{a}", &a)
-    };
-    writeln!(s, "fn {signature} {{").unwrap();
-    if w.count == 1 {
-        writeln!(s, "    {}", inner(0)).unwrap();
-    } else {
-        writeln!(s, "    switch (a >> {}u) {{", w.shift).unwrap();
-        for i in 1..w.count {
-            writeln!(s, "        case {i}u: {{ {} }}", inner(i)).unwrap();
-        }
-        writeln!(s, "        default: {{ {} }}", inner(0)).unwrap();
-        writeln!(s, "    }}").unwrap();
-    }
-    writeln!(s, "}}").unwrap();
-}
-
 /// The complete source of a kernel for a configuration.
-pub fn source(kernel: Kernel, cfg: &KernelConfig) -> Result<String> {
+pub(crate) fn source(kernel: Kernel, cfg: &KernelConfig) -> Result<String> {
     stitch(kernel.file(), &prelude(cfg), &[SHARED, KERNELS])
 }
 
 /// Parses and validates a kernel with naga, as wgpu will; the error names the kernel.
-pub fn validate(kernel: Kernel, cfg: &KernelConfig) -> Result<naga::Module> {
-    check(kernel.file(), &source(kernel, cfg)?)
-}
-
-/// The source of `file`: each file it `#include`s, from `files`, expanded in place once;
-/// `common/prelude.wgsl` is a table's generated `prelude`.
-pub fn stitch(file: &str, prelude: &str, files: &[Files]) -> Result<String> {
-    let mut out = String::new();
-    expand(file, prelude, files, &mut HashSet::new(), &mut out)?;
-    Ok(out)
-}
-
-fn expand(
-    file: &str,
-    prelude: &str,
-    files: &[Files],
-    seen: &mut HashSet<String>,
-    out: &mut String,
-) -> Result<()> {
-    if !seen.insert(file.to_string()) {
-        return Ok(());
-    }
-    let text = if file == "common/prelude.wgsl" {
-        prelude
-    } else {
-        files
-            .iter()
-            .flat_map(|f| f.iter())
-            .find(|(name, _)| *name == file)
-            .map(|(_, text)| *text)
-            .ok_or_else(|| Error::Shader(format!("#include of unknown shader file {file}")))?
-    };
-    for line in text.lines() {
-        match line.trim().strip_prefix("#include") {
-            Some(rest) => expand(rest.trim().trim_matches('"'), prelude, files, seen, out)?,
-            None => {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Parses and validates the source `src` of `file` with naga, as wgpu will; the error names
-/// the file.
-pub fn check(file: &str, src: &str) -> Result<naga::Module> {
-    let module = naga::front::wgsl::parse_str(src)
-        .map_err(|e| Error::Shader(format!("{file}: {}", e.emit_to_string(src))))?;
-    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SUBGROUP)
-        .validate(&module)
-        .map_err(|e| Error::Shader(format!("{file}: {}", e.emit_to_string(src))))?;
-    Ok(module)
+#[cfg(test)]
+pub(crate) fn validate(kernel: Kernel, cfg: &KernelConfig) -> Result<naga::Module> {
+    gphash_gpu::shader::check(kernel.file(), &source(kernel, cfg)?)
 }
 
 #[cfg(test)]
@@ -544,14 +352,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn windows_cover_the_region() {
-        let w = Windows::cover(1000, 1024);
-        assert_eq!((w.count, w.words()), (4, 256));
-        assert_eq!(w.len(3, 1000), 232);
-        assert_eq!(Windows::cover(10, 1 << 30).count, 1);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Shared helpers of the integration tests.
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 pub mod crash;
 pub mod killed;

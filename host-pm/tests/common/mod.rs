@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests.
-#![allow(dead_code)] // each test binary uses a different subset
+#![allow(dead_code, unreachable_pub)] // each test binary uses a different subset
 
 use std::fs::OpenOptions;
 use std::os::unix::ffi::OsStrExt;

@@ -1,0 +1,328 @@
+//! Memory ceilings of the device, measured in the same run as the workloads: sequential
+//! bandwidth and the rate of random requests (one subgroup reads or writes one run of 128 to
+//! 512 contiguous bytes per request), and of 32-bit CAS, in device memory and in host memory
+//! imported zero-copy (the way gphash reads a pool). Kernels: `shaders/ceiling.wgsl`.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use gphash::Gpu;
+use gphash::{Error, Result};
+use gphash_gpu::hostmem::{self, ImportGuard};
+use gphash_gpu::resources::{dispatch, map_read, release_imports};
+
+/// Where the measured buffer lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memory {
+    /// Device-local memory.
+    Device,
+    /// Anonymous host memory imported zero-copy (as a pool on tmpfs).
+    Host,
+}
+
+impl fmt::Display for Memory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Memory::Device => "device",
+            Memory::Host => "host",
+        })
+    }
+}
+
+/// The ceilings of one memory.
+#[derive(Clone, Debug, Default)]
+pub struct Ceilings {
+    /// Sequential reads, bytes per second.
+    pub seq_read: f64,
+    /// Sequential writes, bytes per second.
+    pub seq_write: f64,
+    /// Random reads of 128, 256 and 512 contiguous bytes, requests per second.
+    pub random_read: [f64; 3],
+    /// Random writes of 128 bytes, requests per second.
+    pub random_write: f64,
+    /// Random 32-bit compare-and-swaps per second.
+    pub cas: f64,
+}
+
+impl Ceilings {
+    /// The read rate a workload is held to: random reads of 128 to 512 bytes cost the same, so
+    /// their median.
+    pub fn reads(&self) -> f64 {
+        let mut r = self.random_read;
+        r.sort_by(f64::total_cmp);
+        r[1]
+    }
+
+    /// The operation rate this memory allows for operations of traffic `t`: each kind of request
+    /// at its measured rate (reads, writes, CAS), one after the other.
+    pub fn op_rate(&self, t: &crate::systems::Traffic) -> f64 {
+        let secs = t.reads / self.reads() + t.writes / self.random_write + t.atomics / self.cas;
+        if secs > 0.0 { 1.0 / secs } else { 0.0 }
+    }
+}
+
+impl fmt::Display for Ceilings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c] = self.random_read;
+        write!(
+            f,
+            "sequential read {:.1} GB/s, write {:.1} GB/s | random reads {:.1} / {:.1} / {:.1} M requests/s (128 / 256 / 512 B), writes {:.1} M/s, CAS {:.1} M/s",
+            self.seq_read / 1e9,
+            self.seq_write / 1e9,
+            a / 1e6,
+            b / 1e6,
+            c / 1e6,
+            self.random_write / 1e6,
+            self.cas / 1e6
+        )
+    }
+}
+
+/// Line sizes of the random-read test.
+pub const LINE_BYTES: [u32; 3] = [128, 256, 512];
+
+const SHADER: &str = include_str!("../shaders/ceiling.wgsl");
+const CAS_SHADER: &str = include_str!("../shaders/ceiling_cas.wgsl");
+
+/// How a ceiling is measured.
+#[derive(Clone, Debug)]
+pub struct Method {
+    /// Buffer size in bytes (a power of two; the device's binding limit caps it).
+    pub bytes: u64,
+    /// Repetitions of each test (the median is reported).
+    pub reps: usize,
+    /// Target duration of one repetition.
+    pub target: Duration,
+}
+
+impl Default for Method {
+    fn default() -> Self {
+        Method { bytes: 1 << 30, reps: 5, target: Duration::from_millis(300) }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    words: u32,
+    iters: u32,
+    line_words: u32,
+    seed: u32,
+}
+
+/// The compiled ceiling kernels and the buffers of one memory.
+struct Bench<'a> {
+    gpu: &'a Gpu,
+    layout: wgpu::BindGroupLayout,
+    pipelines: Vec<(&'static str, wgpu::ComputePipeline)>,
+    params: wgpu::Buffer,
+    sink: wgpu::Buffer,
+}
+
+impl<'a> Bench<'a> {
+    fn new(gpu: &'a Gpu) -> Result<Bench<'a>> {
+        let dev = &gpu.device;
+        let entry = |binding, ty| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer { ty, has_dynamic_offset: false, min_binding_size: None },
+            count: None,
+        };
+        let storage = wgpu::BufferBindingType::Storage { read_only: false };
+        let layout = dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("ceiling"),
+            entries: &[entry(0, wgpu::BufferBindingType::Uniform), entry(1, storage), entry(2, storage)],
+        });
+        let pl = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("ceiling"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = |label, src: &str| {
+            dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(label),
+                source: wgpu::ShaderSource::Wgsl(src.to_string().into()),
+            })
+        };
+        let (main, cas) = (module("ceiling.wgsl", SHADER), module("ceiling_cas.wgsl", CAS_SHADER));
+        let pipelines = [
+            ("seq_read", &main),
+            ("seq_write", &main),
+            ("random_read", &main),
+            ("random_write", &main),
+            ("cas", &cas),
+        ]
+        .into_iter()
+        .map(|(entry, module)| {
+            let p = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(entry),
+                layout: Some(&pl),
+                module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+            (entry, p)
+        })
+        .collect();
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Shader(format!("ceiling kernels: {e}")));
+        }
+        let buffer = |label, size, usage| {
+            dev.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        let params = buffer("params", 16, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+        let sink = buffer("sink", 1 << 20, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC);
+        Ok(Bench { gpu, layout, pipelines, params, sink })
+    }
+
+    /// Runs kernel `entry` over `data` `reps` times after calibrating its work to the target
+    /// duration; the median wall time per unit of work (`units(iters)`).
+    fn time(
+        &self,
+        entry: &str,
+        data: &wgpu::Buffer,
+        line_words: u32,
+        invocations: u64,
+        method: &Method,
+        units: impl Fn(u32) -> f64,
+    ) -> Result<f64> {
+        let dev = &self.gpu.device;
+        let bind = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("ceiling"),
+            layout: &self.layout,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: self.params.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: data.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: self.sink.as_entire_binding() },
+            ],
+        });
+        let pipeline = &self.pipelines.iter().find(|(e, _)| *e == entry).expect("known entry").1;
+        let words = (data.size() / 4) as u32;
+        let run = |iters: u32, seed: u32| -> Result<Duration> {
+            let p = Params { words, iters, line_words, seed };
+            self.gpu.queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
+            let mut enc = dev.create_command_encoder(&Default::default());
+            {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                pass.set_pipeline(pipeline);
+                pass.set_bind_group(0, &bind, &[]);
+                dispatch(&mut pass, invocations);
+            }
+            self.gpu.queue.submit([]);
+            self.gpu.wait()?;
+            let t = Instant::now();
+            self.gpu.queue.submit([enc.finish()]);
+            self.gpu.wait()?;
+            Ok(t.elapsed())
+        };
+        // Calibrate: double the work until one run lasts a tenth of the target.
+        let mut iters = 1u32;
+        while run(iters, 0)? < method.target / 10 && iters < 1 << 20 {
+            iters *= 2;
+        }
+        let scaled =
+            ((iters as f64) * (method.target.as_secs_f64() / run(iters, 1)?.as_secs_f64()).max(1.0)) as u32;
+        let mut rates: Vec<f64> = (0..method.reps)
+            .map(|r| Ok(units(scaled) / run(scaled, 2 + r as u32)?.as_secs_f64()))
+            .collect::<Result<_>>()?;
+        rates.sort_by(f64::total_cmp);
+        // The sink keeps the reads alive; reading it back also proves the kernels ran.
+        let mut sum = 0u32;
+        map_read_sink(self.gpu, &self.sink, &mut sum)?;
+        Ok(rates[rates.len() / 2])
+    }
+
+    fn measure(&self, data: &wgpu::Buffer, method: &Method) -> Result<Ceilings> {
+        let info = &self.gpu.info;
+        let sg = info.subgroup_sizes.1.max(1) as u64;
+        let words = data.size() / 4;
+        // Sequential: each invocation streams vec4s with a grid stride; enough invocations to
+        // fill the device.
+        let seq_inv: u64 = 1 << 20;
+        let seq_bytes = |iters: u32| iters as f64 * data.size() as f64;
+        let seq_read = self.time("seq_read", data, 4, seq_inv, method, seq_bytes)?;
+        let seq_write = self.time("seq_write", data, 4, seq_inv, method, seq_bytes)?;
+        // Random: one request per subgroup per iteration.
+        let subgroups: u64 = 1 << 16;
+        let requests = |iters: u32| iters as f64 * subgroups as f64;
+        let mut random_read = [0.0; 3];
+        for (i, bytes) in LINE_BYTES.into_iter().enumerate() {
+            random_read[i] = self.time("random_read", data, bytes / 4, subgroups * sg, method, requests)?;
+        }
+        let random_write = self.time("random_write", data, 32, subgroups * sg, method, requests)?;
+        let cas_inv: u64 = (1 << 20).min(words);
+        let cas = self.time("cas", data, 1, cas_inv, method, |iters| iters as f64 * cas_inv as f64)?;
+        Ok(Ceilings { seq_read, seq_write, random_read, random_write, cas })
+    }
+}
+
+fn map_read_sink(gpu: &Gpu, sink: &wgpu::Buffer, sum: &mut u32) -> Result<()> {
+    let rb = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("sink readback"),
+        size: 256,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(sink, 0, &rb, 0, 256);
+    gpu.queue.submit([enc.finish()]);
+    Ok(map_read(gpu, &rb, 0..256, |b| {
+        *sum = bytemuck::cast_slice::<u8, u32>(b).iter().fold(0, |a, &w| a ^ w)
+    })?)
+}
+
+/// Measures the ceilings of device memory and of imported host memory.
+pub fn measure(gpu: &Gpu, method: &Method) -> Result<Vec<(Memory, Ceilings)>> {
+    let bench = Bench::new(gpu)?;
+    let bytes = method.bytes.min(gpu.info.max_binding.next_power_of_two() / 2).max(1 << 20);
+    let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+    let device = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("ceiling device"),
+        size: bytes,
+        usage,
+        mapped_at_creation: false,
+    });
+    let mut out = vec![(Memory::Device, bench.measure(&device, method)?)];
+    drop(device);
+    let mut host = memmap2::MmapMut::map_anon(bytes as usize)
+        .map_err(|source| Error::Io { what: "mapping host memory for the ceilings".into(), source })?;
+    let guard = ImportGuard::default();
+    // SAFETY: the mapping outlives the import: we wait for its release before unmapping.
+    let imported = unsafe { hostmem::import(gpu, host.as_mut_ptr(), bytes, &guard, "ceiling host") };
+    match imported {
+        Ok(buffer) => {
+            let c = bench.measure(&buffer, method);
+            buffer.destroy();
+            drop(buffer);
+            release_imports(gpu, &guard);
+            out.push((Memory::Host, c?));
+        }
+        Err(why) => log::warn!("host-memory ceilings not measured: {why}"),
+    }
+    drop(host);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ceiling_kernels_validate() {
+        for src in [super::SHADER, super::CAS_SHADER] {
+            let module =
+                naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(src)));
+            naga::valid::Validator::new(
+                naga::valid::ValidationFlags::all(),
+                naga::valid::Capabilities::SUBGROUP,
+            )
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{}", e.emit_to_string(src)));
+        }
+    }
+}

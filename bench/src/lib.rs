@@ -1,0 +1,17 @@
+//! gphash's benchmarks: the basic figures (`basic`), the bucket cache's (`bktcache`), the
+//! memory ceilings (`ceiling`), and the workload runner (`runner`: YCSB and micro workloads,
+//! `ycsb`, and trace files, `traces`) that drives gphash and the baselines through one interface
+//! (`systems`).
+
+pub mod basic;
+pub mod bktcache;
+pub mod ceiling;
+pub mod plots;
+pub mod runner;
+pub mod systems;
+pub mod traces;
+pub mod ycsb;
+
+pub use basic::{
+    Fill, Filled, LoadSearch, PersistCost, PersistFigures, ResizeFigures, ResizeRecovery, Row, key, key_bytes,
+};

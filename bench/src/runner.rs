@@ -1,0 +1,574 @@
+//! The workload runner: every system of a suite runs every workload at every batch size, in one
+//! process, with the memory ceilings measured in the same run. Each result carries operations
+//! per second, batch latencies, modelled requests and bytes per operation and the fraction of
+//! the ceiling those requests allow.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::ceiling::{Ceilings, Memory};
+use crate::systems::cpu::CpuSystem;
+use crate::systems::index::GpHashSystem;
+use crate::systems::slab::{SlabConfig, SlabOptions, SlabSystem};
+use crate::systems::{DeviceOps, System, Traffic};
+use crate::traces::trace_batch;
+use crate::ycsb::{Distribution, Generator, Op, Workload, batch_of};
+use gphash::Batch;
+use gphash::CacheOptions;
+use gphash::Config;
+use gphash::Gpu;
+use gphash::Placement;
+use gphash::{Error, Result};
+use gphash::{OpKind, Status};
+
+/// A system of a suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SystemKind {
+    /// gphash as designed: pool in host memory read and written in place over PCIe, hot groups
+    /// in the bucket cache.
+    ZeroCopy,
+    /// The same without the cache (ablation).
+    NoCache,
+    /// gphash on a device copy written back at persist points.
+    Staged,
+    /// gphash in device memory only, nothing persisted: the upper bound.
+    Volatile,
+    /// gphash's table with one invocation per operation, no subgroup cooperation (Clevel-GPM
+    /// in the paper; also the ablation of cooperation). No cache.
+    Naive,
+    /// gphash with keys in an array of their own instead of in their buckets (ablation). No cache.
+    KeysApart,
+    /// SlabHash with an undo log (SlabHash-GPM), zero-copy.
+    Slab,
+    /// A TurboHash-style persistent hash table on the host's threads.
+    Cpu,
+}
+
+impl SystemKind {
+    /// Every system.
+    pub const ALL: [SystemKind; 8] = [
+        SystemKind::ZeroCopy,
+        SystemKind::NoCache,
+        SystemKind::Staged,
+        SystemKind::Volatile,
+        SystemKind::Naive,
+        SystemKind::KeysApart,
+        SystemKind::Slab,
+        SystemKind::Cpu,
+    ];
+
+    /// Its name in tables and plots.
+    pub fn name(self) -> &'static str {
+        match self {
+            SystemKind::ZeroCopy => "gphash-zc",
+            SystemKind::NoCache => "gphash-nocache",
+            SystemKind::Staged => "gphash-staged",
+            SystemKind::Volatile => "gphash-volatile",
+            SystemKind::Naive => "naive",
+            SystemKind::KeysApart => "keys-apart",
+            SystemKind::Slab => "slab",
+            SystemKind::Cpu => "cpu",
+        }
+    }
+
+    /// The memory its table lives in, whose ceiling it is held to (`None`: host DRAM through
+    /// the CPU, not measured).
+    pub fn memory(self) -> Option<Memory> {
+        match self {
+            SystemKind::Staged | SystemKind::Volatile => Some(Memory::Device),
+            SystemKind::Cpu => None,
+            _ => Some(Memory::Host),
+        }
+    }
+}
+
+impl std::str::FromStr for SystemKind {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        SystemKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = SystemKind::ALL.iter().map(|k| k.name()).collect();
+            Error::InvalidConfig(format!("unknown system {s:?} (one of {})", names.join(", ")))
+        })
+    }
+}
+
+/// What a suite runs.
+#[derive(Clone, Debug)]
+pub struct Suite {
+    /// Workloads, run in this order after LOAD (which always runs first).
+    pub workloads: Vec<Workload>,
+    /// Systems.
+    pub systems: Vec<SystemKind>,
+    /// Key widths.
+    pub key_bytes: Vec<u32>,
+    /// Value size.
+    pub value_bytes: u32,
+    /// Records loaded.
+    pub records: u64,
+    /// Operations of a micro workload.
+    pub micro_ops: u64,
+    /// Operations of a core (macro) workload.
+    pub macro_ops: u64,
+    /// Batch sizes of every workload.
+    pub batches: Vec<usize>,
+    /// Batch size of the load.
+    pub load_batch: usize,
+    /// Key distribution (`None`: each workload's default).
+    pub distribution: Option<Distribution>,
+    /// Seed of the workloads.
+    pub seed: u64,
+    /// Directory of the pools.
+    pub pool_dir: PathBuf,
+    /// Host threads of the `cpu` system.
+    pub cpu_threads: usize,
+    /// The bucket cache of `gphash-zc`.
+    pub cache: CacheOptions,
+}
+
+/// One measured (system, workload, key width, batch size).
+#[derive(Clone, Debug, Serialize)]
+pub struct Record {
+    /// System name.
+    pub system: String,
+    /// Workload name.
+    pub workload: String,
+    /// Key width.
+    pub key_bytes: u32,
+    /// Value size.
+    pub value_bytes: u32,
+    /// Operations per batch.
+    pub batch: usize,
+    /// Operations (YCSB transactions: a read-modify-write counts once).
+    pub operations: u64,
+    /// Operations per second.
+    pub ops_per_s: f64,
+    /// Median batch latency, milliseconds.
+    pub p50_ms: f64,
+    /// 99th-percentile batch latency, milliseconds.
+    pub p99_ms: f64,
+    /// Modelled memory requests per operation.
+    pub requests_per_op: f64,
+    /// Modelled bytes per operation.
+    pub bytes_per_op: f64,
+    /// The operation rate the ceiling allows for those requests (random requests per second
+    /// of the table's memory / requests per operation); 0 where not measured.
+    pub ceiling_ops_per_s: f64,
+    /// `ops_per_s / ceiling_ops_per_s`, in percent (0 where not measured).
+    pub ceiling_pct: f64,
+    /// Operations whose status was not the one the workload implies (a read of a loaded key
+    /// that found nothing, say): 0 unless something is wrong.
+    pub unexpected: u64,
+    /// Device, memory placement and persistence.
+    pub setting: String,
+}
+
+impl Record {
+    /// The heading of the stdout table, aligned with [`Record::line`].
+    pub fn heading() -> String {
+        format!(
+            "{:<16} {:<8} {:>4} {:>8} {:>17}  {:>16}  {:>16}  {:>12} {:>12}  {}",
+            "# system",
+            "workload",
+            "key",
+            "batch",
+            "throughput",
+            "median latency",
+            "p99 latency",
+            "requests",
+            "bytes",
+            "share of the ceiling (Mops/s)"
+        )
+    }
+
+    /// One line of the stdout table.
+    pub fn line(&self) -> String {
+        let ceiling = if self.ceiling_pct > 0.0 {
+            format!("{:5.1}% of {:8.2}", self.ceiling_pct, self.ceiling_ops_per_s / 1e6)
+        } else {
+            " ".repeat(17)
+        };
+        let unexpected = if self.unexpected > 0 {
+            format!("  ({} unexpected statuses!)", self.unexpected)
+        } else {
+            String::new()
+        };
+        format!(
+            "{:<16} {:<8} {:>3}B {:>8} {:>10.3} Mops/s  p50 {:>9.3} ms  p99 {:>9.3} ms  {:>5.2} req/op {:>7.0} B/op  {ceiling}{unexpected}",
+            self.system,
+            self.workload,
+            self.key_bytes,
+            self.batch,
+            self.ops_per_s / 1e6,
+            self.p50_ms,
+            self.p99_ms,
+            self.requests_per_op,
+            self.bytes_per_op
+        )
+    }
+}
+
+/// A system of the suite, made for one key width, and the pool file it made.
+#[allow(clippy::too_many_arguments)]
+fn create(
+    kind: SystemKind,
+    gpu: &Arc<Gpu>,
+    dir: &Path,
+    key_bytes: u32,
+    value_bytes: u32,
+    capacity: u64,
+    cpu_threads: usize,
+    cache: CacheOptions,
+) -> Result<(Box<dyn System>, Option<PathBuf>)> {
+    let path = dir.join(format!("{}-{key_bytes}.pool", kind.name()));
+    let gphash = |placement, tile, cache, keys_apart| -> Result<(Box<dyn System>, Option<PathBuf>)> {
+        let config = Config { key_bytes, value_bytes, capacity, keys_apart, ..Config::default() };
+        let path = (placement != Placement::Volatile).then_some(path.clone());
+        let s = GpHashSystem::create(kind.name(), path.as_deref(), &config, gpu, placement, tile, cache)?;
+        Ok((Box::new(s), path))
+    };
+    let off = CacheOptions::off();
+    match kind {
+        SystemKind::ZeroCopy => gphash(Placement::ZeroCopy, 32, cache, false),
+        SystemKind::NoCache => gphash(Placement::ZeroCopy, 32, off, false),
+        SystemKind::Staged => gphash(Placement::Staged, 32, off, false),
+        SystemKind::Volatile => gphash(Placement::Volatile, 32, off, false),
+        SystemKind::Naive => gphash(Placement::ZeroCopy, 1, off, false),
+        SystemKind::KeysApart => gphash(Placement::ZeroCopy, 32, off, true),
+        SystemKind::Slab => {
+            let config = SlabConfig::new(key_bytes, value_bytes, capacity);
+            let options = SlabOptions { placement: Placement::ZeroCopy, ..SlabOptions::default() };
+            Ok((Box::new(SlabSystem::create_with(Some(&path), &config, gpu.clone(), &options)?), Some(path)))
+        }
+        SystemKind::Cpu => {
+            // It cannot grow, and its 16-bucket probing fills up near load 0.6 with wide keys:
+            // sized for `capacity` at load 0.56 rather than 0.75.
+            let room = capacity * 4 / 3;
+            let s = CpuSystem::create(Some(&path), key_bytes, value_bytes, room, gpu.clone(), cpu_threads)?;
+            Ok((Box::new(s), Some(path)))
+        }
+    }
+}
+
+/// The modelled traffic of each kind of operation, computed once per run (a model may scan the
+/// table): found (`hit`) or not.
+struct TrafficTable([[Traffic; 2]; 5]);
+
+impl TrafficTable {
+    fn of(system: &dyn System) -> Self {
+        let kinds = [OpKind::Get, OpKind::Insert, OpKind::Upsert, OpKind::Update, OpKind::Delete];
+        TrafficTable(kinds.map(|k| [system.traffic(k, false), system.traffic(k, true)]))
+    }
+
+    /// A batch's traffic: reads hit unless they search for absent keys (`negative`); inserts
+    /// are of new keys; updates and deletes find their keys.
+    fn of_batch(&self, ops: &[Op], negative: bool) -> Traffic {
+        ops.iter().fold(Traffic::default(), |t, op| {
+            let hit = match op.kind {
+                OpKind::Get => !negative,
+                OpKind::Insert => false,
+                _ => true,
+            };
+            t.plus(self.0[op.kind as usize - 1][hit as usize])
+        })
+    }
+}
+
+/// What one run measured.
+struct Measured {
+    transactions: u64,
+    latencies: Vec<Duration>,
+    traffic: Traffic,
+    unexpected: u64,
+}
+
+/// Runs batches of operations through a system. The upload of each batch is not timed (a
+/// GPU-resident application already holds it); its statuses are checked afterwards, untimed,
+/// against `expect`. Each batch comes with the transactions it holds.
+fn measure(
+    system: &mut dyn System,
+    gpu: &Gpu,
+    batches: impl Iterator<Item = (Vec<Op>, u64)>,
+    to_batch: &dyn Fn(&[Op]) -> Batch,
+    expect: Status,
+    negative: bool,
+    progress: &dyn Fn(u64),
+) -> Result<Measured> {
+    let table = TrafficTable::of(system);
+    let mut m = Measured { transactions: 0, latencies: vec![], traffic: Traffic::default(), unexpected: 0 };
+    let mut kept: Option<DeviceOps> = None;
+    for (ops, transactions) in batches {
+        let device = DeviceOps::reuse(&mut kept, gpu, &to_batch(&ops));
+        gpu.wait()?;
+        let t = Instant::now();
+        system.run(&device.batch())?;
+        m.latencies.push(t.elapsed());
+        m.unexpected += device.statuses(gpu)?.iter().filter(|&&s| s != expect as u32).count() as u64;
+        m.traffic = m.traffic.plus(table.of_batch(&ops, negative));
+        m.transactions += transactions;
+        progress(transactions);
+    }
+    Ok(m)
+}
+
+/// A generator's batches with the transactions each holds; the delete operations are kept in
+/// `deleted` (to restore them after the run).
+fn batches<'a>(
+    g: &'a mut Generator,
+    size: usize,
+    deleted: &'a mut Vec<Op>,
+) -> impl Iterator<Item = (Vec<Op>, u64)> + 'a {
+    std::iter::from_fn(move || {
+        let before = g.produced();
+        let ops = g.next_batch(size);
+        if ops.is_empty() {
+            return None;
+        }
+        deleted.extend(ops.iter().filter(|o| o.kind == OpKind::Delete).copied());
+        Some((ops, g.produced() - before))
+    })
+}
+
+/// Inserts new keys of every run of the suite: the table is sized for the loaded records and
+/// the largest of these (with room to spare), so that no run makes a table grow.
+fn largest_insert_run(suite: &Suite) -> u64 {
+    let inserts = |w: &Workload| (ops_of(suite, *w) as f64 * w.mix().insert * 1.1) as u64;
+    suite.workloads.iter().map(inserts).max().unwrap_or(0)
+}
+
+/// Runs a suite; `ceilings` are those measured in the same run; `progress` hears of every
+/// batch's operations; `record` of every result as it is made.
+pub fn run(
+    suite: &Suite,
+    gpu: &Arc<Gpu>,
+    ceilings: &[(Memory, Ceilings)],
+    progress: &dyn Fn(u64),
+    record: &mut dyn FnMut(&Record),
+) -> Result<Vec<Record>> {
+    let mut out = vec![];
+    let dir = tempfile::tempdir_in(&suite.pool_dir).map_err(|source| Error::Io {
+        what: format!("creating a pool directory in {}", suite.pool_dir.display()),
+        source,
+    })?;
+    let capacity = suite.records + largest_insert_run(suite) + 1024;
+    let (records, vb) = (suite.records, suite.value_bytes);
+    for &key_bytes in &suite.key_bytes {
+        for &kind in &suite.systems {
+            let cpu_threads = suite.cpu_threads;
+            let (mut system, pool) =
+                create(kind, gpu, dir.path(), key_bytes, vb, capacity, cpu_threads, suite.cache)?;
+            let kb = key_bytes as usize;
+            let mut report = |workload: &str, batch: usize, m: &Measured, setting: &str| {
+                let r = summarize(kind, setting, workload, key_bytes, vb, batch, m, ceilings);
+                record(&r);
+                out.push(r);
+            };
+            let mut load = Generator::new(Workload::Load, None, records, records, suite.seed)?;
+            let mut none = vec![];
+            let loaded = batches(&mut load, suite.load_batch, &mut none);
+            let to_batch = |ops: &[Op]| batch_of(ops, kb, vb as usize, suite.seed);
+            let m = measure(&mut *system, gpu, loaded, &to_batch, Status::Ok, false, progress)?;
+            report("load", suite.load_batch, &m, &system.setting());
+            for &workload in suite.workloads.iter().filter(|w| **w != Workload::Load) {
+                // The same operations at every batch size; updates write values of their own.
+                let seed = suite.seed ^ crate::ycsb::fnv64(workload as u64 + 1);
+                let to_batch = |ops: &[Op]| batch_of(ops, kb, vb as usize, seed);
+                let negative = workload == Workload::NegativeSearch;
+                let expect = if negative { Status::NotFound } else { Status::Ok };
+                for &batch in &suite.batches {
+                    let ops = ops_of(suite, workload);
+                    let mut g = Generator::new(workload, suite.distribution, records, ops, seed)?;
+                    let mut deleted = vec![];
+                    let run = batches(&mut g, batch, &mut deleted);
+                    let m = measure(&mut *system, gpu, run, &to_batch, expect, negative, progress)?;
+                    report(&workload.to_string(), batch, &m, &system.setting());
+                    // Untimed: deleted keys come back and inserted ones go, so every run finds
+                    // the table as loaded.
+                    let mut undo: Vec<Op> =
+                        deleted.iter().map(|o| Op { kind: OpKind::Insert, id: o.id }).collect();
+                    undo.extend((records..records + g.inserted()).map(|id| Op { kind: OpKind::Delete, id }));
+                    restore(&mut *system, gpu, &undo, suite.load_batch, kb, vb as usize, suite.seed)?;
+                }
+            }
+            drop(system);
+            if let Some(p) = pool {
+                // Pools are large: each goes before the next system makes its own.
+                std::fs::remove_file(&p)
+                    .map_err(|source| Error::Io { what: format!("removing {}", p.display()), source })?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Runs index-microbench trace files (a load file, then a run file) through each system, keys
+/// as [`trace_batch`] maps them.
+#[allow(clippy::too_many_arguments)]
+pub fn run_traces(
+    systems: &[SystemKind],
+    gpu: &Arc<Gpu>,
+    (load, run_ops): (&[Op], &[Op]),
+    batch: usize,
+    key_bytes: u32,
+    value_bytes: u32,
+    pool_dir: &Path,
+    cpu_threads: usize,
+    ceilings: &[(Memory, Ceilings)],
+    progress: &dyn Fn(u64),
+) -> Result<Vec<Record>> {
+    let dir = tempfile::tempdir_in(pool_dir).map_err(|source| Error::Io {
+        what: format!("creating a pool directory in {}", pool_dir.display()),
+        source,
+    })?;
+    let inserts = run_ops.iter().filter(|o| o.kind == OpKind::Insert).count() as u64;
+    let mut out = vec![];
+    let to_batch = |ops: &[Op]| trace_batch(ops, key_bytes as usize, value_bytes as usize, 0);
+    for &kind in systems {
+        let capacity = load.len() as u64 + inserts;
+        let cache = CacheOptions::default();
+        let (mut system, pool) =
+            create(kind, gpu, dir.path(), key_bytes, value_bytes, capacity, cpu_threads, cache)?;
+        let setting = system.setting();
+        for (name, ops) in [("trace-load", load), ("trace-run", run_ops)] {
+            let chunks = ops.chunks(batch.max(1)).map(|c| (c.to_vec(), c.len() as u64));
+            // A trace's reads may miss: statuses are not checked.
+            let m = measure(&mut *system, gpu, chunks, &to_batch, Status::Ok, false, progress)?;
+            let m = Measured { unexpected: 0, ..m };
+            out.push(summarize(kind, &setting, name, key_bytes, value_bytes, batch, &m, ceilings));
+        }
+        drop(system);
+        if let Some(p) = pool {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    Ok(out)
+}
+
+/// Applies `ops` (untimed) in batches of `batch`.
+fn restore(
+    system: &mut dyn System,
+    gpu: &Gpu,
+    ops: &[Op],
+    batch: usize,
+    key_bytes: usize,
+    value_bytes: usize,
+    seed: u64,
+) -> Result<()> {
+    let mut kept: Option<DeviceOps> = None;
+    for chunk in ops.chunks(batch.max(1)) {
+        let device = DeviceOps::reuse(&mut kept, gpu, &batch_of(chunk, key_bytes, value_bytes, seed));
+        system.run(&device.batch())?;
+    }
+    Ok(())
+}
+
+fn ops_of(suite: &Suite, w: Workload) -> u64 {
+    match w {
+        Workload::A | Workload::B | Workload::C | Workload::D | Workload::F => suite.macro_ops,
+        Workload::Delete => suite.micro_ops.min(suite.records),
+        _ => suite.micro_ops,
+    }
+}
+
+/// The `q` quantile (0 to 1) of batch latencies, in milliseconds (0 without any).
+pub fn quantile_ms(latencies: &[Duration], q: f64) -> f64 {
+    let mut ms: Vec<f64> = latencies.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    ms.get(((ms.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or_default()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summarize(
+    kind: SystemKind,
+    setting: &str,
+    workload: impl std::fmt::Display,
+    key_bytes: u32,
+    value_bytes: u32,
+    batch: usize,
+    m: &Measured,
+    ceilings: &[(Memory, Ceilings)],
+) -> Record {
+    let seconds: f64 = m.latencies.iter().map(Duration::as_secs_f64).sum();
+    let ops = m.transactions.max(1) as f64;
+    let ops_per_s = m.transactions as f64 / seconds.max(1e-12);
+    let requests_per_op = m.traffic.requests() / ops;
+    let per_op = m.traffic.times(1.0 / ops);
+    let ceiling = kind
+        .memory()
+        .and_then(|mem| ceilings.iter().find(|(m, _)| *m == mem))
+        .map_or(0.0, |(_, c)| c.op_rate(&per_op));
+    Record {
+        system: kind.name().into(),
+        workload: workload.to_string(),
+        key_bytes,
+        value_bytes,
+        batch,
+        operations: m.transactions,
+        ops_per_s,
+        p50_ms: quantile_ms(&m.latencies, 0.5),
+        p99_ms: quantile_ms(&m.latencies, 0.99),
+        requests_per_op,
+        bytes_per_op: m.traffic.bytes / ops,
+        ceiling_ops_per_s: ceiling,
+        ceiling_pct: if ceiling > 0.0 { 100.0 * ops_per_s / ceiling } else { 0.0 },
+        unexpected: m.unexpected,
+        setting: setting.into(),
+    }
+}
+
+/// Writes the records as JSON and CSV files in `dir`.
+pub fn write_files(records: &[Record], ceilings: &[(Memory, Ceilings)], dir: &Path) -> Result<()> {
+    let io = |what: String| move |source| Error::Io { what, source };
+    std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+    #[derive(Serialize)]
+    struct Ceiling<'a> {
+        memory: String,
+        seq_read_bytes_per_s: f64,
+        seq_write_bytes_per_s: f64,
+        random_read_requests_per_s: &'a [f64; 3],
+        random_write_requests_per_s: f64,
+        cas_per_s: f64,
+    }
+    let cs: Vec<Ceiling> = ceilings
+        .iter()
+        .map(|(m, c)| Ceiling {
+            memory: m.to_string(),
+            seq_read_bytes_per_s: c.seq_read,
+            seq_write_bytes_per_s: c.seq_write,
+            random_read_requests_per_s: &c.random_read,
+            random_write_requests_per_s: c.random_write,
+            cas_per_s: c.cas,
+        })
+        .collect();
+    let json = serde_json::json!({ "ceilings": cs, "records": records });
+    let path = dir.join("results.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&json).expect("records serialize"))
+        .map_err(io(format!("writing {}", path.display())))?;
+    let mut csv = String::from(
+        "system,workload,key_bytes,value_bytes,batch,operations,ops_per_s,p50_ms,p99_ms,requests_per_op,bytes_per_op,ceiling_ops_per_s,ceiling_pct,unexpected\n",
+    );
+    for r in records {
+        csv += &format!(
+            "{},{},{},{},{},{},{:.1},{:.4},{:.4},{:.3},{:.1},{:.1},{:.2},{}\n",
+            r.system,
+            r.workload,
+            r.key_bytes,
+            r.value_bytes,
+            r.batch,
+            r.operations,
+            r.ops_per_s,
+            r.p50_ms,
+            r.p99_ms,
+            r.requests_per_op,
+            r.bytes_per_op,
+            r.ceiling_ops_per_s,
+            r.ceiling_pct,
+            r.unexpected
+        );
+    }
+    let path = dir.join("results.csv");
+    std::fs::write(&path, csv).map_err(io(format!("writing {}", path.display())))
+}

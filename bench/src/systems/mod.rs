@@ -1,0 +1,222 @@
+//! One interface for every system a workload runs against: gphash in its placements
+//! (`index`) and the baselines gphash is compared with (DESIGN §9: `slab`, `cpu`). Batches live
+//! in device buffers, as a GPU-resident application holds them; a system reads them there and
+//! writes its results there.
+
+pub mod cpu;
+pub mod index;
+pub mod slab;
+
+use std::sync::Arc;
+
+use wgpu::util::DeviceExt;
+
+use gphash::Batch;
+use gphash::DeviceBatch;
+use gphash::Gpu;
+use gphash::{Error, Result};
+use gphash::{OpKind, Status};
+pub use gphash_gpu::resources::download_words;
+
+/// Memory traffic of one operation in the memory the system's table lives in, by kind of
+/// request (over PCIe each costs about the same up to 512 bytes, but reads, posted writes and
+/// atomics run at different rates).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Traffic {
+    /// Separate reads.
+    pub reads: f64,
+    /// Separate writes.
+    pub writes: f64,
+    /// Atomic read-modify-writes (compare-and-swap).
+    pub atomics: f64,
+    /// Bytes moved.
+    pub bytes: f64,
+}
+
+impl Traffic {
+    /// All requests.
+    pub fn requests(&self) -> f64 {
+        self.reads + self.writes + self.atomics
+    }
+
+    /// The sum of two traffics.
+    pub fn plus(self, o: Traffic) -> Traffic {
+        Traffic {
+            reads: self.reads + o.reads,
+            writes: self.writes + o.writes,
+            atomics: self.atomics + o.atomics,
+            bytes: self.bytes + o.bytes,
+        }
+    }
+
+    /// This traffic `n` times.
+    pub fn times(self, n: f64) -> Traffic {
+        Traffic {
+            reads: self.reads * n,
+            writes: self.writes * n,
+            atomics: self.atomics * n,
+            bytes: self.bytes * n,
+        }
+    }
+}
+
+/// A key-value system driven with batches in device buffers.
+///
+/// Semantics every system gives: a batch's results and final state equal applying its
+/// operations one by one in some order; when `run` returns, the batch is durable (as far as
+/// the system persists at all) and its results are in the batch's output buffers. Status codes
+/// and value words are those of [`DeviceBatch`].
+pub trait System {
+    /// Short name for tables and plots (`gphash-zc`, `slab`, `cpu`, ...).
+    fn name(&self) -> String;
+    /// Device, memory placement and persistence, for the report.
+    fn setting(&self) -> String;
+    /// Runs one batch.
+    fn run(&mut self, batch: &DeviceBatch) -> Result<()>;
+    /// Published keys.
+    fn len(&self) -> u64;
+    /// Whether the table is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Modelled traffic of one operation of `kind` that finds (`hit`) or misses its key.
+    fn traffic(&self, kind: OpKind, hit: bool) -> Traffic;
+}
+
+/// The buffers of one batch on the device, made from a host [`Batch`].
+pub struct DeviceOps {
+    len: u32,
+    kinds: wgpu::Buffer,
+    keys: wgpu::Buffer,
+    values: wgpu::Buffer,
+    statuses: wgpu::Buffer,
+    found: wgpu::Buffer,
+    value_bytes: usize,
+}
+
+impl DeviceOps {
+    /// Uploads a batch (keys and values as the host API encodes them).
+    pub fn new(gpu: &Gpu, batch: &Batch) -> DeviceOps {
+        let cell_words = batch.value_bytes().div_ceil(4);
+        let n = batch.len();
+        let mut encoded = gphash::Encoded::default();
+        batch.encode(&(0..n).collect::<Vec<_>>(), &mut encoded);
+        if encoded.values.is_empty() {
+            encoded.values = vec![0; n * cell_words];
+        }
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+        let init = |label, words: &[u32]| {
+            let words: &[u32] = if words.is_empty() { &[0] } else { words };
+            gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: bytemuck::cast_slice(words),
+                usage,
+            })
+        };
+        DeviceOps {
+            len: n as u32,
+            kinds: init("kinds", &encoded.kinds),
+            keys: init("keys", &encoded.keys),
+            values: init("values", &encoded.values),
+            statuses: init("statuses", &vec![0; n]),
+            found: init("found", &vec![0; n * cell_words]),
+            value_bytes: batch.value_bytes(),
+        }
+    }
+
+    /// Uploads another batch into these buffers (made anew where they are too small); the
+    /// statuses are cleared, so that an operation no system answered shows as status 0.
+    pub fn load(&mut self, gpu: &Gpu, batch: &Batch) {
+        let cell_words = batch.value_bytes().div_ceil(4);
+        let n = batch.len();
+        let fits = |b: &wgpu::Buffer, words: usize| b.size() >= (words.max(1) * 4) as u64;
+        let key_words = batch.key_bytes().div_ceil(4);
+        if batch.value_bytes() != self.value_bytes
+            || !fits(&self.keys, n * key_words)
+            || !fits(&self.found, n * cell_words)
+            || !fits(&self.statuses, n)
+        {
+            *self = DeviceOps::new(gpu, batch);
+            return;
+        }
+        let mut encoded = gphash::Encoded::default();
+        batch.encode(&(0..n).collect::<Vec<_>>(), &mut encoded);
+        gpu.queue.write_buffer(&self.kinds, 0, bytemuck::cast_slice(&encoded.kinds));
+        gpu.queue.write_buffer(&self.keys, 0, bytemuck::cast_slice(&encoded.keys));
+        if !encoded.values.is_empty() {
+            gpu.queue.write_buffer(&self.values, 0, bytemuck::cast_slice(&encoded.values));
+        }
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        enc.clear_buffer(&self.statuses, 0, Some((n as u64 * 4).next_multiple_of(4).max(4)));
+        gpu.queue.submit([enc.finish()]);
+        self.len = n as u32;
+    }
+
+    /// `batch` uploaded into the buffers kept in `slot` (made there by the first call).
+    pub fn reuse<'a>(slot: &'a mut Option<DeviceOps>, gpu: &Gpu, batch: &Batch) -> &'a DeviceOps {
+        match slot {
+            Some(d) => {
+                d.load(gpu, batch);
+                d
+            }
+            None => slot.insert(DeviceOps::new(gpu, batch)),
+        }
+    }
+
+    /// The batch, for [`System::run`].
+    pub fn batch(&self) -> DeviceBatch<'_> {
+        DeviceBatch {
+            len: self.len,
+            kinds: &self.kinds,
+            keys: &self.keys,
+            values: &self.values,
+            statuses: &self.statuses,
+            found: &self.found,
+        }
+    }
+
+    /// Downloads the status codes.
+    pub fn statuses(&self, gpu: &Gpu) -> Result<Vec<u32>> {
+        Ok(download_words(gpu, &self.statuses, self.len as u64)?)
+    }
+
+    /// Downloads the results: a status per operation and the value each found (for reads that
+    /// found their key; `None` otherwise).
+    pub fn results(&self, gpu: &Gpu, batch: &Batch) -> Result<Vec<(Status, Option<Vec<u8>>)>> {
+        let statuses = download(gpu, &self.statuses)?;
+        let found = download(gpu, &self.found)?;
+        let cell_bytes = self.value_bytes.div_ceil(4) * 4;
+        let bytes: &[u8] = bytemuck::cast_slice(&found);
+        (0..self.len as usize)
+            .map(|i| {
+                let s = Status::from_code(statuses[i])
+                    .ok_or_else(|| Error::Gpu(format!("operation {i}: status code {}", statuses[i])))?;
+                let read = (batch.op(i).0 == OpKind::Get && s == Status::Ok)
+                    .then(|| bytes[i * cell_bytes..i * cell_bytes + self.value_bytes].to_vec());
+                Ok((s, read))
+            })
+            .collect()
+    }
+}
+
+/// Reads a whole storage buffer (made with `COPY_SRC`) back to the host.
+pub fn download(gpu: &Gpu, buffer: &wgpu::Buffer) -> Result<Vec<u32>> {
+    Ok(download_words(gpu, buffer, buffer.size() / 4)?)
+}
+
+/// Writes words into a storage buffer (made with `COPY_DST`), in queue order.
+pub fn upload(gpu: &Gpu, buffer: &wgpu::Buffer, words: &[u32]) {
+    gpu.queue.write_buffer(buffer, 0, bytemuck::cast_slice(words));
+}
+
+/// Runs `batch` through `system` and returns its results: for tests that hold a system to the
+/// oracle, and for loading tables.
+pub fn run_host(
+    system: &mut dyn System,
+    gpu: &Arc<Gpu>,
+    batch: &Batch,
+) -> Result<Vec<(Status, Option<Vec<u8>>)>> {
+    let ops = DeviceOps::new(gpu, batch);
+    system.run(&ops.batch())?;
+    ops.results(gpu, batch)
+}

@@ -1,0 +1,496 @@
+//! `gphash bench ...`: the benchmarks of `gphash_bench`, with their knobs.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use gphash::{Layout, Options, Placement};
+use gphash_bench::bktcache::{self, CacheBench};
+use gphash_bench::ceiling::{self, Method};
+use gphash_bench::runner::{self, Suite, SystemKind};
+use gphash_bench::ycsb::{Distribution, Workload};
+use gphash_bench::{Fill, LoadSearch, PersistCost, ResizeRecovery};
+use gphash_bench::{plots, traces};
+use host_pm::PersistMode;
+
+use crate::progress;
+
+/// Benchmarks.
+#[derive(Subcommand, Clone)]
+pub(crate) enum Bench {
+    /// Insert and search throughput per placement.
+    LoadSearch(LoadSearchArgs),
+    /// The load factor at which each layout first finds no slot for an insertion.
+    Fill(FillArgs),
+    /// Time to grow a loaded table by one level and to recover it after a crash.
+    Resize(ResizeArgs),
+    /// Cost of the persist steps per batch on the pools given.
+    Persist(PersistArgs),
+    /// Memory ceilings of the device: sequential bandwidth and random request rates, in device
+    /// memory and in host memory imported zero-copy.
+    Ceilings(CeilingArgs),
+    /// YCSB core and micro workloads against gphash and the baselines, with the ceilings of the
+    /// same run: a table on stdout, JSON, CSV and SVG plots.
+    Suite(SuiteArgs),
+    /// Index-microbench trace files (a load file and a run file) against the systems.
+    Trace(TraceArgs),
+    /// The bucket cache: throughput per cache ratio (YCSB A, B, C), under skew, per policy,
+    /// and over time across loading phases; a table, JSON, CSV and SVG plots.
+    Cache(CacheArgs),
+}
+
+/// `bench cache` settings.
+#[derive(Args, Clone)]
+pub(crate) struct CacheArgs {
+    /// Records loaded.
+    #[arg(long, default_value_t = 1 << 24)]
+    records: u64,
+    /// Measured operations of each repetition of a point.
+    #[arg(long, default_value_t = 1 << 22)]
+    ops: u64,
+    /// Repetitions of each point (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Operations whose accesses the policy counts before each point's cache is loaded.
+    #[arg(long, default_value_t = 1 << 22)]
+    warmup: u64,
+    /// Operations per batch.
+    #[arg(long, default_value_t = 1 << 16)]
+    batch: usize,
+    /// Key width in bytes.
+    #[arg(long, default_value_t = 8)]
+    key_bytes: u32,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 128)]
+    value_bytes: u32,
+    /// Workloads of the ratio figure.
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c")]
+    workloads: Vec<Workload>,
+    /// Cache ratios of the ratio figure.
+    #[arg(long, value_delimiter = ',', default_value = "0,0.1,0.2,0.4")]
+    ratios: Vec<f64>,
+    /// Zipfian constants of the skew figure (YCSB C, no cache and --ratio).
+    #[arg(long, value_delimiter = ',', default_value = "0.5,0.7,0.9,0.99,1.1,1.2")]
+    thetas: Vec<f64>,
+    /// Policies compared (YCSB A and C at --ratio).
+    #[arg(long, value_delimiter = ',', default_value = "lfu,lru,random")]
+    policies: Vec<gphash::Policy>,
+    /// Cache ratio of the skew, policy and timeline figures.
+    #[arg(long, default_value_t = 0.2)]
+    ratio: f64,
+    /// Operations of the timeline (0: none).
+    #[arg(long, default_value_t = 1 << 25)]
+    timeline_ops: u64,
+    /// Operations between loading phases in the timeline.
+    #[arg(long, default_value_t = 1 << 23)]
+    period: u64,
+    /// Seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Directory for cache.json, cache.csv, cache-timeline.csv and the plots.
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+    #[command(flatten)]
+    dir: PoolDir,
+}
+
+/// `bench suite` settings.
+#[derive(Args, Clone)]
+pub(crate) struct SuiteArgs {
+    /// Workloads (load runs first in any case): a, b, c, d, f, search+, search-, insert, update, delete.
+    #[arg(long, value_delimiter = ',', default_value = "c,b,a,f,d,search+,search-,update,insert,delete")]
+    workloads: Vec<Workload>,
+    /// Systems: gphash-zc (with its cache, set by --cache-*), gphash-nocache, gphash-staged,
+    /// gphash-volatile, naive, keys-apart, slab, cpu.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "gphash-zc,gphash-nocache,gphash-staged,gphash-volatile,naive,keys-apart,slab,cpu"
+    )]
+    systems: Vec<SystemKind>,
+    /// Key widths in bytes.
+    #[arg(long, value_delimiter = ',', default_value = "8,32")]
+    key_bytes: Vec<u32>,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 128)]
+    value_bytes: u32,
+    /// Records loaded.
+    #[arg(long, default_value_t = 1 << 24)]
+    records: u64,
+    /// Operations of each micro workload.
+    #[arg(long, default_value_t = 1 << 24)]
+    micro_ops: u64,
+    /// Operations of each core workload.
+    #[arg(long, default_value_t = 1 << 26)]
+    macro_ops: u64,
+    /// Batch sizes (`sweep`: every power of two from 2^8 to 2^20).
+    #[arg(long, default_value = "4096,65536")]
+    batches: String,
+    /// Batch size of the load.
+    #[arg(long, default_value_t = 1 << 16)]
+    load_batch: usize,
+    /// Key distribution instead of each workload's default (zipf:0.99, uniform, latest).
+    #[arg(long)]
+    distribution: Option<Distribution>,
+    /// Seed of the workloads.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Host threads of the cpu system (default: all).
+    #[arg(long)]
+    cpu_threads: Option<usize>,
+    /// Buffer size of the ceiling measurements in MiB (0: do not measure).
+    #[arg(long, default_value_t = 1024)]
+    ceiling_mib: u64,
+    /// Directory for results.json, results.csv and the plots.
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+    #[command(flatten)]
+    dir: PoolDir,
+}
+
+/// `bench trace` settings.
+#[derive(Args, Clone)]
+pub(crate) struct TraceArgs {
+    /// Load file (INSERT lines).
+    #[arg(long)]
+    load: PathBuf,
+    /// Run file (READ, INSERT, UPDATE, DELETE lines).
+    #[arg(long)]
+    run: PathBuf,
+    /// Systems.
+    #[arg(long, value_delimiter = ',', default_value = "gphash-zc,slab,cpu")]
+    systems: Vec<SystemKind>,
+    /// Key width in bytes.
+    #[arg(long, default_value_t = 8)]
+    key_bytes: u32,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 128)]
+    value_bytes: u32,
+    /// Operations per batch.
+    #[arg(long, default_value_t = 1 << 16)]
+    batch: usize,
+    #[command(flatten)]
+    dir: PoolDir,
+}
+
+/// `bench ceilings` settings.
+#[derive(Args, Clone)]
+pub(crate) struct CeilingArgs {
+    /// Buffer size in MiB (capped by the device's binding limit).
+    #[arg(long, default_value_t = 1024)]
+    mib: u64,
+    /// Repetitions (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+}
+
+/// Where pools go.
+#[derive(Args, Clone)]
+pub(crate) struct PoolDir {
+    /// Directory of the pools (tmpfs imports zero-copy).
+    #[arg(long, default_value = "/dev/shm")]
+    pool_dir: PathBuf,
+}
+
+/// `bench load-search` settings.
+#[derive(Args, Clone)]
+pub(crate) struct LoadSearchArgs {
+    /// Keys loaded.
+    #[arg(long, default_value_t = 1 << 24)]
+    keys: u64,
+    /// Operations per batch.
+    #[arg(long, default_value_t = 1 << 16)]
+    batch: usize,
+    /// Search passes over all keys (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Key width in bytes.
+    #[arg(long, default_value_t = 8)]
+    key_bytes: u32,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 8)]
+    value_bytes: u32,
+    /// Placements to compare (zero-copy, staged).
+    #[arg(long, value_delimiter = ',', default_value = "zero-copy,staged")]
+    placements: Vec<String>,
+    #[command(flatten)]
+    dir: PoolDir,
+}
+
+/// `bench fill` settings.
+#[derive(Args, Clone)]
+pub(crate) struct FillArgs {
+    /// Layouts measured.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "2L-2H-8S,2L-2H-4S,2L-2H-16S,3L-2H-8S,4L-2H-8S,2L-3H-8S,1L-2H-8S"
+    )]
+    layouts: Vec<Layout>,
+    /// About how many slots each table has.
+    #[arg(long, default_value_t = 1 << 20)]
+    slots: u64,
+    /// Insertions per batch (the figure's resolution).
+    #[arg(long, default_value_t = 1024)]
+    batch: usize,
+    #[command(flatten)]
+    dir: PoolDir,
+}
+
+/// `bench resize` settings.
+#[derive(Args, Clone)]
+pub(crate) struct ResizeArgs {
+    /// Keys loaded before the resize.
+    #[arg(long, default_value_t = 1 << 24)]
+    keys: u64,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 8)]
+    value_bytes: u32,
+    #[command(flatten)]
+    dir: PoolDir,
+}
+
+/// `bench persist` settings.
+#[derive(Args, Clone)]
+pub(crate) struct PersistArgs {
+    /// Keys loaded first.
+    #[arg(long, default_value_t = 1 << 22)]
+    keys: u64,
+    /// Upserts measured.
+    #[arg(long, default_value_t = 1 << 22)]
+    updates: u64,
+    /// Operations per batch.
+    #[arg(long, default_value_t = 1 << 16)]
+    batch: usize,
+    /// Pool directories to compare; `DIR:clwb` forces cache-line flushes there (what
+    /// persistent memory would cost), `DIR:msync` forces msync.
+    #[arg(long, value_delimiter = ',', default_value = "/dev/shm,/dev/shm:clwb,/var/tmp")]
+    pools: Vec<String>,
+}
+
+pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
+    match bench {
+        Bench::Suite(a) => suite(a, options),
+        Bench::Cache(a) => cache(a),
+        Bench::Trace(a) => {
+            let gpu = gphash::Gpu::new()?;
+            let (load, run) = (traces::read_trace(&a.load)?, traces::read_trace(&a.run)?);
+            let bar = progress((load.len() + run.len()) as u64 * a.systems.len() as u64, "trace");
+            let records = runner::run_traces(
+                &a.systems,
+                &gpu,
+                (&load, &run),
+                a.batch,
+                a.key_bytes,
+                a.value_bytes,
+                &a.dir.pool_dir,
+                threads(None),
+                &[],
+                &|n| bar.inc(n),
+            )?;
+            bar.finish_and_clear();
+            println!("{}", runner::Record::heading());
+            records.iter().for_each(|r| println!("{}", r.line()));
+            Ok(())
+        }
+        Bench::Ceilings(a) => {
+            let gpu = gphash::Gpu::new()?;
+            let method = Method { bytes: a.mib << 20, reps: a.reps, ..Method::default() };
+            println!("# {} ({})", gpu.info.name, gpu.info.driver);
+            for (memory, c) in ceiling::measure(&gpu, &method)? {
+                println!("{memory:<7} {c}");
+            }
+            Ok(())
+        }
+        Bench::LoadSearch(a) => load_search(a, options),
+        Bench::Fill(a) => {
+            println!("# load factor at the first insertion that finds no slot (about {} slots)", a.slots);
+            for &layout in &a.layouts {
+                let f = Fill {
+                    layout,
+                    slots: a.slots,
+                    batch: a.batch,
+                    key_bytes: 8,
+                    pool_dir: a.dir.pool_dir.clone(),
+                }
+                .run(options)?;
+                println!("{layout:<10} load {:.4}   ({} keys in {} slots)", f.load(), f.items, f.slots);
+            }
+            Ok(())
+        }
+        Bench::Resize(a) => {
+            let bar = progress(a.keys, "load");
+            let r =
+                ResizeRecovery { keys: a.keys, value_bytes: a.value_bytes, pool_dir: a.dir.pool_dir.clone() }
+                    .run(options, &|n| bar.inc(n))?;
+            bar.finish_and_clear();
+            println!("# {} keys, values of {} bytes | {}", a.keys, a.value_bytes, r.setting);
+            println!("resize {} -> {} slots: {:.3} s", r.slots.0, r.slots.1, r.resize.as_secs_f64());
+            println!("recovery after a crash: {:.3} s", r.recovery.as_secs_f64());
+            println!("open after a clean close: {:.3} s", r.clean_open.as_secs_f64());
+            Ok(())
+        }
+        Bench::Persist(a) => {
+            println!("# {} upserts of {} loaded keys, batches of {}", a.updates, a.keys, a.batch);
+            for spec in &a.pools {
+                let (dir, mode) = match spec.split_once(':') {
+                    Some((d, "clwb")) => (d, Some(PersistMode::FlushFence)),
+                    Some((d, "msync")) => (d, Some(PersistMode::Msync)),
+                    Some((_, other)) => {
+                        return Err(gphash::Error::InvalidConfig(format!("unknown persist mode {other}")));
+                    }
+                    None => (spec.as_str(), None),
+                };
+                let opts = Options { persist_mode: mode, ..options.clone() };
+                let c =
+                    PersistCost { keys: a.keys, updates: a.updates, batch: a.batch, pool_dir: dir.into() };
+                let f = c.run(&opts)?;
+                println!(
+                    "{spec:<16} {:<34} persist {:>8.3} ms/batch   {:>9.0} lines/batch   engine {:>8.3} ms/batch   [{}]",
+                    f.pool,
+                    f.persist_per_batch.as_secs_f64() * 1e3,
+                    f.lines_per_batch,
+                    f.engine_per_batch.as_secs_f64() * 1e3,
+                    f.mode
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+fn threads(n: Option<usize>) -> usize {
+    n.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+fn cache(a: &CacheArgs) -> gphash::Result<()> {
+    let gpu = gphash::Gpu::new()?;
+    let bench = CacheBench {
+        records: a.records,
+        ops: a.ops,
+        reps: a.reps,
+        warmup: a.warmup,
+        batch: a.batch,
+        key_bytes: a.key_bytes,
+        value_bytes: a.value_bytes,
+        workloads: a.workloads.clone(),
+        ratios: a.ratios.clone(),
+        thetas: a.thetas.clone(),
+        policies: a.policies.clone(),
+        ratio: a.ratio,
+        timeline_ops: a.timeline_ops,
+        period: a.period,
+        seed: a.seed,
+        pool_dir: a.dir.pool_dir.clone(),
+    };
+    println!(
+        "# {} ({}): bucket cache, {} records, batch {}",
+        gpu.info.name, gpu.info.driver, a.records, a.batch
+    );
+    let figures = bench.run(&gpu, &mut |line| println!("{line}"))?;
+    bktcache::write_files(&figures, &a.out)?;
+    bktcache::plot(&figures, &a.out)?;
+    println!("# results and plots in {}", a.out.display());
+    Ok(())
+}
+
+fn suite(a: &SuiteArgs, options: &Options) -> gphash::Result<()> {
+    let gpu = gphash::Gpu::new()?;
+    let batches: Vec<usize> = match a.batches.as_str() {
+        "sweep" => (8..=20).map(|p| 1 << p).collect(),
+        list => list
+            .split(',')
+            .map(|b| b.trim().parse().map_err(|_| gphash::Error::InvalidConfig(format!("batch size {b:?}"))))
+            .collect::<gphash::Result<_>>()?,
+    };
+    let suite = Suite {
+        workloads: a.workloads.clone(),
+        systems: a.systems.clone(),
+        key_bytes: a.key_bytes.clone(),
+        value_bytes: a.value_bytes,
+        records: a.records,
+        micro_ops: a.micro_ops,
+        macro_ops: a.macro_ops,
+        batches: batches.clone(),
+        load_batch: a.load_batch,
+        distribution: a.distribution,
+        seed: a.seed,
+        pool_dir: a.dir.pool_dir.clone(),
+        cpu_threads: threads(a.cpu_threads),
+        cache: options.gpu.cache,
+    };
+    println!("# {} ({}), {} host threads", gpu.info.name, gpu.info.driver, suite.cpu_threads);
+    let ceilings = match a.ceiling_mib {
+        0 => vec![],
+        mib => ceiling::measure(&gpu, &Method { bytes: mib << 20, ..Method::default() })?,
+    };
+    for (memory, c) in &ceilings {
+        println!("# ceiling {memory:<7} {c}");
+    }
+    println!(
+        "# {} records, keys {:?} bytes, values {} bytes, {} micro / {} core operations, batches {:?}",
+        a.records, a.key_bytes, a.value_bytes, a.micro_ops, a.macro_ops, batches
+    );
+    let per_workload = |w: &Workload| {
+        if matches!(w, Workload::A | Workload::B | Workload::C | Workload::D | Workload::F) {
+            a.macro_ops
+        } else {
+            a.micro_ops
+        }
+    };
+    let total = (a.records + a.workloads.iter().map(per_workload).sum::<u64>() * batches.len() as u64)
+        * (a.systems.len() * a.key_bytes.len()) as u64;
+    let bar = progress(total, "suite");
+    println!("{}", runner::Record::heading());
+    // Printed past the bar: `ProgressBar::println` prints nothing where stdout is not a terminal.
+    let print = |r: &runner::Record| bar.suspend(|| println!("{}", r.line()));
+    let records = runner::run(&suite, &gpu, &ceilings, &|n| bar.inc(n), &mut |r| print(r))?;
+    bar.finish_and_clear();
+    runner::write_files(&records, &ceilings, &a.out)?;
+    for &k in &a.key_bytes {
+        for w in std::iter::once(Workload::Load).chain(a.workloads.iter().copied()) {
+            plots::curves(&records, &w.to_string(), k, &a.out)?;
+        }
+        for &b in &batches {
+            plots::comparison(&records, k, b, &a.out)?;
+        }
+    }
+    println!("# results and plots in {}", a.out.display());
+    Ok(())
+}
+
+fn load_search(args: &LoadSearchArgs, options: &Options) -> gphash::Result<()> {
+    let placements = args
+        .placements
+        .iter()
+        .map(|p| match p.as_str() {
+            "zero-copy" => Ok(Placement::ZeroCopy),
+            "staged" => Ok(Placement::Staged),
+            other => Err(gphash::Error::InvalidConfig(format!("unknown placement {other}"))),
+        })
+        .collect::<gphash::Result<Vec<_>>>()?;
+    let bench = LoadSearch {
+        keys: args.keys,
+        batch: args.batch,
+        reps: args.reps,
+        key_bytes: args.key_bytes,
+        value_bytes: args.value_bytes,
+        placements,
+        pool_dir: args.dir.pool_dir.clone(),
+    };
+    let bar = progress(args.keys * (1 + args.reps as u64) * bench.placements.len() as u64, "bench");
+    let rows = bench.run(options, &|n| bar.inc(n))?;
+    bar.finish_and_clear();
+    println!(
+        "# {} keys of {} bytes, values of {} bytes, batch {}",
+        args.keys, args.key_bytes, args.value_bytes, args.batch
+    );
+    let mut setting = "";
+    for r in &rows {
+        if r.setting != setting {
+            setting = &r.setting;
+            println!("# {setting}");
+        }
+        println!("{r}");
+    }
+    Ok(())
+}

@@ -1,0 +1,178 @@
+//! Zero-copy import of host memory (the pool mapping) as wgpu storage buffers, through
+//! `VK_EXT_external_memory_host`, and the barrier that makes GPU writes visible to the host.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ash::vk;
+use wgpu::hal::api::Vulkan;
+
+use super::context::Gpu;
+
+/// Counts imported buffers whose Vulkan objects are still alive. The pool mapping must not be
+/// unmapped or moved while it is non-zero.
+#[derive(Clone, Debug, Default)]
+pub struct ImportGuard(Arc<AtomicUsize>);
+
+impl ImportGuard {
+    /// Imported buffers not yet destroyed.
+    pub fn live(&self) -> usize {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// Imports `len` bytes at `ptr` as a storage buffer. `Err` carries the driver's reason; the
+/// caller falls back to staged mode and reports why.
+///
+/// # Safety
+/// `ptr .. ptr + len` must be a live, writable mapping aligned to the device's import
+/// alignment, and must stay mapped until `guard.live()` drops back (the buffer's destruction
+/// callback decrements it after the Vulkan objects are freed).
+pub unsafe fn import(
+    gpu: &Gpu,
+    ptr: *mut u8,
+    len: u64,
+    guard: &ImportGuard,
+    label: &str,
+) -> Result<wgpu::Buffer, String> {
+    let align = gpu.info.import_alignment;
+    if !gpu.info.host_import {
+        return Err("the driver lacks VK_EXT_external_memory_host".into());
+    }
+    if align == 0 || !(ptr as u64).is_multiple_of(align) || !len.is_multiple_of(align) {
+        return Err(format!("{ptr:p} + {len} is not aligned to {align} bytes"));
+    }
+    let (raw, inst, pd) = gpu.raw().ok_or("not a Vulkan device")?;
+    let handle = vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT;
+    let ext = ash::ext::external_memory_host::Device::new(&inst, &raw);
+    let mut host_props = vk::MemoryHostPointerPropertiesEXT::default();
+    // SAFETY: valid device, handle type and pointer (caller contract).
+    let r = unsafe {
+        (ext.fp().get_memory_host_pointer_properties_ext)(
+            raw.handle(),
+            handle,
+            ptr as *const c_void,
+            &mut host_props,
+        )
+    };
+    if r != vk::Result::SUCCESS {
+        return Err(format!("vkGetMemoryHostPointerPropertiesEXT: {r:?}"));
+    }
+    let mut external = vk::ExternalMemoryBufferCreateInfo::default().handle_types(handle);
+    let info = vk::BufferCreateInfo::default()
+        .size(len)
+        .usage(
+            vk::BufferUsageFlags::STORAGE_BUFFER
+                | vk::BufferUsageFlags::TRANSFER_SRC
+                | vk::BufferUsageFlags::TRANSFER_DST,
+        )
+        .sharing_mode(vk::SharingMode::EXCLUSIVE)
+        .push_next(&mut external);
+    // SAFETY: plain object creation on a live device.
+    let buf = unsafe { raw.create_buffer(&info, None) }.map_err(|e| format!("vkCreateBuffer: {e:?}"))?;
+    // SAFETY: `buf` was just created on `raw`; destroyed on every error path below.
+    let req = unsafe { raw.get_buffer_memory_requirements(buf) };
+    // SAFETY: a read-only query on the physical device of this live instance.
+    let mem_props = unsafe { inst.get_physical_device_memory_properties(pd) };
+    let bits = req.memory_type_bits & host_props.memory_type_bits;
+    // The host keeps reading and writing the mapping (recovery, persist), which the spec allows
+    // only for HOST_VISIBLE import types.
+    let pick = |want: vk::MemoryPropertyFlags| {
+        (0..mem_props.memory_type_count).find(|&i| {
+            bits & (1 << i) != 0 && mem_props.memory_types[i as usize].property_flags.contains(want)
+        })
+    };
+    let destroy = |why: String| {
+        // SAFETY: `buf` is not bound or in use.
+        unsafe { raw.destroy_buffer(buf, None) };
+        Err(why)
+    };
+    let Some(index) = pick(vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT)
+        .or_else(|| pick(vk::MemoryPropertyFlags::HOST_VISIBLE))
+    else {
+        return destroy(format!(
+            "no host-visible memory type can import it (pointer types {:#x}, buffer types {:#x})",
+            host_props.memory_type_bits, req.memory_type_bits
+        ));
+    };
+    if req.size > len {
+        return destroy(format!("the buffer needs {} bytes, more than {len}", req.size));
+    }
+    let mut import =
+        vk::ImportMemoryHostPointerInfoEXT::default().handle_type(handle).host_pointer(ptr as *mut c_void);
+    let alloc = vk::MemoryAllocateInfo::default()
+        .allocation_size(len)
+        .memory_type_index(index)
+        .push_next(&mut import);
+    // SAFETY: import of a live, aligned host range (caller contract).
+    let mem = match unsafe { raw.allocate_memory(&alloc, None) } {
+        Ok(m) => m,
+        Err(e) => return destroy(format!("vkAllocateMemory (host pointer import): {e:?}")),
+    };
+    // SAFETY: fresh buffer and memory of sufficient size.
+    if let Err(e) = unsafe { raw.bind_buffer_memory(buf, mem, 0) } {
+        // SAFETY: `mem` was just allocated, is bound to nothing and is freed only here.
+        unsafe { raw.free_memory(mem, None) };
+        return destroy(format!("vkBindBufferMemory: {e:?}"));
+    }
+
+    let counter = guard.0.clone();
+    counter.fetch_add(1, Ordering::AcqRel);
+    let raw_cb = raw.clone();
+    // SAFETY: wgpu calls the callback once, after the GPU stopped using the buffer; we own both
+    // Vulkan objects.
+    let hal_buf = unsafe {
+        wgpu::hal::vulkan::Buffer::from_raw_externally_owned(
+            buf,
+            Box::new(move || {
+                raw_cb.destroy_buffer(buf, None);
+                raw_cb.free_memory(mem, None);
+                counter.fetch_sub(1, Ordering::AcqRel);
+            }),
+        )
+    };
+    // SAFETY: the hal buffer was created on this device with the usages declared here.
+    let buffer = unsafe {
+        gpu.device.create_buffer_from_hal::<Vulkan>(
+            hal_buf,
+            &wgpu::BufferDescriptor {
+                label: Some(label),
+                size: len,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_SRC
+                    | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            },
+        )
+    };
+    Ok(buffer)
+}
+
+/// A command buffer holding only a barrier that makes shader and transfer writes visible to
+/// host reads (wgpu does this only for mappable buffers). Submit it after the work.
+pub fn host_read_barrier(gpu: &Gpu) -> wgpu::CommandBuffer {
+    let raw = gpu.raw().map(|(device, _, _)| device);
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    // SAFETY: records one barrier into the encoder's live Vulkan command buffer.
+    unsafe {
+        enc.as_hal_mut::<Vulkan, _, _>(|e| {
+            let (Some(e), Some(raw)) = (e, raw) else {
+                return;
+            };
+            let barrier = vk::MemoryBarrier::default()
+                .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
+                .dst_access_mask(vk::AccessFlags::HOST_READ);
+            raw.cmd_pipeline_barrier(
+                e.raw_handle(),
+                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                vk::PipelineStageFlags::HOST,
+                vk::DependencyFlags::empty(),
+                &[barrier],
+                &[],
+                &[],
+            );
+        })
+    };
+    enc.finish()
+}

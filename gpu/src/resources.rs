@@ -1,0 +1,504 @@
+//! Device resources of a table's kernels: windows of pool regions (imported or uploaded),
+//! pipelines, bind group layouts, readbacks.
+
+use host_pm::{Backend, PersistMode, Pool, Region};
+
+use super::context::{DeviceInfo, Gpu};
+use super::hostmem::{self, ImportGuard};
+use super::shader::{KernelEntry, WORKGROUP, Windows};
+use crate::error::{Error, Result};
+
+/// Dispatches `invocations` invocations (two-dimensional beyond 65535 workgroups).
+pub fn dispatch(pass: &mut wgpu::ComputePass<'_>, invocations: u64) {
+    let groups = invocations.div_ceil(WORKGROUP as u64).max(1);
+    let x = groups.min(65535);
+    pass.dispatch_workgroups(x as u32, groups.div_ceil(x) as u32, 1);
+}
+
+/// Maps `range` of a MAP_READ buffer, hands the bytes to `f`, unmaps.
+pub fn map_read(
+    gpu: &Gpu,
+    buf: &wgpu::Buffer,
+    range: std::ops::Range<u64>,
+    f: impl FnOnce(&[u8]),
+) -> Result<()> {
+    let slice = buf.slice(range);
+    let (tx, rx) = std::sync::mpsc::channel();
+    slice.map_async(wgpu::MapMode::Read, move |r| {
+        let _ = tx.send(r);
+    });
+    gpu.wait()?;
+    rx.recv()
+        .map_err(|e| Error::Gpu(format!("mapping lost: {e}")))?
+        .map_err(|e| Error::Gpu(format!("mapping a readback buffer: {e}")))?;
+    {
+        let view =
+            slice.get_mapped_range().map_err(|e| Error::Gpu(format!("reading a readback buffer: {e:?}")))?;
+        f(&view);
+    }
+    buf.unmap();
+    Ok(())
+}
+
+/// Reads the first `words` words of a storage buffer (made with `COPY_SRC`) back to the host.
+pub fn download_words(gpu: &Gpu, buffer: &wgpu::Buffer, words: u64) -> Result<Vec<u32>> {
+    let size = (words * 4).max(4);
+    let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("download"),
+        size,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
+    gpu.queue.submit([enc.finish()]);
+    let mut out = vec![];
+    map_read(gpu, &staging, 0..size, |b| out = bytemuck::cast_slice(b).to_vec())?;
+    Ok(out)
+}
+
+/// The bind group layout of a kernel configuration: the uniform parameters at binding 0, then
+/// storage buffers up to `bindings` (read-only where `read_only` says the shaders declare them
+/// so).
+pub fn bind_group_layout(
+    dev: &wgpu::Device,
+    label: &str,
+    (bindings, read_only): (u32, impl Fn(u32) -> bool),
+) -> wgpu::BindGroupLayout {
+    let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..bindings)
+        .map(|i| wgpu::BindGroupLayoutEntry {
+            binding: i,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: match i {
+                    0 => wgpu::BufferBindingType::Uniform,
+                    _ => wgpu::BufferBindingType::Storage { read_only: read_only(i) },
+                },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        })
+        .collect();
+    dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(label), entries: &entries })
+}
+
+/// A bind group of `layout` binding `buffers` whole, in order from binding 0.
+pub fn bind_group(
+    dev: &wgpu::Device,
+    label: &str,
+    layout: &wgpu::BindGroupLayout,
+    buffers: &[&wgpu::Buffer],
+) -> wgpu::BindGroup {
+    let entries: Vec<wgpu::BindGroupEntry> = buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+        .collect();
+    dev.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(label), layout, entries: &entries })
+}
+
+/// A storage buffer of `size` bytes (at least 16) the host can copy into and out of.
+pub fn storage_buffer(dev: &wgpu::Device, label: &str, size: u64) -> wgpu::Buffer {
+    dev.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size: size.max(16),
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    })
+}
+
+/// A uniform buffer for a kernel parameter block `P`.
+pub fn params_buffer<P>(dev: &wgpu::Device, label: &str) -> wgpu::Buffer {
+    dev.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size: std::mem::size_of::<P>() as u64,
+        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    })
+}
+
+/// Compiled kernels.
+pub struct Pipelines<K>(Vec<(K, wgpu::ComputePipeline)>);
+
+impl<K: KernelEntry> Pipelines<K> {
+    /// The pipeline of kernel `k`, which must have been built.
+    pub fn get(&self, k: K) -> &wgpu::ComputePipeline {
+        &self.0.iter().find(|(kk, _)| *kk == k).expect("every kernel is built").1
+    }
+
+    /// The kernels and their pipelines, in the order they were built.
+    pub fn iter(&self) -> impl Iterator<Item = &(K, wgpu::ComputePipeline)> {
+        self.0.iter()
+    }
+}
+
+/// Compiles `kernels`, `source` giving each one's WGSL; a validation error names the kernel.
+pub fn build_pipelines<K: KernelEntry>(
+    gpu: &Gpu,
+    layout: &wgpu::BindGroupLayout,
+    kernels: &[K],
+    source: impl Fn(K) -> Result<String>,
+) -> Result<Pipelines<K>> {
+    let dev = &gpu.device;
+    let pl = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: None,
+        bind_group_layouts: &[Some(layout)],
+        immediate_size: 0,
+    });
+    let mut out = vec![];
+    for &k in kernels {
+        let src = source(k)?;
+        let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(k.file()),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
+        });
+        let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(k.entry()),
+            layout: Some(&pl),
+            module: &module,
+            entry_point: Some(k.entry()),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Shader(format!("{} ({}): {e}", k.file(), k.entry())));
+        }
+        out.push((k, pipeline));
+    }
+    Ok(Pipelines(out))
+}
+
+/// Records a compute pass of `invocations` invocations for each pipeline, in order (wgpu puts
+/// barriers between passes).
+pub fn record_passes<'a>(
+    enc: &mut wgpu::CommandEncoder,
+    bind: &wgpu::BindGroup,
+    passes: impl IntoIterator<Item = (&'a wgpu::ComputePipeline, u64)>,
+) {
+    for (pipeline, invocations) in passes {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, bind, &[]);
+        dispatch(&mut pass, invocations);
+    }
+}
+
+/// Invocations of the staged write-back kernel for a dirty list of `dirty_cap` lines.
+pub fn writeback_invocations(dirty_cap: u32) -> u64 {
+    (dirty_cap as u64 * 16).min(1 << 20)
+}
+
+/// Where a pool's regions live while the GPU works on them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// Zero-copy where the driver imports the pool mapping, staged otherwise (reported).
+    #[default]
+    Auto,
+    /// Zero-copy or an error.
+    ZeroCopy,
+    /// Always a device-memory copy written back at persist points.
+    Staged,
+    /// A device-memory copy that is never written back (the upper bound of benchmarks):
+    /// nothing persists and the pool on the host goes stale.
+    Volatile,
+}
+
+/// Where a pool's regions ended up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Residence {
+    /// The GPU reads and writes the pool mapping in place.
+    ZeroCopy,
+    /// The GPU works on a device-memory copy; dirty lines are written back at persist points.
+    Staged {
+        /// Why zero-copy was not used.
+        reason: String,
+    },
+    /// The GPU works on a device-memory copy and nothing is written back.
+    Volatile,
+}
+
+/// A region of a pool as storage windows on the device.
+pub struct RegionWindows {
+    /// The region.
+    pub region: Region,
+    /// How it is split into windows.
+    pub windows: Windows,
+    /// A buffer per window: imported pool memory, or a device copy.
+    pub buffers: Vec<wgpu::Buffer>,
+}
+
+/// A pool's table and heap regions as storage windows: imported zero-copy where the placement
+/// and the pool allow it and the driver agrees, device copies otherwise (staged, or volatile
+/// where asked).
+pub struct PoolWindows {
+    /// Zero-copy, staged (and why) or volatile.
+    pub residence: Residence,
+    /// The table region.
+    pub table: RegionWindows,
+    /// The heap region.
+    pub heap: RegionWindows,
+    guard: ImportGuard,
+}
+
+impl PoolWindows {
+    /// Binds the table and the heap, each `(region, windows, words in use, label)`.
+    pub fn place(
+        gpu: &Gpu,
+        pool: &mut Pool,
+        placement: Placement,
+        [table, heap]: [(Region, Windows, u64, &str); 2],
+    ) -> Result<Self> {
+        if table.0.end() / 64 > u32::MAX as u64 || heap.0.end() / 64 > u32::MAX as u64 {
+            return Err(Error::InvalidConfig("pools beyond 256 GiB are not supported".into()));
+        }
+        let guard = ImportGuard::default();
+        let imported = match staged_reason(pool, placement) {
+            Some(reason) => Err(reason),
+            None => import_region(gpu, pool, table.0, table.1, &guard, table.3)
+                .and_then(|t| Ok((t, import_region(gpu, pool, heap.0, heap.1, &guard, heap.3)?))),
+        };
+        let (t, h, residence) = match imported {
+            Ok((t, h)) => (t, h, Residence::ZeroCopy),
+            Err(reason) if placement == Placement::ZeroCopy => {
+                return Err(Error::Gpu(format!("zero-copy import of the pool failed: {reason}")));
+            }
+            Err(reason) => {
+                // Buffers imported before the failure must be gone before the pool is read.
+                release_imports(gpu, &guard);
+                let t = upload_region(gpu, pool, table.0, table.1, table.2, table.3)?;
+                let h = upload_region(gpu, pool, heap.0, heap.1, heap.2, heap.3)?;
+                let residence = match placement {
+                    Placement::Volatile => Residence::Volatile,
+                    _ => Residence::Staged { reason },
+                };
+                (t, h, residence)
+            }
+        };
+        Ok(PoolWindows {
+            residence,
+            table: RegionWindows { region: table.0, windows: table.1, buffers: t },
+            heap: RegionWindows { region: heap.0, windows: heap.1, buffers: h },
+            guard,
+        })
+    }
+
+    /// Whether the windows are device copies written back at persist points.
+    pub fn staged(&self) -> bool {
+        matches!(self.residence, Residence::Staged { .. })
+    }
+
+    /// Whether the kernels list the lines they write: staged (they are copied back) and
+    /// zero-copy with a persist primitive that works on lines; not volatile, nor when the pool
+    /// only fences.
+    pub fn tracks_lines(&self, persist: PersistMode) -> bool {
+        match self.residence {
+            Residence::Staged { .. } => true,
+            Residence::Volatile => false,
+            _ => !matches!(persist, PersistMode::Fence | PersistMode::None),
+        }
+    }
+
+    /// The table's windows, then the heap's, as the kernels bind them.
+    pub fn buffers(&self) -> impl Iterator<Item = &wgpu::Buffer> {
+        self.table.buffers.iter().chain(&self.heap.buffers)
+    }
+
+    /// Pool offsets of the table and the heap, and the table's size, in 64-byte lines (the
+    /// kernels' `table_line_base`, `heap_line_base`, `table_lines`).
+    pub fn lines(&self) -> (u32, u32, u32) {
+        let (t, h) = (self.table.region, self.heap.region);
+        ((t.offset / 64) as u32, (h.offset / 64) as u32, (t.bytes / 64) as u32)
+    }
+
+    /// Staged: copies both regions back into the pool mapping whole.
+    pub fn download(&self, gpu: &Gpu, pool: &mut Pool) -> Result<()> {
+        for r in [&self.table, &self.heap] {
+            download_region(gpu, &r.buffers, r.windows, r.region, pool)?;
+        }
+        Ok(())
+    }
+
+    /// Destroys the windows and waits until the driver let go of them (imported ones
+    /// reference the pool mapping, which may then be unmapped or moved).
+    pub fn release(&mut self, gpu: &Gpu) {
+        for b in self.table.buffers.drain(..).chain(self.heap.buffers.drain(..)) {
+            b.destroy();
+        }
+        release_imports(gpu, &self.guard);
+    }
+}
+
+/// The dirty list of a submit: copies its first `count` lines (and, staged, their contents
+/// gathered in `staging`) into `readback` at `at`, then writes the contents into the pool
+/// mapping (staged) and returns the line numbers.
+pub fn read_dirty(
+    gpu: &Gpu,
+    (dirty, staging): (&wgpu::Buffer, Option<&wgpu::Buffer>),
+    readback: &wgpu::Buffer,
+    at: u64,
+    count: u32,
+    pool: &mut Pool,
+) -> Result<Vec<u64>> {
+    let list_bytes = (count as u64 * 4).next_multiple_of(256);
+    let data_bytes = if staging.is_some() { count as u64 * 64 } else { 0 };
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(dirty, 0, readback, at, count as u64 * 4);
+    if let Some(staging) = staging {
+        enc.copy_buffer_to_buffer(staging, 0, readback, at + list_bytes, data_bytes);
+    }
+    gpu.queue.submit([enc.finish()]);
+    let mut lines = Vec::with_capacity(count as usize);
+    let dst = pool.bytes_mut();
+    map_read(gpu, readback, at..at + list_bytes + data_bytes, |bytes| {
+        let list: &[u32] = bytemuck::cast_slice(&bytes[..count as usize * 4]);
+        let data = &bytes[list_bytes as usize..];
+        for (i, &line) in list.iter().enumerate() {
+            if staging.is_some() {
+                let at = line as usize * 64;
+                dst[at..at + 64].copy_from_slice(&data[i * 64..i * 64 + 64]);
+            }
+            lines.push(line as u64);
+        }
+    })?;
+    Ok(lines)
+}
+
+/// Imports every window of a region of the pool mapping; `Err` says why the driver refused.
+///
+/// A small probe goes first: the NVIDIA driver refuses `MAP_SHARED` files on disk filesystems
+/// only after pinning what it was asked to import, and a refused import of hundreds of MiB
+/// leaves later allocations out of memory.
+pub fn import_region(
+    gpu: &Gpu,
+    pool: &mut Pool,
+    region: Region,
+    win: Windows,
+    guard: &ImportGuard,
+    label: &str,
+) -> std::result::Result<Vec<wgpu::Buffer>, String> {
+    let base = pool.as_mut_ptr();
+    let import = |at: u64, len: u64| {
+        // SAFETY: the range lies inside the pool mapping, which outlives the buffers: their
+        // owners wait until `guard` reports every import destroyed before the pool moves.
+        unsafe { hostmem::import(gpu, base.add((region.offset + at) as usize), len, guard, label) }
+    };
+    // Other regions' windows may be alive under the same guard: wait for the probe alone.
+    let alive = guard.live();
+    import(0, region.bytes.min(host_pm::REGION_ALIGN))?.destroy();
+    release_imports_to(gpu, guard, alive);
+    (0..win.count)
+        .map(|i| {
+            let at = i as u64 * win.words() * 4;
+            import(at, (region.bytes - at).min(win.words() * 4))
+        })
+        .collect()
+}
+
+/// Why a pool is not imported zero-copy, if it is not: staged placement was asked for, or the
+/// pool is a file on a disk filesystem under automatic placement (NVIDIA refuses those, and a
+/// refused import leaves later allocations of the device out of memory).
+pub fn staged_reason(pool: &Pool, placement: Placement) -> Option<String> {
+    match (placement, pool.backend()) {
+        (Placement::Staged, _) => Some("staged placement was requested".into()),
+        (Placement::Volatile, _) => Some("volatile placement was requested".into()),
+        (Placement::Auto, Backend::File) => {
+            Some("the pool is a file on a disk filesystem, which drivers do not import reliably".into())
+        }
+        _ => None,
+    }
+}
+
+/// Staged mode: a device buffer per window, filled from the pool.
+pub fn upload_region(
+    gpu: &Gpu,
+    pool: &Pool,
+    region: Region,
+    win: Windows,
+    words: u64,
+    label: &str,
+) -> Result<Vec<wgpu::Buffer>> {
+    let bytes = &pool.bytes()[region.offset as usize..region.end() as usize];
+    (0..win.count)
+        .map(|i| {
+            let len = win.len(i, words) * 4;
+            let at = (i as u64 * win.words() * 4) as usize;
+            let buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: len,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST
+                    | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            });
+            for chunk in (0..len as usize).step_by(64 << 20) {
+                let end = (chunk + (64 << 20)).min(len as usize);
+                gpu.queue.write_buffer(&buf, chunk as u64, &bytes[at + chunk..at + end]);
+            }
+            Ok(buf)
+        })
+        .collect()
+}
+
+/// Staged mode: copies a region's device windows back into the pool mapping.
+pub fn download_region(
+    gpu: &Gpu,
+    buffers: &[wgpu::Buffer],
+    win: Windows,
+    region: Region,
+    pool: &mut Pool,
+) -> Result<()> {
+    for (i, buf) in buffers.iter().enumerate() {
+        let at = region.offset + i as u64 * win.words() * 4;
+        let len = buf.size().min(region.end() - at);
+        let rb = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("download"),
+            size: len,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(buf, 0, &rb, 0, len);
+        gpu.queue.submit([enc.finish()]);
+        let dst = &mut pool.bytes_mut()[at as usize..(at + len) as usize];
+        map_read(gpu, &rb, 0..len, |bytes| dst.copy_from_slice(bytes))?;
+    }
+    Ok(())
+}
+
+/// The largest storage window the device and the options allow.
+pub fn max_window(info: &DeviceInfo, max_window_bytes: Option<u64>) -> u64 {
+    max_window_bytes.unwrap_or(info.max_binding).min(info.max_binding).min(info.max_buffer)
+}
+
+/// Waits until every buffer imported under `guard` is destroyed (the pool may then move).
+pub fn release_imports(gpu: &Gpu, guard: &ImportGuard) {
+    release_imports_to(gpu, guard, 0)
+}
+
+/// Waits until no more than `alive` buffers imported under `guard` are left.
+fn release_imports_to(gpu: &Gpu, guard: &ImportGuard, alive: usize) {
+    // wgpu frees buffers that never took part in a submit at the next submit.
+    gpu.queue.submit([]);
+    for _ in 0..100 {
+        if guard.live() <= alive {
+            return;
+        }
+        let _ = gpu.wait();
+    }
+    log::error!("{} imported buffers still alive after their owner was dropped", guard.live() - alive);
+}
+
+/// Refuses a configuration of `bindings` bindings (the uniform included) for `what` with more
+/// storage bindings than the device allows.
+pub fn check_bindings(what: &str, bindings: u32, info: &DeviceInfo) -> Result<()> {
+    let storage = bindings - 1;
+    if storage > info.max_storage_buffers {
+        return Err(Error::InvalidConfig(format!(
+            "{what} needs {storage} storage bindings; {} allows {}",
+            info.name, info.max_storage_buffers
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,221 @@
+//! WGSL sources: a tiny `#include` preprocessor that stitches kernel files with a table's
+//! generated prelude (its constants, bindings and window accessors), the pieces of a prelude
+//! that every table shares, the WGSL files every table's kernels may include, and validation
+//! with naga.
+
+use std::collections::HashSet;
+use std::fmt::Write;
+
+use crate::error::{Error, Result};
+
+/// Invocations per workgroup: a multiple of every subgroup size up to 128.
+pub const WORKGROUP: u32 = 128;
+
+/// Named WGSL files, embedded at build time.
+pub type Files = &'static [(&'static str, &'static str)];
+
+/// The files any table's kernels may include or run: operation codes and invocations
+/// (`common/ops.wgsl`), writes of the pool's windows and the dirty-line list (`pool`), the key
+/// hash (`hash`), tiles of lanes (`tile`), bitmap allocators (`bitmap`), the claim registry
+/// (`claims`), new values (`values`), and the staged write-back kernel (`writeback.wgsl`).
+pub const SHARED: Files = &[
+    ("writeback.wgsl", include_str!("../shaders/writeback.wgsl")),
+    ("common/bitmap.wgsl", include_str!("../shaders/common/bitmap.wgsl")),
+    ("common/claims.wgsl", include_str!("../shaders/common/claims.wgsl")),
+    ("common/hash.wgsl", include_str!("../shaders/common/hash.wgsl")),
+    ("common/ops.wgsl", include_str!("../shaders/common/ops.wgsl")),
+    ("common/pool.wgsl", include_str!("../shaders/common/pool.wgsl")),
+    ("common/tile.wgsl", include_str!("../shaders/common/tile.wgsl")),
+    ("common/values.wgsl", include_str!("../shaders/common/values.wgsl")),
+];
+
+/// A compute entry point of some table's kernels.
+pub trait KernelEntry: Copy + PartialEq + std::fmt::Debug {
+    /// The file it lives in.
+    fn file(self) -> &'static str;
+    /// Its entry point.
+    fn entry(self) -> &'static str;
+}
+
+/// How a region is split into storage bindings: `count` windows of `2^shift` words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Windows {
+    /// Number of bindings.
+    pub count: u32,
+    /// log2 of the words per window.
+    pub shift: u32,
+}
+
+impl Windows {
+    /// Windows of at most `max_bytes` bytes (a power of two is used) covering `words` words.
+    pub fn cover(words: u64, max_bytes: u64) -> Windows {
+        let shift = (max_bytes / 4).max(64).ilog2();
+        Windows { count: words.div_ceil(1 << shift).max(1) as u32, shift }
+    }
+
+    /// Words per window.
+    pub fn words(&self) -> u64 {
+        1 << self.shift
+    }
+
+    /// Words of window `i` of a region of `total` words.
+    pub fn len(&self, i: u32, total: u64) -> u64 {
+        (total - i as u64 * self.words()).min(self.words())
+    }
+}
+
+/// The constants of a prelude: those of every table, which the shared files use (`WG`, `TILE`,
+/// `KEY_WORDS`; `VALUE_WORDS`, a value's words in batch buffers, and `CELL_WORDS`, the words
+/// of a heap cell: the value, then its checksum when the table keeps one), then the table's
+/// own `consts`.
+pub fn write_consts(
+    s: &mut String,
+    tile: u32,
+    key_words: u32,
+    (value_words, cell_words): (u32, u32),
+    consts: &[(&str, u64)],
+) {
+    let shared = [
+        ("WG", WORKGROUP),
+        ("TILE", tile),
+        ("KEY_WORDS", key_words),
+        ("VALUE_WORDS", value_words),
+        ("CELL_WORDS", cell_words),
+    ];
+    for (name, v) in shared.into_iter().map(|(n, v)| (n, v as u64)).chain(consts.iter().copied()) {
+        writeln!(s, "const {name}: u32 = {v}u;").unwrap();
+    }
+}
+
+/// The bindings of a batch, the same for every table: its parameters (a `Params` struct each
+/// table's prelude declares), its operations and their results.
+pub const BATCH_BINDINGS: &str = "
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> kinds: array<u32>;
+@group(0) @binding(2) var<storage, read> keys: array<u32>;
+@group(0) @binding(3) var<storage, read> vals_in: array<u32>;
+@group(0) @binding(4) var<storage, read_write> statuses: array<u32>;
+@group(0) @binding(5) var<storage, read_write> vals_out: array<u32>;
+";
+
+/// The bindings of read-write regions split in windows (name, whether its words are atomic,
+/// windows), from binding `first` on, and their accessors: `{name}_load`, `{name}_store`, and
+/// for atomic regions `{name}_cas_weak`. Returns the next free binding.
+pub fn write_windows(s: &mut String, first: u32, regions: &[(&str, bool, Windows)]) -> u32 {
+    let mut binding = first;
+    for &(name, atomic, w) in regions {
+        let ty = if atomic { "atomic<u32>" } else { "u32" };
+        for i in 0..w.count {
+            writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> {name}_w{i}: array<{ty}>;")
+                .unwrap();
+            binding += 1;
+        }
+    }
+    for &(name, atomic, w) in regions {
+        let f = |sig: &str, body: &str| (format!("{name}_{sig}"), body.replace("{r}", &format!("{name}_w")));
+        let fns = if atomic {
+            vec![
+                f("load(a: u32) -> u32", "return atomicLoad(&{r}{i}[{a}]);"),
+                f("store(a: u32, v: u32)", "atomicStore(&{r}{i}[{a}], v); return;"),
+                f(
+                    "cas_weak(a: u32, expected: u32, v: u32) -> vec2<u32>",
+                    "let r = atomicCompareExchangeWeak(&{r}{i}[{a}], expected, v); return vec2<u32>(r.old_value, u32(r.exchanged));",
+                ),
+            ]
+        } else {
+            vec![
+                f("load(a: u32) -> u32", "return {r}{i}[{a}];"),
+                f("store(a: u32, v: u32)", "{r}{i}[{a}] = v; return;"),
+            ]
+        };
+        for (sig, body) in fns {
+            accessor(s, &sig, &body, w);
+        }
+    }
+    binding
+}
+
+/// A function that routes word address `a` to its window: `body` with `{i}` the window and
+/// `{a}` the address inside it.
+pub fn accessor(s: &mut String, signature: &str, body: &str, w: Windows) {
+    let inner = |i: u32| {
+        let a = if w.count == 1 { "a".to_string() } else { format!("a & {}u", w.words() - 1) };
+        body.replace("{i}", &i.to_string()).replace("{a}", &a)
+    };
+    writeln!(s, "fn {signature} {{").unwrap();
+    if w.count == 1 {
+        writeln!(s, "    {}", inner(0)).unwrap();
+    } else {
+        writeln!(s, "    switch (a >> {}u) {{", w.shift).unwrap();
+        for i in 1..w.count {
+            writeln!(s, "        case {i}u: {{ {} }}", inner(i)).unwrap();
+        }
+        writeln!(s, "        default: {{ {} }}", inner(0)).unwrap();
+        writeln!(s, "    }}").unwrap();
+    }
+    writeln!(s, "}}").unwrap();
+}
+
+/// The source of `file`: each file it `#include`s, from `files`, expanded in place once;
+/// `common/prelude.wgsl` is a table's generated `prelude`.
+pub fn stitch(file: &str, prelude: &str, files: &[Files]) -> Result<String> {
+    let mut out = String::new();
+    expand(file, prelude, files, &mut HashSet::new(), &mut out)?;
+    Ok(out)
+}
+
+fn expand(
+    file: &str,
+    prelude: &str,
+    files: &[Files],
+    seen: &mut HashSet<String>,
+    out: &mut String,
+) -> Result<()> {
+    if !seen.insert(file.to_string()) {
+        return Ok(());
+    }
+    let text = if file == "common/prelude.wgsl" {
+        prelude
+    } else {
+        files
+            .iter()
+            .flat_map(|f| f.iter())
+            .find(|(name, _)| *name == file)
+            .map(|(_, text)| *text)
+            .ok_or_else(|| Error::Shader(format!("#include of unknown shader file {file}")))?
+    };
+    for line in text.lines() {
+        match line.trim().strip_prefix("#include") {
+            Some(rest) => expand(rest.trim().trim_matches('"'), prelude, files, seen, out)?,
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Parses and validates the source `src` of `file` with naga, as wgpu will; the error names
+/// the file.
+pub fn check(file: &str, src: &str) -> Result<naga::Module> {
+    let module = naga::front::wgsl::parse_str(src)
+        .map_err(|e| Error::Shader(format!("{file}: {}", e.emit_to_string(src))))?;
+    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SUBGROUP)
+        .validate(&module)
+        .map_err(|e| Error::Shader(format!("{file}: {}", e.emit_to_string(src))))?;
+    Ok(module)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_cover_the_region() {
+        let w = Windows::cover(1000, 1024);
+        assert_eq!((w.count, w.words()), (4, 256));
+        assert_eq!(w.len(3, 1000), 232);
+        assert_eq!(Windows::cover(10, 1 << 30).count, 1);
+    }
+}
