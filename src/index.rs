@@ -34,7 +34,7 @@ pub const MAX_BATCH: usize = 1 << 22;
 /// An insertion that finds no slot grows the table only if the table would be at least this
 /// full with every operation of the batch adding a key: below it, the layout's candidates
 /// collide too early for doubling the table to help, and growing would repeat without bound.
-pub const GROW_FROM_LOAD: f64 = 0.5;
+pub(crate) const GROW_FROM_LOAD: f64 = 0.5;
 
 /// The table to create.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,7 +93,7 @@ pub struct Options {
     pub device: Option<Arc<Gpu>>,
     /// Grow the table when an insertion finds no empty slot (default). Without growth such a
     /// batch fails with `TableFull`; so it does with growth while the table would be less than
-    /// half full (see [`GROW_FROM_LOAD`]).
+    /// half full (see `GROW_FROM_LOAD`).
     pub grow: bool,
     /// Reads check the checksum of the value they read (off by default: it reads one more word
     /// per value and hashes the value). A read whose value fails it gets [`Status::Corrupt`]

@@ -34,7 +34,7 @@ pub(crate) const EMPTY: u32 = 0;
 /// State word of a slot claimed by a batch whose phase B has not published it yet.
 pub(crate) const INSERTING: u32 = 1;
 /// State words at or above this value are published: `state - PUBLISHED` is the value cell.
-pub(crate) const PUBLISHED: u32 = 2;
+pub const PUBLISHED: u32 = 2;
 /// Largest number of candidate slots per key (`L * H * S`) the kernels support.
 pub(crate) const MAX_CANDIDATES: u32 = 128;
 /// Fewest candidate slots per key a table may have: with fewer, keys collide while the table

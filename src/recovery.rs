@@ -68,7 +68,7 @@ pub(crate) fn recover(pool: &mut Pool, geo: &Geometry) -> crate::Result<(Recover
 /// unacknowledged batches ([`recover`]), then completes an interrupted resize with `builder`,
 /// or abandons it when it cannot complete (the old table is intact). Returns the geometry of
 /// the table in charge afterwards, what was done, and the allocator.
-pub fn recover_pool(
+pub(crate) fn recover_pool(
     pool: &mut Pool,
     geo: &Geometry,
     builder: crate::resize::Builder,

@@ -23,7 +23,7 @@ use host_pm::{HEADER_COPY_BYTES, MAGIC};
 use crate::Error;
 
 /// The result file, both its names and files.
-pub struct ResultFile {
+pub(crate) struct ResultFile {
     path: PathBuf,
     spare_path: PathBuf,
     /// The file named `path`.
@@ -131,7 +131,7 @@ fn check(out: &Path, keep: &[(&str, &Path)]) -> Result<Option<Existing>, Error> 
 impl ResultFile {
     /// Checks `out` (see [`check`]; `keep` are the files it must not be), then replaces it by
     /// an empty file, atomically. Nothing is written before the checks pass.
-    pub fn create(out: &Path, keep: &[(&str, &Path)]) -> Result<ResultFile, Error> {
+    pub(crate) fn create(out: &Path, keep: &[(&str, &Path)]) -> Result<ResultFile, Error> {
         let existing = check(out, keep)?;
         let name = out.file_name().ok_or_else(|| format!("--out {} names no file", out.display()))?;
         let dir_path = match out.parent() {
@@ -218,7 +218,7 @@ impl ResultFile {
 
     /// Adds the lines of a persisted batch (whole lines, each ending in a newline): the output
     /// shows all of them or, after a kill, none.
-    pub fn append(&mut self, lines: &[u8]) -> Result<(), Error> {
+    pub(crate) fn append(&mut self, lines: &[u8]) -> Result<(), Error> {
         let spare = self.spare_path.display();
         self.spare.write_all(lines).map_err(io(format!("cannot write {spare}")))?;
         self.spare.sync_data().map_err(io(format!("cannot sync {spare}")))?;
@@ -228,7 +228,7 @@ impl ResultFile {
     }
 
     /// Removes the spare: the output stays, complete.
-    pub fn finish(self) -> Result<(), Error> {
+    pub(crate) fn finish(self) -> Result<(), Error> {
         std::fs::remove_file(&self.spare_path)
             .map_err(io(format!("cannot remove {}", self.spare_path.display())))?;
         self.dir.sync_all().map_err(io(format!("cannot sync the directory of --out {}", self.path.display())))

@@ -242,7 +242,7 @@ fn a_flipped_value_byte_is_caught_by_check_and_verified_reads() {
 
     let pool = Pool::open(&path).unwrap();
     let geo = GpHash::geometry_of(&pool).unwrap();
-    let report = gphash::recovery::check(&pool, &geo, pool.header());
+    let report = gphash::check(&pool, &geo, pool.header());
     assert_eq!(report.violations.len(), 1, "{report}");
     let Violation { at: named, what } = &report.violations[0];
     assert_eq!(*named, Some(at), "{report}");

@@ -5,16 +5,17 @@
 
 use std::path::Path;
 
-use gphash::{Error, trace};
+use gphash::Error;
+use gphash_cli::trace;
 
 /// The key width and value size an input's first byte picks (its low four bits).
-pub fn widths(selector: u8) -> (usize, usize) {
+pub(crate) fn widths(selector: u8) -> (usize, usize) {
     ([8, 4, 16, 32][usize::from(selector & 3)], [2, 8, 1, 13][usize::from(selector >> 2 & 3)])
 }
 
 /// Checks one input: its first byte picks the widths, the rest is the trace. Returns whether
 /// the trace parsed.
-pub fn check(data: &[u8]) -> bool {
+pub(crate) fn check(data: &[u8]) -> bool {
     let Some((&selector, text)) = data.split_first() else {
         return false;
     };

@@ -28,7 +28,7 @@ const UNTESTABLE: i32 = 77;
 /// elsewhere unless `GPHASH_SKIP_GPU_TESTS=1` says to run the CPU executor instead, loudly).
 pub fn gpu() -> Option<Arc<Gpu>> {
     static GPU: OnceLock<Option<Arc<Gpu>>> = OnceLock::new();
-    GPU.get_or_init(|| match Gpu::new() {
+    GPU.get_or_init(|| match Gpu::new().map_err(gphash::Error::from) {
         Ok(g) => {
             eprintln!("GPU tests run on {} (subgroup sizes {:?})", g.info.name, g.info.subgroup_sizes);
             if let Ok(want) = std::env::var(EXPECT_SUBGROUP_ENV)
@@ -211,10 +211,10 @@ pub fn stored_cells(t: &gphash::GpHash) -> std::collections::HashMap<Vec<u8>, Ve
     for bucket in 0..g.buckets() {
         for s in 0..g.layout.slots {
             let state = table[g.state_word(bucket, s) as usize];
-            if state >= gphash::layout::PUBLISHED {
+            if state >= gphash::testing::layout::PUBLISHED {
                 let k = g.key_word(bucket, s) as usize;
                 let key: &[u8] = bytemuck::cast_slice(&table[k..k + g.key_words() as usize]);
-                let at = (state - gphash::layout::PUBLISHED) as usize * cw;
+                let at = (state - gphash::testing::layout::PUBLISHED) as usize * cw;
                 cells.insert(key.to_vec(), heap[at..at + cw].to_vec());
             }
         }

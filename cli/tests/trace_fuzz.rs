@@ -6,14 +6,16 @@
 //! `GPHASH_TRACE_FUZZ` sets the number of inputs (default 200000); `GPHASH_TEST_SEED` replays a
 //! run.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
-#[path = "../fuzz/harness/parse_trace.rs"]
+#[path = "../../fuzz/harness/parse_trace.rs"]
 mod harness;
 
 use std::time::Instant;
 
-use gphash::{OpKind, trace};
+use gphash::OpKind;
+use gphash_cli::trace;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
