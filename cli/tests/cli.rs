@@ -125,7 +125,7 @@ fn malformed_traces_are_refused_before_anything_is_applied() {
     assert!(text(&out).contains("bad.trace:4"), "the error names the line");
     let stats = text(&gphash(&["stats", s(&pool)]));
     assert!(stats.contains("keys:          0 "), "nothing was applied:\n{stats}");
-    assert!(stats.contains("recovery:      clean shutdown"), "the failed replay wrote nothing:\n{stats}");
+    assert!(stats.contains("state:         closed cleanly"), "the failed replay wrote nothing:\n{stats}");
 }
 
 #[test]
