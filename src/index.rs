@@ -180,6 +180,8 @@ pub struct Stats {
     pub activity: Activity,
     /// The bucket cache in device memory.
     pub cache: crate::cache::CacheStatus,
+    /// Why the index must be reopened, if an earlier failure poisoned it.
+    pub poisoned: Option<String>,
 }
 
 impl fmt::Display for Stats {
@@ -212,6 +214,9 @@ impl fmt::Display for Stats {
         )?;
         writeln!(f, "recovery:      {}", self.recovery)?;
         writeln!(f, "cache:         {}", self.cache)?;
+        if let Some(why) = &self.poisoned {
+            writeln!(f, "poisoned:      {why} (reopen the pool)")?;
+        }
         write!(
             f,
             "activity:      {} batches, {} operations, {} rolled back, {} lines persisted\n\
@@ -237,9 +242,12 @@ fn builder<'a>(gpu: &'a std::result::Result<Arc<Gpu>, String>, opts: &'a GpuOpti
 
 /// A persistent GPU hash index.
 pub struct GpHash {
-    // Dropped before `pool`: the engine's buffers may map the pool's memory. `None` only
-    // while a resize moves the pool.
+    // Dropped before `pool`: the engine's buffers may map the pool's memory. `None` while a
+    // resize moves the pool or the cache is replaced, and after either failed to make a new
+    // one (the index is then poisoned).
     engine: Option<Box<dyn Engine>>,
+    /// How the last engine executed (reported while there is none).
+    mode: Mode,
     pool: Pool,
     geo: Geometry,
     /// The GPU, or why there is none.
@@ -251,6 +259,9 @@ pub struct GpHash {
     poisoned: Option<String>,
     /// The encoded batch, kept to reuse its allocations.
     encoded: Encoded,
+    /// Engines still to fail to be made (tests of failed restarts).
+    #[cfg(test)]
+    failing_engines: u32,
 }
 
 impl fmt::Debug for GpHash {
@@ -356,6 +367,7 @@ impl GpHash {
         let items = recovery.items;
         let mut index = GpHash {
             engine: None,
+            mode: Mode::Cpu { reason: "no engine yet".into() },
             pool,
             geo,
             gpu,
@@ -365,13 +377,27 @@ impl GpHash {
             activity: Activity::default(),
             poisoned: None,
             encoded: Encoded::default(),
+            #[cfg(test)]
+            failing_engines: 0,
         };
-        index.engine = Some(index.make_engine(bitmap)?);
+        let engine = index.make_engine(bitmap)?;
+        index.install(engine);
         Ok(index)
+    }
+
+    /// Makes `engine` the one that runs batches.
+    fn install(&mut self, engine: Box<dyn Engine>) {
+        self.mode = engine.mode();
+        self.engine = Some(engine);
     }
 
     /// An engine for the current table, with its allocator.
     fn make_engine(&mut self, bitmap: Bitmap) -> Result<Box<dyn Engine>> {
+        #[cfg(test)]
+        if self.failing_engines > 0 {
+            self.failing_engines -= 1;
+            return Err(Error::Gpu("injected failure to make an engine".into()));
+        }
         let h = *self.pool.header();
         let seeds = Seeds::new(h.table.seed, self.geo.layout.hashes);
         Ok(match &self.gpu {
@@ -395,35 +421,67 @@ impl GpHash {
         })
     }
 
-    fn engine(&mut self) -> &mut dyn Engine {
-        self.parts().0
+    /// The engine, unless the index is poisoned.
+    fn engine(&mut self) -> Result<&mut dyn Engine> {
+        self.usable()?;
+        Ok(self.engine.as_deref_mut().expect("an engine exists unless the index is poisoned"))
     }
 
     /// The engine and the pool, borrowed together.
     fn parts(&mut self) -> (&mut dyn Engine, &mut Pool) {
-        (self.engine.as_deref_mut().expect("an engine exists between resizes"), &mut self.pool)
+        // Nothing runs on a poisoned index, and an index without an engine is poisoned.
+        (self.engine.as_deref_mut().expect("an engine exists unless the index is poisoned"), &mut self.pool)
+    }
+
+    /// `Poisoned` if an earlier failure left the index unusable.
+    fn usable(&self) -> Result<()> {
+        match &self.poisoned {
+            Some(why) => Err(Error::Poisoned(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// After a step that dropped the engine to make another: if none could be made, nothing
+    /// can run until the index is reopened (which recovers).
+    fn poison_without_engine(&mut self, outcome: &Result<()>) {
+        if self.engine.is_none() {
+            let why = outcome.as_ref().err().map_or_else(String::new, ToString::to_string);
+            self.poisoned = Some(format!("no engine could be made for the table: {why}"));
+        }
     }
 
     /// Grows the table by one level now (see [`crate::resize`]); it also grows by itself when
-    /// an insertion finds no empty slot. On failure the table is unchanged.
+    /// an insertion finds no empty slot. On failure the table is unchanged; if no engine can
+    /// then be made for it, the index is poisoned (reopening recovers it).
     pub fn grow(&mut self) -> Result<()> {
-        if let Some(why) = &self.poisoned {
-            return Err(Error::Poisoned(why.clone()));
-        }
-        if self.stats().mode == Mode::Volatile {
+        self.usable()?;
+        if self.mode == Mode::Volatile {
             return Err(Error::Resize("a volatile table cannot grow: size it for its keys".into()));
         }
         let t = Instant::now();
         let regions = resize::plan(&self.pool, &self.geo)?;
         // The engine's buffers may map the pool, which may move.
         self.engine = None;
+        let outcome = self.resize_and_restart(regions);
+        self.poison_without_engine(&outcome);
+        outcome?;
+        self.activity.resizes += 1;
+        self.activity.resize_time += t.elapsed();
+        Ok(())
+    }
+
+    /// Builds the grown table in `regions` and makes an engine for it, or, when the build
+    /// fails, forgets it and makes an engine for the old table again.
+    fn resize_and_restart(&mut self, regions: [host_pm::Region; 2]) -> Result<()> {
         let builder = builder(&self.gpu, &self.options.gpu);
         let grown = resize::begin(&mut self.pool, &self.geo, regions)
             .and_then(|()| resize::complete(&mut self.pool, builder, &self.geo, self.items));
-        let bitmap = match grown {
+        match grown {
             Ok((geo, bitmap)) => {
                 self.geo = geo;
-                bitmap
+                let engine = self.make_engine(bitmap)?;
+                self.install(engine);
+                Ok(())
             }
             Err(e) => {
                 // The old table is intact: forget the resize and carry on with it.
@@ -431,14 +489,11 @@ impl GpHash {
                     resize::abandon(&mut self.pool)?;
                 }
                 let (_, bitmap) = recovery::recover(&mut self.pool, &self.geo)?;
-                self.engine = Some(self.make_engine(bitmap)?);
-                return Err(e);
+                let engine = self.make_engine(bitmap)?;
+                self.install(engine);
+                Err(e)
             }
-        };
-        self.engine = Some(self.make_engine(bitmap)?);
-        self.activity.resizes += 1;
-        self.activity.resize_time += t.elapsed();
-        Ok(())
+        }
     }
 
     /// Closes the table cleanly: the next open needs no recovery.
@@ -489,7 +544,7 @@ impl GpHash {
             value_bytes: self.geo.value_bytes,
             levels: (self.geo.top_level, self.geo.top_level + 1 - self.geo.layout.levels),
             cells: h.heap_cells,
-            mode: self.engine.as_ref().expect("an engine exists between resizes").mode(),
+            mode: self.mode.clone(),
             adapter: self.gpu.as_ref().map(|g| format!("{} ({})", g.info.name, g.info.driver)).ok(),
             subgroup_sizes: self.gpu.as_ref().map(|g| g.info.subgroup_sizes).ok(),
             backend: self.pool.backend(),
@@ -497,45 +552,51 @@ impl GpHash {
             pool_bytes: self.pool.len(),
             recovery: self.recovery.clone(),
             activity: self.activity.clone(),
-            cache: self.engine.as_ref().expect("an engine exists between resizes").cache_status(),
+            cache: match &self.engine {
+                Some(engine) => engine.cache_status(),
+                None => crate::cache::CacheStatus::Off { reason: "the index has no engine".into() },
+            },
+            poisoned: self.poisoned.clone(),
         }
     }
 
     /// Replaces the bucket cache by one with these settings (empty: it fills at its first
     /// loading phase, or at [`GpHash::load_cache`]). The table is untouched.
+    /// If no engine can be made with the new settings, the old ones stay; if none can be made
+    /// with those either, the index is poisoned (reopening recovers it).
     pub fn set_cache(&mut self, cache: crate::cache::CacheOptions) -> Result<()> {
-        if let Some(why) = &self.poisoned {
-            return Err(Error::Poisoned(why.clone()));
-        }
         cache.validate()?;
-        let bitmap = self.engine().bitmap()?;
+        let bitmap = self.engine()?.bitmap()?;
         let old = std::mem::replace(&mut self.options.gpu.cache, cache);
         self.engine = None;
-        match self.make_engine(bitmap.clone()) {
-            Ok(e) => self.engine = Some(e),
+        let outcome = match self.make_engine(bitmap.clone()) {
+            Ok(engine) => {
+                self.install(engine);
+                Ok(())
+            }
             Err(e) => {
                 self.options.gpu.cache = old;
-                self.engine = Some(self.make_engine(bitmap)?);
-                return Err(e);
+                self.make_engine(bitmap).map(|engine| self.install(engine)).and(Err(e))
             }
-        }
-        Ok(())
+        };
+        self.poison_without_engine(&outcome);
+        outcome
     }
 
     /// Runs a whole loading phase of the bucket cache now: the hot groups so far are cached
     /// when this returns (the cache then stays frozen until its next period).
     pub fn load_cache(&mut self) -> Result<()> {
-        self.engine().load_cache()
+        self.engine()?.load_cache()
     }
 
     /// What the bucket cache holds now (for tests and diagnostics; empty without a cache).
     pub fn cache_snapshot(&mut self) -> Result<crate::cache::Snapshot> {
-        self.engine().cache_snapshot()
+        self.engine()?.cache_snapshot()
     }
 
     /// Value cells in use.
     pub fn cells_used(&mut self) -> Result<u64> {
-        self.engine().cells_used()
+        self.engine()?.cells_used()
     }
 
     /// Checks every invariant of the table (see [`recovery::check`]).
@@ -613,6 +674,7 @@ impl GpHash {
     /// reads see the state before the batch, and no key is ever published twice. Use
     /// [`GpHash::execute_ordered`] for batch-order semantics.
     pub fn execute(&mut self, batch: &Batch) -> Result<BatchResult> {
+        self.usable()?;
         self.check_widths(batch)?;
         let mut result = BatchResult::new(batch.len(), batch.value_bytes());
         let all: Vec<usize> = (0..batch.len()).collect();
@@ -626,6 +688,7 @@ impl GpHash {
     /// operations run in successive rounds. On an error, the rounds before the failing one
     /// have been applied.
     pub fn execute_ordered(&mut self, batch: &Batch) -> Result<BatchResult> {
+        self.usable()?;
         self.check_widths(batch)?;
         let mut result = BatchResult::new(batch.len(), batch.value_bytes());
         for round in batch.rounds() {
@@ -652,9 +715,7 @@ impl GpHash {
     /// One batch through the protocol. A failure of the engine or of a persist poisons the
     /// index: it must be reopened, which recovers.
     fn run(&mut self, batch: &Batch, ops: &[usize], result: &mut BatchResult) -> Result<()> {
-        if let Some(why) = &self.poisoned {
-            return Err(Error::Poisoned(why.clone()));
-        }
+        self.usable()?;
         if ops.is_empty() {
             return Ok(());
         }
@@ -667,7 +728,7 @@ impl GpHash {
         match outcome {
             Ok(()) => {
                 let t = Instant::now();
-                let (statuses, values) = self.engine().results();
+                let (statuses, values) = self.engine()?.results();
                 result.scatter(batch, ops, statuses, values);
                 self.activity.host_time += t.elapsed();
                 self.activity.batches += 1;
@@ -681,9 +742,7 @@ impl GpHash {
     /// Runs a batch held in device buffers (see [`DeviceBatch`]), with the semantics of
     /// [`GpHash::execute`]; statuses and found values are written to the batch's buffers.
     pub fn execute_device(&mut self, batch: &DeviceBatch) -> Result<()> {
-        if let Some(why) = &self.poisoned {
-            return Err(Error::Poisoned(why.clone()));
-        }
+        self.usable()?;
         match self.protocol(Input::Device(batch)) {
             Ok(()) => {
                 self.activity.batches += 1;
@@ -773,5 +832,89 @@ impl GpHash {
         }
         self.activity.persist_time += t.elapsed();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CPU table of 200 keys in a pool file in `dir`.
+    fn table(dir: &tempfile::TempDir) -> GpHash {
+        let options = Options { executor: Executor::Cpu, ..Options::default() };
+        let mut t = GpHash::create(
+            Some(&dir.path().join("p")),
+            &Config { capacity: 300, ..Config::default() },
+            &options,
+        )
+        .unwrap();
+        let keys: Vec<u8> = (0..200u64).flat_map(u64::to_le_bytes).collect();
+        t.insert(&keys, &keys).unwrap();
+        t
+    }
+
+    /// Every call of a poisoned index returns `Poisoned`; `stats` says so; nothing panics.
+    /// Reopening recovers the table with `keys` keys.
+    fn assert_poisoned(t: GpHash, dir: &tempfile::TempDir, keys: u64) {
+        let poisoned = |r: Result<()>, what: &str| {
+            assert!(matches!(r, Err(Error::Poisoned(_))), "{what}: {r:?}");
+        };
+        let mut t = t;
+        let key = 1u64.to_le_bytes();
+        poisoned(t.get(&key).map(drop), "get");
+        poisoned(t.insert(&7777u64.to_le_bytes(), &key).map(drop), "insert");
+        poisoned(t.execute_ordered(&t.batch()).map(drop), "execute_ordered");
+        poisoned(t.grow(), "grow");
+        poisoned(t.set_cache(crate::cache::CacheOptions::default()), "set_cache");
+        poisoned(t.load_cache(), "load_cache");
+        poisoned(t.cells_used().map(drop), "cells_used");
+        poisoned(t.cache_snapshot().map(drop), "cache_snapshot");
+        let stats = t.stats();
+        assert!(stats.poisoned.as_deref().is_some_and(|why| why.contains("injected")), "{stats}");
+        assert!(stats.to_string().contains("poisoned"));
+        t.close().unwrap();
+        let t =
+            GpHash::open(&dir.path().join("p"), &Options { executor: Executor::Cpu, ..Options::default() })
+                .unwrap();
+        assert_eq!(t.len(), keys);
+        assert!(t.check().ok());
+    }
+
+    /// A cache change whose engine cannot be made, nor the old one again, poisons the index
+    /// (it used to leave it without an engine, and the next call panicked).
+    #[test]
+    fn a_failed_cache_change_poisons_the_index() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+        let mut t = table(&dir);
+        // Only the new engine fails: the old settings stay and the index works.
+        t.failing_engines = 1;
+        assert!(matches!(t.set_cache(crate::cache::CacheOptions::default()), Err(Error::Gpu(_))));
+        assert_eq!(t.stats().poisoned, None);
+        assert_eq!(t.get(&1u64.to_le_bytes()).unwrap().value(0), Some(&1u64.to_le_bytes()[..]));
+        // Both fail.
+        t.failing_engines = 2;
+        assert!(matches!(t.set_cache(crate::cache::CacheOptions::default()), Err(Error::Gpu(_))));
+        assert_poisoned(t, &dir, 200);
+    }
+
+    /// A resize after which no engine can be made for the grown table poisons the index; so
+    /// does an insertion whose growth fails that way. Reopening finds the grown table.
+    #[test]
+    fn a_failed_grow_poisons_the_index() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+        let mut t = table(&dir);
+        let slots = t.geometry().slots();
+        t.failing_engines = 1;
+        assert!(matches!(t.grow(), Err(Error::Gpu(_))));
+        assert_eq!(t.pool().header().table.top_level, t.geometry().top_level, "the grown table is in charge");
+        assert_eq!(t.geometry().slots(), 2 * slots);
+        assert_poisoned(t, &dir, 200);
+
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+        let mut t = table(&dir);
+        t.failing_engines = 1;
+        let keys: Vec<u8> = (1000..2000u64).flat_map(u64::to_le_bytes).collect();
+        assert!(matches!(t.insert(&keys, &keys), Err(Error::Gpu(_))), "the insertion needs growth");
+        assert_poisoned(t, &dir, 200);
     }
 }
