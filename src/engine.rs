@@ -11,6 +11,10 @@ use crate::gpu::engine::DeviceBatch;
 use crate::model::{Bitmap, Control};
 use crate::protocol::OpKind;
 
+/// Largest number of operations one engine batch holds (an engine may hold fewer: see
+/// [`Engine::max_batch`]). Longer calls run as several engine batches.
+pub const MAX_BATCH: usize = 1 << 22;
+
 /// A batch in kernel form: operation codes, key words, value words (cell-padded).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Encoded {
@@ -132,6 +136,10 @@ impl fmt::Display for Mode {
 pub trait Engine: Send {
     /// How it executes.
     fn mode(&self) -> Mode;
+
+    /// The largest batch it takes (at most [`MAX_BATCH`]); `phase_a` refuses larger ones with
+    /// `BatchTooLarge`.
+    fn max_batch(&self) -> usize;
 
     /// Allocation and phase A. For reads-only batches the results are ready afterwards.
     fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report>;

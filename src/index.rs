@@ -1,8 +1,12 @@
 //! `GpHash`, the owning index: a pool, an engine, and the two-phase batch protocol.
 //!
-//! Every batch runs as: phase A (allocate, look up, claim) -> persist -> phase B (publish,
-//! swing, delete) -> persist -> acknowledged. A batch in which some insertion finds no slot,
-//! or some value no cell, is rolled back after phase A: nothing of it takes effect.
+//! Every engine batch runs as: phase A (allocate, look up, claim) -> persist -> phase B
+//! (publish, swing, delete) -> persist -> acknowledged. An engine batch in which some insertion
+//! finds no slot, or some value no cell, is rolled back after phase A: nothing of it takes
+//! effect. A call runs as one engine batch, or, when it repeats keys in an ordered call or is
+//! larger than the engine takes, as a read of the keys' states, a fold of each repeated key's
+//! operations into one on the host, and engine batches in which every key appears once (the
+//! later ones undone if one fails): nothing of a failed call takes effect.
 
 use std::fmt;
 use std::path::Path;
@@ -11,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use host_pm::{Backend, CreateOptions, Header, PersistMode, Pool, ResizeRecord, TableConfig};
 
-use crate::batch::{Batch, BatchResult};
+use crate::batch::{Batch, BatchResult, KeyGroups, Part, Planned};
 use crate::cpu::CpuEngine;
 use crate::engine::{Encoded, Engine, Input, Mode, Written};
 use crate::error::{Error, Result};
@@ -25,9 +29,7 @@ use crate::protocol::{OpKind, Status, control};
 use crate::recovery::{self, CheckReport, Recovery};
 use crate::resize;
 
-/// Largest number of operations one batch submits to the engine; longer calls run as several
-/// batches, each acknowledged on its own.
-pub const MAX_BATCH: usize = 1 << 22;
+pub use crate::engine::MAX_BATCH;
 
 /// The table to create.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,11 +125,11 @@ impl fmt::Debug for Options {
 /// Counters of the index's work since it was opened.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Activity {
-    /// Batches acknowledged.
+    /// Engine batches acknowledged (a call takes one or more).
     pub batches: u64,
-    /// Operations acknowledged.
+    /// Operations of the engine batches acknowledged.
     pub operations: u64,
-    /// Batches rolled back (table or heap full).
+    /// Engine batches rolled back (table or heap full).
     pub rolled_back: u64,
     /// Cache lines persisted.
     pub persisted_lines: u64,
@@ -164,6 +166,9 @@ pub struct Stats {
     pub cells: u64,
     /// How batches execute.
     pub mode: Mode,
+    /// The most operations one engine batch holds (longer calls run as several; 0 without an
+    /// engine).
+    pub max_batch: usize,
     /// The GPU, if one is used.
     pub adapter: Option<String>,
     /// Its subgroup sizes (min, max).
@@ -202,7 +207,7 @@ impl fmt::Display for Stats {
             self.levels.0, self.levels.1, self.levels.0
         )?;
         writeln!(f, "value cells:   {}", self.cells)?;
-        writeln!(f, "mode:          {}", self.mode)?;
+        writeln!(f, "mode:          {} (engine batches of up to {} operations)", self.mode, self.max_batch)?;
         match (&self.adapter, self.subgroup_sizes) {
             (Some(a), Some((lo, hi))) => writeln!(f, "adapter:       {a} (subgroup size {lo}..{hi})")?,
             _ => writeln!(f, "adapter:       none")?,
@@ -267,6 +272,22 @@ pub struct GpHash {
 impl fmt::Debug for GpHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GpHash").field("geometry", &self.geo).field("items", &self.items).finish()
+    }
+}
+
+/// The states of some keys of a batch before a call.
+struct States {
+    /// For each operation of the batch, the read of its key (`u32::MAX`: none).
+    read_of: Vec<u32>,
+    /// The reads' results.
+    values: BatchResult,
+}
+
+impl States {
+    /// The value of operation `i`'s key before the call (`None`: absent), which must have
+    /// been read.
+    fn of(&self, i: usize) -> Option<&[u8]> {
+        self.values.value(self.read_of[i] as usize)
     }
 }
 
@@ -545,6 +566,7 @@ impl GpHash {
             levels: (self.geo.top_level, self.geo.top_level + 1 - self.geo.layout.levels),
             cells: h.heap_cells,
             mode: self.mode.clone(),
+            max_batch: self.engine.as_ref().map_or(0, |e| e.max_batch().min(MAX_BATCH)),
             adapter: self.gpu.as_ref().map(|g| format!("{} ({})", g.info.name, g.info.driver)).ok(),
             subgroup_sizes: self.gpu.as_ref().map(|g| g.info.subgroup_sizes).ok(),
             backend: self.pool.backend(),
@@ -672,31 +694,157 @@ impl GpHash {
     /// Runs a mixed batch. Operations on different keys are independent. Operations on the
     /// same key in one batch are linearizable in some order (not necessarily batch order):
     /// reads see the state before the batch, and no key is ever published twice. Use
-    /// [`GpHash::execute_ordered`] for batch-order semantics.
+    /// [`GpHash::execute_ordered`] for batch-order semantics. On an error nothing of the batch
+    /// has taken effect (see [`GpHash::execute_ordered`] for what a crash may leave).
     pub fn execute(&mut self, batch: &Batch) -> Result<BatchResult> {
+        self.call(batch, false)
+    }
+
+    /// Runs a batch with the results of applying its operations one by one, in order.
+    ///
+    /// A key that several operations share is read first (one read-only engine batch for all
+    /// of them); its operations are applied on the host from that state, which gives their
+    /// results, and the engine applies only their net effect (an insert, an update, a delete,
+    /// or nothing), in one engine batch with the other operations. A batch larger than the
+    /// engine takes runs as several engine batches, each key in one of them.
+    ///
+    /// On an error nothing of the batch has taken effect: an engine batch that fails is
+    /// rolled back, and those before it are undone. A crash (or an error that poisons the
+    /// index) in the middle leaves each key as it was before the batch or as after it.
+    pub fn execute_ordered(&mut self, batch: &Batch) -> Result<BatchResult> {
+        self.call(batch, true)
+    }
+
+    /// A call: one engine batch when it fits and, if `ordered`, repeats no key; folded
+    /// otherwise (batch order is one of the orders an unordered call allows).
+    fn call(&mut self, batch: &Batch, ordered: bool) -> Result<BatchResult> {
         self.usable()?;
         self.check_widths(batch)?;
         let mut result = BatchResult::new(batch.len(), batch.value_bytes());
-        let all: Vec<usize> = (0..batch.len()).collect();
-        for chunk in all.chunks(MAX_BATCH) {
-            self.run(batch, chunk, &mut result)?;
+        let split = batch.len() > self.max_batch()?;
+        let groups = (ordered || split).then(|| batch.key_groups());
+        match groups {
+            Some(groups) if split || !groups.repeated.is_empty() => {
+                self.folded(batch, &groups, split, &mut result)?
+            }
+            _ => self.run(batch, Part::Whole, &mut result)?,
         }
         Ok(result)
     }
 
-    /// Runs a batch with the results of applying its operations one by one, in order. Same-key
-    /// operations run in successive rounds. On an error, the rounds before the failing one
-    /// have been applied.
-    pub fn execute_ordered(&mut self, batch: &Batch) -> Result<BatchResult> {
-        self.usable()?;
-        self.check_widths(batch)?;
+    /// The most operations one engine batch holds.
+    fn max_batch(&mut self) -> Result<usize> {
+        Ok(self.engine()?.max_batch().min(MAX_BATCH))
+    }
+
+    /// Runs a batch with every key once: reads the states of the keys that `groups` repeats
+    /// (and, when the batch is `split` into several engine batches, of every key it may
+    /// change), folds each repeated key's operations into their net effect, then runs the
+    /// single operations and the net effects.
+    fn folded(
+        &mut self,
+        batch: &Batch,
+        groups: &KeyGroups,
+        split: bool,
+        result: &mut BatchResult,
+    ) -> Result<()> {
+        let firsts = groups.repeated.iter().map(|ops| ops[0]);
+        let changes = |&&i: &&usize| split && batch.op(i).0 != OpKind::Get;
+        let before = self.read_states(batch, firsts.chain(groups.single.iter().filter(changes).copied()))?;
+        let t = Instant::now();
+        let mut plan: Vec<Planned> = groups.single.iter().map(|&i| Planned::own(batch, i)).collect();
+        for ops in &groups.repeated {
+            plan.extend(batch.fold_key(ops, before.of(ops[0]), result));
+        }
+        self.activity.host_time += t.elapsed();
+        let Err((applied, e)) = self.run_parts(batch, &plan, result) else {
+            return Ok(());
+        };
+        if applied > 0
+            && self.poisoned.is_none()
+            && let Err(undo) = self.undo(batch, &plan[..applied], &before, result)
+        {
+            let why = format!("{e}; undoing the {applied} operations applied before it failed: {undo}");
+            self.poisoned = Some(why.clone());
+            return Err(Error::Poisoned(why));
+        }
+        Err(e)
+    }
+
+    /// The states of the keys of operations `ops` of `batch`, read (nothing to persist, nothing
+    /// to undo).
+    fn read_states(&mut self, batch: &Batch, ops: impl Iterator<Item = usize>) -> Result<States> {
+        let mut read_of = vec![u32::MAX; batch.len()];
+        let mut keys = vec![];
+        for (r, i) in ops.enumerate() {
+            read_of[i] = r as u32;
+            keys.extend_from_slice(batch.op(i).1);
+        }
+        let reads = Batch::of_kind(OpKind::Get, batch.key_bytes(), batch.value_bytes(), &keys, None)?;
+        Ok(States { read_of, values: self.run_distinct(&reads)? })
+    }
+
+    /// Runs a batch whose keys are distinct, as engine batches of at most `max_batch`
+    /// operations, each acknowledged on its own.
+    fn run_distinct(&mut self, batch: &Batch) -> Result<BatchResult> {
         let mut result = BatchResult::new(batch.len(), batch.value_bytes());
-        for round in batch.rounds() {
-            for chunk in round.chunks(MAX_BATCH) {
-                self.run(batch, chunk, &mut result)?;
-            }
+        if batch.len() <= self.max_batch()? {
+            self.run(batch, Part::Whole, &mut result)?;
+        } else {
+            let plan: Vec<Planned> = (0..batch.len()).map(|i| Planned::own(batch, i)).collect();
+            self.run_parts(batch, &plan, &mut result).map_err(|(_, e)| e)?;
         }
         Ok(result)
+    }
+
+    /// Runs `plan` as engine batches of at most `max_batch` operations, in order. On an error,
+    /// also says how many operations of `plan` the engine batches before the failing one
+    /// applied.
+    fn run_parts(
+        &mut self,
+        batch: &Batch,
+        plan: &[Planned],
+        result: &mut BatchResult,
+    ) -> std::result::Result<(), (usize, Error)> {
+        let max = self.max_batch().map_err(|e| (0, e))?;
+        for (k, part) in plan.chunks(max).enumerate() {
+            self.run(batch, Part::Planned(part), result).map_err(|e| (k * max, e))?;
+        }
+        Ok(())
+    }
+
+    /// Takes the keys that `applied` (operations of a failed call, with their results in
+    /// `result`) changed back to their states before the call: first deletes the keys the call
+    /// created, then restores the others, so that the restores find the room the table had
+    /// before the call.
+    fn undo(
+        &mut self,
+        batch: &Batch,
+        applied: &[Planned],
+        before: &States,
+        result: &BatchResult,
+    ) -> Result<()> {
+        let (mut deletes, mut restores) = (self.batch(), self.batch());
+        for p in applied {
+            let status = p.expect.unwrap_or(result.statuses[p.key]);
+            if p.kind == OpKind::Get || status != Status::Ok {
+                continue;
+            }
+            let key = batch.op(p.key).1;
+            match (before.of(p.key), p.kind) {
+                (None, _) => deletes.delete(key)?,
+                (Some(old), OpKind::Delete) => restores.insert(key, old)?,
+                (Some(old), _) => restores.update(key, old)?,
+            }
+        }
+        for b in [deletes, restores] {
+            let done = self.run_distinct(&b)?;
+            if let Some(i) = done.statuses.iter().position(|&s| s != Status::Ok) {
+                let why = format!("undoing with a {:?} gave {:?}", b.op(i).0, done.statuses[i]);
+                return Err(Error::Inconsistent(why));
+            }
+        }
+        Ok(())
     }
 
     fn check_widths(&self, batch: &Batch) -> Result<()> {
@@ -712,27 +860,31 @@ impl GpHash {
         Ok(())
     }
 
-    /// One batch through the protocol. A failure of the engine or of a persist poisons the
-    /// index: it must be reopened, which recovers.
-    fn run(&mut self, batch: &Batch, ops: &[usize], result: &mut BatchResult) -> Result<()> {
+    /// One engine batch through the protocol, its results stored in `result`. A failure of
+    /// the engine or of a persist poisons the index: it must be reopened, which recovers.
+    fn run(&mut self, batch: &Batch, part: Part, result: &mut BatchResult) -> Result<()> {
         self.usable()?;
-        if ops.is_empty() {
+        let n = part.len(batch);
+        if n == 0 {
             return Ok(());
         }
         let t = Instant::now();
         let mut encoded = std::mem::take(&mut self.encoded);
-        batch.encode(ops, &mut encoded);
+        batch.encode_part(part, &mut encoded);
         self.activity.host_time += t.elapsed();
         let outcome = self.protocol(Input::Host(&encoded));
         self.encoded = encoded;
-        match outcome {
+        let stored = outcome.and_then(|()| {
+            let t = Instant::now();
+            let (statuses, values) = self.engine()?.results();
+            result.scatter(batch, part, statuses, values)?;
+            self.activity.host_time += t.elapsed();
+            Ok(())
+        });
+        match stored {
             Ok(()) => {
-                let t = Instant::now();
-                let (statuses, values) = self.engine()?.results();
-                result.scatter(batch, ops, statuses, values);
-                self.activity.host_time += t.elapsed();
                 self.activity.batches += 1;
-                self.activity.operations += ops.len() as u64;
+                self.activity.operations += n as u64;
                 Ok(())
             }
             Err(e) => Err(self.failed(e)),
@@ -741,6 +893,7 @@ impl GpHash {
 
     /// Runs a batch held in device buffers (see [`DeviceBatch`]), with the semantics of
     /// [`GpHash::execute`]; statuses and found values are written to the batch's buffers.
+    /// A batch larger than the engine takes (`BatchTooLarge`) is refused before anything runs.
     pub fn execute_device(&mut self, batch: &DeviceBatch) -> Result<()> {
         self.usable()?;
         match self.protocol(Input::Device(batch)) {
@@ -761,7 +914,7 @@ impl GpHash {
             | Error::HeapFull { .. }
             | Error::Resize(_)
             | Error::Pool(host_pm::PoolError::OutOfSpace { .. }) => self.activity.rolled_back += 1,
-            Error::MissingFeature(_) | Error::InvalidConfig(_) => {}
+            Error::MissingFeature(_) | Error::InvalidConfig(_) | Error::BatchTooLarge { .. } => {}
             _ => self.poisoned = Some(e.to_string()),
         }
         e

@@ -10,8 +10,8 @@ use super::context::Gpu;
 use super::engine::GpuOptions;
 use super::hostmem::{self, ImportGuard};
 use super::resources::{
-    bind_group, bind_group_layout, build_pipelines, check_bindings, dispatch, download_region, import_region,
-    map_read, max_window, release_imports, staged_reason, upload_region,
+    ErrorScopes, bind_group, bind_group_layout, build_pipelines, check_bindings, dispatch, download_region,
+    import_region, map_read, max_window, release_imports, staged_reason, upload_region,
 };
 use super::shader::{
     self, CacheConfig, FIRST_WINDOW_BINDING, Kernel, KernelConfig, Params, Source, TABLE_BINDINGS, Windows,
@@ -66,6 +66,7 @@ pub fn build(
         }
     };
     let dev = &gpu.device;
+    let scopes = ErrorScopes::push(dev);
     let buffer = |label, size: u64, usage| {
         dev.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
@@ -103,7 +104,7 @@ pub fn build(
     entries.extend(to.iter());
     entries.extend([&unused_rw, &unused_rw, &unused_rw]);
     entries.extend(from.iter());
-    let bind = bind_group(dev, "resize", &layout, &entries);
+    let bind = bind_group(dev, "resize", &layout, entries.iter().map(|b| b.as_entire_binding()));
 
     // One submit per kernel: each reads its own invocation count from the parameters.
     let rehash_slots = old.groups() * old.layout.slots as u64;
@@ -125,17 +126,22 @@ pub fn build(
     if !staged {
         gpu.queue.submit([hostmem::host_read_barrier(gpu)]);
     }
-    let mut out = Control::default();
-    map_read(gpu, &readback, 0..(control::WORDS * 4) as u64, |b| {
-        out.copy_from_slice(bytemuck::cast_slice(b))
-    })?;
-    if staged {
-        download_region(gpu, &to, cfg.table, new_region, pool)?;
-    }
+    // Checked before anything is read back: a refused submit built nothing.
+    let built = scopes.pop(|| "building the grown table".into()).and_then(|()| {
+        let mut out = Control::default();
+        map_read(gpu, &readback, 0..(control::WORDS * 4) as u64, |b| {
+            out.copy_from_slice(bytemuck::cast_slice(b))
+        })?;
+        if staged {
+            download_region(gpu, &to, cfg.table, new_region, pool)?;
+        }
+        Ok(out)
+    });
+    // Imported windows reference the pool, which may move next: released whatever happened.
     drop(bind);
     for b in from.into_iter().chain(to) {
         b.destroy();
     }
     release_imports(gpu, &guard);
-    Ok(out)
+    built
 }
