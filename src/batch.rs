@@ -1,5 +1,5 @@
-//! Batches of operations on host slices, their results, and the split of a batch into rounds
-//! of distinct keys for ordered execution.
+//! Batches of operations on host slices, their results, and the fold of a key's operations
+//! into one net operation for ordered execution.
 
 use rustc_hash::FxHashMap;
 
@@ -127,9 +127,13 @@ impl Batch {
         self.value_bytes
     }
 
-    /// The batch in kernel form, into `e` (whose allocations are reused); `ops` selects (and
-    /// orders) the operations.
-    pub fn encode(&self, ops: &[usize], e: &mut Encoded) {
+    /// The batch in kernel form, into `e` (whose allocations are reused).
+    pub fn encode(&self, e: &mut Encoded) {
+        self.encode_part(Part::Whole, e)
+    }
+
+    /// Operations `part` in kernel form, into `e` (whose allocations are reused).
+    pub(crate) fn encode_part(&self, part: Part, e: &mut Encoded) {
         let words = |bytes: &[u8], out: &mut Vec<u32>| {
             out.extend(bytes.chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())));
         };
@@ -137,9 +141,9 @@ impl Batch {
         e.kinds.clear();
         e.keys.clear();
         e.values.clear();
-        let whole = is_whole(ops, self.len());
-        let carries_values = ops.iter().any(|&i| self.kinds[i].writes_value());
-        if whole && (padded == self.value_bytes || !carries_values) {
+        let n = part.len(self);
+        let carries_values = (0..n).any(|j| part.get(self, j).kind.writes_value());
+        if matches!(part, Part::Whole) && (padded == self.value_bytes || !carries_values) {
             e.kinds.extend(self.kinds.iter().map(|&k| k as u32));
             words(&self.keys, &mut e.keys);
             if carries_values {
@@ -148,49 +152,169 @@ impl Batch {
             return;
         }
         let mut word_aligned = vec![0u8; padded];
-        for &i in ops {
-            let (kind, key, value) = self.op(i);
-            e.kinds.push(kind as u32);
-            words(key, &mut e.keys);
+        for j in 0..n {
+            let p = part.get(self, j);
+            e.kinds.push(p.kind as u32);
+            words(self.op(p.key).1, &mut e.keys);
             if carries_values {
-                word_aligned[..self.value_bytes].copy_from_slice(value);
+                // Operations that write no value get zero words.
+                word_aligned.fill(0);
+                if p.kind.writes_value() {
+                    word_aligned[..self.value_bytes].copy_from_slice(self.op(p.value).2);
+                }
                 words(&word_aligned, &mut e.values);
             }
         }
     }
 
-    /// Splits the batch into rounds in which every key appears at most once: round `r` holds
-    /// the `r`-th operation on each key. Running the rounds in order gives the results of
-    /// applying the operations one by one, since operations on different keys commute.
-    pub fn rounds(&self) -> Vec<Vec<usize>> {
-        let mut seen: FxHashMap<&[u8], usize> = FxHashMap::default();
-        seen.reserve(self.len());
-        let mut rounds: Vec<Vec<usize>> = vec![];
-        for i in 0..self.len() {
-            let r = seen.entry(self.op(i).1).or_default();
-            if *r == rounds.len() {
-                rounds.push(vec![]);
-            }
-            rounds[*r].push(i);
-            *r += 1;
+    /// The batch's operations grouped by key, in batch order.
+    pub(crate) fn key_groups(&self) -> KeyGroups {
+        let mut ids: FxHashMap<&[u8], u32> = FxHashMap::default();
+        ids.reserve(self.len());
+        let group: Vec<u32> = (0..self.len())
+            .map(|i| {
+                let next = ids.len() as u32;
+                *ids.entry(self.op(i).1).or_insert(next)
+            })
+            .collect();
+        let mut count = vec![0u32; ids.len()];
+        for &g in &group {
+            count[g as usize] += 1;
         }
-        rounds
+        let mut slot = vec![u32::MAX; ids.len()];
+        let mut groups = KeyGroups { single: vec![], repeated: vec![] };
+        for (i, &g) in group.iter().enumerate() {
+            let g = g as usize;
+            if count[g] == 1 {
+                groups.single.push(i);
+                continue;
+            }
+            if slot[g] == u32::MAX {
+                slot[g] = groups.repeated.len() as u32;
+                groups.repeated.push(Vec::with_capacity(count[g] as usize));
+            }
+            groups.repeated[slot[g] as usize].push(i);
+        }
+        groups
+    }
+
+    /// Applies `ops`, the operations of one key in batch order, one by one from the key's
+    /// value before them (`before`, `None` when absent): writes each one's result into
+    /// `result`, and returns the one operation that takes the key from `before` to its final
+    /// state, with the status it must give (`None` when the key ends as it began). Its `key`
+    /// is `ops[0]`.
+    pub(crate) fn fold_key(
+        &self,
+        ops: &[usize],
+        before: Option<&[u8]>,
+        result: &mut BatchResult,
+    ) -> Option<Planned> {
+        /// Where the key's current value is.
+        #[derive(Clone, Copy)]
+        enum Value {
+            Before,
+            Absent,
+            Written(usize),
+        }
+        let mut value = if before.is_some() { Value::Before } else { Value::Absent };
+        for &i in ops {
+            let current = match value {
+                Value::Before => before,
+                Value::Absent => None,
+                Value::Written(w) => Some(self.op(w).2),
+            };
+            let (status, found) = match (self.kinds[i], current) {
+                (OpKind::Get, Some(v)) => (Status::Ok, Some(v)),
+                (OpKind::Get | OpKind::Update | OpKind::Delete, None) => (Status::NotFound, None),
+                (OpKind::Insert, Some(_)) => (Status::Exists, None),
+                (OpKind::Insert | OpKind::Upsert | OpKind::Update, _) => {
+                    value = Value::Written(i);
+                    (Status::Ok, None)
+                }
+                (OpKind::Delete, Some(_)) => {
+                    value = Value::Absent;
+                    (Status::Ok, None)
+                }
+            };
+            result.set(i, status, found);
+        }
+        let net = |kind, value| Planned { kind, key: ops[0], value, expect: Some(Status::Ok) };
+        match (before, value) {
+            (_, Value::Before) | (None, Value::Absent) => None,
+            (Some(_), Value::Absent) => Some(net(OpKind::Delete, ops[0])),
+            (Some(old), Value::Written(w)) if old == self.op(w).2 => None,
+            (Some(_), Value::Written(w)) => Some(net(OpKind::Update, w)),
+            (None, Value::Written(w)) => Some(net(OpKind::Insert, w)),
+        }
     }
 }
 
-/// Whether `ops` is `0..n` in order.
-fn is_whole(ops: &[usize], n: usize) -> bool {
-    ops.len() == n && ops.iter().enumerate().all(|(j, &i)| i == j)
+/// A batch's operations by key: the keys no other operation has, and the others'.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct KeyGroups {
+    /// Operations whose key no other operation of the batch has, in batch order.
+    pub single: Vec<usize>,
+    /// The operations of each key that several operations have, in batch order (keys in the
+    /// order of their first operation).
+    pub repeated: Vec<Vec<usize>>,
 }
 
-/// A batch in kernel form: operation codes, key words, value words (cell-padded).
+/// One operation of an engine batch that runs (a part of) a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Planned {
+    /// What the engine does.
+    pub kind: OpKind,
+    /// The batch operation whose key it uses, and where its result goes.
+    pub key: usize,
+    /// The batch operation whose value it writes (for kinds that write one).
+    pub value: usize,
+    /// `Some(status)`: the net change of a key that several operations of the batch share,
+    /// whose result must be `status` and goes nowhere.
+    pub expect: Option<Status>,
+}
+
+impl Planned {
+    /// Operation `i` of `batch`, as it is.
+    pub(crate) fn own(batch: &Batch, i: usize) -> Self {
+        Planned { kind: batch.kinds[i], key: i, value: i, expect: None }
+    }
+}
+
+/// The operations of one engine batch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Part<'a> {
+    /// The whole batch, as it is.
+    Whole,
+    /// These.
+    Planned(&'a [Planned]),
+}
+
+impl Part<'_> {
+    /// Operations in the part.
+    pub(crate) fn len(&self, batch: &Batch) -> usize {
+        match self {
+            Part::Whole => batch.len(),
+            Part::Planned(p) => p.len(),
+        }
+    }
+
+    /// Its `j`-th operation.
+    fn get(&self, batch: &Batch, j: usize) -> Planned {
+        match self {
+            Part::Whole => Planned::own(batch, j),
+            Part::Planned(p) => p[j],
+        }
+    }
+}
+
+/// A batch in kernel form: operation codes, key words, value words (zero-padded to whole words).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Encoded {
     /// One [`OpKind`] code per operation.
     pub kinds: Vec<u32>,
     /// `key_words` words per operation.
     pub keys: Vec<u32>,
-    /// `cell_words` words per operation (zero for operations without a value); empty when no
+    /// `value_words` words per operation (zero for operations without a value); empty when no
     /// operation carries a value.
     pub values: Vec<u32>,
 }
@@ -237,24 +361,64 @@ impl BatchResult {
         }
     }
 
-    /// Stores the results of the operations `ops` (in that order) from kernel output; `values`
-    /// holds `value_words` words per operation, or nothing when no operation reads.
-    pub(crate) fn scatter(&mut self, batch: &Batch, ops: &[usize], statuses: &[u32], values: &[u32]) {
+    /// Stores the results of the operations of `part` from kernel output: `statuses` holds one
+    /// code per operation, `values` `value_words` words per operation or nothing when no
+    /// operation reads. An invalid code, a missing result, or a net change whose status is not
+    /// the one expected is an `Inconsistent` error.
+    pub(crate) fn scatter(
+        &mut self,
+        batch: &Batch,
+        part: Part,
+        statuses: &[u32],
+        values: &[u32],
+    ) -> Result<()> {
+        let n = part.len(batch);
         let vb = self.value_bytes;
         let padded = vb.div_ceil(4) * 4;
         let bytes: &[u8] = bytemuck::cast_slice(values);
-        let bulk = !values.is_empty() && padded == vb && is_whole(ops, self.len());
+        if statuses.len() != n || !(bytes.is_empty() || bytes.len() == n * padded) {
+            return Err(Error::Inconsistent(format!(
+                "{} statuses and {} value bytes for {n} operations",
+                statuses.len(),
+                bytes.len()
+            )));
+        }
+        let bulk = !bytes.is_empty() && padded == vb && matches!(part, Part::Whole);
         if bulk {
             // Values of operations that are not successful reads are never handed out.
             self.values.copy_from_slice(bytes);
         }
-        for (j, &i) in ops.iter().enumerate() {
-            let status = Status::from_code(statuses[j]).expect("kernels write valid statuses");
-            self.statuses[i] = status;
-            self.reads[i] = status == Status::Ok && batch.kinds[i] == OpKind::Get;
-            if self.reads[i] && !bulk {
-                self.values[i * vb..(i + 1) * vb].copy_from_slice(&bytes[j * padded..j * padded + vb]);
+        for (j, &code) in statuses.iter().enumerate() {
+            let p = part.get(batch, j);
+            let status = Status::from_code(code)
+                .ok_or_else(|| Error::Inconsistent(format!("status code {code} for a {:?}", p.kind)))?;
+            if let Some(want) = p.expect {
+                if status != want {
+                    return Err(Error::Inconsistent(format!(
+                        "a {:?} that the call's reads say must give {want:?} gave {status:?}",
+                        p.kind
+                    )));
+                }
+                continue;
             }
+            let read = status == Status::Ok && p.kind == OpKind::Get;
+            if read && bytes.is_empty() {
+                return Err(Error::Inconsistent("a read found its key but no value came back".into()));
+            }
+            let value = (read && !bulk).then(|| &bytes[j * padded..j * padded + vb]);
+            self.set(p.key, status, value);
+            self.reads[p.key] = read;
+        }
+        Ok(())
+    }
+
+    /// Sets operation `i`'s result: its status and, for a read that found its key, the value.
+    pub(crate) fn set(&mut self, i: usize, status: Status, found: Option<&[u8]>) {
+        let vb = self.value_bytes;
+        self.statuses[i] = status;
+        self.reads[i] = found.is_some();
+        if let Some(v) = found {
+            self.values[i * vb..(i + 1) * vb].copy_from_slice(v);
         }
     }
 
@@ -290,12 +454,75 @@ mod tests {
     }
 
     #[test]
-    fn rounds_hold_distinct_keys_in_order() {
+    fn key_groups_separate_repeated_keys_in_order() {
         let mut b = Batch::new(4, 4);
-        for k in [1u32, 2, 1, 1, 3, 2] {
+        for k in [1u32, 2, 1, 1, 3, 2, 4] {
             b.upsert(&k.to_le_bytes(), &[0; 4]).unwrap();
         }
-        assert_eq!(b.rounds(), vec![vec![0, 1, 4], vec![2, 5], vec![3]]);
+        assert_eq!(
+            b.key_groups(),
+            KeyGroups { single: vec![4, 6], repeated: vec![vec![0, 2, 3], vec![1, 5]] }
+        );
+    }
+
+    /// Every sequence of up to four operations on one key, from either state: the results and
+    /// the net operation equal one-by-one application.
+    #[test]
+    fn folds_equal_one_by_one_application() {
+        use OpKind::*;
+        let kinds = [Get, Insert, Upsert, Update, Delete];
+        let key = 7u32.to_le_bytes();
+        for len in 1..=4u32 {
+            for code in 0..5u32.pow(len) {
+                let seq: Vec<OpKind> = (0..len).map(|d| kinds[(code / 5u32.pow(d) % 5) as usize]).collect();
+                for before in [None, Some([9u8; 4])] {
+                    let mut b = Batch::new(4, 4);
+                    for (i, &kind) in seq.iter().enumerate() {
+                        let v = [i as u8; 4];
+                        b.push(kind, &key, kind.writes_value().then_some(&v[..])).unwrap();
+                    }
+                    // One by one.
+                    let mut state = before.map(|v| v.to_vec());
+                    let mut want = vec![];
+                    for i in 0..b.len() {
+                        let (kind, _, v) = b.op(i);
+                        want.push(match (kind, &state) {
+                            (Get, Some(s)) => (Status::Ok, Some(s.clone())),
+                            (Get | Update | Delete, None) => (Status::NotFound, None),
+                            (Insert, Some(_)) => (Status::Exists, None),
+                            (Insert | Upsert | Update, _) => {
+                                state = Some(v.to_vec());
+                                (Status::Ok, None)
+                            }
+                            (Delete, Some(_)) => {
+                                state = None;
+                                (Status::Ok, None)
+                            }
+                        });
+                    }
+                    let mut result = BatchResult::new(b.len(), 4);
+                    let ops: Vec<usize> = (0..b.len()).collect();
+                    let net = b.fold_key(&ops, before.as_ref().map(|v| &v[..]), &mut result);
+                    let got: Vec<_> = (0..b.len())
+                        .map(|i| (result.statuses[i], result.value(i).map(<[u8]>::to_vec)))
+                        .collect();
+                    assert_eq!(got, want, "{seq:?} from {before:?}");
+                    // The net operation takes `before` to `state`.
+                    let after = match net {
+                        None => before.map(|v| v.to_vec()),
+                        Some(p) => {
+                            assert_eq!(p.expect, Some(Status::Ok));
+                            match (p.kind, before) {
+                                (Insert, None) | (Update, Some(_)) => Some(b.op(p.value).2.to_vec()),
+                                (Delete, Some(_)) => None,
+                                other => panic!("{seq:?}: net {other:?}"),
+                            }
+                        }
+                    };
+                    assert_eq!(after, state, "{seq:?} from {before:?}: net {net:?}");
+                }
+            }
+        }
     }
 
     #[test]
@@ -304,12 +531,20 @@ mod tests {
         b.insert(&7u32.to_le_bytes(), &[1, 2, 3]).unwrap();
         b.get(&9u32.to_le_bytes()).unwrap();
         let mut e = Encoded::default();
-        b.encode(&[0, 1], &mut e);
+        b.encode(&mut e);
         assert_eq!(e.kinds, vec![OpKind::Insert as u32, OpKind::Get as u32]);
         assert_eq!(e.keys, vec![7, 9]);
         assert_eq!(e.values, vec![0x0003_0201, 0]);
-        b.encode(&[1], &mut e);
+        b.encode_part(Part::Planned(&[Planned::own(&b, 1)]), &mut e);
         assert_eq!(e.keys, vec![9]);
         assert!(e.values.is_empty(), "reads carry no values");
+        // A net change takes its key from one operation and its value from another; a delete
+        // of an insert's key carries no value.
+        let net = |kind, key, value| Planned { kind, key, value, expect: Some(Status::Ok) };
+        let planned = [net(OpKind::Update, 1, 0), net(OpKind::Delete, 0, 0)];
+        b.encode_part(Part::Planned(&planned), &mut e);
+        assert_eq!(e.kinds, vec![OpKind::Update as u32, OpKind::Delete as u32]);
+        assert_eq!(e.keys, vec![9, 7]);
+        assert_eq!(e.values, vec![0x0003_0201, 0]);
     }
 }

@@ -4,7 +4,7 @@
 use host_pm::{Pool, Region};
 
 use crate::batch::Encoded;
-use crate::engine::{Engine, Input, Mode, Report, Written};
+use crate::engine::{Engine, Input, MAX_BATCH, Mode, Report, Written};
 use crate::error::{Error, Result};
 use crate::hash::Seeds;
 use crate::layout::Geometry;
@@ -86,8 +86,15 @@ impl Engine for CpuEngine {
         Mode::Cpu { reason: self.reason.clone() }
     }
 
+    fn max_batch(&self) -> usize {
+        MAX_BATCH
+    }
+
     fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report> {
         let batch = host(batch)?;
+        if batch.len() > MAX_BATCH {
+            return Err(Error::BatchTooLarge { len: batch.len() as u64, max: MAX_BATCH as u64 });
+        }
         self.run = BatchRun::new(batch.len(), self.geo.value_words() as usize);
         let alloc = self
             .stage(pool, batch, |m, mem, bitmap, dirty, run, i| m.alloc(mem, bitmap, dirty, batch, run, i));

@@ -23,7 +23,7 @@ pub struct DeviceBatch<'a> {
     pub found: &'a wgpu::Buffer,
 }
 
-impl DeviceBatch<'_> {
+impl<'a> DeviceBatch<'a> {
     /// Refuses buffers too small for `len` operations of `key_words`-word keys and
     /// `value_words`-word values, or without `STORAGE` usage.
     pub fn validate(&self, key_words: u32, value_words: u32) -> Result<()> {
@@ -48,5 +48,27 @@ impl DeviceBatch<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The batch's buffers as the kernels bind them (`kinds`, `keys`, `values`, `statuses`,
+    /// `found`), each only as far as `len` operations reach: a larger buffer may exceed the
+    /// device's binding limit.
+    pub fn bindings(&self, key_words: u32, value_words: u32) -> [wgpu::BindingResource<'a>; 5] {
+        let n = self.len as u64;
+        let range = |buffer: &'a wgpu::Buffer, words_per_op: u64| {
+            wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer,
+                offset: 0,
+                size: wgpu::BufferSize::new((n * words_per_op).max(1) * 4),
+            })
+        };
+        let (kw, vw) = (key_words as u64, value_words as u64);
+        [
+            range(self.kinds, 1),
+            range(self.keys, kw),
+            range(self.values, vw),
+            range(self.statuses, 1),
+            range(self.found, vw),
+        ]
     }
 }

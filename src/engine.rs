@@ -10,6 +10,9 @@ use crate::cache::{CacheStatus, Snapshot};
 use crate::device_batch::DeviceBatch;
 use crate::error::Result;
 use crate::model::{Bitmap, Control};
+/// Largest number of operations one engine batch holds (an engine may hold fewer: see
+/// [`Engine::max_batch`]). Longer calls run as several engine batches.
+pub const MAX_BATCH: usize = 1 << 22;
 
 /// Where a batch's operations come from.
 #[derive(Clone, Copy)]
@@ -108,6 +111,10 @@ impl From<gphash_gpu::Residence> for Mode {
 pub(crate) trait Engine: Send {
     /// How it executes.
     fn mode(&self) -> Mode;
+
+    /// The largest batch it takes (at most [`MAX_BATCH`]); `phase_a` refuses larger ones with
+    /// `BatchTooLarge`.
+    fn max_batch(&self) -> usize;
 
     /// Allocation and phase A. For reads-only batches the results are ready afterwards.
     fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report>;

@@ -83,6 +83,20 @@ pub enum Error {
         /// Operations that found no cell.
         failed: u64,
     },
+    /// A batch with more operations than the engine's buffers can hold on this device (calls
+    /// of the host API are split to fit; device batches are not). Nothing was applied.
+    #[error("batch of {len} operations: the engine takes at most {max} at once; nothing was applied")]
+    BatchTooLarge {
+        /// Operations in the batch.
+        len: u64,
+        /// The most the engine takes.
+        max: u64,
+    },
+    /// The engine returned a result that cannot be right: a status code that is not one, or a
+    /// status that contradicts the state of its key read earlier in the same call (a defect,
+    /// or a device returning wrong results). The index is poisoned.
+    #[error("inconsistent result: {0}")]
+    Inconsistent(String),
     /// Growing the table failed; the table is unchanged and the batch was not applied.
     #[error("resize: {0}")]
     Resize(String),

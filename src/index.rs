@@ -1,8 +1,12 @@
 //! `GpHash`, the owning index: a pool, an engine, and the two-phase batch protocol.
 //!
-//! Every batch runs as: phase A (allocate, look up, claim) -> persist -> phase B (publish,
-//! swing, delete) -> persist -> acknowledged. A batch in which some insertion finds no slot,
-//! or some value no cell, is rolled back after phase A: nothing of it takes effect.
+//! Every engine batch runs as: phase A (allocate, look up, claim) -> persist -> phase B
+//! (publish, swing, delete) -> persist -> acknowledged. An engine batch in which some insertion
+//! finds no slot, or some value no cell, is rolled back after phase A: nothing of it takes
+//! effect. A call runs as one engine batch, or, when it repeats keys in an ordered call or is
+//! larger than the engine takes, as a read of the keys' states, a fold of each repeated key's
+//! operations into one on the host, and engine batches in which every key appears once (the
+//! later ones undone if one fails): nothing of a failed call takes effect.
 
 use std::fmt;
 use std::path::Path;
@@ -12,7 +16,7 @@ use std::time::{Duration, Instant};
 use gphash_gpu::Gpu;
 use host_pm::{Backend, CreateOptions, Header, PersistMode, Pool, ResizeRecord, TableConfig};
 
-use crate::batch::{Batch, BatchResult, Encoded};
+use crate::batch::{Batch, BatchResult, Encoded, KeyGroups, Part, Planned};
 use crate::cache::{CacheOptions, CacheStatus, Snapshot};
 use crate::cpu::CpuEngine;
 use crate::device_batch::DeviceBatch;
@@ -27,9 +31,7 @@ use crate::protocol::{OpKind, Status, control};
 use crate::recovery::{self, CheckReport, Recovery};
 use crate::resize;
 
-/// Largest number of operations one batch submits to the engine; longer calls run as several
-/// batches, each acknowledged on its own.
-pub const MAX_BATCH: usize = 1 << 22;
+pub use crate::engine::MAX_BATCH;
 
 /// An insertion that finds no slot grows the table only if the table would be at least this
 /// full with every operation of the batch adding a key: below it, the layout's candidates
@@ -144,11 +146,11 @@ impl fmt::Debug for Options {
 /// Counters of the index's work since it was opened.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Activity {
-    /// Batches acknowledged.
+    /// Engine batches acknowledged (a call takes one or more).
     pub batches: u64,
-    /// Operations acknowledged.
+    /// Operations of the engine batches acknowledged.
     pub operations: u64,
-    /// Batches rolled back (table or heap full).
+    /// Engine batches rolled back (table or heap full).
     pub rolled_back: u64,
     /// Cache lines persisted.
     pub persisted_lines: u64,
@@ -185,6 +187,9 @@ pub struct Stats {
     pub cells: u64,
     /// How batches execute.
     pub mode: Mode,
+    /// The most operations one engine batch holds (longer calls run as several; 0 without an
+    /// engine).
+    pub max_batch: usize,
     /// The GPU, if one is used.
     pub adapter: Option<String>,
     /// Its subgroup sizes (min, max).
@@ -204,6 +209,8 @@ pub struct Stats {
     pub activity: Activity,
     /// The bucket cache in device memory.
     pub cache: CacheStatus,
+    /// Why the index must be reopened, if an earlier failure poisoned it.
+    pub poisoned: Option<String>,
 }
 
 impl Stats {
@@ -225,7 +232,7 @@ impl Stats {
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{}", self.table())?;
-        writeln!(f, "mode:          {}", self.mode)?;
+        writeln!(f, "mode:          {} (engine batches of up to {} operations)", self.mode, self.max_batch)?;
         match (&self.adapter, self.subgroup_sizes) {
             (Some(a), Some((lo, hi))) => writeln!(f, "adapter:       {a} (subgroup size {lo}..{hi})")?,
             _ => writeln!(f, "adapter:       none")?,
@@ -240,6 +247,9 @@ impl fmt::Display for Stats {
         )?;
         writeln!(f, "recovery:      {}", self.recovery)?;
         writeln!(f, "cache:         {}", self.cache)?;
+        if let Some(why) = &self.poisoned {
+            writeln!(f, "poisoned:      {why} (reopen the pool)")?;
+        }
         write!(
             f,
             "activity:      {} batches, {} operations, {} rolled back, {} lines persisted\n\
@@ -265,9 +275,12 @@ fn builder<'a>(gpu: &'a std::result::Result<Arc<Gpu>, String>, opts: &'a GpuOpti
 
 /// A persistent GPU hash index.
 pub struct GpHash {
-    // Dropped before `pool`: the engine's buffers may map the pool's memory. `None` only
-    // while a resize moves the pool.
+    // Dropped before `pool`: the engine's buffers may map the pool's memory. `None` while a
+    // resize moves the pool or the cache is replaced, and after either failed to make a new
+    // one (the index is then poisoned).
     engine: Option<Box<dyn Engine>>,
+    /// How the last engine executed (reported while there is none).
+    mode: Mode,
     pool: Pool,
     geo: Geometry,
     /// The GPU, or why there is none.
@@ -279,11 +292,30 @@ pub struct GpHash {
     poisoned: Option<String>,
     /// The encoded batch, kept to reuse its allocations.
     encoded: Encoded,
+    /// Engines still to fail to be made (tests of failed restarts).
+    #[cfg(test)]
+    failing_engines: u32,
 }
 
 impl fmt::Debug for GpHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GpHash").field("geometry", &self.geo).field("items", &self.items).finish()
+    }
+}
+
+/// The states of some keys of a batch before a call.
+struct States {
+    /// For each operation of the batch, the read of its key (`u32::MAX`: none).
+    read_of: Vec<u32>,
+    /// The reads' results.
+    values: BatchResult,
+}
+
+impl States {
+    /// The value of operation `i`'s key before the call (`None`: absent), which must have
+    /// been read.
+    fn of(&self, i: usize) -> Option<&[u8]> {
+        self.values.value(self.read_of[i] as usize)
     }
 }
 
@@ -376,6 +408,7 @@ impl GpHash {
         let items = recovery.items;
         let mut index = GpHash {
             engine: None,
+            mode: Mode::Cpu { reason: "no engine yet".into() },
             pool,
             geo,
             gpu,
@@ -385,13 +418,27 @@ impl GpHash {
             activity: Activity::default(),
             poisoned: None,
             encoded: Encoded::default(),
+            #[cfg(test)]
+            failing_engines: 0,
         };
-        index.engine = Some(index.make_engine(bitmap)?);
+        let engine = index.make_engine(bitmap)?;
+        index.install(engine);
         Ok(index)
+    }
+
+    /// Makes `engine` the one that runs batches.
+    fn install(&mut self, engine: Box<dyn Engine>) {
+        self.mode = engine.mode();
+        self.engine = Some(engine);
     }
 
     /// An engine for the current table, with its allocator.
     fn make_engine(&mut self, bitmap: Bitmap) -> Result<Box<dyn Engine>> {
+        #[cfg(test)]
+        if self.failing_engines > 0 {
+            self.failing_engines -= 1;
+            return Err(Error::Gpu("injected failure to make an engine".into()));
+        }
         let h = *self.pool.header();
         let seeds = Seeds::new(h.table.seed, self.geo.layout.hashes);
         Ok(match &self.gpu {
@@ -416,22 +463,41 @@ impl GpHash {
         })
     }
 
-    fn engine(&mut self) -> &mut dyn Engine {
-        self.parts().0
+    /// The engine, unless the index is poisoned.
+    fn engine(&mut self) -> Result<&mut dyn Engine> {
+        self.usable()?;
+        Ok(self.engine.as_deref_mut().expect("an engine exists unless the index is poisoned"))
     }
 
     /// The engine and the pool, borrowed together.
     fn parts(&mut self) -> (&mut dyn Engine, &mut Pool) {
-        (self.engine.as_deref_mut().expect("an engine exists between resizes"), &mut self.pool)
+        // Nothing runs on a poisoned index, and an index without an engine is poisoned.
+        (self.engine.as_deref_mut().expect("an engine exists unless the index is poisoned"), &mut self.pool)
+    }
+
+    /// `Poisoned` if an earlier failure left the index unusable.
+    fn usable(&self) -> Result<()> {
+        match &self.poisoned {
+            Some(why) => Err(Error::Poisoned(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// After a step that dropped the engine to make another: if none could be made, nothing
+    /// can run until the index is reopened (which recovers).
+    fn poison_without_engine(&mut self, outcome: &Result<()>) {
+        if self.engine.is_none() {
+            let why = outcome.as_ref().err().map_or_else(String::new, ToString::to_string);
+            self.poisoned = Some(format!("no engine could be made for the table: {why}"));
+        }
     }
 
     /// Grows the table by one level now, crash-consistently (see `src/resize.rs`); it also grows
-    /// by itself when an insertion finds no empty slot. On failure the table is unchanged.
+    /// by itself when an insertion finds no empty slot. On failure the table is unchanged; if no
+    /// engine can then be made for it, the index is poisoned (reopening recovers it).
     pub fn grow(&mut self) -> Result<()> {
-        if let Some(why) = &self.poisoned {
-            return Err(Error::Poisoned(why.clone()));
-        }
-        if self.stats().mode == Mode::Volatile {
+        self.usable()?;
+        if self.mode == Mode::Volatile {
             return Err(Error::Resize("a volatile table cannot grow: size it for its keys".into()));
         }
         let t = Instant::now();
@@ -439,13 +505,26 @@ impl GpHash {
         self.pool.mark_dirty()?;
         // The engine's buffers may map the pool, which may move.
         self.engine = None;
+        let outcome = self.resize_and_restart(regions);
+        self.poison_without_engine(&outcome);
+        outcome?;
+        self.activity.resizes += 1;
+        self.activity.resize_time += t.elapsed();
+        Ok(())
+    }
+
+    /// Builds the grown table in `regions` and makes an engine for it, or, when the build
+    /// fails, forgets it and makes an engine for the old table again.
+    fn resize_and_restart(&mut self, regions: [host_pm::Region; 2]) -> Result<()> {
         let builder = builder(&self.gpu, &self.options.gpu);
         let grown = resize::begin(&mut self.pool, &self.geo, regions)
             .and_then(|()| resize::complete(&mut self.pool, builder, &self.geo, self.items));
-        let bitmap = match grown {
+        match grown {
             Ok((geo, bitmap)) => {
                 self.geo = geo;
-                bitmap
+                let engine = self.make_engine(bitmap)?;
+                self.install(engine);
+                Ok(())
             }
             Err(e) => {
                 // The old table is intact: forget the resize and carry on with it.
@@ -453,14 +532,11 @@ impl GpHash {
                     resize::abandon(&mut self.pool)?;
                 }
                 let (_, bitmap) = recovery::recover(&mut self.pool, &self.geo)?;
-                self.engine = Some(self.make_engine(bitmap)?);
-                return Err(e);
+                let engine = self.make_engine(bitmap)?;
+                self.install(engine);
+                Err(e)
             }
-        };
-        self.engine = Some(self.make_engine(bitmap)?);
-        self.activity.resizes += 1;
-        self.activity.resize_time += t.elapsed();
-        Ok(())
+        }
     }
 
     /// Closes the table cleanly: the next open needs no recovery.
@@ -511,7 +587,8 @@ impl GpHash {
             value_bytes: t.value_bytes,
             levels: t.levels,
             cells: t.cells,
-            mode: self.engine.as_ref().expect("an engine exists between resizes").mode(),
+            mode: self.mode.clone(),
+            max_batch: self.engine.as_ref().map_or(0, |e| e.max_batch().min(MAX_BATCH)),
             adapter: self.gpu.as_ref().map(|g| format!("{} ({})", g.info.name, g.info.driver)).ok(),
             subgroup_sizes: self.gpu.as_ref().map(|g| g.info.subgroup_sizes).ok(),
             software_device: self.gpu.as_ref().is_ok_and(|g| g.info.is_cpu()),
@@ -520,45 +597,51 @@ impl GpHash {
             pool_bytes: self.pool.len(),
             recovery: self.recovery.clone(),
             activity: self.activity.clone(),
-            cache: self.engine.as_ref().expect("an engine exists between resizes").cache_status(),
+            cache: match &self.engine {
+                Some(engine) => engine.cache_status(),
+                None => CacheStatus::Off { reason: "the index has no engine".into() },
+            },
+            poisoned: self.poisoned.clone(),
         }
     }
 
     /// Replaces the bucket cache by one with these settings (empty: it fills at its first
     /// loading phase, or at [`GpHash::load_cache`]). The table is untouched.
+    /// If no engine can be made with the new settings, the old ones stay; if none can be made
+    /// with those either, the index is poisoned (reopening recovers it).
     pub fn set_cache(&mut self, cache: CacheOptions) -> Result<()> {
-        if let Some(why) = &self.poisoned {
-            return Err(Error::Poisoned(why.clone()));
-        }
         cache.validate()?;
-        let bitmap = self.engine().bitmap()?;
+        let bitmap = self.engine()?.bitmap()?;
         let old = std::mem::replace(&mut self.options.gpu.cache, cache);
         self.engine = None;
-        match self.make_engine(bitmap.clone()) {
-            Ok(e) => self.engine = Some(e),
+        let outcome = match self.make_engine(bitmap.clone()) {
+            Ok(engine) => {
+                self.install(engine);
+                Ok(())
+            }
             Err(e) => {
                 self.options.gpu.cache = old;
-                self.engine = Some(self.make_engine(bitmap)?);
-                return Err(e);
+                self.make_engine(bitmap).map(|engine| self.install(engine)).and(Err(e))
             }
-        }
-        Ok(())
+        };
+        self.poison_without_engine(&outcome);
+        outcome
     }
 
     /// Runs a whole loading phase of the bucket cache now: the hot groups so far are cached
     /// when this returns (the cache then stays frozen until its next period).
     pub fn load_cache(&mut self) -> Result<()> {
-        self.engine().load_cache()
+        self.engine()?.load_cache()
     }
 
     /// What the bucket cache holds now (for tests and diagnostics; empty without a cache).
     pub fn cache_snapshot(&mut self) -> Result<Snapshot> {
-        self.engine().cache_snapshot()
+        self.engine()?.cache_snapshot()
     }
 
     /// Value cells in use.
     pub fn cells_used(&mut self) -> Result<u64> {
-        self.engine().cells_used()
+        self.engine()?.cells_used()
     }
 
     /// Checks every invariant of the table (see [`recovery::check`]).
@@ -634,29 +717,157 @@ impl GpHash {
     /// Runs a mixed batch. Operations on different keys are independent. Operations on the
     /// same key in one batch are linearizable in some order (not necessarily batch order):
     /// reads see the state before the batch, and no key is ever published twice. Use
-    /// [`GpHash::execute_ordered`] for batch-order semantics.
+    /// [`GpHash::execute_ordered`] for batch-order semantics. On an error nothing of the batch
+    /// has taken effect (see [`GpHash::execute_ordered`] for what a crash may leave).
     pub fn execute(&mut self, batch: &Batch) -> Result<BatchResult> {
+        self.call(batch, false)
+    }
+
+    /// Runs a batch with the results of applying its operations one by one, in order.
+    ///
+    /// A key that several operations share is read first (one read-only engine batch for all
+    /// of them); its operations are applied on the host from that state, which gives their
+    /// results, and the engine applies only their net effect (an insert, an update, a delete,
+    /// or nothing), in one engine batch with the other operations. A batch larger than the
+    /// engine takes runs as several engine batches, each key in one of them.
+    ///
+    /// On an error nothing of the batch has taken effect: an engine batch that fails is
+    /// rolled back, and those before it are undone. A crash (or an error that poisons the
+    /// index) in the middle leaves each key as it was before the batch or as after it.
+    pub fn execute_ordered(&mut self, batch: &Batch) -> Result<BatchResult> {
+        self.call(batch, true)
+    }
+
+    /// A call: one engine batch when it fits and, if `ordered`, repeats no key; folded
+    /// otherwise (batch order is one of the orders an unordered call allows).
+    fn call(&mut self, batch: &Batch, ordered: bool) -> Result<BatchResult> {
+        self.usable()?;
         self.check_widths(batch)?;
         let mut result = BatchResult::new(batch.len(), batch.value_bytes());
-        let all: Vec<usize> = (0..batch.len()).collect();
-        for chunk in all.chunks(MAX_BATCH) {
-            self.run(batch, chunk, &mut result)?;
+        let split = batch.len() > self.max_batch()?;
+        let groups = (ordered || split).then(|| batch.key_groups());
+        match groups {
+            Some(groups) if split || !groups.repeated.is_empty() => {
+                self.folded(batch, &groups, split, &mut result)?
+            }
+            _ => self.run(batch, Part::Whole, &mut result)?,
         }
         Ok(result)
     }
 
-    /// Runs a batch with the results of applying its operations one by one, in order. Same-key
-    /// operations run in successive rounds. On an error, the rounds before the failing one
-    /// have been applied.
-    pub fn execute_ordered(&mut self, batch: &Batch) -> Result<BatchResult> {
-        self.check_widths(batch)?;
+    /// The most operations one engine batch holds.
+    fn max_batch(&mut self) -> Result<usize> {
+        Ok(self.engine()?.max_batch().min(MAX_BATCH))
+    }
+
+    /// Runs a batch with every key once: reads the states of the keys that `groups` repeats
+    /// (and, when the batch is `split` into several engine batches, of every key it may
+    /// change), folds each repeated key's operations into their net effect, then runs the
+    /// single operations and the net effects.
+    fn folded(
+        &mut self,
+        batch: &Batch,
+        groups: &KeyGroups,
+        split: bool,
+        result: &mut BatchResult,
+    ) -> Result<()> {
+        let firsts = groups.repeated.iter().map(|ops| ops[0]);
+        let changes = |&&i: &&usize| split && batch.op(i).0 != OpKind::Get;
+        let before = self.read_states(batch, firsts.chain(groups.single.iter().filter(changes).copied()))?;
+        let t = Instant::now();
+        let mut plan: Vec<Planned> = groups.single.iter().map(|&i| Planned::own(batch, i)).collect();
+        for ops in &groups.repeated {
+            plan.extend(batch.fold_key(ops, before.of(ops[0]), result));
+        }
+        self.activity.host_time += t.elapsed();
+        let Err((applied, e)) = self.run_parts(batch, &plan, result) else {
+            return Ok(());
+        };
+        if applied > 0
+            && self.poisoned.is_none()
+            && let Err(undo) = self.undo(batch, &plan[..applied], &before, result)
+        {
+            let why = format!("{e}; undoing the {applied} operations applied before it failed: {undo}");
+            self.poisoned = Some(why.clone());
+            return Err(Error::Poisoned(why));
+        }
+        Err(e)
+    }
+
+    /// The states of the keys of operations `ops` of `batch`, read (nothing to persist, nothing
+    /// to undo).
+    fn read_states(&mut self, batch: &Batch, ops: impl Iterator<Item = usize>) -> Result<States> {
+        let mut read_of = vec![u32::MAX; batch.len()];
+        let mut keys = vec![];
+        for (r, i) in ops.enumerate() {
+            read_of[i] = r as u32;
+            keys.extend_from_slice(batch.op(i).1);
+        }
+        let reads = Batch::of_kind(OpKind::Get, batch.key_bytes(), batch.value_bytes(), &keys, None)?;
+        Ok(States { read_of, values: self.run_distinct(&reads)? })
+    }
+
+    /// Runs a batch whose keys are distinct, as engine batches of at most `max_batch`
+    /// operations, each acknowledged on its own.
+    fn run_distinct(&mut self, batch: &Batch) -> Result<BatchResult> {
         let mut result = BatchResult::new(batch.len(), batch.value_bytes());
-        for round in batch.rounds() {
-            for chunk in round.chunks(MAX_BATCH) {
-                self.run(batch, chunk, &mut result)?;
-            }
+        if batch.len() <= self.max_batch()? {
+            self.run(batch, Part::Whole, &mut result)?;
+        } else {
+            let plan: Vec<Planned> = (0..batch.len()).map(|i| Planned::own(batch, i)).collect();
+            self.run_parts(batch, &plan, &mut result).map_err(|(_, e)| e)?;
         }
         Ok(result)
+    }
+
+    /// Runs `plan` as engine batches of at most `max_batch` operations, in order. On an error,
+    /// also says how many operations of `plan` the engine batches before the failing one
+    /// applied.
+    fn run_parts(
+        &mut self,
+        batch: &Batch,
+        plan: &[Planned],
+        result: &mut BatchResult,
+    ) -> std::result::Result<(), (usize, Error)> {
+        let max = self.max_batch().map_err(|e| (0, e))?;
+        for (k, part) in plan.chunks(max).enumerate() {
+            self.run(batch, Part::Planned(part), result).map_err(|e| (k * max, e))?;
+        }
+        Ok(())
+    }
+
+    /// Takes the keys that `applied` (operations of a failed call, with their results in
+    /// `result`) changed back to their states before the call: first deletes the keys the call
+    /// created, then restores the others, so that the restores find the room the table had
+    /// before the call.
+    fn undo(
+        &mut self,
+        batch: &Batch,
+        applied: &[Planned],
+        before: &States,
+        result: &BatchResult,
+    ) -> Result<()> {
+        let (mut deletes, mut restores) = (self.batch(), self.batch());
+        for p in applied {
+            let status = p.expect.unwrap_or(result.statuses[p.key]);
+            if p.kind == OpKind::Get || status != Status::Ok {
+                continue;
+            }
+            let key = batch.op(p.key).1;
+            match (before.of(p.key), p.kind) {
+                (None, _) => deletes.delete(key)?,
+                (Some(old), OpKind::Delete) => restores.insert(key, old)?,
+                (Some(old), _) => restores.update(key, old)?,
+            }
+        }
+        for b in [deletes, restores] {
+            let done = self.run_distinct(&b)?;
+            if let Some(i) = done.statuses.iter().position(|&s| s != Status::Ok) {
+                let why = format!("undoing with a {:?} gave {:?}", b.op(i).0, done.statuses[i]);
+                return Err(Error::Inconsistent(why));
+            }
+        }
+        Ok(())
     }
 
     fn check_widths(&self, batch: &Batch) -> Result<()> {
@@ -672,29 +883,31 @@ impl GpHash {
         Ok(())
     }
 
-    /// One batch through the protocol. A failure of the engine or of a persist poisons the
-    /// index: it must be reopened, which recovers.
-    fn run(&mut self, batch: &Batch, ops: &[usize], result: &mut BatchResult) -> Result<()> {
-        if let Some(why) = &self.poisoned {
-            return Err(Error::Poisoned(why.clone()));
-        }
-        if ops.is_empty() {
+    /// One engine batch through the protocol, its results stored in `result`. A failure of
+    /// the engine or of a persist poisons the index: it must be reopened, which recovers.
+    fn run(&mut self, batch: &Batch, part: Part, result: &mut BatchResult) -> Result<()> {
+        self.usable()?;
+        let n = part.len(batch);
+        if n == 0 {
             return Ok(());
         }
         let t = Instant::now();
         let mut encoded = std::mem::take(&mut self.encoded);
-        batch.encode(ops, &mut encoded);
+        batch.encode_part(part, &mut encoded);
         self.activity.host_time += t.elapsed();
         let outcome = self.protocol(Input::Host(&encoded));
         self.encoded = encoded;
-        match outcome {
+        let stored = outcome.and_then(|()| {
+            let t = Instant::now();
+            let (statuses, values) = self.engine()?.results();
+            result.scatter(batch, part, statuses, values)?;
+            self.activity.host_time += t.elapsed();
+            Ok(())
+        });
+        match stored {
             Ok(()) => {
-                let t = Instant::now();
-                let (statuses, values) = self.engine().results();
-                result.scatter(batch, ops, statuses, values);
-                self.activity.host_time += t.elapsed();
                 self.activity.batches += 1;
-                self.activity.operations += ops.len() as u64;
+                self.activity.operations += n as u64;
                 Ok(())
             }
             Err(e) => Err(self.failed(e)),
@@ -703,10 +916,9 @@ impl GpHash {
 
     /// Runs a batch held in device buffers (see [`DeviceBatch`]), with the semantics of
     /// [`GpHash::execute`]; statuses and found values are written to the batch's buffers.
+    /// A batch larger than the engine takes (`BatchTooLarge`) is refused before anything runs.
     pub fn execute_device(&mut self, batch: &DeviceBatch) -> Result<()> {
-        if let Some(why) = &self.poisoned {
-            return Err(Error::Poisoned(why.clone()));
-        }
+        self.usable()?;
         match self.protocol(Input::Device(batch)) {
             Ok(()) => {
                 self.activity.batches += 1;
@@ -725,7 +937,7 @@ impl GpHash {
             | Error::HeapFull { .. }
             | Error::Resize(_)
             | Error::Pool(host_pm::PoolError::OutOfSpace { .. }) => self.activity.rolled_back += 1,
-            Error::MissingFeature(_) | Error::InvalidConfig(_) => {}
+            Error::MissingFeature(_) | Error::InvalidConfig(_) | Error::BatchTooLarge { .. } => {}
             _ => self.poisoned = Some(e.to_string()),
         }
         e
@@ -800,5 +1012,89 @@ impl GpHash {
         }
         self.activity.persist_time += t.elapsed();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CPU table of 200 keys in a pool file in `dir`.
+    fn table(dir: &tempfile::TempDir) -> GpHash {
+        let options = Options { executor: Executor::Cpu, ..Options::default() };
+        let mut t = GpHash::create(
+            Some(&dir.path().join("p")),
+            &Config { capacity: 300, ..Config::default() },
+            &options,
+        )
+        .unwrap();
+        let keys: Vec<u8> = (0..200u64).flat_map(u64::to_le_bytes).collect();
+        t.insert(&keys, &keys).unwrap();
+        t
+    }
+
+    /// Every call of a poisoned index returns `Poisoned`; `stats` says so; nothing panics.
+    /// Reopening recovers the table with `keys` keys.
+    fn assert_poisoned(t: GpHash, dir: &tempfile::TempDir, keys: u64) {
+        let poisoned = |r: Result<()>, what: &str| {
+            assert!(matches!(r, Err(Error::Poisoned(_))), "{what}: {r:?}");
+        };
+        let mut t = t;
+        let key = 1u64.to_le_bytes();
+        poisoned(t.get(&key).map(drop), "get");
+        poisoned(t.insert(&7777u64.to_le_bytes(), &key).map(drop), "insert");
+        poisoned(t.execute_ordered(&t.batch()).map(drop), "execute_ordered");
+        poisoned(t.grow(), "grow");
+        poisoned(t.set_cache(crate::cache::CacheOptions::default()), "set_cache");
+        poisoned(t.load_cache(), "load_cache");
+        poisoned(t.cells_used().map(drop), "cells_used");
+        poisoned(t.cache_snapshot().map(drop), "cache_snapshot");
+        let stats = t.stats();
+        assert!(stats.poisoned.as_deref().is_some_and(|why| why.contains("injected")), "{stats}");
+        assert!(stats.to_string().contains("poisoned"));
+        t.close().unwrap();
+        let t =
+            GpHash::open(&dir.path().join("p"), &Options { executor: Executor::Cpu, ..Options::default() })
+                .unwrap();
+        assert_eq!(t.len(), keys);
+        assert!(t.check().ok());
+    }
+
+    /// A cache change whose engine cannot be made, nor the old one again, poisons the index
+    /// (it used to leave it without an engine, and the next call panicked).
+    #[test]
+    fn a_failed_cache_change_poisons_the_index() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+        let mut t = table(&dir);
+        // Only the new engine fails: the old settings stay and the index works.
+        t.failing_engines = 1;
+        assert!(matches!(t.set_cache(crate::cache::CacheOptions::default()), Err(Error::Gpu(_))));
+        assert_eq!(t.stats().poisoned, None);
+        assert_eq!(t.get(&1u64.to_le_bytes()).unwrap().value(0), Some(&1u64.to_le_bytes()[..]));
+        // Both fail.
+        t.failing_engines = 2;
+        assert!(matches!(t.set_cache(crate::cache::CacheOptions::default()), Err(Error::Gpu(_))));
+        assert_poisoned(t, &dir, 200);
+    }
+
+    /// A resize after which no engine can be made for the grown table poisons the index; so
+    /// does an insertion whose growth fails that way. Reopening finds the grown table.
+    #[test]
+    fn a_failed_grow_poisons_the_index() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+        let mut t = table(&dir);
+        let slots = t.geometry().slots();
+        t.failing_engines = 1;
+        assert!(matches!(t.grow(), Err(Error::Gpu(_))));
+        assert_eq!(t.pool().header().table.top_level, t.geometry().top_level, "the grown table is in charge");
+        assert_eq!(t.geometry().slots(), 2 * slots);
+        assert_poisoned(t, &dir, 200);
+
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+        let mut t = table(&dir);
+        t.failing_engines = 1;
+        let keys: Vec<u8> = (1000..2000u64).flat_map(u64::to_le_bytes).collect();
+        assert!(matches!(t.insert(&keys, &keys), Err(Error::Gpu(_))), "the insertion needs growth");
+        assert_poisoned(t, &dir, 200);
     }
 }

@@ -58,9 +58,9 @@ pub use gphash_gpu::{DeviceInfo, Gpu};
 pub use gpu::engine::{GpuOptions, Placement};
 pub use host_pm::{Backend, PersistMode, Pool, PoolError};
 pub use index::{Activity, Config, Executor, GpHash, MAX_BATCH, Options, Stats};
+pub use inspect::{Inspection, TableStats, inspect};
 pub use layout::{Candidate, Geometry, Layout, TARGET_LOAD};
 pub use protocol::{OpKind, Status};
-pub use inspect::{Inspection, TableStats, inspect};
 pub use recovery::{CheckReport, Recovery, Violation, check};
 pub use typed::{TypedBatch, TypedIndex, TypedResult};
 

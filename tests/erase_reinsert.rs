@@ -18,8 +18,8 @@ mod common;
 use std::collections::{HashMap, HashSet};
 
 use common::oracle::{Oracle, assert_same_content, assert_some_order};
-use gphash::hash::{Seeds, locate};
 use gphash::Geometry;
+use gphash::hash::{Seeds, locate};
 use gphash::{Batch, Config, Error, GpHash, GpuOptions, OpKind, Options, Placement};
 use rand::rngs::StdRng;
 use rand::seq::{IndexedRandom, SliceRandom};

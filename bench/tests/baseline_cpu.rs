@@ -36,7 +36,7 @@ fn random_batch(rng: &mut StdRng, n: usize, keys: u64, key_bytes: usize, value_b
 
 fn encode(batch: &Batch) -> Encoded {
     let mut e = Encoded::default();
-    batch.encode(&(0..batch.len()).collect::<Vec<_>>(), &mut e);
+    batch.encode(&mut e);
     e
 }
 

@@ -9,8 +9,8 @@ use std::process::Command;
 use gphash::hash::{Seeds, locate};
 use gphash::testing::layout::PUBLISHED;
 use gphash::{
-    CacheOptions, CacheStatus, Candidate, Config, Geometry, GpHash, GpuOptions, Options, Placement, Policy, Status,
-    Violation,
+    CacheOptions, CacheStatus, Candidate, Config, Geometry, GpHash, GpuOptions, Options, Placement, Policy,
+    Status, Violation,
 };
 use host_pm::{Pool, Region, ResizeRecord};
 

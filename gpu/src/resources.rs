@@ -8,6 +8,51 @@ use super::hostmem::{self, ImportGuard};
 use super::shader::{KernelEntry, WORKGROUP, Windows};
 use crate::error::{Error, Result};
 
+/// wgpu's error scopes of every kind, pushed together: a validation, out-of-memory or internal
+/// error raised on this thread while they are pushed is captured here instead of going to the
+/// device's uncaptured-error log while the kernels run on invalid buffers and return garbage.
+pub struct ErrorScopes(Vec<wgpu::ErrorScopeGuard>);
+
+impl ErrorScopes {
+    /// Pushes the scopes.
+    pub fn push(dev: &wgpu::Device) -> Self {
+        let filters =
+            [wgpu::ErrorFilter::Internal, wgpu::ErrorFilter::OutOfMemory, wgpu::ErrorFilter::Validation];
+        ErrorScopes(filters.into_iter().map(|f| dev.push_error_scope(f)).collect())
+    }
+
+    /// Pops the scopes: `Error::Gpu` naming `what` if any of them captured an error.
+    pub fn pop(mut self, what: impl FnOnce() -> String) -> Result<()> {
+        let mut first = None;
+        // wgpu wants scopes popped in reverse order.
+        while let Some(scope) = self.0.pop() {
+            if let Some(e) = pollster::block_on(scope.pop()) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), |e| Err(Error::Gpu(format!("{}: {e}", what()))))
+    }
+}
+
+impl Drop for ErrorScopes {
+    fn drop(&mut self) {
+        // Scopes left by an early return: popped in reverse order, their errors dropped (the
+        // return carries its own error).
+        while let Some(scope) = self.0.pop() {
+            drop(scope);
+        }
+    }
+}
+
+/// Runs `f` under [`ErrorScopes`]: its value, or `Error::Gpu` naming `what` if it raised a
+/// wgpu error.
+pub fn scoped<T>(dev: &wgpu::Device, what: &str, f: impl FnOnce() -> T) -> Result<T> {
+    let scopes = ErrorScopes::push(dev);
+    let value = f();
+    scopes.pop(|| what.to_string())?;
+    Ok(value)
+}
+
 /// Dispatches `invocations` invocations (two-dimensional beyond 65535 workgroups).
 pub fn dispatch(pass: &mut wgpu::ComputePass<'_>, invocations: u64) {
     let groups = invocations.div_ceil(WORKGROUP as u64).max(1);
@@ -43,15 +88,18 @@ pub fn map_read(
 /// Reads the first `words` words of a storage buffer (made with `COPY_SRC`) back to the host.
 pub fn download_words(gpu: &Gpu, buffer: &wgpu::Buffer, words: u64) -> Result<Vec<u32>> {
     let size = (words * 4).max(4);
-    let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("download"),
-        size,
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    enc.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
-    gpu.queue.submit([enc.finish()]);
+    let staging = scoped(&gpu.device, "downloading a buffer", || {
+        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("download"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
+        gpu.queue.submit([enc.finish()]);
+        staging
+    })?;
     let mut out = vec![];
     map_read(gpu, &staging, 0..size, |b| out = bytemuck::cast_slice(b).to_vec())?;
     Ok(out)
@@ -83,17 +131,18 @@ pub fn bind_group_layout(
     dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(label), entries: &entries })
 }
 
-/// A bind group of `layout` binding `buffers` whole, in order from binding 0.
-pub fn bind_group(
+/// A bind group of `layout` binding `resources` (whole buffers or ranges), in order from
+/// binding 0.
+pub fn bind_group<'a>(
     dev: &wgpu::Device,
     label: &str,
     layout: &wgpu::BindGroupLayout,
-    buffers: &[&wgpu::Buffer],
+    resources: impl IntoIterator<Item = wgpu::BindingResource<'a>>,
 ) -> wgpu::BindGroup {
-    let entries: Vec<wgpu::BindGroupEntry> = buffers
-        .iter()
+    let entries: Vec<wgpu::BindGroupEntry> = resources
+        .into_iter()
         .enumerate()
-        .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+        .map(|(i, resource)| wgpu::BindGroupEntry { binding: i as u32, resource })
         .collect();
     dev.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(label), layout, entries: &entries })
 }
@@ -343,12 +392,15 @@ pub fn read_dirty(
 ) -> Result<Vec<u64>> {
     let list_bytes = (count as u64 * 4).next_multiple_of(256);
     let data_bytes = if staging.is_some() { count as u64 * 64 } else { 0 };
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    enc.copy_buffer_to_buffer(dirty, 0, readback, at, count as u64 * 4);
-    if let Some(staging) = staging {
-        enc.copy_buffer_to_buffer(staging, 0, readback, at + list_bytes, data_bytes);
-    }
-    gpu.queue.submit([enc.finish()]);
+    // Checked before anything is written into the pool mapping.
+    scoped(&gpu.device, "reading the dirty lines back", || {
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(dirty, 0, readback, at, count as u64 * 4);
+        if let Some(staging) = staging {
+            enc.copy_buffer_to_buffer(staging, 0, readback, at + list_bytes, data_bytes);
+        }
+        gpu.queue.submit([enc.finish()]);
+    })?;
     let mut lines = Vec::with_capacity(count as usize);
     let dst = pool.bytes_mut();
     map_read(gpu, readback, at..at + list_bytes + data_bytes, |bytes| {
@@ -424,19 +476,21 @@ pub fn upload_region(
         .map(|i| {
             let len = win.len(i, words) * 4;
             let at = (i as u64 * win.words() * 4) as usize;
-            let buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size: len,
-                usage: wgpu::BufferUsages::STORAGE
-                    | wgpu::BufferUsages::COPY_DST
-                    | wgpu::BufferUsages::COPY_SRC,
-                mapped_at_creation: false,
-            });
-            for chunk in (0..len as usize).step_by(64 << 20) {
-                let end = (chunk + (64 << 20)).min(len as usize);
-                gpu.queue.write_buffer(&buf, chunk as u64, &bytes[at + chunk..at + end]);
-            }
-            Ok(buf)
+            scoped(&gpu.device, &format!("uploading the {label}"), || {
+                let buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(label),
+                    size: len,
+                    usage: wgpu::BufferUsages::STORAGE
+                        | wgpu::BufferUsages::COPY_DST
+                        | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: false,
+                });
+                for chunk in (0..len as usize).step_by(64 << 20) {
+                    let end = (chunk + (64 << 20)).min(len as usize);
+                    gpu.queue.write_buffer(&buf, chunk as u64, &bytes[at + chunk..at + end]);
+                }
+                buf
+            })
         })
         .collect()
 }
@@ -452,15 +506,19 @@ pub fn download_region(
     for (i, buf) in buffers.iter().enumerate() {
         let at = region.offset + i as u64 * win.words() * 4;
         let len = buf.size().min(region.end() - at);
-        let rb = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("download"),
-            size: len,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(buf, 0, &rb, 0, len);
-        gpu.queue.submit([enc.finish()]);
+        // Checked before anything is written into the pool mapping.
+        let rb = scoped(&gpu.device, "downloading a region", || {
+            let rb = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("download"),
+                size: len,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            let mut enc = gpu.device.create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(buf, 0, &rb, 0, len);
+            gpu.queue.submit([enc.finish()]);
+            rb
+        })?;
         let dst = &mut pool.bytes_mut()[at as usize..(at + len) as usize];
         map_read(gpu, &rb, 0..len, |bytes| dst.copy_from_slice(bytes))?;
     }

@@ -5,21 +5,22 @@
 use std::sync::Arc;
 
 use gphash_gpu::resources::{
-    Pipelines, PoolWindows, Residence, bind_group, bind_group_layout, build_pipelines, check_bindings,
-    download_words, map_read, max_window, params_buffer, read_dirty, record_passes, storage_buffer,
-    writeback_invocations,
+    ErrorScopes, Pipelines, PoolWindows, Residence, bind_group, bind_group_layout, build_pipelines,
+    check_bindings, download_words, map_read, max_window, params_buffer, read_dirty, record_passes,
+    storage_buffer, writeback_invocations,
 };
 use gphash_gpu::shader::Windows;
-use gphash_gpu::{Gpu, hostmem};
+use gphash_gpu::{DeviceInfo, Gpu, hostmem};
 use host_pm::{Pool, Region};
 
 use super::cache::DeviceCache;
 use super::shader::{self, CacheConfig, Kernel, KernelConfig, Params};
 use crate::cache::{CacheOptions, CacheStatus, Snapshot};
-use crate::engine::{Engine, Input, Mode, Report, Written};
+use crate::engine::{Engine, Input, MAX_BATCH, Mode, Report, Written};
 use crate::error::{Error, Result};
+use crate::layout::Geometry;
 use crate::model::{Bitmap, Control};
-use crate::protocol::control;
+use crate::protocol::{OpState, control};
 
 /// Where the table lives while the GPU works on it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -88,6 +89,7 @@ enum Results {
 struct BatchBuffers {
     cap: u32,
     dirty_cap: u32,
+    layout: ReadbackLayout,
     kinds: wgpu::Buffer,
     keys: wgpu::Buffer,
     vals_in: wgpu::Buffer,
@@ -102,6 +104,7 @@ struct BatchBuffers {
 }
 
 /// Offsets inside the readback buffer.
+#[derive(Clone, Copy)]
 struct ReadbackLayout {
     statuses: u64,
     values: u64,
@@ -121,6 +124,62 @@ impl ReadbackLayout {
     }
 }
 
+/// The batch buffers for `cap` operations: the bound ones (label and bytes) and the readback.
+struct BatchSizes {
+    dirty_cap: u32,
+    bound: [(&'static str, u64); 9],
+    readback: ReadbackLayout,
+}
+
+impl BatchSizes {
+    fn new(cap: u64, geo: &Geometry, staged: bool) -> Self {
+        let (kw, vw, cw) = (geo.key_words() as u64, geo.value_words() as u64, geo.cell_words() as u64);
+        // Lines one operation can write in one phase: its cell, then fingerprint, state and key.
+        let per_op = cw / 16 + kw / 16 + 8;
+        let dirty_cap = (cap * per_op).min(u32::MAX as u64 / 16) as u32;
+        let lines = dirty_cap as u64;
+        BatchSizes {
+            dirty_cap,
+            // In the order `reserve` binds them.
+            bound: [
+                ("kinds", cap * 4),
+                ("keys", cap * kw * 4),
+                ("vals_in", cap * vw * 4),
+                ("statuses", cap * 4),
+                ("vals_out", cap * vw * 4),
+                ("opstate", cap * OpState::WORDS * 4),
+                ("dirty", lines * 4),
+                ("staging", if staged { lines * 64 } else { 16 }),
+                // The claim registry, at most half full.
+                ("claims", cap * 2 * 4),
+            ],
+            readback: ReadbackLayout::new(cap, lines, vw, staged),
+        }
+    }
+
+    /// Whether the device can hold them: every bound buffer within the binding limit, every
+    /// buffer within the buffer limit.
+    fn fit(&self, info: &DeviceInfo) -> bool {
+        self.bound.iter().all(|&(_, bytes)| bytes <= info.max_binding.min(info.max_buffer))
+            && self.readback.total <= info.max_buffer
+    }
+}
+
+/// The largest batch whose buffers the device can hold: a power of two (the claim registry
+/// is indexed by a mask) no larger than [`MAX_BATCH`].
+fn largest_batch(geo: &Geometry, staged: bool, info: &DeviceInfo) -> Result<u32> {
+    (0..=MAX_BATCH.trailing_zeros())
+        .rev()
+        .map(|shift| 1u32 << shift)
+        .find(|&cap| BatchSizes::new(cap as u64, geo, staged).fit(info))
+        .ok_or_else(|| {
+            Error::InvalidConfig(format!(
+                "{}-byte values: the buffers of even one operation exceed what {} can bind",
+                geo.value_bytes, info.name
+            ))
+        })
+}
+
 /// Executes batches on a GPU.
 pub(crate) struct GpuEngine {
     gpu: Arc<Gpu>,
@@ -133,6 +192,8 @@ pub(crate) struct GpuEngine {
     layout: wgpu::BindGroupLayout,
     pipelines: Pipelines<Kernel>,
     io: Option<BatchBuffers>,
+    /// The largest batch the buffers can hold on this device.
+    max_batch: u32,
     /// The bind group of the current device-buffer batch (`None`: the host batch buffers).
     device_bind: Option<wgpu::BindGroup>,
     track_lines: bool,
@@ -182,6 +243,7 @@ impl GpuEngine {
             verify_values,
         };
         check_bindings("the table", cfg.bindings().0, &gpu.info)?;
+        let scopes = ErrorScopes::push(&gpu.device);
         let windows = PoolWindows::place(
             &gpu,
             pool,
@@ -204,7 +266,9 @@ impl GpuEngine {
         let layout = bind_group_layout(dev, "gphash", cfg.bindings());
         let pipelines = build_pipelines(&gpu, &layout, &Kernel::BATCH, |k| shader::source(k, &cfg))?;
         let track_lines = windows.tracks_lines(pool.persist_mode());
+        let max_batch = largest_batch(&geo, windows.staged(), &gpu.info)?;
         gpu.queue.submit([]);
+        scopes.pop(|| "creating the engine".into())?;
         Ok(GpuEngine {
             gpu,
             cfg,
@@ -216,6 +280,7 @@ impl GpuEngine {
             layout,
             pipelines,
             io: None,
+            max_batch,
             device_bind: None,
             track_lines,
             seq: 0,
@@ -228,44 +293,32 @@ impl GpuEngine {
         })
     }
 
-    /// Makes sure the batch buffers hold `n` operations.
-    fn reserve(&mut self, n: u32) {
+    /// Makes sure the batch buffers hold `n` operations (at most `max_batch`).
+    fn reserve(&mut self, n: u32) -> Result<()> {
         if self.io.as_ref().is_some_and(|io| io.cap >= n) {
-            return;
+            return Ok(());
         }
-        let cap = n.next_power_of_two().max(256);
-        let geo = &self.cfg.geo;
-        let (kw, vw, cw) = (geo.key_words() as u64, geo.value_words() as u64, geo.cell_words() as u64);
-        // Lines one operation can write in one phase: its cell, then fingerprint, state and key.
-        let per_op = cw / 16 + kw / 16 + 8;
-        let dirty_cap = (cap as u64 * per_op).min(u32::MAX as u64 / 16) as u32;
+        let cap = n.next_power_of_two().max(256).min(self.max_batch);
+        let sizes = BatchSizes::new(cap as u64, &self.cfg.geo, self.windows.staged());
+        let scopes = ErrorScopes::push(&self.gpu.device);
         let dev = &self.gpu.device;
-        let storage = |label, size| storage_buffer(dev, label, size);
-        let cap64 = cap as u64;
-        let kinds = storage("kinds", cap64 * 4);
-        let keys = storage("keys", cap64 * kw * 4);
-        let vals_in = storage("vals_in", cap64 * vw * 4);
-        let statuses = storage("statuses", cap64 * 4);
-        let vals_out = storage("vals_out", cap64 * vw * 4);
-        let opstate = storage("opstate", cap64 * crate::protocol::OpState::WORDS * 4);
-        let dirty = storage("dirty", dirty_cap as u64 * 4);
-        let staging = storage("staging", if self.windows.staged() { dirty_cap as u64 * 64 } else { 16 });
-        // The claim registry, at most half full.
-        let claims = storage("claims", cap64 * 2 * 4);
-        let rl = ReadbackLayout::new(cap64, dirty_cap as u64, vw, self.windows.staged());
+        let [kinds, keys, vals_in, statuses, vals_out, opstate, dirty, staging, claims] =
+            sizes.bound.map(|(label, bytes)| storage_buffer(dev, label, bytes));
         let readback = dev.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
-            size: rl.total,
+            size: sizes.readback.total,
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         let bind = self.bind_group(
-            [&kinds, &keys, &vals_in, &statuses, &vals_out],
+            [&kinds, &keys, &vals_in, &statuses, &vals_out].map(wgpu::Buffer::as_entire_binding),
             [&opstate, &dirty, &staging, &claims],
         );
+        scopes.pop(|| format!("the buffers of a batch of {cap} operations"))?;
         self.io = Some(BatchBuffers {
             cap,
-            dirty_cap,
+            dirty_cap: sizes.dirty_cap,
+            layout: sizes.readback,
             kinds,
             keys,
             vals_in,
@@ -278,19 +331,21 @@ impl GpuEngine {
             readback,
             bind,
         });
+        Ok(())
     }
 
     /// The bind group of a batch: its operation buffers (`kinds`, `keys`, `vals_in`,
     /// `statuses`, `vals_out`) and working buffers (`opstate`, `dirty`, `staging`, `claims`).
-    fn bind_group(&self, io: [&wgpu::Buffer; 5], work: [&wgpu::Buffer; 4]) -> wgpu::BindGroup {
+    fn bind_group(&self, io: [wgpu::BindingResource; 5], work: [&wgpu::Buffer; 4]) -> wgpu::BindGroup {
         let [opstate, dirty, staging, claims] = work;
-        let mut buffers: Vec<&wgpu::Buffer> = vec![&self.params];
-        buffers.extend(io);
-        buffers.extend([opstate, &self.control, dirty, &self.bitmap, staging, claims]);
         let c = &self.cache;
-        buffers.extend([&c.map, &c.owner, &c.counts, &c.plan]);
-        buffers.extend(self.windows.buffers().chain(&c.table).chain(&c.heap));
-        bind_group(&self.gpu.device, "gphash", &self.layout, &buffers)
+        let rest = [opstate, &self.control, dirty, &self.bitmap, staging, claims]
+            .into_iter()
+            .chain([&c.map, &c.owner, &c.counts, &c.plan])
+            .chain(self.windows.buffers().chain(&c.table).chain(&c.heap))
+            .map(wgpu::Buffer::as_entire_binding);
+        let resources = std::iter::once(self.params.as_entire_binding()).chain(io).chain(rest);
+        bind_group(&self.gpu.device, "gphash", &self.layout, resources)
     }
 
     fn write_params(&mut self, n: u32) {
@@ -315,14 +370,16 @@ impl GpuEngine {
         self.gpu.queue.write_buffer(&self.control, 0, &[0u8; control::WORDS * 4]);
     }
 
-    /// Records `kernels` (one compute pass each, so wgpu orders them with barriers), the
-    /// write-back gather in staged mode, and the copies of the control block and, when asked,
-    /// the results; submits and waits; returns the control block.
-    fn run(&mut self, kernels: &[Kernel], results: Results) -> Result<Control> {
+    /// Writes the parameters of a submit of `n` operations; records `kernels` (one compute pass
+    /// each, so wgpu orders them with barriers), the write-back gather in staged mode, and the
+    /// copies of the control block and, when asked, the results; submits and waits; returns the
+    /// control block.
+    fn run(&mut self, n: u32, kernels: &[Kernel], results: Results) -> Result<Control> {
+        let scopes = ErrorScopes::push(&self.gpu.device);
+        self.write_params(n);
         let io = self.io.as_ref().expect("reserved");
         let dev = &self.gpu.device;
         let mut enc = dev.create_command_encoder(&Default::default());
-        let n = self.n;
         if kernels.contains(&Kernel::PhaseA) {
             enc.clear_buffer(&io.claims, 0, None);
         }
@@ -334,8 +391,8 @@ impl GpuEngine {
             bind,
             kernels.iter().map(|&k| (self.pipelines.get(k), self.invocations(k))).chain(writeback),
         );
+        let rl = io.layout;
         let vw = self.cfg.geo.value_words() as u64;
-        let rl = ReadbackLayout::new(io.cap as u64, io.dirty_cap as u64, vw, self.windows.staged());
         enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, (control::WORDS * 4) as u64);
         if results != Results::None && n > 0 {
             enc.copy_buffer_to_buffer(&io.statuses, 0, &io.readback, rl.statuses, n as u64 * 4);
@@ -349,6 +406,9 @@ impl GpuEngine {
         }
         let recorded = std::time::Instant::now();
         self.gpu.queue.submit(cmds);
+        // An invalid submit (a buffer beyond a device limit, say) ran nothing: its results are
+        // garbage and must not be read.
+        scopes.pop(|| format!("submitting {kernels:?} for {n} operations"))?;
         let submitted = recorded.elapsed();
         let mut ctl = Control::default();
         let (statuses, values) = (&mut self.statuses, &mut self.values);
@@ -395,19 +455,13 @@ impl GpuEngine {
         if count == 0 {
             return Ok(Written::Lines(vec![]));
         }
-        let rl = ReadbackLayout::new(
-            io.cap as u64,
-            io.dirty_cap as u64,
-            self.cfg.geo.value_words() as u64,
-            self.windows.staged(),
-        );
         let staging = self.windows.staged().then_some(&io.staging);
-        let lines = read_dirty(&self.gpu, (&io.dirty, staging), &io.readback, rl.lines, count, pool)?;
+        let lines = read_dirty(&self.gpu, (&io.dirty, staging), &io.readback, io.layout.lines, count, pool)?;
         Ok(Written::Lines(lines))
     }
 
-    fn phase(&mut self, pool: &mut Pool, kernels: &[Kernel], results: Results) -> Result<Report> {
-        let control = self.run(kernels, results)?;
+    fn phase(&mut self, pool: &mut Pool, n: u32, kernels: &[Kernel], results: Results) -> Result<Report> {
+        let control = self.run(n, kernels, results)?;
         self.cache.record(&control);
         let written = self.written(pool, &control)?;
         Ok(Report { control, written })
@@ -463,17 +517,28 @@ impl Engine for GpuEngine {
         self.windows.residence.clone().into()
     }
 
+    fn max_batch(&self) -> usize {
+        self.max_batch as usize
+    }
+
     fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report> {
-        let n = u32::try_from(batch.len()).map_err(|_| Error::InvalidConfig("batch too large".into()))?;
-        self.reserve(n);
+        let n = match u32::try_from(batch.len()) {
+            Ok(n) if n <= self.max_batch => n,
+            _ => return Err(Error::BatchTooLarge { len: batch.len() as u64, max: self.max_batch as u64 }),
+        };
+        let (kw, vw) = (self.cfg.geo.key_words(), self.cfg.geo.value_words());
+        if let Input::Device(d) = batch {
+            d.validate(kw, vw)?;
+        }
+        self.reserve(n)?;
         self.batches = self.batches.wrapping_add(1);
+        let scopes = ErrorScopes::push(&self.gpu.device);
         let mut kernels = vec![];
         if self.cache.batch_starts(n as u64, std::mem::take(&mut self.busy)) {
             kernels = self.cache_kernels(false)?;
         }
         kernels.extend([Kernel::Alloc, Kernel::PhaseA]);
         let started = std::time::Instant::now();
-        self.write_params(n);
         let io = self.io.as_ref().expect("reserved");
         let results = match batch {
             Input::Host(e) => {
@@ -488,33 +553,29 @@ impl Engine for GpuEngine {
                 if e.read_only() { Results::WithValues } else { Results::None }
             }
             Input::Device(d) => {
-                d.validate(self.cfg.geo.key_words(), self.cfg.geo.value_words())?;
-                let bind = self.bind_group(
-                    [d.kinds, d.keys, d.values, d.statuses, d.found],
-                    [&io.opstate, &io.dirty, &io.staging, &io.claims],
-                );
+                let bind =
+                    self.bind_group(d.bindings(kw, vw), [&io.opstate, &io.dirty, &io.staging, &io.claims]);
                 self.device_bind = Some(bind);
                 Results::None
             }
         };
-        let report = self.phase(pool, &kernels, results);
+        scopes.pop(|| format!("the input of a batch of {n} operations"))?;
+        let report = self.phase(pool, n, &kernels, results);
         self.fills = 0;
         self.busy += started.elapsed();
         report
     }
 
     fn rollback(&mut self, pool: &mut Pool, _batch: Input) -> Result<Report> {
-        self.write_params(self.n);
         let started = std::time::Instant::now();
         let kernels = self.closing(false, true);
-        let report = self.phase(pool, &kernels, Results::None);
+        let report = self.phase(pool, self.n, &kernels, Results::None);
         self.busy += started.elapsed();
         self.device_bind = None;
         report
     }
 
     fn phase_b(&mut self, pool: &mut Pool, batch: Input, publish: bool) -> Result<Report> {
-        self.write_params(self.n);
         let kernels = self.closing(publish, false);
         let results = match batch {
             Input::Host(e) if e.has_reads() => Results::WithValues,
@@ -522,7 +583,7 @@ impl Engine for GpuEngine {
             Input::Device(_) => Results::None,
         };
         let started = std::time::Instant::now();
-        let report = self.phase(pool, &kernels, results);
+        let report = self.phase(pool, self.n, &kernels, results);
         self.busy += started.elapsed();
         self.device_bind = None;
         report
@@ -559,11 +620,10 @@ impl Engine for GpuEngine {
         if !self.cache.enabled() {
             return Ok(());
         }
-        self.reserve(1);
+        self.reserve(1)?;
         let kernels = self.cache_kernels(true)?;
-        self.write_params(0);
         let started = std::time::Instant::now();
-        let report = self.run(&kernels, Results::None);
+        let report = self.run(0, &kernels, Results::None);
         self.cache.loaded_for(started.elapsed());
         self.fills = 0;
         self.cache.record(&report?);

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use gphash_gpu::Gpu;
 use gphash_gpu::hostmem::{self, ImportGuard};
 use gphash_gpu::resources::{
-    bind_group, bind_group_layout, build_pipelines, check_bindings, dispatch, download_region, import_region,
-    map_read, max_window, release_imports, staged_reason, upload_region,
+    ErrorScopes, bind_group, bind_group_layout, build_pipelines, check_bindings, dispatch, download_region,
+    import_region, map_read, max_window, release_imports, staged_reason, upload_region,
 };
 use gphash_gpu::shader::Windows;
 use host_pm::{Pool, Region};
@@ -69,6 +69,7 @@ pub(crate) fn build(
         }
     };
     let dev = &gpu.device;
+    let scopes = ErrorScopes::push(dev);
     let buffer = |label, size: u64, usage| {
         dev.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
@@ -106,7 +107,7 @@ pub(crate) fn build(
     entries.extend(to.iter());
     entries.extend([&unused_rw, &unused_rw, &unused_rw]);
     entries.extend(from.iter());
-    let bind = bind_group(dev, "resize", &layout, &entries);
+    let bind = bind_group(dev, "resize", &layout, entries.iter().map(|b| b.as_entire_binding()));
 
     // One submit per kernel: each reads its own invocation count from the parameters.
     let rehash_slots = old.groups() * old.layout.slots as u64;
@@ -128,17 +129,22 @@ pub(crate) fn build(
     if !staged {
         gpu.queue.submit([hostmem::host_read_barrier(gpu)]);
     }
-    let mut out = Control::default();
-    map_read(gpu, &readback, 0..(control::WORDS * 4) as u64, |b| {
-        out.copy_from_slice(bytemuck::cast_slice(b))
-    })?;
-    if staged {
-        download_region(gpu, &to, cfg.table, new_region, pool)?;
-    }
+    // Checked before anything is read back: a refused submit built nothing.
+    let built = scopes.pop(|| "building the grown table".into()).and_then(|()| {
+        let mut out = Control::default();
+        map_read(gpu, &readback, 0..(control::WORDS * 4) as u64, |b| {
+            out.copy_from_slice(bytemuck::cast_slice(b))
+        })?;
+        if staged {
+            download_region(gpu, &to, cfg.table, new_region, pool)?;
+        }
+        Ok(out)
+    });
+    // Imported windows reference the pool, which may move next: released whatever happened.
     drop(bind);
     for b in from.into_iter().chain(to) {
         b.destroy();
     }
     release_imports(gpu, &guard);
-    Ok(out)
+    Ok(built?)
 }

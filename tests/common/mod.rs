@@ -117,6 +117,15 @@ pub fn rerun_at_subgroup_sizes(filter: &[&str], expected: usize) {
     }
 }
 
+/// The shared GPU as a device whose storage bindings hold at most `max_binding` bytes: the
+/// engine sizes its windows and batches by that (smaller batches exercise calls that take
+/// several engine batches; a larger limit than the device's exercises its validation errors).
+pub fn gpu_with_binding_limit(max_binding: u64) -> Arc<Gpu> {
+    let g = gpu().expect("a device with another binding limit needs a GPU");
+    let info = gphash::DeviceInfo { max_binding, ..g.info.clone() };
+    Arc::new(Gpu { device: g.device.clone(), queue: g.queue.clone(), info })
+}
+
 /// Options that run on the shared GPU (or the CPU when the tests were told to skip the GPU).
 pub fn gpu_options(gpu: GpuOptions) -> Options {
     match self::gpu() {

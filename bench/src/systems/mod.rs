@@ -100,7 +100,7 @@ impl DeviceOps {
         let cell_words = batch.value_bytes().div_ceil(4);
         let n = batch.len();
         let mut encoded = gphash::Encoded::default();
-        batch.encode(&(0..n).collect::<Vec<_>>(), &mut encoded);
+        batch.encode(&mut encoded);
         if encoded.values.is_empty() {
             encoded.values = vec![0; n * cell_words];
         }
@@ -140,7 +140,7 @@ impl DeviceOps {
             return;
         }
         let mut encoded = gphash::Encoded::default();
-        batch.encode(&(0..n).collect::<Vec<_>>(), &mut encoded);
+        batch.encode(&mut encoded);
         gpu.queue.write_buffer(&self.kinds, 0, bytemuck::cast_slice(&encoded.kinds));
         gpu.queue.write_buffer(&self.keys, 0, bytemuck::cast_slice(&encoded.keys));
         if !encoded.values.is_empty() {

@@ -564,21 +564,14 @@ impl SlabSystem {
 
     fn bind_group(&self, batch: &DeviceBatch) -> wgpu::BindGroup {
         let io = self.io.as_ref().expect("reserved");
-        let mut buffers: Vec<&wgpu::Buffer> = vec![
-            &self.params,
-            batch.kinds,
-            batch.keys,
-            batch.values,
-            batch.statuses,
-            batch.found,
-            &io.opstate,
-            &self.state,
-            &io.claims,
-            &io.dirty,
-            &io.staging,
-        ];
-        buffers.extend(self.windows.buffers());
-        bind_group(&self.gpu.device, "slab", &self.layout, &buffers)
+        let whole = [&self.params].into_iter().map(wgpu::Buffer::as_entire_binding);
+        let work = [&io.opstate, &self.state, &io.claims, &io.dirty, &io.staging]
+            .into_iter()
+            .chain(self.windows.buffers());
+        let resources = whole
+            .chain(batch.bindings(self.geo.key_words(), self.geo.cell_words()))
+            .chain(work.map(wgpu::Buffer::as_entire_binding));
+        bind_group(&self.gpu.device, "slab", &self.layout, resources)
     }
 
     fn check_batch(&self, batch: &DeviceBatch) -> Result<()> {
