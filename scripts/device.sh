@@ -12,7 +12,9 @@ mkdir -p "$out" /tmp/gph && cd /tmp/gph && tar xzf "$root/.gpu/gpu.tgz"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
 case $stage in
 tests)
-  for t in kernels cache baseline_slab baseline_cpu growth persistence crash_images device kill typed; do
+  built=$(cat build-root) && mkdir -p "$built/target/release" && cp gphash "$built/target/release/"
+  for t in kernels cache baseline_slab baseline_cpu growth persistence crash_images device kill typed \
+    erase_reinsert atomicity limits inspect check; do
     echo "== $t"
     ./test-$t 2>&1 | grep -E "test result|FAILED|panicked|GPU tests run|hardware" | sort -u
   done 2>&1 | tee "$out/tests.log"

@@ -9,13 +9,16 @@ cargo build --release
 rm -rf .gpu && mkdir -p .gpu/bin
 cargo test --release --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, shutil, sys
-keep = {"kernels", "cache", "baseline_slab", "baseline_cpu", "growth", "persistence", "crash_images", "device", "kill", "typed"}
+keep = {"kernels", "cache", "baseline_slab", "baseline_cpu", "growth", "persistence", "crash_images", "device",
+        "kill", "typed", "erase_reinsert", "atomicity", "limits", "inspect", "check"}
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in keep:
         shutil.copy(m["executable"], ".gpu/bin/test-" + m["target"]["name"])
 '
 cp target/release/gphash .gpu/bin/
-strip .gpu/bin/*
+# Tests that run the CLI find it where it was built: device.sh puts it there again.
+pwd > .gpu/bin/build-root
+strip .gpu/bin/test-* .gpu/bin/gphash
 tar czf .gpu/gpu.tgz -C .gpu/bin . && rm -rf .gpu/bin
 ls -la .gpu
