@@ -79,16 +79,14 @@ impl Batch {
         values: Option<&[u8]>,
     ) -> Result<Self> {
         if key_bytes == 0 || !keys.len().is_multiple_of(key_bytes) {
-            return Err(Error::KeyWidth { found: keys.len() % key_bytes.max(1), expected: key_bytes });
+            return Err(Error::KeysLength { given: keys.len(), key_bytes });
         }
         let n = keys.len() / key_bytes;
         let values = match (kind.writes_value(), values) {
             (true, Some(v)) if v.len() == n * value_bytes => v.to_vec(),
-            (true, Some(v)) => {
-                return Err(Error::ValueSize { found: v.len() / n.max(1), expected: value_bytes });
-            }
-            (true, None) => {
-                return Err(Error::ValueSize { found: 0, expected: value_bytes });
+            (true, v) => {
+                let given = v.map_or(0, <[u8]>::len);
+                return Err(Error::ValuesLength { given, keys: n, value_bytes });
             }
             (false, None) => vec![0; n * value_bytes],
             (false, Some(_)) => {
@@ -450,7 +448,10 @@ mod tests {
         assert!(b.push(OpKind::Insert, &[0; 8], None).is_err());
         assert!(b.push(OpKind::Delete, &[0; 8], Some(&[0; 4])).is_err());
         assert!(b.is_empty(), "a refused operation is not appended");
-        assert!(Batch::of_kind(OpKind::Get, 8, 4, &[0; 12], None).is_err());
+        let keys = Batch::of_kind(OpKind::Get, 8, 4, &[0; 12], None).unwrap_err();
+        assert_eq!(keys.to_string(), "12 bytes of keys are not a whole number of 8-byte keys");
+        let values = Batch::of_kind(OpKind::Insert, 8, 8, &[0; 16], Some(&[0; 8])).unwrap_err();
+        assert_eq!(values.to_string(), "8 bytes of values for 2 key(s): 2 value(s) of 8 bytes are 16 bytes");
     }
 
     #[test]

@@ -40,6 +40,27 @@ pub enum Error {
         /// Bytes the table uses.
         expected: usize,
     },
+    /// Concatenated keys of a bulk call that are not a whole number of keys.
+    #[error("{given} bytes of keys are not a whole number of {key_bytes}-byte keys")]
+    KeysLength {
+        /// Bytes given.
+        given: usize,
+        /// This table's key width.
+        key_bytes: usize,
+    },
+    /// Concatenated values of a bulk call that are not one value per key.
+    #[error(
+        "{given} bytes of values for {keys} key(s): {keys} value(s) of {value_bytes} bytes are {} bytes",
+        keys * value_bytes
+    )]
+    ValuesLength {
+        /// Bytes given.
+        given: usize,
+        /// Keys of the call.
+        keys: usize,
+        /// This table's value size.
+        value_bytes: usize,
+    },
     /// A typed index's key or value type whose size is not the table's key width or value
     /// size ([`crate::TypedIndex`]).
     #[error("{role} type {type_name} is {type_bytes} bytes; this table's {role}s are {table_bytes} bytes")]

@@ -221,9 +221,12 @@ fn wrong_widths_are_refused() {
     let mut t = common::gpu_table(&dir, &cfg);
     let k = common::key(1, 16);
     assert_eq!(t.insert(&k, &[1; 8]).unwrap(), vec![Status::Ok]);
-    assert!(matches!(t.get(&[0; 15]), Err(Error::KeyWidth { found: 15, expected: 16 })));
-    assert!(matches!(t.insert(&common::key(2, 16), &[0; 9]), Err(Error::ValueSize { .. })));
-    assert!(matches!(t.upsert(&k, &[0; 4]), Err(Error::ValueSize { .. })));
+    assert!(matches!(t.get(&[0; 15]), Err(Error::KeysLength { given: 15, key_bytes: 16 })));
+    assert!(matches!(
+        t.insert(&common::key(2, 16), &[0; 9]),
+        Err(Error::ValuesLength { given: 9, keys: 1, .. })
+    ));
+    assert!(matches!(t.upsert(&k, &[0; 4]), Err(Error::ValuesLength { given: 4, keys: 1, .. })));
     let foreign = gphash::Batch::new(8, 8);
     assert!(matches!(t.execute(&foreign), Err(Error::KeyWidth { found: 8, expected: 16 })));
     assert_eq!(t.get(&k).unwrap().value(0), Some(&[1u8; 8][..]));
