@@ -683,7 +683,9 @@ fn a_private_view_validates_like_open() {
     copy[8..12].copy_from_slice(&newer.to_le_bytes());
     reseal(&mut copy);
     patch(&path, HEADER_COPY_BYTES, &copy);
-    assert!(matches!(Pool::open_private(&path), Err(PoolError::UnsupportedVersion { found, .. }) if found == newer));
+    assert!(
+        matches!(Pool::open_private(&path), Err(PoolError::UnsupportedVersion { found, .. }) if found == newer)
+    );
     let missing = dir.path().join("missing");
     assert!(matches!(Pool::open_private(&missing), Err(PoolError::Io { op: "open", .. })));
 }
