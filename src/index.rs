@@ -24,12 +24,13 @@ use crate::engine::{Engine, Input, Mode, Written};
 use crate::error::{Error, Result};
 use crate::gpu::engine::{GpuEngine, GpuOptions};
 use crate::hash::Seeds;
-use crate::inspect::TableStats;
 use crate::layout::{Geometry, Layout};
 use crate::model::Bitmap;
 use crate::protocol::{OpKind, Status, control};
 use crate::recovery::{self, CheckReport, Recovery};
+use crate::reopen;
 use crate::resize;
+use crate::table_stats::TableStats;
 
 pub use crate::engine::MAX_BATCH;
 
@@ -398,7 +399,7 @@ impl GpHash {
                 Err(e) => return Err(e.into()),
             },
         };
-        let (geo, recovery, bitmap) = recovery::recover_pool(&mut pool, &geo, builder(&gpu, &options.gpu))?;
+        let (geo, recovery, bitmap) = reopen::recover_pool(&mut pool, &geo, builder(&gpu, &options.gpu))?;
         // The pool is marked dirty only before its first write (see `protocol` and `grow`): an
         // index opened and dropped without writing leaves a cleanly closed pool clean.
         log::info!(

@@ -14,67 +14,10 @@ use host_pm::{Backend, Header, Pool};
 
 use crate::error::Result;
 use crate::index::GpHash;
-use crate::layout::{Geometry, Layout};
 use crate::recovery::{self, CheckReport, Recovery};
+use crate::reopen;
 use crate::resize;
-
-/// What a table holds and how it is shaped.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TableStats {
-    /// Published keys.
-    pub items: u64,
-    /// Slots in the table.
-    pub slots: u64,
-    /// `items / slots`.
-    pub load_factor: f64,
-    /// Layout.
-    pub layout: Layout,
-    /// Key width.
-    pub key_bytes: u32,
-    /// Value size.
-    pub value_bytes: u32,
-    /// Levels in use: the top level's index (it has `2^top` buckets) down to the bottom's.
-    pub levels: (u32, u32),
-    /// Value cells in the heap.
-    pub cells: u64,
-}
-
-impl TableStats {
-    /// The stats of a table of geometry `geo` holding `items` keys.
-    pub fn of(geo: &Geometry, items: u64) -> TableStats {
-        TableStats {
-            items,
-            slots: geo.slots(),
-            load_factor: items as f64 / geo.slots() as f64,
-            layout: geo.layout,
-            key_bytes: geo.key_bytes,
-            value_bytes: geo.value_bytes,
-            levels: (geo.top_level, geo.top_level + 1 - geo.layout.levels),
-            cells: geo.cells,
-        }
-    }
-}
-
-impl fmt::Display for TableStats {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "keys:          {} in {} slots (load factor {:.4})",
-            self.items, self.slots, self.load_factor
-        )?;
-        writeln!(
-            f,
-            "layout:        {} with {}-byte keys and {}-byte values",
-            self.layout, self.key_bytes, self.value_bytes
-        )?;
-        writeln!(
-            f,
-            "levels:        {} .. {} (top level has 2^{} buckets)",
-            self.levels.0, self.levels.1, self.levels.0
-        )?;
-        write!(f, "value cells:   {}", self.cells)
-    }
-}
+use crate::table_stats::TableStats;
 
 /// What [`inspect`] found.
 #[derive(Clone, Debug)]
@@ -107,7 +50,7 @@ pub fn inspect(path: &Path) -> Result<Inspection> {
     let geo = GpHash::geometry_of(&pool)?;
     let header = *pool.header();
     let found = recovery::check(&pool, &geo, &header);
-    let (recovery, recovered, stats) = match recovery::recover_pool(&mut pool, &geo, resize::Builder::Cpu) {
+    let (recovery, recovered, stats) = match reopen::recover_pool(&mut pool, &geo, resize::Builder::Cpu) {
         Ok((geo, rec, _)) => {
             let changed = rec.cleared_claims > 0 || rec.resumed_resize.is_some();
             let recovered = changed.then(|| recovery::check(&pool, &geo, pool.header()));

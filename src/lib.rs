@@ -45,8 +45,10 @@ mod model;
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 mod protocol;
 mod recovery;
+mod reopen;
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 mod resize;
+mod table_stats;
 mod typed;
 
 pub use batch::{Batch, BatchResult, Encoded};
@@ -58,10 +60,11 @@ pub use gphash_gpu::{DeviceInfo, Gpu};
 pub use gpu::engine::{GpuOptions, Placement};
 pub use host_pm::{Backend, PersistMode, Pool, PoolError};
 pub use index::{Activity, Config, Executor, GpHash, MAX_BATCH, Options, Stats};
-pub use inspect::{Inspection, TableStats, inspect};
+pub use inspect::{Inspection, inspect};
 pub use layout::{Candidate, Geometry, Layout, TARGET_LOAD};
 pub use protocol::{OpKind, Status};
 pub use recovery::{CheckReport, Recovery, Violation, check};
+pub use table_stats::TableStats;
 pub use typed::{TypedBatch, TypedIndex, TypedResult};
 
 /// Internals for gphash's own tests (feature `testing`): the CPU twins of the kernels and of the

@@ -64,35 +64,6 @@ pub(crate) fn recover(pool: &mut Pool, geo: &Geometry) -> crate::Result<(Recover
     Ok((rec, bitmap))
 }
 
-/// Everything opening does to a pool before its first batch: clears the claims of
-/// unacknowledged batches ([`recover`]), then completes an interrupted resize with `builder`,
-/// or abandons it when it cannot complete (the old table is intact). Returns the geometry of
-/// the table in charge afterwards, what was done, and the allocator.
-pub(crate) fn recover_pool(
-    pool: &mut Pool,
-    geo: &Geometry,
-    builder: crate::resize::Builder,
-) -> crate::Result<(Geometry, Recovery, Bitmap)> {
-    let (mut recovery, bitmap) = recover(pool, geo)?;
-    if pool.header().resize.state == 0 {
-        return Ok((*geo, recovery, bitmap));
-    }
-    match crate::resize::complete(pool, builder, geo, recovery.items) {
-        Ok((grown, bitmap)) => {
-            recovery.resumed_resize = Some(true);
-            Ok((grown, recovery, bitmap))
-        }
-        Err(e) => {
-            if !pool.is_private() {
-                log::warn!("an interrupted resize could not complete ({e}); the table keeps its size");
-            }
-            crate::resize::abandon(pool)?;
-            recovery.resumed_resize = Some(false);
-            Ok((*geo, recovery, bitmap))
-        }
-    }
-}
-
 /// Walks the table in `region`: clears INSERTING slots (returning their lines, not yet
 /// persisted), counts published keys into `rec` and builds the allocator from their cells.
 pub(crate) fn scan(

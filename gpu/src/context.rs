@@ -6,8 +6,6 @@ use std::sync::Arc;
 use ash::vk;
 use wgpu::hal::api::Vulkan;
 
-use super::resources::download_words;
-use super::shader::WORKGROUP;
 use crate::error::{Error, Result};
 
 /// Environment variable naming a substring of the adapter to use.
@@ -60,10 +58,10 @@ impl std::fmt::Debug for Gpu {
 }
 
 impl Gpu {
-    /// Opens the best Vulkan adapter (or the one `GPHASH_ADAPTER` names). `Err(NoAdapter)`
-    /// when none exists; `Err(MissingFeature)` when the adapter lacks subgroups or runs fewer
-    /// lanes a subgroup than it reports.
-    pub fn new() -> Result<Arc<Gpu>> {
+    /// Opens the best Vulkan adapter (or the one `GPHASH_ADAPTER` names), unchecked: `Gpu::new`
+    /// (`probe.rs`) also makes sure its subgroups run the lanes they report. `Err(NoAdapter)`
+    /// when none exists; `Err(MissingFeature)` when the adapter lacks subgroups.
+    pub(crate) fn open_best() -> Result<Gpu> {
         let instance = compute_instance()?;
         let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN));
         let adapter = match std::env::var(ADAPTER_ENV) {
@@ -82,7 +80,7 @@ impl Gpu {
         Self::open(adapter)
     }
 
-    fn open(adapter: wgpu::Adapter) -> Result<Arc<Gpu>> {
+    fn open(adapter: wgpu::Adapter) -> Result<Gpu> {
         let ainfo = adapter.get_info();
         if !adapter.features().contains(wgpu::Features::SUBGROUP) {
             return Err(Error::MissingFeature(format!(
@@ -142,69 +140,7 @@ impl Gpu {
             max_storage_buffers: limits.max_storage_buffers_per_shader_stage,
         };
         log::info!("gphash device: {info:?}");
-        let gpu = Gpu { device, queue, info };
-        gpu.check_subgroup_width()?;
-        Ok(Arc::new(gpu))
-    }
-
-    /// Refuses a device whose subgroups run fewer lanes than the subgroup size it reports:
-    /// a tile would leave the words of its missing lanes unwritten and shuffle from them.
-    /// lavapipe does this: with `LP_NATIVE_VECTOR_WIDTH` of 1024 bits or more it reports
-    /// subgroups of width / 32 lanes but runs compute shaders at most 16 lanes wide.
-    fn check_subgroup_width(&self) -> Result<()> {
-        const PROBE: &str = "
-@group(0) @binding(0) var<storage, read_write> out: array<u32>;
-@compute @workgroup_size(WG)
-fn main(@builtin(local_invocation_index) i: u32, @builtin(subgroup_size) size: u32) {
-    let b = subgroupBallot(true);
-    out[2u * i] = size;
-    out[2u * i + 1u] = countOneBits(b.x) + countOneBits(b.y) + countOneBits(b.z) + countOneBits(b.w);
-}";
-        let dev = &self.device;
-        let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("subgroup width probe"),
-            source: wgpu::ShaderSource::Wgsl(PROBE.replace("WG", &WORKGROUP.to_string()).into()),
-        });
-        let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("subgroup width probe"),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(Error::Shader(format!("subgroup width probe: {e}")));
-        }
-        let out = dev.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("subgroup width probe"),
-            size: WORKGROUP as u64 * 8,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        });
-        let bind = dev.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &[wgpu::BindGroupEntry { binding: 0, resource: out.as_entire_binding() }],
-        });
-        let mut enc = dev.create_command_encoder(&Default::default());
-        {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &bind, &[]);
-            pass.dispatch_workgroups(1, 1, 1);
-        }
-        self.queue.submit([enc.finish()]);
-        let words = download_words(self, &out, WORKGROUP as u64 * 2)?;
-        match words.chunks(2).find(|w| w[0] != w[1]) {
-            None => Ok(()),
-            Some(w) => Err(Error::MissingFeature(format!(
-                "{} reports subgroups of {} lanes but runs compute shaders {} lanes wide (lavapipe \
-                 does so above LP_NATIVE_VECTOR_WIDTH=512); gphash's tiles need the lanes reported",
-                self.info.name, w[0], w[1]
-            ))),
-        }
+        Ok(Gpu { device, queue, info })
     }
 
     /// The raw Vulkan handles of the device, for host-memory import.

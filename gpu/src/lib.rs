@@ -8,6 +8,7 @@
 pub mod context;
 pub mod error;
 pub mod hostmem;
+mod probe;
 pub mod resources;
 pub mod shader;
 
