@@ -48,7 +48,8 @@ pub struct Config {
     pub value_bytes: u32,
     /// Levels, hash locations and slots per bucket.
     pub layout: Layout,
-    /// Keys the table should hold before it is full (sized for a load factor of 0.75).
+    /// Keys the table should hold before it first grows (sized for a load factor of 0.75; the
+    /// default, 4096, makes a pool of a few hundred KiB that grows by levels as keys come).
     pub capacity: u64,
     /// Hash seed.
     pub seed: u64,
@@ -65,7 +66,7 @@ impl Default for Config {
             key_bytes: 8,
             value_bytes: 8,
             layout: Layout::default(),
-            capacity: 1 << 20,
+            capacity: 1 << 12,
             seed: 0x9E37_79B9_7F4A_7C15,
             max_bytes: None,
             keys_apart: false,

@@ -116,8 +116,8 @@ enum Command {
         #[arg(long, default_value = "2L-2H-8S")]
         layout: Layout,
         /// Keys the table should hold at first (it is sized for a load factor of 0.75 and
-        /// grows by a level whenever an insertion finds no empty slot).
-        #[arg(long, default_value_t = 1 << 20)]
+        /// grows by a level whenever an insertion finds no empty slot): start small, it grows.
+        #[arg(long, default_value_t = Config::default().capacity)]
         capacity: u64,
         /// Largest size the pool file may grow to, in bytes (beyond it: OutOfSpace).
         #[arg(long)]

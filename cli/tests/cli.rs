@@ -569,3 +569,22 @@ fn a_killed_demo_leaves_nothing() {
         assert!(left.is_empty(), "kill {kill}: the demo left {left:?}");
     }
 }
+
+/// A pool created with the defaults is sized for a few thousand keys, not a million: a
+/// three-key table takes well under a MiB of (often RAM-backed) storage, and grows as keys come.
+#[test]
+fn a_default_pool_is_small_and_grows() {
+    let dir = common::pool_dir();
+    let pool = dir.path().join("small.pool");
+    let out = gphash(&["create", s(&pool), "--key-bytes", "8", "--value-bytes", "8"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let created = std::fs::metadata(&pool).unwrap().len();
+    assert!(created < 1 << 20, "a default pool of {created} bytes");
+    let trace_path = dir.path().join("t.trace");
+    let trace: String = (0..20_000).map(|k| format!("P {k} {:016x}\n", k)).collect();
+    std::fs::write(&trace_path, trace).unwrap();
+    let out = gphash(&["replay", s(&pool), "--trace", s(&trace_path), "--out", s(&dir.path().join("r"))]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(std::fs::metadata(&pool).unwrap().len() > created, "the pool grew");
+    assert!(text(&gphash(&["stats", s(&pool)])).contains("keys:          20000 "));
+}
