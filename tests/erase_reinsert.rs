@@ -414,10 +414,10 @@ fn erase_reinsert_cycles_over_full_candidate_buckets() {
 ///
 /// Growth for a slot is refused while the table would be less than half full (`GROW_FROM_LOAD`
 /// in `src/index.rs`), so filler keys elsewhere load the table to just under half full first.
-/// One level up the table is about a quarter full, growth is refused, and the colliding keys must fit
-/// whatever the steps do: with one level per key (1L), a taller table has no bucket shared by
-/// the two halves of `parting_keys`, and each half has no more keys than a key has candidate
-/// slots. (With 2L the old top level would stay shared by both halves, and no set of colliding
+/// One level up the table is about a quarter full and growth is refused, so the colliding keys
+/// must fit whatever the steps do: with one level per key (1L), a taller table has no bucket
+/// shared by the two halves of `parting_keys`, and each half has no more keys than a key has
+/// candidate slots. (With 2L the old top level would stay shared by both halves, and no set of colliding
 /// keys that overfills it could be sure to fit.) The table thus grows exactly twice: once
 /// inside the first step, once between steps.
 #[test]
