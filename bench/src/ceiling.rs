@@ -312,6 +312,9 @@ pub fn measure(gpu: &Gpu, method: &Method) -> Result<Vec<(Memory, Ceilings)>> {
 
 #[cfg(test)]
 mod tests {
+    use super::Params;
+
+    /// The kernels validate, and read the uniform with the layout the host writes.
     #[test]
     fn ceiling_kernels_validate() {
         for src in [super::SHADER, super::CAS_SHADER] {
@@ -323,6 +326,8 @@ mod tests {
             )
             .validate(&module)
             .unwrap_or_else(|e| panic!("{}", e.emit_to_string(src)));
+            let rust = gphash_gpu::rust_layout!(Params { words, iters, line_words, seed });
+            assert_eq!(gphash_gpu::shader::wgsl_layout(&module, "Params"), Some(rust));
         }
     }
 }

@@ -3,7 +3,7 @@
 //! that every table shares, the WGSL files every table's kernels may include, and validation
 //! with naga.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use crate::error::{Error, Result};
@@ -205,6 +205,58 @@ pub fn check(file: &str, src: &str) -> Result<naga::Module> {
         .validate(&module)
         .map_err(|e| Error::Shader(format!("{file}: {}", e.emit_to_string(src))))?;
     Ok(module)
+}
+
+/// The `u32` constants of `module` by name, for tests that compare WGSL constants with their
+/// Rust twins.
+pub fn u32_consts(module: &naga::Module) -> HashMap<String, u32> {
+    module
+        .constants
+        .iter()
+        .filter_map(|(_, c)| match module.global_expressions[c.init] {
+            naga::Expression::Literal(naga::Literal::U32(v)) => Some((c.name.clone()?, v)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The names of the constants `text` (one WGSL file) declares at its top level.
+pub fn declared_consts(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("const "))
+        .map(|rest| rest.split([':', ' ', '=']).next().unwrap_or_default())
+        .collect()
+}
+
+/// A struct's size and its members' names and byte offsets, in order.
+pub type StructLayout = (usize, Vec<(String, usize)>);
+
+/// The layout of the WGSL struct `name` in `module`, as the shader sees it; tests compare it with
+/// its `#[repr(C)]` Rust twin's ([`rust_layout!`](crate::rust_layout)).
+pub fn wgsl_layout(module: &naga::Module, name: &str) -> Option<StructLayout> {
+    module.types.iter().find_map(|(_, ty)| match &ty.inner {
+        naga::TypeInner::Struct { members, span } if ty.name.as_deref() == Some(name) => Some((
+            *span as usize,
+            members.iter().map(|m| (m.name.clone().unwrap_or_default(), m.offset as usize)).collect(),
+        )),
+        _ => None,
+    })
+}
+
+/// The [`StructLayout`] of a `#[repr(C)]` struct, given every field in order: the fields are
+/// named in an exhaustive pattern, so a field added to the struct and not here fails to compile.
+#[macro_export]
+macro_rules! rust_layout {
+    ($ty:ident { $($field:ident),* $(,)? }) => {{
+        let _every_field = |v: $ty| {
+            let $ty { $($field: _),* } = v;
+        };
+        let layout: $crate::shader::StructLayout = (
+            ::std::mem::size_of::<$ty>(),
+            vec![$((stringify!($field).to_string(), ::std::mem::offset_of!($ty, $field))),*],
+        );
+        layout
+    }};
 }
 
 #[cfg(test)]

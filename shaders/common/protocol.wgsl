@@ -1,6 +1,6 @@
 // gphash's protocol: phase markers, slot states, control words and the per-operation record,
 // on top of what every table shares.
-// Twin: src/protocol.rs; the numbers must match.
+// Twin: src/protocol.rs; the numbers must match (a test in src/gpu/shader.rs compares them).
 
 #include "common/ops.wgsl"
 #include "common/pool.wgsl"
