@@ -1,6 +1,8 @@
 // The slab table (SlabHash made persistent with an undo log): codes, per-operation records,
 // addressing, allocators and the tile-cooperative slab read shared by the slab kernels.
 // Twin: src/systems/slab/layout.rs (addresses) and model.rs (operations); change together.
+// uses: BUCKETS, CELLS, CELL_BITMAP, ENTRIES, ENTRY_WORDS, KEY_WORDS, LOG_BASE, SEED, SLAB_BASE
+// uses: control, opstate, table_load
 
 #include "common/ops.wgsl"
 #include "common/pool.wgsl"

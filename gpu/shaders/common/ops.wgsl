@@ -3,6 +3,7 @@
 // control counters.
 // Twin: gphash's src/protocol.rs (OpKind, Status); the numbers must match (a test in gphash's
 // src/gpu/shader.rs compares them).
+// uses: KEY_WORDS, WG, control, keys
 
 const OP_GET: u32 = 1u;
 const OP_INSERT: u32 = 2u;
