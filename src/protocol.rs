@@ -1,7 +1,8 @@
 //! Operation codes, result codes and the per-operation record that phase A hands to phase B.
 //!
 //! Twin: `shaders/common/protocol.wgsl`, and `gpu/shaders/common/ops.wgsl` for the operation and
-//! result codes; the numbers must match.
+//! result codes; the numbers must match (the test `wgsl_protocol_constants_match_rust` in
+//! `src/gpu/shader.rs` compares every constant of both files with these).
 
 /// What one operation of a batch does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

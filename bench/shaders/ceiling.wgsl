@@ -1,6 +1,9 @@
 // Memory ceilings (src/ceiling.rs): sequential bandwidth and random requests, over one
 // buffer of vec4s. `sink` keeps every read alive.
 
+#include "common/prelude.wgsl"
+#include "common/hash.wgsl"
+
 struct Params {
     words: u32,       // 32-bit words in the buffer (a multiple of 4)
     iters: u32,       // passes (sequential) or requests per subgroup (random)
@@ -11,15 +14,6 @@ struct Params {
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> data: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read_write> sink: array<u32>;
-
-fn fmix(h0: u32) -> u32 {
-    var h = h0;
-    h ^= h >> 16u;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13u;
-    h *= 0xc2b2ae35u;
-    return h ^ (h >> 16u);
-}
 
 fn invocation(wid: vec3<u32>, nwg: vec3<u32>, li: u32) -> u32 {
     return (wid.y * nwg.x + wid.x) * 128u + li;

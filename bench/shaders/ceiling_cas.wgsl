@@ -1,5 +1,8 @@
 // Memory ceilings: random 32-bit compare-and-swaps, one per invocation and iteration.
 
+#include "common/prelude.wgsl"
+#include "common/hash.wgsl"
+
 struct Params {
     words: u32,
     iters: u32,
@@ -10,15 +13,6 @@ struct Params {
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> data: array<atomic<u32>>;
 @group(0) @binding(2) var<storage, read_write> sink: array<u32>;
-
-fn fmix(h0: u32) -> u32 {
-    var h = h0;
-    h ^= h >> 16u;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13u;
-    h *= 0xc2b2ae35u;
-    return h ^ (h >> 16u);
-}
 
 @compute @workgroup_size(128)
 fn cas(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) li: u32) {

@@ -1,6 +1,8 @@
 // The slab table (SlabHash made persistent with an undo log): codes, per-operation records,
 // addressing, allocators and the tile-cooperative slab read shared by the slab kernels.
 // Twin: src/systems/slab/layout.rs (addresses) and model.rs (operations); change together.
+// uses: BUCKETS, CELLS, CELL_BITMAP, ENTRIES, ENTRY_WORDS, KEY_WORDS, LOG_BASE, SEED, SLAB_BASE
+// uses: control, opstate, table_load
 
 #include "common/ops.wgsl"
 #include "common/pool.wgsl"
@@ -33,7 +35,8 @@ const F_JOINER: u32 = 4u;  // creators: 1 + the upsert joiner whose value they p
 const F_HOLDER: u32 = 5u;  // joiners: the creating operation
 
 // Control words at the start of `control` after CTRL_DIRTY_COUNT (0); the host reads and
-// clears them around each submit. The allocators' bitmaps and the bucket marks follow them.
+// clears them around each submit (twin: `ctl` in src/systems/slab/shader.rs, which a test
+// compares with these). The allocators' bitmaps and the bucket marks follow them.
 const C_NO_CELL: u32 = 1u;
 const C_NO_SLAB: u32 = 2u;
 const C_LOG_COUNT: u32 = 3u;

@@ -1,7 +1,8 @@
 //! Memory ceilings of the device, measured in the same run as the workloads: sequential
 //! bandwidth and the rate of random requests (one subgroup reads or writes one run of 128 to
 //! 512 contiguous bytes per request), and of 32-bit CAS, in device memory and in host memory
-//! imported zero-copy (the way gphash reads a pool). Kernels: `shaders/ceiling.wgsl`.
+//! imported zero-copy (the way gphash reads a pool). Kernels: `shaders/ceiling.wgsl` and
+//! `shaders/ceiling_cas.wgsl`, with the shared hash.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -10,6 +11,7 @@ use gphash::Gpu;
 use gphash::{Error, Result};
 use gphash_gpu::hostmem::{self, ImportGuard};
 use gphash_gpu::resources::{dispatch, map_read, release_imports};
+use gphash_gpu::shader::{self, Files, SHARED};
 
 /// Where the measured buffer lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,8 +83,20 @@ impl fmt::Display for Ceilings {
 /// Line sizes of the random-read test.
 pub const LINE_BYTES: [u32; 3] = [128, 256, 512];
 
-const SHADER: &str = include_str!("../shaders/ceiling.wgsl");
-const CAS_SHADER: &str = include_str!("../shaders/ceiling_cas.wgsl");
+/// The ceiling kernels, stitched with gphash-gpu's shared files for the hash (`fmix`).
+const KERNELS: Files = &[
+    ("ceiling.wgsl", include_str!("../shaders/ceiling.wgsl")),
+    ("ceiling_cas.wgsl", include_str!("../shaders/ceiling_cas.wgsl")),
+];
+
+/// The ceilings' prelude: what `common/hash.wgsl` needs (its key hash, which they never call,
+/// is typed on the key's words).
+const PRELUDE: &str = "const KEY_WORDS: u32 = 1u;\n";
+
+/// The complete source of a ceiling kernel file.
+fn source(file: &str) -> Result<String> {
+    Ok(shader::stitch(file, PRELUDE, &[SHARED, KERNELS])?)
+}
 
 /// How a ceiling is measured.
 #[derive(Clone, Debug)]
@@ -138,14 +152,15 @@ impl<'a> Bench<'a> {
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
+        // Stitched before the error scope opens: a failure returns with no scope left open.
+        let sources = [source("ceiling.wgsl")?, source("ceiling_cas.wgsl")?];
         let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = |label, src: &str| {
+        let [main, cas] = sources.map(|src| {
             dev.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(label),
-                source: wgpu::ShaderSource::Wgsl(src.to_string().into()),
+                label: Some("ceiling"),
+                source: wgpu::ShaderSource::Wgsl(src.into()),
             })
-        };
-        let (main, cas) = (module("ceiling.wgsl", SHADER), module("ceiling_cas.wgsl", CAS_SHADER));
+        });
         let pipelines = [
             ("seq_read", &main),
             ("seq_write", &main),
@@ -312,17 +327,15 @@ pub fn measure(gpu: &Gpu, method: &Method) -> Result<Vec<(Memory, Ceilings)>> {
 
 #[cfg(test)]
 mod tests {
+    use super::{KERNELS, Params, source};
+
+    /// The kernels validate, and read the uniform with the layout the host writes.
     #[test]
     fn ceiling_kernels_validate() {
-        for src in [super::SHADER, super::CAS_SHADER] {
-            let module =
-                naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(src)));
-            naga::valid::Validator::new(
-                naga::valid::ValidationFlags::all(),
-                naga::valid::Capabilities::SUBGROUP,
-            )
-            .validate(&module)
-            .unwrap_or_else(|e| panic!("{}", e.emit_to_string(src)));
+        for (file, _) in KERNELS {
+            let module = gphash_gpu::shader::check(file, &source(file).unwrap()).unwrap();
+            let rust = gphash_gpu::rust_layout!(Params { words, iters, line_words, seed });
+            assert_eq!(gphash_gpu::shader::wgsl_layout(&module, "Params"), Some(rust));
         }
     }
 }

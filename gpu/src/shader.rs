@@ -3,7 +3,7 @@
 //! that every table shares, the WGSL files every table's kernels may include, and validation
 //! with naga.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use crate::error::{Error, Result};
@@ -158,10 +158,22 @@ pub fn accessor(s: &mut String, signature: &str, body: &str, w: Windows) {
 
 /// The source of `file`: each file it `#include`s, from `files`, expanded in place once;
 /// `common/prelude.wgsl` is a table's generated `prelude`.
+///
+/// A file that relies on names it neither declares nor includes (the prelude's bindings and
+/// constants, another file's functions) says so in a line `// uses: a, b, params.field`; each
+/// must be declared at the top level of the stitched source (`params.field`: a member of the
+/// struct of the variable `params`), or the error names the file and the name.
 pub fn stitch(file: &str, prelude: &str, files: &[Files]) -> Result<String> {
     let mut out = String::new();
-    expand(file, prelude, files, &mut HashSet::new(), &mut out)?;
-    Ok(out)
+    let mut uses = Vec::new();
+    expand(file, prelude, files, &mut HashSet::new(), &mut uses, &mut out)?;
+    let declared = declarations(&out);
+    match uses.into_iter().find(|(_, name)| !declared.contains(name)) {
+        Some((user, name)) => Err(Error::Shader(format!(
+            "{user} uses {name}, which the source stitched for {file} does not declare"
+        ))),
+        None => Ok(out),
+    }
 }
 
 fn expand(
@@ -169,6 +181,7 @@ fn expand(
     prelude: &str,
     files: &[Files],
     seen: &mut HashSet<String>,
+    uses: &mut Vec<(String, String)>,
     out: &mut String,
 ) -> Result<()> {
     if !seen.insert(file.to_string()) {
@@ -185,8 +198,11 @@ fn expand(
             .ok_or_else(|| Error::Shader(format!("#include of unknown shader file {file}")))?
     };
     for line in text.lines() {
+        if let Some(names) = line.trim().strip_prefix("// uses:") {
+            uses.extend(names.split(',').map(|n| (file.to_string(), n.trim().to_string())));
+        }
         match line.trim().strip_prefix("#include") {
-            Some(rest) => expand(rest.trim().trim_matches('"'), prelude, files, seen, out)?,
+            Some(rest) => expand(rest.trim().trim_matches('"'), prelude, files, seen, uses, out)?,
             None => {
                 out.push_str(line);
                 out.push('\n');
@@ -194,6 +210,51 @@ fn expand(
         }
     }
     Ok(())
+}
+
+/// The names `src` declares at its top level (lines that start a declaration in column 0), and
+/// `var.member` for each member of a variable whose type is a struct declared there.
+fn declarations(src: &str) -> HashSet<String> {
+    let ident = |s: &str| {
+        s.split(|c: char| !(c.is_alphanumeric() || c == '_')).next().unwrap_or_default().to_string()
+    };
+    let mut names = HashSet::new();
+    let mut structs: HashMap<String, Vec<String>> = HashMap::new();
+    let mut vars = Vec::new();
+    let mut open_struct: Option<String> = None;
+    for line in src.lines() {
+        if let Some(name) = &open_struct {
+            match line.trim() {
+                "}" | "};" => open_struct = None,
+                member if !member.is_empty() && !member.starts_with("//") && member.contains(':') => {
+                    structs.entry(name.clone()).or_default().push(ident(member));
+                }
+                _ => {}
+            }
+            continue;
+        }
+        let decl = line.split_whitespace().skip_while(|t| t.starts_with('@')).collect::<Vec<_>>().join(" ");
+        let Some((keyword, rest)) = decl.split_once(' ') else { continue };
+        let rest = match keyword {
+            "const" | "override" | "fn" | "alias" | "struct" | "var" => rest,
+            // `var<storage, read> name: ...`
+            _ if keyword.starts_with("var<") => rest.split_once("> ").map_or(rest, |(_, r)| r),
+            _ => continue,
+        };
+        let name = ident(rest);
+        if keyword == "struct" {
+            open_struct = Some(name.clone());
+        } else if keyword.starts_with("var")
+            && let Some((_, ty)) = rest.split_once(':')
+        {
+            vars.push((name.clone(), ident(ty.trim())));
+        }
+        names.insert(name);
+    }
+    for (var, ty) in vars {
+        names.extend(structs.get(&ty).into_iter().flatten().map(|m| format!("{var}.{m}")));
+    }
+    names
 }
 
 /// Parses and validates the source `src` of `file` with naga, as wgpu will; the error names
@@ -207,6 +268,58 @@ pub fn check(file: &str, src: &str) -> Result<naga::Module> {
     Ok(module)
 }
 
+/// The `u32` constants of `module` by name, for tests that compare WGSL constants with their
+/// Rust twins.
+pub fn u32_consts(module: &naga::Module) -> HashMap<String, u32> {
+    module
+        .constants
+        .iter()
+        .filter_map(|(_, c)| match module.global_expressions[c.init] {
+            naga::Expression::Literal(naga::Literal::U32(v)) => Some((c.name.clone()?, v)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The names of the constants `text` (one WGSL file) declares at its top level.
+pub fn declared_consts(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("const "))
+        .map(|rest| rest.split([':', ' ', '=']).next().unwrap_or_default())
+        .collect()
+}
+
+/// A struct's size and its members' names and byte offsets, in order.
+pub type StructLayout = (usize, Vec<(String, usize)>);
+
+/// The layout of the WGSL struct `name` in `module`, as the shader sees it; tests compare it with
+/// its `#[repr(C)]` Rust twin's ([`rust_layout!`](crate::rust_layout)).
+pub fn wgsl_layout(module: &naga::Module, name: &str) -> Option<StructLayout> {
+    module.types.iter().find_map(|(_, ty)| match &ty.inner {
+        naga::TypeInner::Struct { members, span } if ty.name.as_deref() == Some(name) => Some((
+            *span as usize,
+            members.iter().map(|m| (m.name.clone().unwrap_or_default(), m.offset as usize)).collect(),
+        )),
+        _ => None,
+    })
+}
+
+/// The [`StructLayout`] of a `#[repr(C)]` struct, given every field in order: the fields are
+/// named in an exhaustive pattern, so a field added to the struct and not here fails to compile.
+#[macro_export]
+macro_rules! rust_layout {
+    ($ty:ident { $($field:ident),* $(,)? }) => {{
+        let _every_field = |v: $ty| {
+            let $ty { $($field: _),* } = v;
+        };
+        let layout: $crate::shader::StructLayout = (
+            ::std::mem::size_of::<$ty>(),
+            vec![$((stringify!($field).to_string(), ::std::mem::offset_of!($ty, $field))),*],
+        );
+        layout
+    }};
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,5 +330,23 @@ mod tests {
         assert_eq!((w.count, w.words()), (4, 256));
         assert_eq!(w.len(3, 1000), 232);
         assert_eq!(Windows::cover(10, 1 << 30).count, 1);
+    }
+
+    #[test]
+    fn uses_must_be_declared() {
+        let files: Files = &[
+            ("main.wgsl", "#include \"common/prelude.wgsl\"\n#include \"lib.wgsl\"\nfn main() {}\n"),
+            ("lib.wgsl", "// uses: WG, params.n, counters, helper\nfn lib() {}\n"),
+        ];
+        let prelude = "const WG: u32 = 1u;\nstruct P {\n    n: u32,\n}\n@group(0) @binding(0) var<uniform> params: P;\n@group(0) @binding(1) var<storage, read_write> counters: array<u32>;\n";
+        let missing = |prelude: &str| match stitch("main.wgsl", prelude, &[files]) {
+            Err(Error::Shader(e)) => e,
+            other => panic!("{other:?}"),
+        };
+        assert!(missing(prelude).contains("lib.wgsl uses helper"), "{}", missing(prelude));
+        let full = format!("{prelude}fn helper() {{}}\n");
+        assert!(stitch("main.wgsl", &full, &[files]).is_ok());
+        assert!(missing(&full.replace("n: u32", "m: u32")).contains("lib.wgsl uses params.n"));
+        assert!(missing(&full.replace("counters", "other")).contains("lib.wgsl uses counters"));
     }
 }

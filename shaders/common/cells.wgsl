@@ -1,5 +1,6 @@
 // gphash's value cells: a bitmap allocator over binding `bitmap`.
 // Twins: Model::alloc and the bitmap updates of Model::rollback and the engines' free step.
+// uses: BITMAP_WORDS, NONE, bitmap, params.seed
 
 #include "common/hash.wgsl"
 #include "common/bitmap.wgsl"

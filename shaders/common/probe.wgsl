@@ -2,6 +2,11 @@
 // cached groups from device memory first (BktCache), the others from the table only when the
 // cached groups do not hold the key.
 // Twin: Model::probe in src/model.rs.
+// uses: CANDIDATES, CANDIDATE_BUCKETS, CTRL_CACHE_STALE, EMPTY, FINGERPRINT_SEED, HASHES
+// uses: INSERTING, KEY_WORDS, LEVELS, LOCATION_SEEDS, NONE, SLOTS, Tile, bucket_load, cache_entry
+// uses: cached_word, candidate_bucket, count, ctable_cas, ctable_load, ctable_store, fp_word
+// uses: hash_key, key_word, state_word, table_cas, table_load, table_store, tile_add, tile_ballot
+// uses: tile_min, top_bucket
 
 struct Located {
     tops: array<u32, HASHES>,     // top-level bucket per hash location

@@ -1,6 +1,7 @@
 // gphash's protocol: phase markers, slot states, control words and the per-operation record,
 // on top of what every table shares.
-// Twin: src/protocol.rs; the numbers must match.
+// Twin: src/protocol.rs; the numbers must match (a test in src/gpu/shader.rs compares them).
+// uses: control, opstate
 
 #include "common/ops.wgsl"
 #include "common/pool.wgsl"

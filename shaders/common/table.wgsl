@@ -1,5 +1,8 @@
 // Table addressing. Twins: src/layout.rs (Geometry::candidate and the word offsets) and
 // src/hash.rs (top_bucket).
+// uses: BUCKET_WORDS, CACHE_ENTRIES, CELL_WORDS, GROUP_BUCKETS, GROUP_SLOTS, GROUP_WORDS, HASHES
+// uses: KEYS_APART, KEYS_BASE, KEY_WORDS, LEVELS, NONE, SLOTS, TOP_LEVEL, cache_map
+// uses: ctable_cas_weak, ctable_load, table_load
 
 // The TOP_LEVEL high bits; two shifts keep each amount below 32 when TOP_LEVEL is 0.
 fn top_bucket(h: u32) -> u32 {

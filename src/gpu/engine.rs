@@ -364,7 +364,8 @@ impl GpuEngine {
             track_lines: self.track_lines as u32,
             stamp: self.batches,
             count_every: self.cache.count_every(),
-            pad: [0; 2],
+            pad0: 0,
+            pad1: 0,
         };
         self.gpu.queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
         self.gpu.queue.write_buffer(&self.control, 0, &[0u8; control::WORDS * 4]);

@@ -226,8 +226,11 @@ pub(crate) struct Params {
     pub stamp: u32,
     /// Phase A counts one access in this many for the cache (0: none); see [`crate::cache::counted`].
     pub count_every: u32,
-    /// Padding to the uniform's 16-byte size.
-    pub pad: [u32; 2],
+    /// Padding to the uniform's 16-byte size (two fields, as WGSL's uniform arrays need a 16-byte
+    /// stride).
+    pub pad0: u32,
+    /// See `pad0`.
+    pub pad1: u32,
 }
 
 /// The generated prelude: constants, bindings and window accessors.
@@ -352,6 +355,97 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The WGSL protocol constants are kept by hand rather than generated from these: the shared
+    /// `common/ops.wgsl` lives in gphash-gpu, below this crate, and serves the slab baseline too.
+    /// So every constant of `common/protocol.wgsl` and `common/ops.wgsl` must appear here, with
+    /// the value naga reads from the stitched kernel.
+    #[test]
+    fn wgsl_protocol_constants_match_rust() {
+        use crate::layout::{EMPTY, INSERTING, PUBLISHED};
+        use crate::protocol::{NONE, OpKind, OpState, Status, control, phase};
+        use std::mem::offset_of;
+        let word = |bytes: usize| (bytes / 4) as u32;
+        let rust: Vec<(&str, u32)> = vec![
+            ("OP_GET", OpKind::Get as u32),
+            ("OP_INSERT", OpKind::Insert as u32),
+            ("OP_UPSERT", OpKind::Upsert as u32),
+            ("OP_UPDATE", OpKind::Update as u32),
+            ("OP_DELETE", OpKind::Delete as u32),
+            ("STATUS_OK", Status::Ok as u32),
+            ("STATUS_NOT_FOUND", Status::NotFound as u32),
+            ("STATUS_EXISTS", Status::Exists as u32),
+            ("STATUS_CORRUPT", Status::Corrupt as u32),
+            ("NONE", NONE),
+            ("PHASE_DONE", phase::DONE),
+            ("PHASE_FOUND", phase::FOUND),
+            ("PHASE_CLAIMED", phase::CLAIMED),
+            ("PHASE_FULL", phase::FULL),
+            ("PHASE_NO_CELL", phase::NO_CELL),
+            ("PHASE_JOINED", phase::JOINED),
+            ("PHASE_FOLLOWS", phase::FOLLOWS),
+            ("EMPTY", EMPTY),
+            ("INSERTING", INSERTING),
+            ("PUBLISHED", PUBLISHED),
+            ("CTRL_DIRTY_COUNT", control::DIRTY_COUNT as u32),
+            ("CTRL_NEED_B", control::NEED_B as u32),
+            ("CTRL_FULL", control::FULL as u32),
+            ("CTRL_NO_CELL", control::NO_CELL as u32),
+            ("CTRL_PUBLISHED", control::PUBLISHED as u32),
+            ("CTRL_DELETED", control::DELETED as u32),
+            ("CTRL_CACHE_TARGETS", control::CACHE_TARGETS as u32),
+            ("CTRL_CACHE_HITS", control::CACHE_HITS as u32),
+            ("CTRL_CACHE_GROUPS_SAVED", control::CACHE_GROUPS_SAVED as u32),
+            ("CTRL_CACHE_VALUES_SAVED", control::CACHE_VALUES_SAVED as u32),
+            ("CTRL_CACHE_REFRESHED", control::CACHE_REFRESHED as u32),
+            ("CTRL_CACHE_STALE", control::CACHE_STALE as u32),
+            ("CTRL_CACHE_FILLED", control::CACHE_FILLED as u32),
+            ("CTRL_ALLOCATED", control::ALLOCATED as u32),
+            ("CTRL_WORDS", control::WORDS as u32),
+            ("ST_PHASE", word(offset_of!(OpState, phase))),
+            ("ST_SLOT", word(offset_of!(OpState, slot))),
+            ("ST_CELL", word(offset_of!(OpState, cell))),
+            ("ST_FREE", word(offset_of!(OpState, free))),
+            ("ST_LAST_WRITE", word(offset_of!(OpState, last_write))),
+            ("ST_FIRST_DELETE", word(offset_of!(OpState, first_delete))),
+            ("ST_FOUND", word(offset_of!(OpState, found))),
+            ("ST_WORDS", OpState::WORDS as u32),
+        ];
+        assert_eq!(OpState::WORDS as usize * 4, std::mem::size_of::<OpState>());
+        let module = validate(Kernel::PhaseB, &config("2L-2H-8S", 8, 8, 1)).unwrap();
+        let wgsl = gphash_gpu::shader::u32_consts(&module);
+        for (file, text) in SHARED.iter().chain(KERNELS) {
+            if ["common/ops.wgsl", "common/protocol.wgsl"].contains(file) {
+                for name in gphash_gpu::shader::declared_consts(text) {
+                    assert!(rust.iter().any(|(n, _)| *n == name), "{file}: {name} has no Rust twin here");
+                }
+            }
+        }
+        for (name, v) in rust {
+            assert_eq!(wgsl.get(name), Some(&v), "WGSL {name} differs from its Rust twin");
+        }
+    }
+
+    /// The uniform the host writes has the layout the kernels read: same fields, offsets, size.
+    #[test]
+    fn params_layout_matches_wgsl() {
+        let module = validate(Kernel::PhaseA, &config("2L-2H-8S", 8, 8, 1)).unwrap();
+        let rust = gphash_gpu::rust_layout!(Params {
+            n,
+            seed,
+            dirty_cap,
+            table_line_base,
+            heap_line_base,
+            table_lines,
+            claims_mask,
+            track_lines,
+            stamp,
+            count_every,
+            pad0,
+            pad1,
+        });
+        assert_eq!(gphash_gpu::shader::wgsl_layout(&module, "Params"), Some(rust));
     }
 
     #[test]

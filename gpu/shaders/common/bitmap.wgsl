@@ -1,6 +1,7 @@
 // Bitmap allocators: bit b of word w is entry 32 w + b, set while the entry is taken. The
 // includer says where the words live: `bitmap_load(w) -> u32`, `bitmap_or(w, bits) -> u32`
 // (returns the word before) and `bitmap_and(w, bits)`, all atomic.
+// uses: NONE, bitmap_and, bitmap_load, bitmap_or
 
 // Takes a clear bit of the bitmap of `nwords` words at word `base`, scanning from word `start`:
 // an atomic OR sets the lowest clear bit, which is ours if it was clear before. NONE when full.

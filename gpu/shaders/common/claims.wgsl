@@ -1,6 +1,7 @@
 // The claim registry (binding `claims`, cleared before each use): the first operation on an
 // absent key becomes its creator, later ones on the same key join it, so no key is created
 // twice.
+// uses: KEY_WORDS, NONE, claims, keys, params.claims_mask
 
 fn same_key(op: u32, key: array<u32, KEY_WORDS>) -> bool {
     for (var i = 0u; i < KEY_WORDS; i++) {

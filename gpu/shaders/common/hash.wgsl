@@ -1,5 +1,6 @@
 // Key hashing: MurmurHash3-style 32-bit hashes over the key's words, and value checksums.
 // Twin: gphash's src/hash.rs; change both together.
+// uses: KEY_WORDS
 
 fn rotl(x: u32, r: u32) -> u32 {
     return (x << r) | (x >> (32u - r));

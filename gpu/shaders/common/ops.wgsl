@@ -1,7 +1,9 @@
 // What the kernels of every table (gphash's and the slab baseline's) share on top of their
 // generated prelude: operation and result codes, the invocation's operation and its key, the
 // control counters.
-// Twin: gphash's src/protocol.rs (OpKind, Status); the numbers must match.
+// Twin: gphash's src/protocol.rs (OpKind, Status); the numbers must match (a test in gphash's
+// src/gpu/shader.rs compares them).
+// uses: KEY_WORDS, WG, control, keys
 
 const OP_GET: u32 = 1u;
 const OP_INSERT: u32 = 2u;

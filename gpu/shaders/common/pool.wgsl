@@ -1,5 +1,7 @@
 // Writing the pool's regions through the prelude's window accessors: a strong compare-and-swap
 // on table words, and the dirty-line list (the host persists exactly the lines listed).
+// uses: CTRL_DIRTY_COUNT, control, dirty, table_cas_weak, params.dirty_cap, params.heap_line_base
+// uses: params.table_line_base, params.track_lines
 
 // Compare-and-swap that fails only when the word differs from `expected`; returns the word
 // seen (success iff it equals `expected`). Weak CAS may fail spuriously: retry those.

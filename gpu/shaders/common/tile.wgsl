@@ -2,6 +2,7 @@
 // time. A subgroup of 64 lanes runs two 32-lane tiles, a subgroup of 4 one 4-lane tile.
 // Reductions use shuffles inside the tile, never whole-subgroup ops, so tiles stay independent.
 // Every function here is a subgroup operation: call it from subgroup-uniform control flow.
+// uses: TILE
 
 struct Tile {
     size: u32,  // lanes per tile, a power of two

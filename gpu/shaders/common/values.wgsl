@@ -2,6 +2,8 @@
 // operation's tile with consecutive lanes (one request per cell). Where cells have a checksum
 // word (CELL_WORDS > VALUE_WORDS), the tile sums its lanes' checksum terms and one lane writes
 // it after the value, in the same phase: it is persisted with the value, before any publish.
+// uses: CELL_WORDS, CHECKSUM_BASE, NONE, Tile, VALUE_WORDS, checksum_term, heap_store
+// uses: mark_heap_words, take_turn, tile_add, tile_bcast, vals_in
 
 // Writes the value of operation `me` into `cell` (NONE: nothing to write). A subgroup
 // operation: call it from subgroup-uniform control flow.

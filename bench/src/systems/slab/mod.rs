@@ -596,7 +596,9 @@ impl SlabSystem {
             heap_line_base,
             table_lines,
             reads_only: reads_only as u32,
-            pad: [0; 3],
+            pad0: 0,
+            pad1: 0,
+            pad2: 0,
         };
         self.gpu.queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
     }

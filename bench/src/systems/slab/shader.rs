@@ -164,8 +164,12 @@ pub struct SlabParams {
     pub table_lines: u32,
     /// 1: the probe serves reads only (before the undo log is durable).
     pub reads_only: u32,
-    /// Padding to 16 bytes.
-    pub pad: [u32; 3],
+    /// Padding to 16 bytes (single fields, as WGSL's uniform arrays need a 16-byte stride).
+    pub pad0: u32,
+    /// See `pad0`.
+    pub pad1: u32,
+    /// See `pad0`.
+    pub pad2: u32,
 }
 
 fn prelude(cfg: &SlabShaderConfig) -> String {
@@ -266,6 +270,55 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Every control word `C_*` of `slab_common.wgsl` has its twin in [`ctl`], with the value
+    /// naga reads from a stitched kernel.
+    #[test]
+    fn wgsl_control_words_match_rust() {
+        let rust = [
+            ("CTRL_DIRTY_COUNT", ctl::DIRTY),
+            ("C_NO_CELL", ctl::NO_CELL),
+            ("C_NO_SLAB", ctl::NO_SLAB),
+            ("C_LOG_COUNT", ctl::LOG_COUNT),
+            ("C_PUBLISHED", ctl::PUBLISHED),
+            ("C_DELETED", ctl::DELETED),
+            ("C_DEFERRED", ctl::DEFERRED),
+            ("C_NEW_SLABS", ctl::NEW_SLABS),
+            ("C_BAD_KIND", ctl::BAD_KIND),
+            ("C_MUTATING", ctl::MUTATING),
+        ];
+        let (_, common) = KERNELS.iter().find(|(f, _)| *f == "slab_common.wgsl").unwrap();
+        for name in shader::declared_consts(common).into_iter().filter(|n| n.starts_with("C_")) {
+            assert!(rust.iter().any(|(n, _)| *n == name), "{name} has no twin in `ctl`");
+        }
+        let module = validate(SlabKernel::Probe, &config(8, 8, 1, 10, 32)).unwrap();
+        let wgsl = shader::u32_consts(&module);
+        for (name, v) in rust {
+            assert_eq!(wgsl.get(name), Some(&(v as u32)), "WGSL {name} differs from its Rust twin");
+        }
+        assert!((ctl::MUTATING as u32) < CONTROL_WORDS);
+    }
+
+    /// The uniform the host writes has the layout the kernels read: same fields, offsets, size.
+    #[test]
+    fn params_layout_matches_wgsl() {
+        let module = validate(SlabKernel::Probe, &config(8, 8, 1, 10, 32)).unwrap();
+        let rust = gphash_gpu::rust_layout!(SlabParams {
+            n,
+            seq,
+            dirty_cap,
+            claims_mask,
+            track_lines,
+            table_line_base,
+            heap_line_base,
+            table_lines,
+            reads_only,
+            pad0,
+            pad1,
+            pad2,
+        });
+        assert_eq!(shader::wgsl_layout(&module, "Params"), Some(rust));
     }
 
     #[test]
