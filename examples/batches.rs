@@ -7,7 +7,7 @@ use gphash::{Status, TypedIndex};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir())?;
-    let mut map = TypedIndex::<u64, u64>::create(dir.path().join("batches.pool"), 10_000)?;
+    let map = TypedIndex::<u64, u64>::create(dir.path().join("batches.pool"), 10_000)?;
     let start = [(1, 10), (2, 20)];
     map.upsert_many(&start)?;
 

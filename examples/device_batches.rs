@@ -10,7 +10,7 @@ use wgpu::util::DeviceExt;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let dir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir())?;
-    let mut map = TypedIndex::<u64, u64>::create(dir.path().join("device.pool"), 10_000)?;
+    let map = TypedIndex::<u64, u64>::create(dir.path().join("device.pool"), 10_000)?;
 
     // Device batches need the GPU the index runs on; without one it runs on the CPU model.
     let Some(gpu) = map.index().gpu().cloned() else {
@@ -49,13 +49,13 @@ fn main() -> Result<(), Box<dyn Error>> {
         statuses: &statuses,
         found: &found,
     };
-    map.index_mut().execute_device(&batch)?;
+    map.index().execute_device(&batch)?;
     // The host API sees them.
     assert_eq!(map.len(), n as u64);
     assert_eq!(map.get(&keys[3])?, Some(values[3]));
 
     // Read them back into `found`, on the device. Copied to the host here only to check them.
-    map.index_mut().execute_device(&DeviceBatch { kinds: &gets, ..batch })?;
+    map.index().execute_device(&DeviceBatch { kinds: &gets, ..batch })?;
     let status_codes: Vec<u32> = read_back(&gpu, &statuses)?;
     assert!(status_codes.iter().all(|&s| s == Status::Ok as u32));
     assert_eq!(read_back::<u64>(&gpu, &found)?, values);

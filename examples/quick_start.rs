@@ -12,7 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The pool's key width and value size are the types' sizes: 8 and 4 bytes. The table
     // grows by itself past its capacity.
-    let mut map = TypedIndex::<u64, u32>::create(&path, 10_000)?;
+    let map = TypedIndex::<u64, u32>::create(&path, 10_000)?;
 
     // Single-key calls. Each one is persisted when it returns.
     assert!(map.insert(&1, &100)?);

@@ -57,7 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Reopen: recovery clears the claims of the batch in flight (there are some when the kill
     // landed between its two phases), completes an interrupted resize, rebuilds the allocator.
-    let mut map = TypedIndex::<u64, u64>::open(&path)?;
+    let map = TypedIndex::<u64, u64>::open(&path)?;
     let stats = map.stats();
     println!("recovery: {}", stats.recovery);
     assert!(!stats.recovery.clean_shutdown, "the child never closed the pool");
@@ -84,7 +84,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// Writes batches until killed, printing a line after each is acknowledged (persisted).
 fn child(pool: &Path) -> Result<(), Box<dyn std::error::Error>> {
     // A small table: it grows while batches come, so the kill may also land in a resize.
-    let mut map = TypedIndex::<u64, u64>::create(pool, 1000)?;
+    let map = TypedIndex::<u64, u64>::create(pool, 1000)?;
     for b in 0..1000 {
         map.insert_many(&batch(b))?;
         println!("acked {b}");

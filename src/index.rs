@@ -10,7 +10,7 @@
 
 use std::fmt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use gphash_gpu::Gpu;
@@ -276,7 +276,26 @@ fn builder<'a>(gpu: &'a std::result::Result<Arc<Gpu>, String>, opts: &'a GpuOpti
 }
 
 /// A persistent GPU hash index.
+///
+/// The handle is `Send + Sync` and every call takes `&self`: threads share one index by
+/// reference (an `Arc<GpHash>`, or scoped threads borrowing it). Calls from several threads
+/// are queued on the index's lock and run one at a time in arrival order, one engine batch
+/// at a time (a call's engine batches run together: no other call runs between them); each
+/// call is still atomic and acknowledged on its own, as from one thread. So throughput comes
+/// from large batches, not from threads: calls from several threads do not run in parallel.
+/// A call that panics (a defect) while it runs poisons the index: later calls return
+/// [`Error::Poisoned`] and reopening recovers it.
 pub struct GpHash {
+    state: Mutex<State>,
+    /// The GPU, if batches run on one (also in the state, which makes engines with it).
+    gpu: Option<Arc<Gpu>>,
+    /// Key width and value size, which no growth changes.
+    key_bytes: usize,
+    value_bytes: usize,
+}
+
+/// What the calls of a [`GpHash`] change, behind its lock.
+struct State {
     // Dropped before `pool`: the engine's buffers may map the pool's memory. `None` while a
     // resize moves the pool or the cache is replaced, and after either failed to make a new
     // one (the index is then poisoned).
@@ -301,7 +320,8 @@ pub struct GpHash {
 
 impl fmt::Debug for GpHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GpHash").field("geometry", &self.geo).field("items", &self.items).finish()
+        let s = self.state();
+        f.debug_struct("GpHash").field("geometry", &s.geo).field("items", &s.items).finish()
     }
 }
 
@@ -349,8 +369,8 @@ impl GpHash {
         };
         header.user[crate::layout::KEYS_APART_WORD] = geo.keys_apart as u64;
         let pool = Pool::create(path, bytes, &header, &CreateOptions { max_bytes: config.max_bytes })?;
-        let mut index = Self::start(pool, options)?;
-        index.recovery.created = true;
+        let index = Self::start(pool, options)?;
+        index.state().recovery.created = true;
         Ok(index)
     }
 
@@ -408,7 +428,7 @@ impl GpHash {
             pool.path().map_or("anonymous memory".into(), |p| p.display().to_string())
         );
         let items = recovery.items;
-        let mut index = GpHash {
+        let mut state = State {
             engine: None,
             mode: Mode::Cpu { reason: "no engine yet".into() },
             pool,
@@ -423,11 +443,197 @@ impl GpHash {
             #[cfg(test)]
             failing_engines: 0,
         };
-        let engine = index.make_engine(bitmap)?;
-        index.install(engine);
-        Ok(index)
+        let engine = state.make_engine(bitmap)?;
+        state.install(engine);
+        Ok(GpHash {
+            gpu: state.gpu.as_ref().ok().cloned(),
+            key_bytes: state.geo.key_bytes as usize,
+            value_bytes: state.geo.value_bytes as usize,
+            state: Mutex::new(state),
+        })
     }
 
+    /// The state behind the lock, waiting for the call that holds it. A call that panicked
+    /// while it held the lock may have left the state half-changed: the index is then
+    /// poisoned (every later call returns [`Error::Poisoned`]), and this never panics.
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|held| {
+            let mut state = held.into_inner();
+            state.poison_after_panic();
+            state
+        })
+    }
+
+    /// Grows the table by one level now, crash-consistently (see `src/resize.rs`); it also grows
+    /// by itself when an insertion finds no empty slot. On failure the table is unchanged; if no
+    /// engine can then be made for it, the index is poisoned (reopening recovers it).
+    pub fn grow(&self) -> Result<()> {
+        self.state().grow()
+    }
+
+    /// Closes the table cleanly: the next open needs no recovery.
+    pub fn close(self) -> Result<()> {
+        let state = self.state.into_inner().unwrap_or_else(|held| {
+            let mut state = held.into_inner();
+            state.poison_after_panic();
+            state
+        });
+        state.close()
+    }
+
+    /// The table's geometry (growth changes it: a copy of what it is now).
+    pub fn geometry(&self) -> Geometry {
+        self.state().geo
+    }
+
+    /// The GPU, if batches run on one.
+    pub fn gpu(&self) -> Option<&Arc<Gpu>> {
+        self.gpu.as_ref()
+    }
+
+    /// Runs `f` on the pool, holding the index's lock meanwhile: no call runs until it returns
+    /// (and a call of this index from `f` would wait for ever).
+    pub fn with_pool<R>(&self, f: impl FnOnce(&Pool) -> R) -> R {
+        f(&self.state().pool)
+    }
+
+    /// Published keys.
+    pub fn len(&self) -> u64 {
+        self.state().items
+    }
+
+    /// Whether the table holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Load factor, mode, device, pool and activity.
+    pub fn stats(&self) -> Stats {
+        self.state().stats()
+    }
+
+    /// Replaces the bucket cache by one with these settings (empty: it fills at its first
+    /// loading phase, or at [`GpHash::load_cache`]). The table is untouched.
+    /// If no engine can be made with the new settings, the old ones stay; if none can be made
+    /// with those either, the index is poisoned (reopening recovers it).
+    pub fn set_cache(&self, cache: CacheOptions) -> Result<()> {
+        self.state().set_cache(cache)
+    }
+
+    /// Runs a whole loading phase of the bucket cache now: the hot groups so far are cached
+    /// when this returns (the cache then stays frozen until its next period).
+    pub fn load_cache(&self) -> Result<()> {
+        self.state().engine()?.load_cache()
+    }
+
+    /// What the bucket cache holds now (for tests and diagnostics; empty without a cache).
+    pub fn cache_snapshot(&self) -> Result<Snapshot> {
+        self.state().engine()?.cache_snapshot()
+    }
+
+    /// Value cells in use.
+    pub fn cells_used(&self) -> Result<u64> {
+        self.state().engine()?.cells_used()
+    }
+
+    /// Checks every invariant of the table (see [`recovery::check`]).
+    pub fn check(&self) -> CheckReport {
+        let s = self.state();
+        recovery::check(&s.pool, &s.geo, s.pool.header())
+    }
+
+    /// Every published key and its value, in table order.
+    pub fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let s = self.state();
+        let h = s.pool.header();
+        let table: &[u32] = bytemuck::cast_slice(s.pool.region(h.table_region));
+        let heap: &[u8] = s.pool.region(h.heap_region);
+        let g = &s.geo;
+        let cell_bytes = g.cell_words() as usize * 4;
+        let mut out = Vec::with_capacity(s.items as usize);
+        for bucket in 0..g.buckets() {
+            for slot in 0..g.layout.slots {
+                let state = table[g.state_word(bucket, slot) as usize];
+                if state >= crate::layout::PUBLISHED {
+                    let k = g.key_word(bucket, slot) as usize;
+                    let key = bytemuck::cast_slice(&table[k..k + g.key_words() as usize]).to_vec();
+                    let at = (state - crate::layout::PUBLISHED) as usize * cell_bytes;
+                    out.push((key, heap[at..at + g.value_bytes as usize].to_vec()));
+                }
+            }
+        }
+        out
+    }
+
+    /// A batch for this table's key and value widths.
+    pub fn batch(&self) -> Batch {
+        Batch::new(self.key_bytes, self.value_bytes)
+    }
+
+    /// Reads keys (concatenated, `key_bytes` each).
+    pub fn get(&self, keys: &[u8]) -> Result<BatchResult> {
+        self.execute(&Batch::of_kind(OpKind::Get, self.key_bytes, self.value_bytes, keys, None)?)
+    }
+
+    fn apply(&self, kind: OpKind, keys: &[u8], values: Option<&[u8]>) -> Result<Vec<Status>> {
+        let b = Batch::of_kind(kind, self.key_bytes, self.value_bytes, keys, values)?;
+        Ok(self.execute(&b)?.statuses)
+    }
+
+    /// Inserts absent keys (`Exists` for present ones).
+    pub fn insert(&self, keys: &[u8], values: &[u8]) -> Result<Vec<Status>> {
+        self.apply(OpKind::Insert, keys, Some(values))
+    }
+
+    /// Inserts or overwrites.
+    pub fn upsert(&self, keys: &[u8], values: &[u8]) -> Result<Vec<Status>> {
+        self.apply(OpKind::Upsert, keys, Some(values))
+    }
+
+    /// Overwrites present keys (`NotFound` for absent ones).
+    pub fn update(&self, keys: &[u8], values: &[u8]) -> Result<Vec<Status>> {
+        self.apply(OpKind::Update, keys, Some(values))
+    }
+
+    /// Removes keys (`NotFound` for absent ones).
+    pub fn delete(&self, keys: &[u8]) -> Result<Vec<Status>> {
+        self.apply(OpKind::Delete, keys, None)
+    }
+
+    /// Runs a mixed batch. Operations on different keys are independent. Operations on the
+    /// same key in one batch are linearizable in some order (not necessarily batch order):
+    /// reads see the state before the batch, and no key is ever published twice. Use
+    /// [`GpHash::execute_ordered`] for batch-order semantics. On an error nothing of the batch
+    /// has taken effect (see [`GpHash::execute_ordered`] for what a crash may leave).
+    pub fn execute(&self, batch: &Batch) -> Result<BatchResult> {
+        self.state().call(batch, false)
+    }
+
+    /// Runs a batch with the results of applying its operations one by one, in order.
+    ///
+    /// A key that several operations share is read first (one read-only engine batch for all
+    /// of them); its operations are applied on the host from that state, which gives their
+    /// results, and the engine applies only their net effect (an insert, an update, a delete,
+    /// or nothing), in one engine batch with the other operations. A batch larger than the
+    /// engine takes runs as several engine batches, each key in one of them; a call of
+    /// another thread runs before or after the whole call, never between them.
+    ///
+    /// On an error nothing of the batch has taken effect: an engine batch that fails is
+    /// rolled back, and those before it are undone. A crash (or an error that poisons the
+    /// index) in the middle leaves each key as it was before the batch or as after it.
+    pub fn execute_ordered(&self, batch: &Batch) -> Result<BatchResult> {
+        self.state().call(batch, true)
+    }
+
+    /// Runs a batch held in device buffers (see [`DeviceBatch`]), with the semantics of
+    /// [`GpHash::execute`]; statuses and found values are written to the batch's buffers.
+    /// A batch larger than the engine takes (`BatchTooLarge`) is refused before anything runs.
+    pub fn execute_device(&self, batch: &DeviceBatch) -> Result<()> {
+        self.state().execute_device(batch)
+    }
+}
+
+impl State {
     /// Makes `engine` the one that runs batches.
     fn install(&mut self, engine: Box<dyn Engine>) {
         self.mode = engine.mode();
@@ -494,10 +700,8 @@ impl GpHash {
         }
     }
 
-    /// Grows the table by one level now, crash-consistently (see `src/resize.rs`); it also grows
-    /// by itself when an insertion finds no empty slot. On failure the table is unchanged; if no
-    /// engine can then be made for it, the index is poisoned (reopening recovers it).
-    pub fn grow(&mut self) -> Result<()> {
+    /// See [`GpHash::grow`].
+    fn grow(&mut self) -> Result<()> {
         self.usable()?;
         if self.mode == Mode::Volatile {
             return Err(Error::Resize("a volatile table cannot grow: size it for its keys".into()));
@@ -541,9 +745,14 @@ impl GpHash {
         }
     }
 
-    /// Closes the table cleanly: the next open needs no recovery.
-    pub fn close(self) -> Result<()> {
-        let GpHash { engine, pool, poisoned, .. } = self;
+    /// After a call panicked while it held the lock: nothing runs until the index is reopened.
+    fn poison_after_panic(&mut self) {
+        self.poisoned.get_or_insert_with(|| "a call panicked while it held the index".into());
+    }
+
+    /// Closes the table cleanly, unless it is poisoned: the next open needs no recovery.
+    fn close(self) -> Result<()> {
+        let State { engine, pool, poisoned, .. } = self;
         drop(engine);
         match poisoned {
             // Leave the pool marked dirty: the next open recovers it.
@@ -552,33 +761,7 @@ impl GpHash {
         }
     }
 
-    /// The table's geometry.
-    pub fn geometry(&self) -> &Geometry {
-        &self.geo
-    }
-
-    /// The GPU, if batches run on one.
-    pub fn gpu(&self) -> Option<&Arc<Gpu>> {
-        self.gpu.as_ref().ok()
-    }
-
-    /// The pool.
-    pub fn pool(&self) -> &Pool {
-        &self.pool
-    }
-
-    /// Published keys.
-    pub fn len(&self) -> u64 {
-        self.items
-    }
-
-    /// Whether the table holds no key.
-    pub fn is_empty(&self) -> bool {
-        self.items == 0
-    }
-
-    /// Load factor, mode, device, pool and activity.
-    pub fn stats(&self) -> Stats {
+    fn stats(&self) -> Stats {
         let t = TableStats::of(&self.geo, self.items);
         Stats {
             items: t.items,
@@ -607,11 +790,8 @@ impl GpHash {
         }
     }
 
-    /// Replaces the bucket cache by one with these settings (empty: it fills at its first
-    /// loading phase, or at [`GpHash::load_cache`]). The table is untouched.
-    /// If no engine can be made with the new settings, the old ones stay; if none can be made
-    /// with those either, the index is poisoned (reopening recovers it).
-    pub fn set_cache(&mut self, cache: CacheOptions) -> Result<()> {
+    /// See [`GpHash::set_cache`].
+    fn set_cache(&mut self, cache: CacheOptions) -> Result<()> {
         cache.validate()?;
         let bitmap = self.engine()?.bitmap()?;
         let old = std::mem::replace(&mut self.options.gpu.cache, cache);
@@ -630,114 +810,9 @@ impl GpHash {
         outcome
     }
 
-    /// Runs a whole loading phase of the bucket cache now: the hot groups so far are cached
-    /// when this returns (the cache then stays frozen until its next period).
-    pub fn load_cache(&mut self) -> Result<()> {
-        self.engine()?.load_cache()
-    }
-
-    /// What the bucket cache holds now (for tests and diagnostics; empty without a cache).
-    pub fn cache_snapshot(&mut self) -> Result<Snapshot> {
-        self.engine()?.cache_snapshot()
-    }
-
-    /// Value cells in use.
-    pub fn cells_used(&mut self) -> Result<u64> {
-        self.engine()?.cells_used()
-    }
-
-    /// Checks every invariant of the table (see [`recovery::check`]).
-    pub fn check(&self) -> CheckReport {
-        recovery::check(&self.pool, &self.geo, self.pool.header())
-    }
-
-    /// Every published key and its value, in table order.
-    pub fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let h = self.pool.header();
-        let table: &[u32] = bytemuck::cast_slice(self.pool.region(h.table_region));
-        let heap: &[u8] = self.pool.region(h.heap_region);
-        let g = &self.geo;
-        let cell_bytes = g.cell_words() as usize * 4;
-        let mut out = Vec::with_capacity(self.items as usize);
-        for bucket in 0..g.buckets() {
-            for s in 0..g.layout.slots {
-                let state = table[g.state_word(bucket, s) as usize];
-                if state >= crate::layout::PUBLISHED {
-                    let k = g.key_word(bucket, s) as usize;
-                    let key = bytemuck::cast_slice(&table[k..k + g.key_words() as usize]).to_vec();
-                    let at = (state - crate::layout::PUBLISHED) as usize * cell_bytes;
-                    out.push((key, heap[at..at + g.value_bytes as usize].to_vec()));
-                }
-            }
-        }
-        out
-    }
-
     /// A batch for this table's key and value widths.
-    pub fn batch(&self) -> Batch {
+    fn batch(&self) -> Batch {
         Batch::new(self.geo.key_bytes as usize, self.geo.value_bytes as usize)
-    }
-
-    /// Reads keys (concatenated, `key_bytes` each).
-    pub fn get(&mut self, keys: &[u8]) -> Result<BatchResult> {
-        let b = Batch::of_kind(
-            OpKind::Get,
-            self.geo.key_bytes as usize,
-            self.geo.value_bytes as usize,
-            keys,
-            None,
-        )?;
-        self.execute(&b)
-    }
-
-    fn apply(&mut self, kind: OpKind, keys: &[u8], values: Option<&[u8]>) -> Result<Vec<Status>> {
-        let b =
-            Batch::of_kind(kind, self.geo.key_bytes as usize, self.geo.value_bytes as usize, keys, values)?;
-        Ok(self.execute(&b)?.statuses)
-    }
-
-    /// Inserts absent keys (`Exists` for present ones).
-    pub fn insert(&mut self, keys: &[u8], values: &[u8]) -> Result<Vec<Status>> {
-        self.apply(OpKind::Insert, keys, Some(values))
-    }
-
-    /// Inserts or overwrites.
-    pub fn upsert(&mut self, keys: &[u8], values: &[u8]) -> Result<Vec<Status>> {
-        self.apply(OpKind::Upsert, keys, Some(values))
-    }
-
-    /// Overwrites present keys (`NotFound` for absent ones).
-    pub fn update(&mut self, keys: &[u8], values: &[u8]) -> Result<Vec<Status>> {
-        self.apply(OpKind::Update, keys, Some(values))
-    }
-
-    /// Removes keys (`NotFound` for absent ones).
-    pub fn delete(&mut self, keys: &[u8]) -> Result<Vec<Status>> {
-        self.apply(OpKind::Delete, keys, None)
-    }
-
-    /// Runs a mixed batch. Operations on different keys are independent. Operations on the
-    /// same key in one batch are linearizable in some order (not necessarily batch order):
-    /// reads see the state before the batch, and no key is ever published twice. Use
-    /// [`GpHash::execute_ordered`] for batch-order semantics. On an error nothing of the batch
-    /// has taken effect (see [`GpHash::execute_ordered`] for what a crash may leave).
-    pub fn execute(&mut self, batch: &Batch) -> Result<BatchResult> {
-        self.call(batch, false)
-    }
-
-    /// Runs a batch with the results of applying its operations one by one, in order.
-    ///
-    /// A key that several operations share is read first (one read-only engine batch for all
-    /// of them); its operations are applied on the host from that state, which gives their
-    /// results, and the engine applies only their net effect (an insert, an update, a delete,
-    /// or nothing), in one engine batch with the other operations. A batch larger than the
-    /// engine takes runs as several engine batches, each key in one of them.
-    ///
-    /// On an error nothing of the batch has taken effect: an engine batch that fails is
-    /// rolled back, and those before it are undone. A crash (or an error that poisons the
-    /// index) in the middle leaves each key as it was before the batch or as after it.
-    pub fn execute_ordered(&mut self, batch: &Batch) -> Result<BatchResult> {
-        self.call(batch, true)
     }
 
     /// A call: one engine batch when it fits and, if `ordered`, repeats no key; folded
@@ -916,10 +991,8 @@ impl GpHash {
         }
     }
 
-    /// Runs a batch held in device buffers (see [`DeviceBatch`]), with the semantics of
-    /// [`GpHash::execute`]; statuses and found values are written to the batch's buffers.
-    /// A batch larger than the engine takes (`BatchTooLarge`) is refused before anything runs.
-    pub fn execute_device(&mut self, batch: &DeviceBatch) -> Result<()> {
+    /// See [`GpHash::execute_device`].
+    fn execute_device(&mut self, batch: &DeviceBatch) -> Result<()> {
         self.usable()?;
         match self.protocol(Input::Device(batch)) {
             Ok(()) => {
@@ -1024,7 +1097,7 @@ mod tests {
     /// A CPU table of 200 keys in a pool file in `dir`.
     fn table(dir: &tempfile::TempDir) -> GpHash {
         let options = Options { executor: Executor::Cpu, ..Options::default() };
-        let mut t = GpHash::create(
+        let t = GpHash::create(
             Some(&dir.path().join("p")),
             &Config { capacity: 300, ..Config::default() },
             &options,
@@ -1035,13 +1108,12 @@ mod tests {
         t
     }
 
-    /// Every call of a poisoned index returns `Poisoned`; `stats` says so; nothing panics.
-    /// Reopening recovers the table with `keys` keys.
-    fn assert_poisoned(t: GpHash, dir: &tempfile::TempDir, keys: u64) {
+    /// Every call of a poisoned index returns `Poisoned`; `stats` says so, with `why`; nothing
+    /// panics. Reopening recovers the table with `keys` keys.
+    fn assert_poisoned(t: GpHash, dir: &tempfile::TempDir, keys: u64, why: &str) {
         let poisoned = |r: Result<()>, what: &str| {
             assert!(matches!(r, Err(Error::Poisoned(_))), "{what}: {r:?}");
         };
-        let mut t = t;
         let key = 1u64.to_le_bytes();
         poisoned(t.get(&key).map(drop), "get");
         poisoned(t.insert(&7777u64.to_le_bytes(), &key).map(drop), "insert");
@@ -1052,7 +1124,7 @@ mod tests {
         poisoned(t.cells_used().map(drop), "cells_used");
         poisoned(t.cache_snapshot().map(drop), "cache_snapshot");
         let stats = t.stats();
-        assert!(stats.poisoned.as_deref().is_some_and(|why| why.contains("injected")), "{stats}");
+        assert!(stats.poisoned.as_deref().is_some_and(|poisoned| poisoned.contains(why)), "{stats}");
         assert!(stats.to_string().contains("poisoned"));
         t.close().unwrap();
         let t =
@@ -1067,16 +1139,16 @@ mod tests {
     #[test]
     fn a_failed_cache_change_poisons_the_index() {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
-        let mut t = table(&dir);
+        let t = table(&dir);
         // Only the new engine fails: the old settings stay and the index works.
-        t.failing_engines = 1;
+        t.state().failing_engines = 1;
         assert!(matches!(t.set_cache(crate::cache::CacheOptions::default()), Err(Error::Gpu(_))));
         assert_eq!(t.stats().poisoned, None);
         assert_eq!(t.get(&1u64.to_le_bytes()).unwrap().value(0), Some(&1u64.to_le_bytes()[..]));
         // Both fail.
-        t.failing_engines = 2;
+        t.state().failing_engines = 2;
         assert!(matches!(t.set_cache(crate::cache::CacheOptions::default()), Err(Error::Gpu(_))));
-        assert_poisoned(t, &dir, 200);
+        assert_poisoned(t, &dir, 200, "injected");
     }
 
     /// A resize after which no engine can be made for the grown table poisons the index; so
@@ -1084,19 +1156,37 @@ mod tests {
     #[test]
     fn a_failed_grow_poisons_the_index() {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
-        let mut t = table(&dir);
+        let t = table(&dir);
         let slots = t.geometry().slots();
-        t.failing_engines = 1;
+        t.state().failing_engines = 1;
         assert!(matches!(t.grow(), Err(Error::Gpu(_))));
-        assert_eq!(t.pool().header().table.top_level, t.geometry().top_level, "the grown table is in charge");
+        let top = t.with_pool(|pool| pool.header().table.top_level);
+        assert_eq!(top, t.geometry().top_level, "the grown table is in charge");
         assert_eq!(t.geometry().slots(), 2 * slots);
-        assert_poisoned(t, &dir, 200);
+        assert_poisoned(t, &dir, 200, "injected");
 
         let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
-        let mut t = table(&dir);
-        t.failing_engines = 1;
+        let t = table(&dir);
+        t.state().failing_engines = 1;
         let keys: Vec<u8> = (1000..2000u64).flat_map(u64::to_le_bytes).collect();
         assert!(matches!(t.insert(&keys, &keys), Err(Error::Gpu(_))), "the insertion needs growth");
-        assert_poisoned(t, &dir, 200);
+        assert_poisoned(t, &dir, 200, "injected");
+    }
+
+    /// A call that panics while it holds the lock poisons the index: later calls (from any
+    /// thread) return `Poisoned` instead of panicking, and reopening recovers the table.
+    #[test]
+    fn a_panic_under_the_lock_poisons_the_index() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+        let t = table(&dir);
+        std::thread::scope(|s| {
+            let panicked = s.spawn(|| {
+                let _held = t.state();
+                panic!("a defect while the index is locked");
+            });
+            assert!(panicked.join().is_err());
+        });
+        assert!(t.state.is_poisoned());
+        assert_poisoned(t, &dir, 200, "panicked");
     }
 }

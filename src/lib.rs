@@ -3,7 +3,7 @@
 //! ```no_run
 //! use gphash::{Config, GpHash, Options, Status};
 //!
-//! let mut index = GpHash::create(Some("/dev/shm/example.pool".as_ref()), &Config::default(), &Options::default())?;
+//! let index = GpHash::create(Some("/dev/shm/example.pool".as_ref()), &Config::default(), &Options::default())?;
 //! let keys: Vec<u8> = [1u64, 2, 3].iter().flat_map(|k| k.to_le_bytes()).collect();
 //! let values: Vec<u8> = [10u64, 20, 30].iter().flat_map(|v| v.to_le_bytes()).collect();
 //! assert_eq!(index.insert(&keys, &values)?, vec![Status::Ok; 3]);

@@ -5,7 +5,7 @@
 //! ```
 //! use gphash::TypedIndex;
 //!
-//! let mut map = TypedIndex::<u64, u32>::in_memory(1000)?; // a volatile table; `create` for a pool
+//! let map = TypedIndex::<u64, u32>::in_memory(1000)?; // a volatile table; `create` for a pool
 //! assert!(map.insert(&7, &70)?); // insert never overwrites: false when the key is present
 //! map.upsert(&7, &71)?; // inserts or overwrites
 //! assert_eq!(map.get(&7)?, Some(71));
@@ -34,34 +34,34 @@ use crate::protocol::{OpKind, Status};
 /// is refused with [`Error::KeyWidth`] or [`Error::ValueSize`] before anything runs.
 impl GpHash {
     /// The value of `key`, if it is present.
-    pub fn get_one(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    pub fn get_one(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(run_one(self, OpKind::Get, key, None)?.value(0).map(<[u8]>::to_vec))
     }
 
     /// Inserts `key` if it is absent; `false` (and nothing changed) when it is present.
-    pub fn insert_one(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
+    pub fn insert_one(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         Ok(run_one(self, OpKind::Insert, key, Some(value))?.statuses[0] == Status::Ok)
     }
 
     /// Inserts `key` or overwrites its value.
-    pub fn upsert_one(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+    pub fn upsert_one(&self, key: &[u8], value: &[u8]) -> Result<()> {
         run_one(self, OpKind::Upsert, key, Some(value)).map(drop)
     }
 
     /// Overwrites the value of `key` if it is present; `false` when it is absent.
-    pub fn update_one(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
+    pub fn update_one(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         Ok(run_one(self, OpKind::Update, key, Some(value))?.statuses[0] == Status::Ok)
     }
 
     /// Removes `key`; `false` when it was absent.
-    pub fn delete_one(&mut self, key: &[u8]) -> Result<bool> {
+    pub fn delete_one(&self, key: &[u8]) -> Result<bool> {
         Ok(run_one(self, OpKind::Delete, key, None)?.statuses[0] == Status::Ok)
     }
 }
 
 /// Runs one operation as a batch of its own (`Batch::push` checks the widths: a key of twice
 /// the width is refused, not read as two keys).
-fn run_one(index: &mut GpHash, kind: OpKind, key: &[u8], value: Option<&[u8]>) -> Result<BatchResult> {
+fn run_one(index: &GpHash, kind: OpKind, key: &[u8], value: Option<&[u8]>) -> Result<BatchResult> {
     let mut batch = index.batch();
     batch.push(kind, key, value)?;
     index.execute(&batch)
@@ -153,59 +153,59 @@ impl<K: Pod, V: Pod> TypedIndex<K, V> {
     }
 
     /// The value of `key`, if it is present.
-    pub fn get(&mut self, key: &K) -> Result<Option<V>> {
+    pub fn get(&self, key: &K) -> Result<Option<V>> {
         Ok(self.index.get_one(bytes_of(key))?.map(|v| pod_read_unaligned(&v)))
     }
 
     /// Inserts `key` with `value` if it is absent; `false` (and nothing changed) when it is
     /// present. Use [`TypedIndex::upsert`] to overwrite.
-    pub fn insert(&mut self, key: &K, value: &V) -> Result<bool> {
+    pub fn insert(&self, key: &K, value: &V) -> Result<bool> {
         self.index.insert_one(bytes_of(key), bytes_of(value))
     }
 
     /// Inserts `key` or overwrites its value.
-    pub fn upsert(&mut self, key: &K, value: &V) -> Result<()> {
+    pub fn upsert(&self, key: &K, value: &V) -> Result<()> {
         self.index.upsert_one(bytes_of(key), bytes_of(value))
     }
 
     /// Overwrites the value of `key` if it is present; `false` when it is absent.
-    pub fn update(&mut self, key: &K, value: &V) -> Result<bool> {
+    pub fn update(&self, key: &K, value: &V) -> Result<bool> {
         self.index.update_one(bytes_of(key), bytes_of(value))
     }
 
     /// Removes `key`; `false` when it was absent.
-    pub fn remove(&mut self, key: &K) -> Result<bool> {
+    pub fn remove(&self, key: &K) -> Result<bool> {
         self.index.delete_one(bytes_of(key))
     }
 
     /// The values of `keys`, in their order (`None` for absent keys).
-    pub fn get_many(&mut self, keys: &[K]) -> Result<Vec<Option<V>>> {
+    pub fn get_many(&self, keys: &[K]) -> Result<Vec<Option<V>>> {
         Ok(decode_values(&self.index.get(cast_slice(keys))?))
     }
 
     /// Inserts the absent keys of `entries`; per entry, whether it was inserted (`false`: the
     /// key was present, or an earlier-applied entry of the call had the same key).
-    pub fn insert_many(&mut self, entries: &[(K, V)]) -> Result<Vec<bool>> {
+    pub fn insert_many(&self, entries: &[(K, V)]) -> Result<Vec<bool>> {
         Ok(succeeded(&self.write_many(OpKind::Insert, entries)?))
     }
 
     /// Inserts or overwrites every entry.
-    pub fn upsert_many(&mut self, entries: &[(K, V)]) -> Result<()> {
+    pub fn upsert_many(&self, entries: &[(K, V)]) -> Result<()> {
         self.write_many(OpKind::Upsert, entries).map(drop)
     }
 
     /// Overwrites the values of the present keys of `entries`; per entry, whether its key was
     /// present.
-    pub fn update_many(&mut self, entries: &[(K, V)]) -> Result<Vec<bool>> {
+    pub fn update_many(&self, entries: &[(K, V)]) -> Result<Vec<bool>> {
         Ok(succeeded(&self.write_many(OpKind::Update, entries)?))
     }
 
     /// Removes `keys`; per key, whether it was present.
-    pub fn remove_many(&mut self, keys: &[K]) -> Result<Vec<bool>> {
+    pub fn remove_many(&self, keys: &[K]) -> Result<Vec<bool>> {
         Ok(succeeded(&self.index.delete(cast_slice(keys))?))
     }
 
-    fn write_many(&mut self, kind: OpKind, entries: &[(K, V)]) -> Result<Vec<Status>> {
+    fn write_many(&self, kind: OpKind, entries: &[(K, V)]) -> Result<Vec<Status>> {
         let mut batch = self.batch();
         for (key, value) in entries {
             batch.push(kind, key, Some(value));
@@ -220,13 +220,13 @@ impl<K: Pod, V: Pod> TypedIndex<K, V> {
 
     /// Runs a mixed batch with the semantics of [`GpHash::execute`]: operations on the same
     /// key take effect in some order, and reads see the table as it was before the batch.
-    pub fn execute(&mut self, batch: &TypedBatch<K, V>) -> Result<TypedResult<V>> {
+    pub fn execute(&self, batch: &TypedBatch<K, V>) -> Result<TypedResult<V>> {
         Ok(TypedResult::decode(self.index.execute(&batch.batch)?))
     }
 
     /// Runs a mixed batch with the results of applying its operations one by one, in order
     /// (see [`GpHash::execute_ordered`]).
-    pub fn execute_ordered(&mut self, batch: &TypedBatch<K, V>) -> Result<TypedResult<V>> {
+    pub fn execute_ordered(&self, batch: &TypedBatch<K, V>) -> Result<TypedResult<V>> {
         Ok(TypedResult::decode(self.index.execute_ordered(&batch.batch)?))
     }
 
@@ -255,15 +255,10 @@ impl<K: Pod, V: Pod> TypedIndex<K, V> {
         self.index.close()
     }
 
-    /// The underlying index (its GPU, geometry, consistency check).
+    /// The underlying index (its GPU, geometry, consistency check; the byte API and device
+    /// batches, [`GpHash::execute_device`]).
     pub fn index(&self) -> &GpHash {
         &self.index
-    }
-
-    /// The underlying index, for the byte API and device batches
-    /// ([`GpHash::execute_device`]).
-    pub fn index_mut(&mut self) -> &mut GpHash {
-        &mut self.index
     }
 
     /// The underlying index, giving up the types.
@@ -276,7 +271,7 @@ impl<K: Pod, V: Pod> TypedIndex<K, V> {
 /// [`TypedIndex::execute_ordered`]; result `i` is that of the `i`-th operation pushed.
 ///
 /// ```
-/// # let mut map = gphash::TypedIndex::<u32, u32>::in_memory(100)?;
+/// # let map = gphash::TypedIndex::<u32, u32>::in_memory(100)?;
 /// let mut batch = map.batch();
 /// batch.upsert(&1, &10).remove(&2).get(&1);
 /// let result = map.execute_ordered(&batch)?;

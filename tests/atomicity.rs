@@ -31,10 +31,10 @@ fn executors() -> Vec<(&'static str, Options)> {
 /// A table in `dir` whose pool may not grow beyond its size at creation.
 fn table_at_its_limit(dir: &tempfile::TempDir, name: &str, cfg: &Config, options: &Options) -> GpHash {
     let path = dir.path().join(name);
-    let size = GpHash::create(Some(&path), cfg, &common::cpu_options()).unwrap().pool().len();
+    let size = GpHash::create(Some(&path), cfg, &common::cpu_options()).unwrap().stats().pool_bytes;
     std::fs::remove_file(&path).unwrap();
     let t = common::table(dir, name, &Config { max_bytes: Some(size), ..*cfg }, options);
-    assert_eq!(t.pool().len(), size);
+    assert_eq!(t.stats().pool_bytes, size);
     t
 }
 
@@ -51,7 +51,7 @@ fn a_failed_ordered_batch_takes_no_effect() {
     let dir = common::pool_dir();
     for (name, options) in executors() {
         let cfg = Config { capacity: 200, ..Default::default() };
-        let mut t = table_at_its_limit(&dir, name, &cfg, &options);
+        let t = table_at_its_limit(&dir, name, &cfg, &options);
         let keys: Vec<u8> = (0..100).flat_map(|k| common::key(k, 8)).collect();
         t.insert(&keys, &keys).unwrap();
         let before = content(&t);
@@ -93,7 +93,7 @@ fn a_failed_call_of_several_engine_batches_takes_no_effect() {
     };
     for (round, ordered) in [false, true, false, true].into_iter().enumerate() {
         let cfg = Config { capacity: 600, ..Default::default() };
-        let mut t = table_at_its_limit(&dir, &format!("t{round}"), &cfg, &options);
+        let t = table_at_its_limit(&dir, &format!("t{round}"), &cfg, &options);
         let max = t.stats().max_batch;
         assert!(max < 1000, "16 KiB bindings hold a batch of {max}");
         let keys: Vec<u8> = (0..500).flat_map(|k| common::key(k, 8)).collect();
@@ -169,7 +169,7 @@ fn ordered_batches_equal_a_sequential_map() {
         // 8-byte values make 12-byte cells (value and checksum): the table fits the 32 bindings
         // the limited device offers at 16 KiB each.
         let cfg = Config { capacity: 3000, value_bytes: 8, seed: rng.random(), ..Default::default() };
-        let mut t = common::table(&dir, name, &cfg, &options);
+        let t = common::table(&dir, name, &cfg, &options);
         let mut oracle = Oracle::default();
         let max = t.stats().max_batch;
         for round in 0..30 {
@@ -206,7 +206,7 @@ fn ordered_batches_equal_a_sequential_map() {
 fn ordered_batches_take_two_engine_batches() {
     let dir = common::pool_dir();
     for (name, options) in executors() {
-        let mut t = common::table(&dir, name, &Config { capacity: 1000, ..Default::default() }, &options);
+        let t = common::table(&dir, name, &Config { capacity: 1000, ..Default::default() }, &options);
         let mut batch = t.batch();
         for i in 0..50u64 {
             batch.upsert(&common::key(i % 3, 8), &i.to_le_bytes()).unwrap();

@@ -38,17 +38,19 @@ fn cached_table(
 }
 
 fn pool_words(t: &GpHash) -> (Vec<u32>, Vec<u32>) {
-    let h = t.pool().header();
-    let words = |r| bytemuck::cast_slice::<u8, u32>(t.pool().region(r)).to_vec();
-    (words(h.table_region), words(h.heap_region))
+    t.with_pool(|pool| {
+        let h = pool.header();
+        let words = |r| bytemuck::cast_slice::<u8, u32>(pool.region(r)).to_vec();
+        (words(h.table_region), words(h.heap_region))
+    })
 }
 
 /// The cache holds exactly what the pool holds, and no claim ever found it stale.
-fn assert_coherent(t: &mut GpHash, what: &str) {
+fn assert_coherent(t: &GpHash, what: &str) {
     let Some(_) = common::gpu() else { return };
     let snap = t.cache_snapshot().unwrap();
     let (table, heap) = pool_words(t);
-    let bad = cache::verify(t.geometry(), &table, &heap, &snap);
+    let bad = cache::verify(&t.geometry(), &table, &heap, &snap);
     assert!(bad.is_empty(), "{what}: cache incoherent: {}", bad[..bad.len().min(5)].join("; "));
     if let CacheStatus::On(s) = t.stats().cache {
         assert_eq!(s.stale, 0, "{what}: a claim found a cached copy stale");
@@ -86,7 +88,7 @@ fn cached_results_match_the_oracle_with_frequent_loading() {
             // batch holds: a short period still gives several loading phases.
             let opts = CacheOptions { ratio, policy, period: 100, ..CacheOptions::default() };
             let what = format!("{policy} ratio {ratio} tile {tile} key {key_bytes}");
-            let mut t = cached_table(&dir, &format!("t{pi}{ri}"), &cfg, opts, tile);
+            let t = cached_table(&dir, &format!("t{pi}{ri}"), &cfg, opts, tile);
             let mut oracle = Oracle::default();
             let space = (t.geometry().slots() as f64 * 0.5) as u64;
             for round in 0..12 {
@@ -103,7 +105,7 @@ fn cached_results_match_the_oracle_with_frequent_loading() {
                     assert_eq!(got.statuses[i], *status, "{what} round {round} op {i} ({:?})", batch.op(i).0);
                     assert_eq!(got.value(i), value.as_deref(), "{what} round {round} op {i}: value");
                 }
-                assert_coherent(&mut t, &format!("{what} round {round}"));
+                assert_coherent(&t, &format!("{what} round {round}"));
             }
             assert_same_content(t.entries(), &oracle.map, &what);
             assert!(t.check().ok(), "{what}: {}", t.check());
@@ -129,7 +131,7 @@ fn hot_keys_updated_then_read_across_loading_phases() {
         let cfg =
             Config { key_bytes: 8, value_bytes: 16, capacity: 2000, seed: rng.random(), ..Config::default() };
         let opts = CacheOptions { ratio: 0.3, policy, period: 1, ..CacheOptions::default() };
-        let mut t = cached_table(&dir, &format!("hot-{policy}"), &cfg, opts, 32);
+        let t = cached_table(&dir, &format!("hot-{policy}"), &cfg, opts, 32);
         let hot: Vec<Vec<u8>> = (0..40).map(|k| common::key(k, 8)).collect();
         let cold: Vec<u8> = (1000..1600).flat_map(|k| common::key(k, 8)).collect();
         let zeros = vec![0u8; 600 * 16];
@@ -172,7 +174,7 @@ fn hot_keys_updated_then_read_across_loading_phases() {
             for i in hot.len()..reads.len() {
                 assert_eq!(got.value(i), Some(&[0u8; 16][..]), "{policy} round {round}: cold read {i}");
             }
-            assert_coherent(&mut t, &format!("{policy} round {round}"));
+            assert_coherent(&t, &format!("{policy} round {round}"));
         }
         if common::gpu().is_some() {
             let s = cache_stats(&t);
@@ -196,9 +198,9 @@ fn access_counts_match_the_model() {
         let every = 3;
         let opts =
             CacheOptions { ratio: 0.25, policy, period: u64::MAX, sample: every, ..CacheOptions::default() };
-        let mut t = cached_table(&dir, &format!("counts-{policy}"), &cfg, opts, 16);
-        let geo = *t.geometry();
-        let seeds = Seeds::new(t.pool().header().table.seed, geo.layout.hashes);
+        let t = cached_table(&dir, &format!("counts-{policy}"), &cfg, opts, 16);
+        let geo = t.geometry();
+        let seeds = Seeds::new(t.with_pool(|pool| pool.header().table.seed), geo.layout.hashes);
         let model = Model { geo: &geo, seeds: &seeds, verify_values: false };
         let space = (geo.slots() as f64 * 0.5) as u64;
         let mut counts = vec![0u32; geo.groups() as usize];
@@ -251,8 +253,8 @@ fn whole_table_cache_is_transparent() {
     let cfg =
         Config { key_bytes: 8, value_bytes: 32, capacity: 3000, seed: rng.random(), ..Config::default() };
     let whole = CacheOptions { ratio: 1.0, policy: Policy::Random, period: 1, ..CacheOptions::default() };
-    let mut cached = cached_table(&dir, "whole", &cfg, whole, 32);
-    let mut plain = common::table(&dir, "plain", &cfg, &options(CacheOptions::off(), 32));
+    let cached = cached_table(&dir, "whole", &cfg, whole, 32);
+    let plain = common::table(&dir, "plain", &cfg, &options(CacheOptions::off(), 32));
     let space = (cached.geometry().slots() as f64 * 0.6) as u64;
     for round in 0..8 {
         let mut batch: Batch = cached.batch();
@@ -273,7 +275,7 @@ fn whole_table_cache_is_transparent() {
         for i in 0..batch.len() {
             assert_eq!(a.value(i), b.value(i), "round {round} op {i}");
         }
-        assert_coherent(&mut cached, &format!("round {round}"));
+        assert_coherent(&cached, &format!("round {round}"));
     }
     if common::gpu().is_some() {
         let s = cache_stats(&cached);
@@ -293,7 +295,7 @@ fn cache_is_rebuilt_across_resizes() {
     let dir = common::pool_dir();
     let cfg = Config { key_bytes: 8, value_bytes: 8, capacity: 200, seed: rng.random(), ..Config::default() };
     let opts = CacheOptions { ratio: 0.5, period: 64, ..CacheOptions::default() };
-    let mut t = cached_table(&dir, "grows", &cfg, opts, 32);
+    let t = cached_table(&dir, "grows", &cfg, opts, 32);
     let mut oracle = Oracle::default();
     let slots = t.geometry().slots();
     for round in 0..16u64 {
@@ -310,7 +312,7 @@ fn cache_is_rebuilt_across_resizes() {
         for (i, (status, value)) in want.iter().enumerate() {
             assert_eq!((got.statuses[i], got.value(i)), (*status, value.as_deref()), "round {round} op {i}");
         }
-        assert_coherent(&mut t, &format!("round {round}"));
+        assert_coherent(&t, &format!("round {round}"));
     }
     assert!(t.stats().activity.resizes >= 2, "the table grew {} times", t.stats().activity.resizes);
     assert!(t.geometry().slots() > 4 * slots);
@@ -324,8 +326,7 @@ fn cache_set_and_loaded_on_demand() {
     let dir = common::pool_dir();
     let Some(_) = common::gpu() else { return };
     let cfg = Config { key_bytes: 8, value_bytes: 8, capacity: 4000, ..Config::default() };
-    let mut t =
-        cached_table(&dir, "on-demand", &cfg, CacheOptions { ratio: 0.1, ..CacheOptions::default() }, 32);
+    let t = cached_table(&dir, "on-demand", &cfg, CacheOptions { ratio: 0.1, ..CacheOptions::default() }, 32);
     let keys: Vec<u8> = (0..3000u64).flat_map(|k| common::key(k, 8)).collect();
     let values: Vec<u8> = (0..3000u64).flat_map(|k| k.to_le_bytes()).collect();
     t.insert(&keys, &values).unwrap();
@@ -348,7 +349,7 @@ fn cache_set_and_loaded_on_demand() {
     }
     let after = cache_stats(&t);
     assert_eq!(after.hits - s.hits, 80, "every hot key was read from the cache: {after}");
-    assert_coherent(&mut t, "on demand");
+    assert_coherent(&t, "on demand");
     assert!(t.set_cache(CacheOptions { ratio: 2.0, ..CacheOptions::default() }).is_err());
     assert_eq!(cache_stats(&t).entries, after.entries, "a refused setting keeps the cache");
 }

@@ -26,7 +26,7 @@ fn crash_images_recover_to_acknowledged_states() {
     let mut run = CrashRun::default();
     let options = Options { observer: Some(run.observer()), ..common::gpu_options(GpuOptions::default()) };
     let dir = common::pool_dir();
-    let mut t =
+    let t =
         common::table(&dir, "run", &Config { capacity: 64, value_bytes: 12, ..Default::default() }, &options);
 
     // The run: batches of distinct keys, so each operation of a batch stands alone.

@@ -31,7 +31,7 @@ fn device_batches_match_the_host_api() {
     };
     let dir = common::pool_dir();
     let cfg = Config { capacity: 4000, value_bytes: 16, ..Default::default() };
-    let mut t = common::gpu_table(&dir, &cfg);
+    let t = common::gpu_table(&dir, &cfg);
     let (dev, queue) = (&gpu.device, &gpu.queue);
     let buffer = |contents: &[u32]| {
         dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -78,6 +78,6 @@ fn device_batches_match_the_host_api() {
     assert_eq!(t.len(), n as u64, "a refused batch changes nothing");
 
     // The CPU executor cannot take device buffers.
-    let mut c = common::table(&dir, "c", &cfg, &common::cpu_options());
+    let c = common::table(&dir, "c", &cfg, &common::cpu_options());
     assert!(matches!(c.execute_device(&batch), Err(Error::MissingFeature(_))));
 }

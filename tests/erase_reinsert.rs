@@ -260,7 +260,7 @@ fn cuco_606_insert_after_erasing_a_neighbour_finds_the_key() {
     let cfg = config("2L-2H-8S", 200, &mut rng);
     for (mi, mode) in MODES.into_iter().enumerate() {
         for mut s in subjects(&dir, &format!("cuco{mi}-"), &cfg, true) {
-            let geo = *s.table.geometry();
+            let geo = s.table.geometry();
             let slots = geo.layout.slots as usize;
             let keys = colliding_keys(&geo, cfg.seed, 1, 1, 2 * slots + 2);
             let (k1, k2) = (&keys[0], &keys[1]);
@@ -314,7 +314,7 @@ fn slabhash_17_insert_if_absent_after_erase() {
     let cfg = config("2L-2H-8S", 200, &mut rng);
     for (mi, mode) in MODES.into_iter().enumerate() {
         for mut s in subjects(&dir, &format!("slab{mi}-"), &cfg, false) {
-            let geo = *s.table.geometry();
+            let geo = s.table.geometry();
             let candidates = geo.layout.candidates() as usize;
             let keys = colliding_keys(&geo, cfg.seed, 0, 1, candidates + 1);
             use OpKind::{Delete as D, Get as G, Insert as I, Upsert as P};
@@ -358,7 +358,7 @@ fn erase_reinsert_cycles_over_full_candidate_buckets() {
     for (li, layout) in ["2L-2H-8S", "1L-2H-4S", "3L-2H-4S"].into_iter().enumerate() {
         let cfg = config(layout, 600, &mut rng);
         for mut s in subjects(&dir, &format!("full{li}-"), &cfg, false) {
-            let geo = *s.table.geometry();
+            let geo = s.table.geometry();
             let candidates = geo.layout.candidates() as usize;
             let pool = colliding_keys(&geo, cfg.seed, 0, 1, candidates + candidates / 2);
             let around = keys_elsewhere(&geo, cfg.seed, &pool[0], 150);
@@ -427,7 +427,7 @@ fn erase_reinsert_cycles_across_resizes() {
     let cfg = config("1L-2H-8S", 100, &mut rng);
     for (mi, mode) in MODES.into_iter().enumerate() {
         for mut s in subjects(&dir, &format!("grow{mi}-"), &cfg, true) {
-            let geo = *s.table.geometry();
+            let geo = s.table.geometry();
             let candidates = geo.layout.candidates() as usize;
             let pool = parting_keys(&geo, cfg.seed, candidates);
             use OpKind::{Delete as D, Get as G, Insert as I, Upsert as P};

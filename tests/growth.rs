@@ -57,7 +57,7 @@ fn tables_grow_instead_of_failing() {
             keys_apart,
             ..Default::default()
         };
-        let mut t = common::table(&dir, "p", &cfg, &options);
+        let t = common::table(&dir, "p", &cfg, &options);
         let first_slots = t.geometry().slots();
         let mut oracle = Oracle::default();
         for round in 0..8 {
@@ -103,10 +103,10 @@ fn a_pool_that_cannot_grow_loses_nothing() {
     {
         let path = dir.path().join(name);
         let cfg = Config { capacity: 200, ..Default::default() };
-        let size = GpHash::create(Some(&path), &cfg, &common::cpu_options()).unwrap().pool().len();
+        let size = GpHash::create(Some(&path), &cfg, &common::cpu_options()).unwrap().stats().pool_bytes;
         std::fs::remove_file(&path).unwrap();
         let cfg = Config { max_bytes: Some(size), ..cfg };
-        let mut t = common::table(&dir, name, &cfg, &options);
+        let t = common::table(&dir, name, &cfg, &options);
         let mut oracle = Oracle::default();
         let mut refused = 0;
         for k in 0..40u64 {
@@ -127,7 +127,7 @@ fn a_pool_that_cannot_grow_loses_nothing() {
             assert_same_content(t.entries(), &oracle.map, name);
         }
         assert!(refused > 0, "{name}: the table never needed to grow");
-        assert_eq!(t.pool().len(), size, "{name}: the pool stayed within its limit");
+        assert_eq!(t.stats().pool_bytes, size, "{name}: the pool stayed within its limit");
         assert!(t.check().ok());
         // Still usable: reads, deletes, and inserts that fit.
         let some = common::key(0, 8);
@@ -147,7 +147,7 @@ fn an_interrupted_resize_completes_on_open() {
     {
         let path = dir.path().join(format!("p{half_built}"));
         let cfg = Config { capacity: 500, ..Default::default() };
-        let mut t = GpHash::create(Some(&path), &cfg, &options).unwrap();
+        let t = GpHash::create(Some(&path), &cfg, &options).unwrap();
         let keys: Vec<u8> = (0..300).flat_map(|k| common::key(k, 8)).collect();
         t.insert(&keys, &keys).unwrap();
         let before: std::collections::HashMap<_, _> = t.entries().into_iter().collect();
@@ -171,7 +171,7 @@ fn an_interrupted_resize_completes_on_open() {
         assert_eq!(t.geometry().top_level, top + 1);
         assert_same_content(t.entries(), &before, "after the resumed resize");
         assert!(t.check().ok());
-        assert_eq!(t.pool().header().resize.state, 0);
+        assert_eq!(t.with_pool(|pool| pool.header().resize.state), 0);
     }
 }
 
@@ -198,8 +198,8 @@ fn layouts_that_collide_at_once_are_refused() {
 fn early_collisions_fail_instead_of_growing() {
     let dir = common::pool_dir();
     let cfg = Config { layout: "1L-1H-8S".parse().unwrap(), capacity: 6000, ..Default::default() };
-    let mut t = common::table(&dir, "p", &cfg, &common::cpu_options());
-    let (slots, pool_bytes) = (t.geometry().slots(), t.pool().len());
+    let t = common::table(&dir, "p", &cfg, &common::cpu_options());
+    let (slots, pool_bytes) = (t.geometry().slots(), t.stats().pool_bytes);
     let mut oracle = Oracle::default();
     let mut failure = None;
     for b in 0..slots / 64 {
@@ -226,7 +226,7 @@ fn early_collisions_fail_instead_of_growing() {
     }
     assert!(e.to_string().contains("collides too early"), "{e}");
     let s = t.stats();
-    assert_eq!((s.activity.resizes, s.slots, t.pool().len()), (0, slots, pool_bytes), "the table grew");
+    assert_eq!((s.activity.resizes, s.slots, t.stats().pool_bytes), (0, slots, pool_bytes), "the table grew");
     assert_eq!(s.activity.rolled_back, 1);
     assert_same_content(t.entries(), &oracle.map, "after the refused batch");
     assert!(t.check().ok(), "{}", t.check());

@@ -19,7 +19,7 @@ fn inspect_then_open(path: &Path) -> gphash::Inspection {
 fn a_clean_pool_is_checked_as_found() {
     let dir = common::pool_dir();
     let path = dir.path().join("clean");
-    let mut t = GpHash::create(Some(&path), &Config::default(), &common::cpu_options()).unwrap();
+    let t = GpHash::create(Some(&path), &Config::default(), &common::cpu_options()).unwrap();
     let keys: Vec<u8> = (0..500).flat_map(|k| common::key(k, 8)).collect();
     t.insert(&keys, &keys).unwrap();
     t.close().unwrap();

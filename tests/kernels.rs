@@ -251,7 +251,7 @@ fn ordered_mode_equals_one_by_one() {
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = common::pool_dir();
     let cfg = Config { capacity: 2000, value_bytes: 12, ..Default::default() };
-    let mut t = common::gpu_table(&dir, &cfg);
+    let t = common::gpu_table(&dir, &cfg);
     let mut oracle = Oracle::default();
     for _ in 0..4 {
         let mut batch = t.batch();
@@ -284,7 +284,7 @@ fn same_key_storms_stay_linearizable() {
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = common::pool_dir();
     let cfg = Config { capacity: 1000, value_bytes: 8, ..Default::default() };
-    let mut t = common::gpu_table(&dir, &cfg);
+    let t = common::gpu_table(&dir, &cfg);
     let mut before: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
     for round in 0..6 {
         let keys: Vec<Vec<u8>> = (0..6).map(|k| common::key(k, 8)).collect();
@@ -380,7 +380,7 @@ fn full_table_and_full_heap_roll_back() {
     {
         let opts = gphash::Options { grow: false, ..opts };
         let cfg = Config { layout: "1L-1H-8S".parse::<Layout>().unwrap(), capacity: 1, ..Default::default() };
-        let mut t = common::table(&dir, name, &cfg, &opts);
+        let t = common::table(&dir, name, &cfg, &opts);
         assert_eq!(t.geometry().slots(), 8);
         let k = |i: u64| common::key(i, 8);
         let keys: Vec<u8> = (0..8).flat_map(k).collect();

@@ -54,7 +54,7 @@ fn child(pool: &str, seed: u64) {
         }),
         _ => common::cpu_options(),
     };
-    let mut t = GpHash::open(pool.as_ref(), &options).unwrap();
+    let t = GpHash::open(pool.as_ref(), &options).unwrap();
     let mut out = std::io::stdout().lock();
     writeln!(out, "ready").unwrap();
     out.flush().unwrap();

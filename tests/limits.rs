@@ -22,7 +22,7 @@ struct Seen {
 
 /// Inserts `n` keys with `value_bytes`-byte values in one call, reads them back in one
 /// call, then runs an ordered call that updates and deletes some and reads them.
-fn workload(t: &mut GpHash, n: u64, value_bytes: usize) -> Seen {
+fn workload(t: &GpHash, n: u64, value_bytes: usize) -> Seen {
     let keys: Vec<u8> = (0..n).flat_map(|k| common::key(k, 8)).collect();
     let values: Vec<u8> = (0..n).flat_map(|k| value_of(k, value_bytes)).collect();
     let mut statuses = t.insert(&keys, &values).unwrap();
@@ -66,14 +66,14 @@ fn batches_beyond_the_binding_limit_match_the_cpu() {
         let cfg = Config { capacity: n, value_bytes: value_bytes as u32, ..Default::default() };
         let what = format!("{value_bytes}-byte values x {n}, {placement:?}");
         let options = common::gpu_options(GpuOptions { placement, ..GpuOptions::default() });
-        let mut g = GpHash::create(None, &cfg, &options).unwrap();
+        let g = GpHash::create(None, &cfg, &options).unwrap();
         let max = g.stats().max_batch;
         assert!((max as u64) < n, "{what}: one engine batch of {max} holds the call");
-        let on_gpu = workload(&mut g, n, value_bytes);
+        let on_gpu = workload(&g, n, value_bytes);
         assert!(g.check().ok(), "{what}: {}", g.check());
         drop(g);
-        let mut c = GpHash::create(None, &cfg, &common::cpu_options()).unwrap();
-        let on_cpu = workload(&mut c, n, value_bytes);
+        let c = GpHash::create(None, &cfg, &common::cpu_options()).unwrap();
+        let on_cpu = workload(&c, n, value_bytes);
         drop(c);
         assert!(on_gpu.statuses == on_cpu.statuses, "{what}: statuses differ");
         assert!(on_gpu.found == on_cpu.found, "{what}: values read differ");
@@ -100,7 +100,7 @@ fn an_oversized_binding_is_a_gpu_error() {
     let value_bytes = 65_536usize;
     let n = (real / value_bytes as u64) as usize + 1;
     let cfg = Config { capacity: n as u64, value_bytes: value_bytes as u32, ..Default::default() };
-    let mut t = GpHash::create(None, &cfg, &options).unwrap();
+    let t = GpHash::create(None, &cfg, &options).unwrap();
     assert!(t.stats().max_batch >= n, "the engine believes the device takes the batch whole");
     let keys: Vec<u8> = (0..n as u64).flat_map(|k| common::key(k, 8)).collect();
     let values = vec![7u8; n * value_bytes];
@@ -120,7 +120,7 @@ fn a_device_batch_too_large_is_refused() {
     let gpu = common::gpu().expect("device batches need a GPU");
     let value_bytes = 65_536usize;
     let cfg = Config { capacity: 4096, value_bytes: value_bytes as u32, ..Default::default() };
-    let mut t = GpHash::create(None, &cfg, &common::gpu_options(GpuOptions::default())).unwrap();
+    let t = GpHash::create(None, &cfg, &common::gpu_options(GpuOptions::default())).unwrap();
     let max = t.stats().max_batch;
     let n = max + 1;
     let (dev, cw) = (&gpu.device, value_bytes / 4);

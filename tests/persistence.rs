@@ -19,7 +19,7 @@ fn options() -> Vec<(&'static str, Options)> {
     vec![("auto", gpu(Placement::Auto)), ("staged", gpu(Placement::Staged)), ("cpu", common::cpu_options())]
 }
 
-fn fill(t: &mut GpHash, oracle: &mut Oracle, rng: &mut StdRng, n: usize) {
+fn fill(t: &GpHash, oracle: &mut Oracle, rng: &mut StdRng, n: usize) {
     let mut batch = t.batch();
     for _ in 0..n {
         let k = common::key(rng.random_range(0..3000), 8);
@@ -46,7 +46,7 @@ fn pools_reopen_with_every_acknowledged_operation() {
         let opts = options();
         let mut t = GpHash::create(Some(&path), &cfg, &opts[0].1).unwrap();
         for (i, (name, next)) in opts.iter().cycle().skip(1).take(6).enumerate() {
-            fill(&mut t, &mut oracle, &mut rng, 700);
+            fill(&t, &mut oracle, &mut rng, 700);
             let closed = i % 2 == 0;
             if closed {
                 t.close().unwrap();
@@ -78,8 +78,7 @@ fn only_writes_mark_a_pool_dirty() {
     let path = dir.path().join("p");
     for (name, opts) in options() {
         let _ = std::fs::remove_file(&path);
-        let mut t =
-            GpHash::create(Some(&path), &Config { capacity: 1000, ..Default::default() }, &opts).unwrap();
+        let t = GpHash::create(Some(&path), &Config { capacity: 1000, ..Default::default() }, &opts).unwrap();
         let keys: Vec<u8> = (0..100).flat_map(|k| common::key(k, 8)).collect();
         t.insert(&keys, &keys).unwrap();
         t.close().unwrap();
@@ -87,15 +86,15 @@ fn only_writes_mark_a_pool_dirty() {
         let clean = |t: &GpHash| t.stats().recovery.clean_shutdown;
 
         drop(reopen());
-        let mut t = reopen();
+        let t = reopen();
         assert!(clean(&t), "{name}: an index opened and dropped wrote nothing");
         assert_eq!(t.get(&keys).unwrap().value(7), Some(&keys[56..64]));
         drop(t);
-        let mut t = reopen();
+        let t = reopen();
         assert!(clean(&t), "{name}: reads do not mark the pool dirty");
         assert!(t.insert(&keys[..8], &[0; 9]).is_err(), "a refused batch writes nothing");
         drop(t);
-        let mut t = reopen();
+        let t = reopen();
         assert!(clean(&t), "{name}: a refused batch does not mark the pool dirty");
         t.delete(&keys[..8]).unwrap();
         drop(t);
@@ -103,7 +102,7 @@ fn only_writes_mark_a_pool_dirty() {
         assert!(!clean(&t), "{name}: a write marks the pool dirty");
         assert_eq!(t.len(), 99);
         t.close().unwrap();
-        let mut t = reopen();
+        let t = reopen();
         t.grow().unwrap();
         drop(t);
         assert!(!clean(&reopen()), "{name}: growing marks the pool dirty");
@@ -129,7 +128,7 @@ fn patch(path: &Path, offset: u64, bytes: &[u8]) {
 fn recovery_clears_unacknowledged_claims() {
     let dir = common::pool_dir();
     let path = dir.path().join("p");
-    let mut t =
+    let t =
         GpHash::create(Some(&path), &Config { capacity: 1000, ..Default::default() }, &common::cpu_options())
             .unwrap();
     let keys: Vec<u8> = (0..100).flat_map(|k| common::key(k, 8)).collect();
@@ -218,7 +217,7 @@ fn bad_pools_are_refused_without_damage() {
 fn wrong_widths_are_refused() {
     let dir = common::pool_dir();
     let cfg = Config { key_bytes: 16, value_bytes: 8, capacity: 500, ..Default::default() };
-    let mut t = common::gpu_table(&dir, &cfg);
+    let t = common::gpu_table(&dir, &cfg);
     let k = common::key(1, 16);
     assert_eq!(t.insert(&k, &[1; 8]).unwrap(), vec![Status::Ok]);
     assert!(matches!(t.get(&[0; 15]), Err(Error::KeysLength { given: 15, key_bytes: 16 })));
@@ -241,7 +240,7 @@ fn damaged_pools_never_panic() {
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = common::pool_dir();
     let pristine = dir.path().join("pristine");
-    let mut t = GpHash::create(
+    let t = GpHash::create(
         Some(&pristine),
         &Config { capacity: 300, ..Default::default() },
         &common::cpu_options(),
@@ -268,7 +267,7 @@ fn damaged_pools_never_panic() {
             if i % 10 == 0 { common::gpu_options(GpuOptions::default()) } else { common::cpu_options() };
         let outcome =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match GpHash::open(&path, &options) {
-                Ok(mut t) => {
+                Ok(t) => {
                     let _ = t.check().to_string();
                     let _ = t.get(&keys[..80]);
                     let _ = t.insert(&common::key(9999, 8), &[1; 8]);

@@ -30,7 +30,7 @@ const UNIVERSE: u64 = 400;
 /// Runs random single-key calls, calls over slices and mixed batches on `map`, comparing every
 /// result and the final content with a `HashMap`.
 fn against_oracle<K, V>(
-    map: &mut TypedIndex<K, V>,
+    map: &TypedIndex<K, V>,
     seed: u64,
     key: impl Fn(u64) -> K,
     value: impl Fn(&mut StdRng) -> V,
@@ -168,8 +168,8 @@ fn typed_tables_match_a_hash_map(options: &Options, test: &str) {
     let config = Config { capacity: 64, ..Config::default() };
     let create = |name: &str| Some(dir.path().join(name));
 
-    let mut map = TypedIndex::<u64, u32>::create_with(create("a").as_deref(), &config, options).unwrap();
-    against_oracle(&mut map, seed, |k| k * 0x9E37_79B9, |rng| rng.random());
+    let map = TypedIndex::<u64, u32>::create_with(create("a").as_deref(), &config, options).unwrap();
+    against_oracle(&map, seed, |k| k * 0x9E37_79B9, |rng| rng.random());
     let content = map.entries();
     map.close().unwrap();
     // Reopened, the table holds the same.
@@ -177,13 +177,12 @@ fn typed_tables_match_a_hash_map(options: &Options, test: &str) {
     assert!(map.stats().recovery.clean_shutdown);
     assert_eq!(sorted(map.entries()), sorted(content));
 
-    let mut map =
-        TypedIndex::<[u32; 8], Record>::create_with(create("b").as_deref(), &config, options).unwrap();
-    against_oracle(&mut map, seed + 1, wide_key, record);
+    let map = TypedIndex::<[u32; 8], Record>::create_with(create("b").as_deref(), &config, options).unwrap();
+    against_oracle(&map, seed + 1, wide_key, record);
 
     // In anonymous memory.
-    let mut map = TypedIndex::<u32, u16>::create_with(None, &config, options).unwrap();
-    against_oracle(&mut map, seed + 2, |k| k as u32, |rng| rng.random());
+    let map = TypedIndex::<u32, u16>::create_with(None, &config, options).unwrap();
+    against_oracle(&map, seed + 2, |k| k as u32, |rng| rng.random());
 }
 
 fn sorted<K: Pod + Ord, V: Pod>(mut entries: Vec<(K, V)>) -> Vec<(K, V)> {
@@ -203,8 +202,7 @@ fn typed_tables_match_a_hash_map_on_the_cpu() {
 
 #[test]
 fn unordered_batches_read_the_state_before_the_batch() {
-    let mut map =
-        TypedIndex::<u64, u64>::create_with(None, &Config::default(), &common::cpu_options()).unwrap();
+    let map = TypedIndex::<u64, u64>::create_with(None, &Config::default(), &common::cpu_options()).unwrap();
     let mut batch = map.batch();
     batch.get(&1).upsert(&1, &5).get(&1).insert(&2, &20).update(&3, &30);
     let unordered = map.execute(&batch).unwrap();
@@ -234,7 +232,7 @@ fn wrong_sizes_are_typed_errors_and_change_nothing() {
     let dir = common::pool_dir();
     let path = dir.path().join("t.pool");
     let config = Config { capacity: 100, ..Config::default() };
-    let mut map = TypedIndex::<u64, u64>::create_with(Some(&path), &config, &common::cpu_options()).unwrap();
+    let map = TypedIndex::<u64, u64>::create_with(Some(&path), &config, &common::cpu_options()).unwrap();
     map.insert_many(&[(1, 10), (2, 20)]).unwrap();
     map.close().unwrap();
 
@@ -267,17 +265,17 @@ fn wrong_sizes_are_typed_errors_and_change_nothing() {
     assert!(index.stats().recovery.clean_shutdown);
     let e = TypedIndex::<u64, u32>::from_index(index).unwrap_err();
     assert!(matches!(e, Error::TypeSize { role: "value", type_bytes: 4, table_bytes: 8, .. }), "{e:?}");
-    let mut map = TypedIndex::<u64, u64>::open_with(&path, &common::cpu_options()).unwrap();
+    let map = TypedIndex::<u64, u64>::open_with(&path, &common::cpu_options()).unwrap();
     assert!(map.stats().recovery.clean_shutdown);
     assert_eq!(map.get_many(&[1, 2, 3]).unwrap(), [Some(10), Some(20), None]);
     // Any Pod types of the right sizes read the same bytes.
     map.close().unwrap();
-    let mut bytes = TypedIndex::<[u8; 8], [u32; 2]>::open_with(&path, &common::cpu_options()).unwrap();
+    let bytes = TypedIndex::<[u8; 8], [u32; 2]>::open_with(&path, &common::cpu_options()).unwrap();
     assert_eq!(bytes.get(&2u64.to_ne_bytes()).unwrap(), Some([20, 0]));
 }
 
 /// The single-key byte calls on `index` (8-byte keys, 8-byte values), against their meaning.
-fn single_key_calls(index: &mut GpHash) {
+fn single_key_calls(index: &GpHash) {
     let (k, v, w) = (7u64.to_le_bytes(), 70u64.to_le_bytes(), 71u64.to_le_bytes());
     assert_eq!(index.get_one(&k).unwrap(), None);
     assert!(!index.update_one(&k, &v).unwrap(), "update of an absent key");
@@ -309,6 +307,6 @@ fn single_key_calls(index: &mut GpHash) {
 fn single_key_byte_calls() {
     let dir = common::pool_dir();
     let config = Config { capacity: 100, ..Config::default() };
-    single_key_calls(&mut common::gpu_table(&dir, &config));
-    single_key_calls(&mut common::table(&dir, "cpu.pool", &config, &common::cpu_options()));
+    single_key_calls(&common::gpu_table(&dir, &config));
+    single_key_calls(&common::table(&dir, "cpu.pool", &config, &common::cpu_options()));
 }

@@ -153,7 +153,7 @@ impl LoadSearch {
                 capacity: self.keys,
                 ..Config::default()
             };
-            let mut index = GpHash::create(Some(&dir.path().join("bench.pool")), &config, &options)?;
+            let index = GpHash::create(Some(&dir.path().join("bench.pool")), &config, &options)?;
             let stats = index.stats();
             let setting = format!("{} | {}", stats.adapter.as_deref().unwrap_or("no GPU"), stats.mode);
             let inserted = pass(&load, ops, |i, b| {
@@ -231,7 +231,7 @@ impl Fill {
             ..Config::default()
         };
         let options = Options { grow: false, ..base.clone() };
-        let mut index = GpHash::create(Some(&dir.path().join("fill.pool")), &config, &options)?;
+        let index = GpHash::create(Some(&dir.path().join("fill.pool")), &config, &options)?;
         let slots = index.geometry().slots();
         let kb = self.key_bytes as usize;
         let mut items = 0u64;
@@ -279,7 +279,7 @@ impl ResizeRecovery {
         let dir = pool_dir(&self.pool_dir)?;
         let path = dir.path().join("resize.pool");
         let config = Config { value_bytes: self.value_bytes, capacity: self.keys, ..Config::default() };
-        let mut index = GpHash::create(Some(&path), &config, options)?;
+        let index = GpHash::create(Some(&path), &config, options)?;
         let stats = index.stats();
         let setting = format!("{} | {}", stats.adapter.as_deref().unwrap_or("no GPU"), stats.mode);
         let values = vec![3u8; (1 << 16) * self.value_bytes as usize];
@@ -345,7 +345,7 @@ impl PersistCost {
     pub fn run(&self, options: &Options) -> Result<PersistFigures> {
         let dir = pool_dir(&self.pool_dir)?;
         let config = Config { capacity: self.keys, ..Config::default() };
-        let mut index = GpHash::create(Some(&dir.path().join("persist.pool")), &config, options)?;
+        let index = GpHash::create(Some(&dir.path().join("persist.pool")), &config, options)?;
         let values = vec![5u8; self.batch * 8];
         for start in (0..self.keys).step_by(self.batch) {
             let n = (self.batch as u64).min(self.keys - start);

@@ -133,7 +133,7 @@ fn cache_counters(t: &GpHash) -> (u64, u64, i64, u64, bool) {
 
 /// Runs up to `ops` operations of `g` (fewer when it ends first) in batches; returns each
 /// batch's latency.
-fn run(t: &mut GpHash, gpu: &Gpu, g: &mut Generator, ops: u64, b: &CacheBench) -> Result<Vec<Duration>> {
+fn run(t: &GpHash, gpu: &Gpu, g: &mut Generator, ops: u64, b: &CacheBench) -> Result<Vec<Duration>> {
     let mut lat = vec![];
     let mut kept = None;
     let end = g.produced() + ops;
@@ -177,9 +177,9 @@ impl CacheBench {
             capacity: self.records,
             ..Config::default()
         };
-        let mut t = GpHash::create(Some(&dir.path().join("cache.pool")), &config, &options)?;
+        let t = GpHash::create(Some(&dir.path().join("cache.pool")), &config, &options)?;
         let mut load = Generator::new(Workload::Load, None, self.records, self.records, self.seed)?;
-        run(&mut t, gpu, &mut load, self.records, self)?;
+        run(&t, gpu, &mut load, self.records, self)?;
         progress(&format!("loaded {} records; {}", self.records, t.stats().mode));
 
         let mut out =
@@ -196,7 +196,7 @@ impl CacheBench {
             grid.extend(self.policies.iter().map(|&p| ("policy", w, 0.99, self.ratio, p)));
         }
         for (i, &(section, workload, theta, ratio, policy)) in grid.iter().enumerate() {
-            let p = self.point(&mut t, gpu, (section, workload, zipf(theta), ratio, policy), i as u64)?;
+            let p = self.point(&t, gpu, (section, workload, zipf(theta), ratio, policy), i as u64)?;
             progress(&format!(
                 "{section:<6} {workload:<3} theta {theta:<4} cache {:>3.0}% {policy:<6} {:8.2} Mops/s  p50 {:.3} ms  hit rate {:5.1}%",
                 ratio * 100.0,
@@ -207,7 +207,7 @@ impl CacheBench {
             out.points.push(p);
         }
         if self.timeline_ops > 0 {
-            (out.timeline, out.summary) = self.timeline(&mut t, gpu)?;
+            (out.timeline, out.summary) = self.timeline(&t, gpu)?;
             let s = &out.summary;
             progress(&format!(
                 "timeline: cold {:.2} Mops/s, during {} loading phases {:.2} Mops/s, steady {:.2} Mops/s",
@@ -224,7 +224,7 @@ impl CacheBench {
     /// One point: a fresh cache, a warm-up, a load on demand, then `reps` measured runs.
     fn point(
         &self,
-        t: &mut GpHash,
+        t: &GpHash,
         gpu: &Gpu,
         (section, workload, dist, ratio, policy): (&str, Workload, Distribution, f64, Policy),
         index: u64,
@@ -267,7 +267,7 @@ impl CacheBench {
     }
 
     /// Workload C with loading phases every `period` operations, batch by batch.
-    fn timeline(&self, t: &mut GpHash, gpu: &Gpu) -> Result<(Vec<Tick>, TimelineSummary)> {
+    fn timeline(&self, t: &GpHash, gpu: &Gpu) -> Result<(Vec<Tick>, TimelineSummary)> {
         let policy = Policy::Lfu;
         t.set_cache(CacheOptions {
             ratio: self.ratio,

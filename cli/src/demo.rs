@@ -53,7 +53,7 @@ pub(crate) fn run(args: &DemoArgs, options: &Options) -> gphash::Result<()> {
     }
     let config = Config { capacity: args.keys, ..Config::default() };
     // A directory gets a pool in a file that is never named: a killed demo leaves nothing.
-    let mut index = GpHash::create(Some(&dir), &config, options)?;
+    let index = GpHash::create(Some(&dir), &config, options)?;
     announce_cpu_fallback(&index, options);
     let stats = index.stats();
     println!(

@@ -288,9 +288,9 @@ fn replay(
     }
     // Opening writes nothing to a cleanly closed pool, and nothing below writes to it before
     // the trace is parsed and the output checked and in place.
-    let mut index = GpHash::open(path, options)?;
+    let index = GpHash::open(path, options)?;
     announce_cpu_fallback(&index, options);
-    let g = *index.geometry();
+    let g = index.geometry();
     let text = std::fs::read(trace_path)
         .map_err(|e| format!("cannot read the trace {}: {e}", trace_path.display()))?;
     let ops = trace::parse_bytes(trace_path, &text, g.key_bytes as usize, g.value_bytes as usize)?;

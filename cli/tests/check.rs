@@ -94,7 +94,7 @@ fn report(path: &Path) -> String {
 /// A cleanly closed table of 300 keys, copied to a fresh path for each fault.
 fn pristine(dir: &Path) -> PathBuf {
     let path = dir.join("pristine");
-    let mut t =
+    let t =
         GpHash::create(Some(&path), &Config { capacity: 500, ..Default::default() }, &common::cpu_options())
             .unwrap();
     let keys: Vec<u8> = (0..300).flat_map(|k| common::key(k, 8)).collect();
@@ -269,7 +269,7 @@ fn a_flipped_value_byte_is_caught_by_check_and_verified_reads() {
         ("CPU model", common::cpu_options(), false),
     ];
     for (name, options, load_cache) in executors {
-        let mut t = GpHash::open(&path, &Options { verify_values: true, ..options.clone() }).unwrap();
+        let t = GpHash::open(&path, &Options { verify_values: true, ..options.clone() }).unwrap();
         if load_cache {
             t.load_cache().unwrap();
         }
@@ -286,7 +286,7 @@ fn a_flipped_value_byte_is_caught_by_check_and_verified_reads() {
             }
         }
         drop(t);
-        let mut t = GpHash::open(&path, &options).unwrap();
+        let t = GpHash::open(&path, &options).unwrap();
         let r = t.get(&both).unwrap();
         assert_eq!(r.statuses, vec![Status::Ok, Status::Ok], "{name}: unverified");
         assert_eq!(r.value(0), Some(&flipped[..]), "{name}: an unverified read is unchanged");

@@ -9,7 +9,7 @@ use gphash::{Config, GpHash, Options};
 
 /// A table of `config` holding keys `0..keys` (acknowledged), then the pool at every persist
 /// point of `then`.
-fn recorded(config: &Config, keys: u64, then: impl FnOnce(&mut GpHash)) -> Vec<Vec<u8>> {
+fn recorded(config: &Config, keys: u64, then: impl FnOnce(&GpHash)) -> Vec<Vec<u8>> {
     let snapshots = Arc::new(Mutex::new(vec![]));
     let recording = Arc::new(AtomicBool::new(false));
     let observer: host_pm::Observer = {

@@ -211,22 +211,24 @@ pub fn gpu_table(dir: &tempfile::TempDir, config: &gphash::Config) -> gphash::Gp
 /// Every published key of a table with the words of its value cell as the pool holds them
 /// (the value words, then the checksum word).
 pub fn stored_cells(t: &gphash::GpHash) -> std::collections::HashMap<Vec<u8>, Vec<u32>> {
-    let (g, pool) = (t.geometry(), t.pool());
-    let h = pool.header();
-    let table: &[u32] = bytemuck::cast_slice(pool.region(h.table_region));
-    let heap: &[u32] = bytemuck::cast_slice(pool.region(h.heap_region));
-    let cw = g.cell_words() as usize;
-    let mut cells = std::collections::HashMap::new();
-    for bucket in 0..g.buckets() {
-        for s in 0..g.layout.slots {
-            let state = table[g.state_word(bucket, s) as usize];
-            if state >= gphash::testing::layout::PUBLISHED {
-                let k = g.key_word(bucket, s) as usize;
-                let key: &[u8] = bytemuck::cast_slice(&table[k..k + g.key_words() as usize]);
-                let at = (state - gphash::testing::layout::PUBLISHED) as usize * cw;
-                cells.insert(key.to_vec(), heap[at..at + cw].to_vec());
+    let g = t.geometry();
+    t.with_pool(|pool| {
+        let h = pool.header();
+        let table: &[u32] = bytemuck::cast_slice(pool.region(h.table_region));
+        let heap: &[u32] = bytemuck::cast_slice(pool.region(h.heap_region));
+        let cw = g.cell_words() as usize;
+        let mut cells = std::collections::HashMap::new();
+        for bucket in 0..g.buckets() {
+            for s in 0..g.layout.slots {
+                let state = table[g.state_word(bucket, s) as usize];
+                if state >= gphash::testing::layout::PUBLISHED {
+                    let k = g.key_word(bucket, s) as usize;
+                    let key: &[u8] = bytemuck::cast_slice(&table[k..k + g.key_words() as usize]);
+                    let at = (state - gphash::testing::layout::PUBLISHED) as usize * cw;
+                    cells.insert(key.to_vec(), heap[at..at + cw].to_vec());
+                }
             }
         }
-    }
-    cells
+        cells
+    })
 }

@@ -97,7 +97,7 @@ impl System for GpHashSystem {
     }
 
     fn traffic(&self, kind: OpKind, hit: bool) -> Traffic {
-        traffic(self.index.geometry(), kind, hit)
+        traffic(&self.index.geometry(), kind, hit)
     }
 }
 
