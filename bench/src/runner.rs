@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::ceiling::{Ceilings, Memory};
 use crate::systems::cpu::CpuSystem;
+use crate::systems::cpu_map::{Chosen, CpuMapSystem};
 use crate::systems::index::GpHashSystem;
 use crate::systems::slab::{SlabConfig, SlabOptions, SlabSystem};
 use crate::systems::{DeviceOps, System, Traffic};
@@ -45,11 +46,13 @@ pub enum SystemKind {
     Slab,
     /// A TurboHash-style persistent hash table on the host's threads.
     Cpu,
+    /// A concurrent hash map crate in host DRAM on the host's threads, volatile.
+    CpuMap,
 }
 
 impl SystemKind {
     /// Every system.
-    pub const ALL: [SystemKind; 8] = [
+    pub const ALL: [SystemKind; 9] = [
         SystemKind::ZeroCopy,
         SystemKind::NoCache,
         SystemKind::Staged,
@@ -58,6 +61,7 @@ impl SystemKind {
         SystemKind::KeysApart,
         SystemKind::Slab,
         SystemKind::Cpu,
+        SystemKind::CpuMap,
     ];
 
     /// Its name in tables and plots.
@@ -71,6 +75,7 @@ impl SystemKind {
             SystemKind::KeysApart => "keys-apart",
             SystemKind::Slab => "slab",
             SystemKind::Cpu => "cpu",
+            SystemKind::CpuMap => "cpu-map",
         }
     }
 
@@ -79,7 +84,7 @@ impl SystemKind {
     pub fn memory(self) -> Option<Memory> {
         match self {
             SystemKind::Staged | SystemKind::Volatile => Some(Memory::Device),
-            SystemKind::Cpu => None,
+            SystemKind::Cpu | SystemKind::CpuMap => None,
             _ => Some(Memory::Host),
         }
     }
@@ -123,7 +128,7 @@ pub struct Suite {
     pub seed: u64,
     /// Directory of the pools.
     pub pool_dir: PathBuf,
-    /// Host threads of the `cpu` system.
+    /// Host threads of the `cpu` and `cpu-map` systems.
     pub cpu_threads: usize,
     /// The bucket cache of `gphash-zc`.
     pub cache: CacheOptions,
@@ -249,6 +254,11 @@ fn create(
             let room = capacity * 4 / 3;
             let s = CpuSystem::create(Some(&path), key_bytes, value_bytes, room, gpu.clone(), cpu_threads)?;
             Ok((Box::new(s), Some(path)))
+        }
+        SystemKind::CpuMap => {
+            let s =
+                CpuMapSystem::<Chosen>::create(key_bytes, value_bytes, capacity, gpu.clone(), cpu_threads)?;
+            Ok((Box::new(s), None))
         }
     }
 }

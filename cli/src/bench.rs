@@ -100,11 +100,11 @@ pub(crate) struct SuiteArgs {
     #[arg(long, value_delimiter = ',', default_value = "c,b,a,f,d,search+,search-,update,insert,delete")]
     workloads: Vec<Workload>,
     /// Systems: gphash-zc (with its cache, set by --cache-*), gphash-nocache, gphash-staged,
-    /// gphash-volatile, naive, keys-apart, slab, cpu.
+    /// gphash-volatile, naive, keys-apart, slab, cpu, cpu-map.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "gphash-zc,gphash-nocache,gphash-staged,gphash-volatile,naive,keys-apart,slab,cpu"
+        default_value = "gphash-zc,gphash-nocache,gphash-staged,gphash-volatile,naive,keys-apart,slab,cpu,cpu-map"
     )]
     systems: Vec<SystemKind>,
     /// Key widths in bytes.
@@ -134,7 +134,7 @@ pub(crate) struct SuiteArgs {
     /// Seed of the workloads.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Host threads of the cpu system (default: all).
+    /// Host threads of the cpu and cpu-map systems (default: all).
     #[arg(long)]
     cpu_threads: Option<usize>,
     /// Buffer size of the ceiling measurements in MiB (0: do not measure).

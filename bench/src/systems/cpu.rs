@@ -104,7 +104,7 @@ use std::sync::Arc;
 
 pub use table::{CpuConfig, CpuTable, Recovery};
 
-use crate::systems::{System, Traffic, upload};
+use crate::systems::{HostBatches, System, Traffic};
 use gphash::DeviceBatch;
 use gphash::Gpu;
 use gphash::OpKind;
@@ -114,14 +114,15 @@ use gphash::Result;
 /// results copied back.
 pub struct CpuSystem {
     table: CpuTable,
-    gpu: Arc<Gpu>,
-    /// The readback buffer of batches, kept for the next (grown as needed).
-    staging: Option<wgpu::Buffer>,
+    host: HostBatches,
 }
 
 impl std::fmt::Debug for CpuSystem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CpuSystem").field("table", &self.table).field("gpu", &self.gpu.info.name).finish()
+        f.debug_struct("CpuSystem")
+            .field("table", &self.table)
+            .field("gpu", &self.host.gpu().info.name)
+            .finish()
     }
 }
 
@@ -138,17 +139,17 @@ impl CpuSystem {
     ) -> Result<Self> {
         let (key_bytes, value_bytes) = (key_bytes as usize, value_bytes as usize);
         let config = CpuConfig { key_bytes, value_bytes, capacity, threads, ..CpuConfig::default() };
-        Ok(CpuSystem { table: CpuTable::create(path, &config)?, gpu, staging: None })
+        Ok(CpuSystem { table: CpuTable::create(path, &config)?, host: HostBatches::new(gpu) })
     }
 
     /// Opens (and recovers) an existing pool.
     pub fn open(path: &Path, gpu: Arc<Gpu>, threads: usize) -> Result<Self> {
-        Ok(CpuSystem { table: CpuTable::open(path, threads)?, gpu, staging: None })
+        Ok(CpuSystem { table: CpuTable::open(path, threads)?, host: HostBatches::new(gpu) })
     }
 
     /// A system over a table built some other way.
     pub fn from_table(table: CpuTable, gpu: Arc<Gpu>) -> Self {
-        CpuSystem { table, gpu, staging: None }
+        CpuSystem { table, host: HostBatches::new(gpu) }
     }
 
     /// The table.
@@ -177,46 +178,6 @@ impl CpuSystem {
     }
 }
 
-impl CpuSystem {
-    /// Copies the first `words` words of each buffer to the host with one submission and one
-    /// map, through the kept readback buffer.
-    fn download_prefixes(&mut self, buffers: &[(&wgpu::Buffer, usize)]) -> Result<Vec<Vec<u32>>> {
-        let total: u64 = buffers.iter().map(|&(_, w)| w as u64 * 4).sum();
-        if total == 0 {
-            return Ok(buffers.iter().map(|_| vec![]).collect());
-        }
-        if self.staging.as_ref().is_none_or(|s| s.size() < total) {
-            self.staging = Some(self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("cpu baseline download"),
-                size: total.next_power_of_two(),
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            }));
-        }
-        let staging = self.staging.as_ref().expect("made above");
-        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
-        let mut at = 0;
-        for &(buf, words) in buffers {
-            let bytes = words as u64 * 4;
-            if bytes > 0 {
-                enc.copy_buffer_to_buffer(buf, 0, staging, at, bytes);
-            }
-            at += bytes;
-        }
-        self.gpu.queue.submit([enc.finish()]);
-        let mut out = vec![];
-        gphash_gpu::resources::map_read(&self.gpu, staging, 0..total, |b| {
-            let words: &[u32] = bytemuck::cast_slice(b);
-            let mut at = 0;
-            for &(_, w) in buffers {
-                out.push(words[at..at + w].to_vec());
-                at += w;
-            }
-        })?;
-        Ok(out)
-    }
-}
-
 impl System for CpuSystem {
     fn name(&self) -> String {
         "cpu".to_string()
@@ -227,28 +188,12 @@ impl System for CpuSystem {
         format!("{} host threads | pool {:?} ({})", self.table.threads(), pool.backend(), pool.persist_mode())
     }
 
-    /// Downloads kinds and keys (and values when some operation writes one), executes the batch
-    /// on the host (durable on return), uploads the statuses and, when the batch reads, the
-    /// values found; returns once they are on the device, as the GPU systems do.
+    /// Executes the batch on the host through [`HostBatches`] (durable on return).
     fn run(&mut self, batch: &DeviceBatch) -> Result<()> {
-        let n = batch.len as usize;
-        if n == 0 {
-            return Ok(());
-        }
         let g = self.table.geometry();
         let (kw, cw) = (g.key_words(), g.cell_words());
-        batch.validate(kw as u32, cw as u32)?;
-        let inputs = self.download_prefixes(&[(batch.kinds, n), (batch.keys, n * kw)])?;
-        let writes = inputs[0].iter().any(|&k| OpKind::from_code(k).is_some_and(OpKind::writes_value));
-        let values =
-            if writes { self.download_prefixes(&[(batch.values, n * cw)])?.remove(0) } else { vec![] };
-        let (statuses, found) = self.table.execute(&inputs[0], &inputs[1], &values)?;
-        upload(&self.gpu, batch.statuses, &statuses);
-        if inputs[0].contains(&(OpKind::Get as u32)) {
-            upload(&self.gpu, batch.found, &found);
-        }
-        self.gpu.queue.submit([]);
-        Ok(self.gpu.wait()?)
+        let table = &mut self.table;
+        self.host.run(batch, kw, cw, |kinds, keys, values| table.execute(kinds, keys, values))
     }
 
     fn len(&self) -> u64 {

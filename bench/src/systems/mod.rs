@@ -1,9 +1,11 @@
 //! One interface for every system a workload runs against: gphash in its placements
-//! (`index`) and the baselines gphash is compared with (DESIGN §9: `slab`, `cpu`). Batches live
+//! (`index`) and the baselines gphash is compared with (DESIGN §9: `slab`, `cpu`; and `cpu_map`, a
+//! volatile concurrent map on the host's threads). Batches live
 //! in device buffers, as a GPU-resident application holds them; a system reads them there and
 //! writes its results there.
 
 pub mod cpu;
+pub mod cpu_map;
 pub mod index;
 pub mod slab;
 
@@ -207,6 +209,96 @@ pub fn download(gpu: &Gpu, buffer: &wgpu::Buffer) -> Result<Vec<u32>> {
 /// Writes words into a storage buffer (made with `COPY_DST`), in queue order.
 pub fn upload(gpu: &Gpu, buffer: &wgpu::Buffer, words: &[u32]) {
     gpu.queue.write_buffer(buffer, 0, bytemuck::cast_slice(words));
+}
+
+/// The way the host systems (`cpu`, `cpu-map`) receive a batch: its inputs copied from the
+/// device to the host, applied there, its results copied back.
+pub struct HostBatches {
+    gpu: Arc<Gpu>,
+    /// The readback buffer of batches, kept for the next (grown as needed).
+    staging: Option<wgpu::Buffer>,
+}
+
+impl HostBatches {
+    /// Batches of `gpu`.
+    pub fn new(gpu: Arc<Gpu>) -> Self {
+        HostBatches { gpu, staging: None }
+    }
+
+    /// The device.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// Downloads kinds and keys (and values when some operation writes one), has `apply` turn
+    /// them into statuses and found values (`key_words`, `value_words` per operation), uploads
+    /// the statuses and, when the batch reads, the values found; returns once they are on the
+    /// device, as the GPU systems do.
+    pub fn run(
+        &mut self,
+        batch: &DeviceBatch,
+        key_words: usize,
+        value_words: usize,
+        apply: impl FnOnce(&[u32], &[u32], &[u32]) -> Result<(Vec<u32>, Vec<u32>)>,
+    ) -> Result<()> {
+        let n = batch.len as usize;
+        if n == 0 {
+            return Ok(());
+        }
+        batch.validate(key_words as u32, value_words as u32)?;
+        let inputs = self.download_prefixes(&[(batch.kinds, n), (batch.keys, n * key_words)])?;
+        let writes = inputs[0].iter().any(|&k| OpKind::from_code(k).is_some_and(OpKind::writes_value));
+        let values = if writes {
+            self.download_prefixes(&[(batch.values, n * value_words)])?.remove(0)
+        } else {
+            vec![]
+        };
+        let (statuses, found) = apply(&inputs[0], &inputs[1], &values)?;
+        upload(&self.gpu, batch.statuses, &statuses);
+        if inputs[0].contains(&(OpKind::Get as u32)) {
+            upload(&self.gpu, batch.found, &found);
+        }
+        self.gpu.queue.submit([]);
+        Ok(self.gpu.wait()?)
+    }
+
+    /// Copies the first `words` words of each buffer to the host with one submission and one
+    /// map, through the kept readback buffer.
+    fn download_prefixes(&mut self, buffers: &[(&wgpu::Buffer, usize)]) -> Result<Vec<Vec<u32>>> {
+        let total: u64 = buffers.iter().map(|&(_, w)| w as u64 * 4).sum();
+        if total == 0 {
+            return Ok(buffers.iter().map(|_| vec![]).collect());
+        }
+        if self.staging.as_ref().is_none_or(|s| s.size() < total) {
+            self.staging = Some(self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("host batch download"),
+                size: total.next_power_of_two(),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        let staging = self.staging.as_ref().expect("made above");
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        let mut at = 0;
+        for &(buf, words) in buffers {
+            let bytes = words as u64 * 4;
+            if bytes > 0 {
+                enc.copy_buffer_to_buffer(buf, 0, staging, at, bytes);
+            }
+            at += bytes;
+        }
+        self.gpu.queue.submit([enc.finish()]);
+        let mut out = vec![];
+        gphash_gpu::resources::map_read(&self.gpu, staging, 0..total, |b| {
+            let words: &[u32] = bytemuck::cast_slice(b);
+            let mut at = 0;
+            for &(_, w) in buffers {
+                out.push(words[at..at + w].to_vec());
+                at += w;
+            }
+        })?;
+        Ok(out)
+    }
 }
 
 /// Runs `batch` through `system` and returns its results: for tests that hold a system to the

@@ -1,0 +1,91 @@
+//! The `cpu-map` system (`gphash_bench::systems::cpu_map`): its host path and its System path
+//! through the GPU, against the oracle. Without a Vulkan device the test fails under `CI=true`.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use common::oracle::Oracle;
+use gphash::{Batch, OpKind};
+use gphash_bench::systems::cpu_map::CpuMapSystem;
+use gphash_bench::systems::{System, run_host};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// A random batch of `n` operations over keys `0..keys` (repeats likely), all kinds.
+fn random_batch(rng: &mut StdRng, n: usize, keys: u64, key_bytes: usize, value_bytes: usize) -> Batch {
+    let mut b = Batch::new(key_bytes, value_bytes);
+    for _ in 0..n {
+        let key = common::key(rng.random_range(0..keys), key_bytes);
+        let v = common::value(rng, value_bytes);
+        match rng.random_range(0..10) {
+            0..3 => b.insert(&key, &v).unwrap(),
+            3..5 => b.upsert(&key, &v).unwrap(),
+            5 => b.update(&key, &v).unwrap(),
+            6..8 => b.delete(&key).unwrap(),
+            _ => b.get(&key).unwrap(),
+        }
+    }
+    b
+}
+
+#[test]
+fn system_through_the_gpu_matches_the_oracle() {
+    let gpu = match gphash::Gpu::new() {
+        Ok(g) => g,
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true and no GPU: {e}"),
+        Err(e) => {
+            eprintln!("\n**********\nWARNING: no GPU ({e}): cpu-map is NOT tested\n**********\n");
+            return;
+        }
+    };
+    let seed = common::seed("cpu_map_system_through_the_gpu_matches_the_oracle");
+    let mut rng = StdRng::seed_from_u64(seed);
+    for (key_bytes, value_bytes, threads) in [(8, 128, 4), (32, 8, 1), (12, 20, 3)] {
+        let mut system: CpuMapSystem =
+            CpuMapSystem::create(key_bytes, value_bytes, 5000, gpu.clone(), threads).unwrap();
+        assert_eq!(system.name(), "cpu-map");
+        assert_eq!(system.threads(), threads);
+        assert!(system.setting().contains("volatile"), "{}", system.setting());
+        let mut oracle = Oracle::default();
+        for b in 0..8 {
+            // Few keys: many repeats in one batch, which must see batch order.
+            let batch = random_batch(
+                &mut rng,
+                [1, 500, 2000, 33][b % 4],
+                300,
+                key_bytes as usize,
+                value_bytes as usize,
+            );
+            let got = run_host(&mut system, &gpu, &batch).unwrap();
+            assert_eq!(got, oracle.run(&batch), "seed {seed}, {key_bytes}-byte keys, batch {b}");
+            assert_eq!(system.len(), oracle.map.len() as u64);
+        }
+        let mut reads = Batch::new(key_bytes as usize, value_bytes as usize);
+        for k in 0..300 {
+            reads.get(&common::key(k, key_bytes as usize)).unwrap();
+        }
+        assert_eq!(run_host(&mut system, &gpu, &reads).unwrap(), oracle.run(&reads));
+        let hit = system.traffic(OpKind::Get, true);
+        assert!(hit.reads >= 3.0 && hit.bytes == (hit.reads + hit.writes) * 64.0, "{hit:?}");
+    }
+}
+
+#[test]
+fn bad_widths_and_malformed_batches_are_refused() {
+    let gpu = match gphash::Gpu::new() {
+        Ok(g) => g,
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true and no GPU: {e}"),
+        Err(_) => return,
+    };
+    for kb in [0, 6, 36] {
+        assert!(
+            CpuMapSystem::<gphash_bench::systems::cpu_map::Chosen>::create(kb, 8, 10, gpu.clone(), 1)
+                .is_err()
+        );
+    }
+    let s: CpuMapSystem = CpuMapSystem::create(8, 8, 10, gpu, 2).unwrap();
+    assert!(s.execute(&[9], &[1, 2], &[3, 4]).is_err());
+    assert!(s.execute(&[2], &[1], &[3, 4]).is_err());
+    assert!(s.execute(&[2], &[5, 2], &[]).is_err());
+    assert_eq!(s.len(), 0);
+}
