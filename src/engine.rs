@@ -10,6 +10,7 @@ use crate::cache::{CacheStatus, Snapshot};
 use crate::device_batch::DeviceBatch;
 use crate::error::Result;
 use crate::model::{Bitmap, Control};
+use crate::profile::Profile;
 /// Largest number of operations one engine batch holds (an engine may hold fewer: see
 /// [`Engine::max_batch`]). Longer calls run as several engine batches.
 pub const MAX_BATCH: usize = 1 << 22;
@@ -146,5 +147,11 @@ pub(crate) trait Engine: Send {
     /// What the bucket cache holds (empty without a cache).
     fn cache_snapshot(&mut self) -> Result<Snapshot> {
         Ok(Snapshot::default())
+    }
+
+    /// Its stages' time since the last call (the engine stages of [`Profile`]; nothing for an
+    /// engine that does not break its time down).
+    fn take_profile(&mut self) -> Profile {
+        Profile::default()
     }
 }

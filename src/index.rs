@@ -26,6 +26,7 @@ use crate::gpu::engine::{GpuEngine, GpuOptions};
 use crate::hash::Seeds;
 use crate::layout::{Geometry, Layout};
 use crate::model::Bitmap;
+use crate::profile::Profile;
 use crate::protocol::{OpKind, Status, control};
 use crate::recovery::{self, CheckReport, Recovery};
 use crate::reopen;
@@ -160,8 +161,10 @@ pub struct Activity {
     pub persist_time: Duration,
     /// Time spent in the engine (uploads, kernels, readbacks).
     pub engine_time: Duration,
-    /// Time spent encoding batches and decoding results on the host.
+    /// Time spent encoding batches, ordering them and decoding results on the host.
     pub host_time: Duration,
+    /// Engine, host and persist time by stage.
+    pub profile: Profile,
     /// Times the table grew by a level.
     pub resizes: u64,
     /// Time spent growing.
@@ -512,6 +515,11 @@ impl GpHash {
         self.state().stats()
     }
 
+    /// The work since open (what [`GpHash::stats`] reports of it, without its device reads).
+    pub fn activity(&self) -> Activity {
+        self.state().activity.clone()
+    }
+
     /// Replaces the bucket cache by one with these settings (empty: it fills at its first
     /// loading phase, or at [`GpHash::load_cache`]). The table is untouched.
     /// If no engine can be made with the new settings, the old ones stay; if none can be made
@@ -822,7 +830,9 @@ impl State {
         self.check_widths(batch)?;
         let mut result = BatchResult::new(batch.len(), batch.value_bytes());
         let split = batch.len() > self.max_batch()?;
+        let t = Instant::now();
         let groups = (ordered || split).then(|| batch.key_groups());
+        self.host(t, |p| &mut p.fold);
         match groups {
             Some(groups) if split || !groups.repeated.is_empty() => {
                 self.folded(batch, &groups, split, &mut result)?
@@ -856,7 +866,7 @@ impl State {
         for ops in &groups.repeated {
             plan.extend(batch.fold_key(ops, before.of(ops[0]), result));
         }
-        self.activity.host_time += t.elapsed();
+        self.host(t, |p| &mut p.fold);
         let Err((applied, e)) = self.run_parts(batch, &plan, result) else {
             return Ok(());
         };
@@ -971,14 +981,14 @@ impl State {
         let t = Instant::now();
         let mut encoded = std::mem::take(&mut self.encoded);
         batch.encode_part(part, &mut encoded);
-        self.activity.host_time += t.elapsed();
+        self.host(t, |p| &mut p.encode);
         let outcome = self.protocol(Input::Host(&encoded));
         self.encoded = encoded;
         let stored = outcome.and_then(|()| {
             let t = Instant::now();
             let (statuses, values) = self.engine()?.results();
             result.scatter(batch, part, statuses, values)?;
-            self.activity.host_time += t.elapsed();
+            self.host(t, |p| &mut p.decode);
             Ok(())
         });
         match stored {
@@ -1032,8 +1042,9 @@ impl State {
         loop {
             let t = Instant::now();
             let (engine, pool) = self.parts();
-            let a = engine.phase_a(pool, batch)?;
-            self.activity.engine_time += t.elapsed();
+            let a = engine.phase_a(pool, batch);
+            self.engine_done(t);
+            let a = a?;
             self.persist(&a.written)?;
             let (full, no_cell) = (a.control[control::FULL], a.control[control::NO_CELL]);
             if full == 0 && no_cell == 0 {
@@ -1042,8 +1053,9 @@ impl State {
             }
             let t = Instant::now();
             let (engine, pool) = self.parts();
-            let r = engine.rollback(pool, batch)?;
-            self.activity.engine_time += t.elapsed();
+            let r = engine.rollback(pool, batch);
+            self.engine_done(t);
+            let r = r?;
             self.persist(&r.written)?;
             let load = self.items as f64 / self.geo.slots() as f64;
             let early = (self.items + batch.len() as u64) as f64 / (self.geo.slots() as f64) < GROW_FROM_LOAD;
@@ -1066,8 +1078,9 @@ impl State {
         }
         let t = Instant::now();
         let (engine, pool) = self.parts();
-        let b = engine.phase_b(pool, batch, publish)?;
-        self.activity.engine_time += t.elapsed();
+        let b = engine.phase_b(pool, batch, publish);
+        self.engine_done(t);
+        let b = b?;
         self.persist(&b.written)?;
         self.items += b.control[control::PUBLISHED] as u64;
         self.items -= b.control[control::DELETED] as u64;
@@ -1085,8 +1098,25 @@ impl State {
             // The pool's persist mode is a fence or nothing: no line list needed.
             Written::NotTracked => self.pool.persist_lines(&[])?,
         }
-        self.activity.persist_time += t.elapsed();
+        let spent = t.elapsed();
+        self.activity.persist_time += spent;
+        self.activity.profile.persist += spent;
         Ok(())
+    }
+
+    /// Adds the host time since `t` to `host_time` and to the stage `stage` picks.
+    fn host(&mut self, t: Instant, stage: fn(&mut Profile) -> &mut Duration) {
+        let spent = t.elapsed();
+        self.activity.host_time += spent;
+        *stage(&mut self.activity.profile) += spent;
+    }
+
+    /// Adds the engine time since `t`, and the engine's own breakdown of it.
+    fn engine_done(&mut self, t: Instant) {
+        self.activity.engine_time += t.elapsed();
+        if let Some(engine) = self.engine.as_mut() {
+            self.activity.profile += engine.take_profile();
+        }
     }
 }
 

@@ -42,6 +42,7 @@ mod layout;
 // `pub`; without the feature they are unreachable.
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 mod model;
+mod profile;
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 mod protocol;
 mod recovery;
@@ -62,6 +63,7 @@ pub use host_pm::{Backend, PersistMode, Pool, PoolError};
 pub use index::{Activity, Config, Executor, GpHash, MAX_BATCH, Options, Stats};
 pub use inspect::{Inspection, inspect};
 pub use layout::{Candidate, Geometry, Layout, TARGET_LOAD};
+pub use profile::Profile;
 pub use protocol::{OpKind, Status};
 pub use recovery::{CheckReport, Recovery, Violation, check};
 pub use table_stats::TableStats;

@@ -6,6 +6,7 @@ use clap::{Args, Subcommand};
 use gphash::{Layout, Options, Placement};
 use gphash_bench::bktcache::{self, CacheBench};
 use gphash_bench::ceiling::{self, Method};
+use gphash_bench::profile::ProfileBench;
 use gphash_bench::runner::{self, Suite, SystemKind};
 use gphash_bench::ycsb::{Distribution, Workload};
 use gphash_bench::{Fill, LoadSearch, PersistCost, ResizeRecovery};
@@ -36,6 +37,38 @@ pub(crate) enum Bench {
     /// The bucket cache: throughput per cache ratio (YCSB A, B, C), under skew, per policy,
     /// and over time across loading phases; a table, JSON, CSV and SVG plots.
     Cache(CacheArgs),
+    /// Where a batch's time goes, stage by stage (host encoding, ordering, buffer writes,
+    /// submits, waits, readbacks, decoding, persists), for search and insert batches of each
+    /// size: medians of several repetitions, with min and max.
+    Profile(ProfileArgs),
+}
+
+/// `bench profile` settings.
+#[derive(Args, Clone)]
+pub(crate) struct ProfileArgs {
+    /// Keys loaded before the measured batches.
+    #[arg(long, default_value_t = 1 << 20)]
+    keys: u64,
+    /// Operations per batch, one table each.
+    #[arg(long, value_delimiter = ',', default_value = "4096,65536,1048576")]
+    batches: Vec<usize>,
+    /// Repetitions of each measurement.
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Batches in one repetition.
+    #[arg(long, default_value_t = 4)]
+    rounds: usize,
+    /// Key width in bytes.
+    #[arg(long, default_value_t = 8)]
+    key_bytes: u32,
+    /// Value size in bytes (8 or 128 in the figures).
+    #[arg(long, default_value_t = 8)]
+    value_bytes: u32,
+    /// Seed of the searched keys.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    #[command(flatten)]
+    dir: PoolDir,
 }
 
 /// `bench cache` settings.
@@ -302,6 +335,24 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
             Ok(())
         }
         Bench::LoadSearch(a) => load_search(a, options),
+        Bench::Profile(a) => {
+            let bench = ProfileBench {
+                keys: a.keys,
+                batches: a.batches.clone(),
+                reps: a.reps,
+                rounds: a.rounds,
+                key_bytes: a.key_bytes,
+                value_bytes: a.value_bytes,
+                seed: a.seed,
+                pool_dir: a.dir.pool_dir.clone(),
+            };
+            println!(
+                "# {} keys of {} bytes, {}-byte values, loaded; execute_ordered batches",
+                a.keys, a.key_bytes, a.value_bytes
+            );
+            bench.run(options, &mut |m| println!("{m}"))?;
+            Ok(())
+        }
         Bench::Fill(a) => {
             println!("# load factor at the first insertion that finds no slot (about {} slots)", a.slots);
             for &layout in &a.layouts {

@@ -3,6 +3,7 @@
 //! each phase.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use gphash_gpu::resources::{
     ErrorScopes, Pipelines, PoolWindows, Residence, bind_group, bind_group_layout, build_pipelines,
@@ -20,6 +21,7 @@ use crate::engine::{Engine, Input, MAX_BATCH, Mode, Report, Written};
 use crate::error::{Error, Result};
 use crate::layout::Geometry;
 use crate::model::{Bitmap, Control};
+use crate::profile::Profile;
 use crate::protocol::{OpState, control};
 
 /// Where the table lives while the GPU works on it.
@@ -203,7 +205,9 @@ pub(crate) struct GpuEngine {
     /// Fills of the cache slice in the current submit.
     fills: u32,
     /// Time the current batch has spent in the engine (the loading slices' budget).
-    busy: std::time::Duration,
+    busy: Duration,
+    /// Time by stage since the index last took it.
+    profile: Profile,
     n: u32,
     statuses: Vec<u32>,
     values: Vec<u32>,
@@ -286,7 +290,8 @@ impl GpuEngine {
             seq: 0,
             batches: 0,
             fills: 0,
-            busy: std::time::Duration::ZERO,
+            busy: Duration::ZERO,
+            profile: Profile::default(),
             n: 0,
             statuses: vec![],
             values: vec![],
@@ -377,7 +382,9 @@ impl GpuEngine {
     /// control block.
     fn run(&mut self, n: u32, kernels: &[Kernel], results: Results) -> Result<Control> {
         let scopes = ErrorScopes::push(&self.gpu.device);
+        let started = Instant::now();
         self.write_params(n);
+        let written = Instant::now();
         let io = self.io.as_ref().expect("reserved");
         let dev = &self.gpu.device;
         let mut enc = dev.create_command_encoder(&Default::default());
@@ -405,12 +412,12 @@ impl GpuEngine {
         if !self.windows.staged() {
             cmds.push(hostmem::host_read_barrier(&self.gpu));
         }
-        let recorded = std::time::Instant::now();
+        let recorded = Instant::now();
         self.gpu.queue.submit(cmds);
         // An invalid submit (a buffer beyond a device limit, say) ran nothing: its results are
         // garbage and must not be read.
         scopes.pop(|| format!("submitting {kernels:?} for {n} operations"))?;
-        let submitted = recorded.elapsed();
+        let submitted = Instant::now();
         let mut ctl = Control::default();
         let (statuses, values) = (&mut self.statuses, &mut self.values);
         let end = match results {
@@ -418,7 +425,9 @@ impl GpuEngine {
             Results::Statuses => rl.values,
             Results::WithValues => rl.lines,
         };
+        let mut mapped = submitted;
         map_read(&self.gpu, &io.readback, 0..end, |bytes| {
+            mapped = Instant::now();
             ctl.copy_from_slice(bytemuck::cast_slice(&bytes[..control::WORDS * 4]));
             // Refilled in place: the vectors keep their allocations from batch to batch.
             statuses.clear();
@@ -432,9 +441,18 @@ impl GpuEngine {
                 values.extend_from_slice(bytemuck::cast_slice(&bytes[v..v + (n as u64 * vw * 4) as usize]));
             }
         })?;
+        let done = Instant::now();
+        let p = &mut self.profile;
+        p.writes += written - started;
+        p.record += recorded - written;
+        p.submit += submitted - recorded;
+        p.wait += mapped - submitted;
+        p.readback += done - mapped;
         log::debug!(
-            "{kernels:?} n={n}: submit {submitted:?}, wait and read back {:?}",
-            recorded.elapsed() - submitted
+            "{kernels:?} n={n}: submit {:?}, wait {:?}, read back {:?}",
+            submitted - recorded,
+            mapped - submitted,
+            done - mapped
         );
         Ok(ctl)
     }
@@ -457,8 +475,10 @@ impl GpuEngine {
             return Ok(Written::Lines(vec![]));
         }
         let staging = self.windows.staged().then_some(&io.staging);
-        let lines = read_dirty(&self.gpu, (&io.dirty, staging), &io.readback, io.layout.lines, count, pool)?;
-        Ok(Written::Lines(lines))
+        let started = Instant::now();
+        let lines = read_dirty(&self.gpu, (&io.dirty, staging), &io.readback, io.layout.lines, count, pool);
+        self.profile.lines += started.elapsed();
+        Ok(Written::Lines(lines?))
     }
 
     fn phase(&mut self, pool: &mut Pool, n: u32, kernels: &[Kernel], results: Results) -> Result<Report> {
@@ -474,7 +494,7 @@ impl GpuEngine {
     fn cache_kernels(&mut self, whole: bool) -> Result<Vec<Kernel>> {
         let mut kernels = vec![];
         if !self.cache.loading() {
-            let started = std::time::Instant::now();
+            let started = Instant::now();
             let counts =
                 if self.cache.counts_accesses() { self.cache.download_counts(&self.gpu)? } else { vec![] };
             self.cache.start_load(&counts, started.elapsed());
@@ -539,17 +559,19 @@ impl Engine for GpuEngine {
             kernels = self.cache_kernels(false)?;
         }
         kernels.extend([Kernel::Alloc, Kernel::PhaseA]);
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let io = self.io.as_ref().expect("reserved");
         let results = match batch {
             Input::Host(e) => {
                 self.device_bind = None;
                 let q = &self.gpu.queue;
+                let writing = Instant::now();
                 q.write_buffer(&io.kinds, 0, bytemuck::cast_slice(&e.kinds));
                 q.write_buffer(&io.keys, 0, bytemuck::cast_slice(&e.keys));
                 if !e.values.is_empty() {
                     q.write_buffer(&io.vals_in, 0, bytemuck::cast_slice(&e.values));
                 }
+                self.profile.writes += writing.elapsed();
                 // A reads-only batch ends here: its results come back with phase A's control.
                 if e.read_only() { Results::WithValues } else { Results::None }
             }
@@ -568,7 +590,7 @@ impl Engine for GpuEngine {
     }
 
     fn rollback(&mut self, pool: &mut Pool, _batch: Input) -> Result<Report> {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let kernels = self.closing(false, true);
         let report = self.phase(pool, self.n, &kernels, Results::None);
         self.busy += started.elapsed();
@@ -583,7 +605,7 @@ impl Engine for GpuEngine {
             Input::Host(_) => Results::Statuses,
             Input::Device(_) => Results::None,
         };
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let report = self.phase(pool, self.n, &kernels, results);
         self.busy += started.elapsed();
         self.device_bind = None;
@@ -609,6 +631,10 @@ impl Engine for GpuEngine {
         self.cache.snapshot(&self.gpu)
     }
 
+    fn take_profile(&mut self) -> Profile {
+        std::mem::take(&mut self.profile)
+    }
+
     fn cells_used(&mut self) -> Result<u64> {
         Ok(self.bitmap()?.used(self.cfg.geo.cells))
     }
@@ -623,7 +649,7 @@ impl Engine for GpuEngine {
         }
         self.reserve(1)?;
         let kernels = self.cache_kernels(true)?;
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let report = self.run(0, &kernels, Results::None);
         self.cache.loaded_for(started.elapsed());
         self.fills = 0;
