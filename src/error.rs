@@ -61,6 +61,16 @@ pub enum Error {
         /// This table's value size.
         value_bytes: usize,
     },
+    /// With [`crate::Options::verify_values`], a key that an ordered (or split) call changes
+    /// holds a value that fails its checksum: the call would have to compute its results from
+    /// that value, so it is refused before anything runs (`gphash check` names the slot).
+    #[error(
+        "{keys} key(s) of the call hold a value that fails its checksum; the call was not applied (`gphash check` names them)"
+    )]
+    CorruptValues {
+        /// Keys of the call whose stored value fails its checksum.
+        keys: u64,
+    },
     /// A typed index's key or value type whose size is not the table's key width or value
     /// size ([`crate::TypedIndex`]).
     #[error("{role} type {type_name} is {type_bytes} bytes; this table's {role}s are {table_bytes} bytes")]

@@ -86,7 +86,7 @@ mod tests {
 
     #[test]
     fn value_checksums_are_pinned() {
-        // The same numbers as `checksum_term` in shaders/common/hash.wgsl must give.
+        // The same numbers as `checksum_term` in gpu/shaders/common/hash.wgsl must give.
         assert_eq!(value_checksum(&[0]), 0xFCD4_1575);
         assert_eq!(value_checksum(&[1]), 0xA0E8_9B6A);
         assert_eq!(value_checksum(&[1, 2, 3]), 0xBFE6_0AD3);

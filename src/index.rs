@@ -6,7 +6,8 @@
 //! effect. A call runs as one engine batch, or, when it repeats keys in an ordered call or is
 //! larger than the engine takes, as a read of the keys' states, a fold of each repeated key's
 //! operations into one on the host, and engine batches in which every key appears once (the
-//! later ones undone if one fails): nothing of a failed call takes effect.
+//! ones applied before a failing one are undone): nothing of a failed call takes effect unless
+//! the failure poisons the index.
 
 use std::fmt;
 use std::path::Path;
@@ -282,7 +283,8 @@ fn builder<'a>(gpu: &'a std::result::Result<Arc<Gpu>, String>, opts: &'a GpuOpti
 ///
 /// The handle is `Send + Sync` and every call takes `&self`: threads share one index by
 /// reference (an `Arc<GpHash>`, or scoped threads borrowing it). Calls from several threads
-/// are queued on the index's lock and run one at a time in arrival order, one engine batch
+/// are queued on the index's lock and run one at a time, in the order they take the lock (not
+/// necessarily the order they arrived), one engine batch
 /// at a time (a call's engine batches run together: no other call runs between them); each
 /// call is still atomic and acknowledged on its own, as from one thread. So throughput comes
 /// from large batches, not from threads: calls from several threads do not run in parallel.
@@ -610,7 +612,8 @@ impl GpHash {
 
     /// Runs a mixed batch. Operations on different keys are independent. Operations on the
     /// same key in one batch are linearizable in some order (not necessarily batch order):
-    /// reads see the state before the batch, and no key is ever published twice. Use
+    /// reads see the state before the batch (a batch larger than `Stats::max_batch` runs in
+    /// batch order instead), and no key is ever published twice. Use
     /// [`GpHash::execute_ordered`] for batch-order semantics. On an error nothing of the batch
     /// has taken effect (see [`GpHash::execute_ordered`] for what a crash may leave).
     pub fn execute(&self, batch: &Batch) -> Result<BatchResult> {
@@ -891,7 +894,14 @@ impl State {
             keys.extend_from_slice(batch.op(i).1);
         }
         let reads = Batch::of_kind(OpKind::Get, batch.key_bytes(), batch.value_bytes(), &keys, None)?;
-        Ok(States { read_of, values: self.run_distinct(&reads)? })
+        let values = self.run_distinct(&reads)?;
+        // A value that fails its checksum is neither absent nor known: no result can be
+        // computed from it, and an undo could not restore it.
+        let corrupt = values.statuses.iter().filter(|&&s| s == Status::Corrupt).count();
+        if corrupt > 0 {
+            return Err(Error::CorruptValues { keys: corrupt as u64 });
+        }
+        Ok(States { read_of, values })
     }
 
     /// Runs a batch whose keys are distinct, as engine batches of at most `max_batch`
@@ -1022,7 +1032,10 @@ impl State {
             | Error::HeapFull { .. }
             | Error::Resize(_)
             | Error::Pool(host_pm::PoolError::OutOfSpace { .. }) => self.activity.rolled_back += 1,
-            Error::MissingFeature(_) | Error::InvalidConfig(_) | Error::BatchTooLarge { .. } => {}
+            Error::MissingFeature(_)
+            | Error::InvalidConfig(_)
+            | Error::BatchTooLarge { .. }
+            | Error::CorruptValues { .. } => {}
             _ => self.poisoned = Some(e.to_string()),
         }
         e

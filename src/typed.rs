@@ -75,8 +75,9 @@ fn run_one(index: &GpHash, kind: OpKind, key: &[u8], value: Option<&[u8]>) -> Re
 /// types' sizes fails with [`Error::TypeSize`].
 ///
 /// `insert` inserts only an absent key, as in the batch API (`HashMap::insert` overwrites:
-/// that is [`TypedIndex::upsert`] here). Calls over slices run as one batch (as several, each
-/// acknowledged on its own, beyond [`crate::index::MAX_BATCH`] operations), in which
+/// that is [`TypedIndex::upsert`] here). Calls over slices run as one batch (as several beyond
+/// [`Stats::max_batch`](crate::Stats::max_batch) operations; a failure undoes those already
+/// applied), in which
 /// operations on the same key take effect in some order; a [`TypedBatch`] run with
 /// [`TypedIndex::execute_ordered`] gives batch order.
 pub struct TypedIndex<K, V> {
@@ -219,7 +220,8 @@ impl<K: Pod, V: Pod> TypedIndex<K, V> {
     }
 
     /// Runs a mixed batch with the semantics of [`GpHash::execute`]: operations on the same
-    /// key take effect in some order, and reads see the table as it was before the batch.
+    /// key take effect in some order, and reads see the table as it was before the batch (a
+    /// batch larger than `Stats::max_batch` runs in batch order instead).
     pub fn execute(&self, batch: &TypedBatch<K, V>) -> Result<TypedResult<V>> {
         Ok(TypedResult::decode(self.index.execute(&batch.batch)?))
     }

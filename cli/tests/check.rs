@@ -285,6 +285,19 @@ fn a_flipped_value_byte_is_caught_by_check_and_verified_reads() {
                 off => panic!("{name}: {off}"),
             }
         }
+        // An ordered call that changes the damaged key cannot compute its results from the
+        // damaged value: it is refused whole, and the index stays usable.
+        let mut call = t.batch();
+        call.upsert(&damaged, &healthy).unwrap();
+        call.get(&damaged).unwrap();
+        call.upsert(&healthy, &damaged).unwrap();
+        match t.execute_ordered(&call) {
+            Err(gphash::Error::CorruptValues { keys: 1 }) => {}
+            other => panic!("{name}: {other:?}"),
+        }
+        let r = t.get(&both).unwrap();
+        assert_eq!(r.statuses, vec![Status::Corrupt, Status::Ok], "{name}: nothing applied, not poisoned");
+        assert_eq!(r.value(1), Some(&healthy[..]), "{name}: the healthy key is unchanged");
         drop(t);
         let t = GpHash::open(&path, &options).unwrap();
         let r = t.get(&both).unwrap();
