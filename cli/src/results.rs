@@ -1,5 +1,6 @@
 //! The result file of `gphash replay`: after a kill at any instant it holds a whole number of
-//! complete result lines, those of the batches persisted so far.
+//! complete result lines, those of a prefix of the persisted batches (the last batch persisted
+//! before the kill may be missing: its lines were not yet swapped in).
 //!
 //! Appending a batch's lines to the file could be cut short by a kill (a write of many pages
 //! is not atomic), leaving a torn last line. Instead two files hold the same lines: the one
@@ -125,7 +126,13 @@ fn check(out: &Path, keep: &[(&str, &Path)]) -> Result<Option<Existing>, Error> 
     if holds_pool_magic(&mut file).map_err(io(format!("cannot read --out {}", out.display())))? {
         return Err(refuse("it holds a gphash pool; give another path".into()));
     }
-    Ok(Some(Existing { identity: identity(&meta), _locked: file }))
+    // The file opened, locked and read must be the one whose path was compared with `keep`:
+    // otherwise a rename in between could swap a pool in after the checks.
+    let opened = file.metadata().map_err(io(format!("cannot inspect --out {}", out.display())))?;
+    if identity(&opened) != identity(&meta) {
+        return Err(refuse("it was replaced while it was being checked; try again".into()));
+    }
+    Ok(Some(Existing { identity: identity(&opened), _locked: file }))
 }
 
 impl ResultFile {
