@@ -143,10 +143,7 @@ impl LoadSearch {
         for &placement in &self.placements {
             let mut options = base.clone();
             options.gpu.placement = placement;
-            let dir = tempfile::tempdir_in(&self.pool_dir).map_err(|source| Error::Io {
-                what: format!("creating a pool directory in {}", self.pool_dir.display()),
-                source,
-            })?;
+            let dir = pool_dir(&self.pool_dir)?;
             let config = Config {
                 key_bytes: self.key_bytes,
                 value_bytes: self.value_bytes,
@@ -210,8 +207,8 @@ impl Filled {
     }
 }
 
-/// A temporary pool directory.
-fn pool_dir(dir: &std::path::Path) -> Result<tempfile::TempDir> {
+/// A temporary pool directory in `dir`.
+pub(crate) fn pool_dir(dir: &std::path::Path) -> Result<tempfile::TempDir> {
     tempfile::tempdir_in(dir).map_err(|source| Error::Io {
         what: format!("creating a pool directory in {}", dir.display()),
         source,

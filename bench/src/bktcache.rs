@@ -157,10 +157,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 impl CacheBench {
     /// Loads the table and measures every section; `progress` hears of each point as it is made.
     pub fn run(&self, gpu: &Arc<Gpu>, progress: &mut dyn FnMut(&str)) -> Result<CacheFigures> {
-        let dir = tempfile::tempdir_in(&self.pool_dir).map_err(|source| Error::Io {
-            what: format!("creating a pool directory in {}", self.pool_dir.display()),
-            source,
-        })?;
+        let dir = crate::basic::pool_dir(&self.pool_dir)?;
         let options = Options {
             executor: Executor::Gpu,
             gpu: GpuOptions {

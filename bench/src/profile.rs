@@ -148,10 +148,7 @@ impl ProfileBench {
         let (kb, vb) = (self.key_bytes as usize, self.value_bytes as usize);
         let (reps, rounds) = (self.reps.max(1), self.rounds.max(1));
         let inserted: u64 = self.batches.iter().map(|&b| (b * reps * rounds) as u64).sum();
-        let dir = tempfile::tempdir_in(&self.pool_dir).map_err(|source| gphash::Error::Io {
-            what: format!("creating a pool directory in {}", self.pool_dir.display()),
-            source,
-        })?;
+        let dir = crate::basic::pool_dir(&self.pool_dir)?;
         // Room for every insertion: no growth during a measurement.
         let config = Config {
             key_bytes: self.key_bytes,

@@ -359,10 +359,7 @@ pub fn run(
     record: &mut dyn FnMut(&Record),
 ) -> Result<Vec<Record>> {
     let mut out = vec![];
-    let dir = tempfile::tempdir_in(&suite.pool_dir).map_err(|source| Error::Io {
-        what: format!("creating a pool directory in {}", suite.pool_dir.display()),
-        source,
-    })?;
+    let dir = crate::basic::pool_dir(&suite.pool_dir)?;
     let capacity = suite.records + largest_insert_run(suite) + 1024;
     let (records, vb) = (suite.records, suite.value_bytes);
     for &key_bytes in &suite.key_bytes {
@@ -429,10 +426,7 @@ pub fn run_traces(
     ceilings: &[(Memory, Ceilings)],
     progress: &dyn Fn(u64),
 ) -> Result<Vec<Record>> {
-    let dir = tempfile::tempdir_in(pool_dir).map_err(|source| Error::Io {
-        what: format!("creating a pool directory in {}", pool_dir.display()),
-        source,
-    })?;
+    let dir = crate::basic::pool_dir(pool_dir)?;
     let inserts = run_ops.iter().filter(|o| o.kind == OpKind::Insert).count() as u64;
     let mut out = vec![];
     let to_batch = |ops: &[Op]| trace_batch(ops, key_bytes as usize, value_bytes as usize, 0);

@@ -17,23 +17,6 @@ use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 
-/// A random batch of `n` operations over keys `0..keys` (repeats likely), all kinds.
-fn random_batch(rng: &mut StdRng, n: usize, keys: u64, key_bytes: usize, value_bytes: usize) -> Batch {
-    let mut b = Batch::new(key_bytes, value_bytes);
-    for _ in 0..n {
-        let key = common::key(rng.random_range(0..keys), key_bytes);
-        let v = common::value(rng, value_bytes);
-        match rng.random_range(0..10) {
-            0..3 => b.insert(&key, &v).unwrap(),
-            3..5 => b.upsert(&key, &v).unwrap(),
-            5 => b.update(&key, &v).unwrap(),
-            6..8 => b.delete(&key).unwrap(),
-            _ => b.get(&key).unwrap(),
-        }
-    }
-    b
-}
-
 fn encode(batch: &Batch) -> Encoded {
     let mut e = Encoded::default();
     batch.encode(&mut e);
@@ -85,7 +68,7 @@ fn table_matches_the_oracle() {
                 let mut oracle = Oracle::default();
                 for b in 0..25 {
                     let n = [1, 7, 300, 1000][b % 4];
-                    let batch = random_batch(&mut rng, n, 1500, key_bytes, value_bytes);
+                    let batch = common::random_batch(&mut rng, n, 1500, key_bytes, value_bytes);
                     let what =
                         format!("seed {seed}, {key_bytes}/{value_bytes} bytes, {threads} threads, batch {b}");
                     run_checked(&mut t, &mut oracle, &batch, &what);
@@ -110,14 +93,14 @@ fn many_threads_and_shards_on_a_larger_table() {
     assert_eq!(t.geometry().shards, 32);
     let mut oracle = Oracle::default();
     for b in 0..12 {
-        let batch = random_batch(&mut rng, 20_000, 50_000, 8, 16);
+        let batch = common::random_batch(&mut rng, 20_000, 50_000, 8, 16);
         run_checked(&mut t, &mut oracle, &batch, &format!("seed {seed}, batch {b}"));
     }
     assert_same_content(t.entries(), &oracle.map, "larger table");
     // Different thread counts see the same table.
     for threads in [1, 3, 64] {
         t.set_threads(threads);
-        let batch = random_batch(&mut rng, 5000, 50_000, 8, 16);
+        let batch = common::random_batch(&mut rng, 5000, 50_000, 8, 16);
         run_checked(&mut t, &mut oracle, &batch, &format!("seed {seed}, {threads} threads"));
     }
 }
@@ -199,7 +182,7 @@ fn reopening_keeps_content_and_rebuilds_allocators() {
     let mut t = CpuTable::create(Some(&path), &config).unwrap();
     let mut oracle = Oracle::default();
     for b in 0..10 {
-        let batch = random_batch(&mut rng, 800, 3000, 16, 40);
+        let batch = common::random_batch(&mut rng, 800, 3000, 16, 40);
         run_checked(&mut t, &mut oracle, &batch, &format!("seed {seed}, batch {b}"));
     }
     assert!(matches!(CpuTable::open(&path, 2), Err(Error::Pool(host_pm::PoolError::Locked { .. }))));
@@ -213,7 +196,7 @@ fn reopening_keeps_content_and_rebuilds_allocators() {
     t.check().unwrap();
     assert_same_content(t.entries(), &oracle.map, "after close");
     for b in 0..5 {
-        let batch = random_batch(&mut rng, 800, 3000, 16, 40);
+        let batch = common::random_batch(&mut rng, 800, 3000, 16, 40);
         run_checked(&mut t, &mut oracle, &batch, &format!("seed {seed}, reopened batch {b}"));
     }
     drop(t);
@@ -296,7 +279,7 @@ fn crash_images_recover_to_acknowledged_states() {
     for b in 0..40 {
         // Mostly distinct keys; every third batch repeats keys (each key still ends before or after).
         let batch = if b % 3 == 2 {
-            random_batch(&mut rng, 120, 150, 8, 12)
+            common::random_batch(&mut rng, 120, 150, 8, 12)
         } else {
             let mut batch = Batch::new(8, 12);
             for k in sample(&mut rng, 500, 120) {
@@ -359,7 +342,7 @@ fn system_through_the_gpu_matches_the_oracle() {
         assert!(system.setting().starts_with("4 host threads | pool "), "{}", system.setting());
         let mut oracle = Oracle::default();
         for b in 0..8 {
-            let batch = random_batch(
+            let batch = common::random_batch(
                 &mut rng,
                 [1, 500, 2000, 33][b % 4],
                 3000,

@@ -8,25 +8,8 @@ use common::oracle::Oracle;
 use gphash::{Batch, OpKind};
 use gphash_bench::systems::cpu_map::CpuMapSystem;
 use gphash_bench::systems::{System, run_host};
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-
-/// A random batch of `n` operations over keys `0..keys` (repeats likely), all kinds.
-fn random_batch(rng: &mut StdRng, n: usize, keys: u64, key_bytes: usize, value_bytes: usize) -> Batch {
-    let mut b = Batch::new(key_bytes, value_bytes);
-    for _ in 0..n {
-        let key = common::key(rng.random_range(0..keys), key_bytes);
-        let v = common::value(rng, value_bytes);
-        match rng.random_range(0..10) {
-            0..3 => b.insert(&key, &v).unwrap(),
-            3..5 => b.upsert(&key, &v).unwrap(),
-            5 => b.update(&key, &v).unwrap(),
-            6..8 => b.delete(&key).unwrap(),
-            _ => b.get(&key).unwrap(),
-        }
-    }
-    b
-}
 
 #[test]
 fn system_through_the_gpu_matches_the_oracle() {
@@ -49,7 +32,7 @@ fn system_through_the_gpu_matches_the_oracle() {
         let mut oracle = Oracle::default();
         for b in 0..8 {
             // Few keys: many repeats in one batch, which must see batch order.
-            let batch = random_batch(
+            let batch = common::random_batch(
                 &mut rng,
                 [1, 500, 2000, 33][b % 4],
                 300,

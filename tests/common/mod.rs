@@ -232,3 +232,26 @@ pub fn stored_cells(t: &gphash::GpHash) -> std::collections::HashMap<Vec<u8>, Ve
         cells
     })
 }
+
+/// A random batch of `n` operations over keys `0..keys` (repeats likely), all kinds.
+pub fn random_batch(
+    rng: &mut impl Rng,
+    n: usize,
+    keys: u64,
+    key_bytes: usize,
+    value_bytes: usize,
+) -> gphash::Batch {
+    let mut b = gphash::Batch::new(key_bytes, value_bytes);
+    for _ in 0..n {
+        let key = key(rng.random_range(0..keys), key_bytes);
+        let v = value(rng, value_bytes);
+        match rng.random_range(0..10) {
+            0..3 => b.insert(&key, &v).unwrap(),
+            3..5 => b.upsert(&key, &v).unwrap(),
+            5 => b.update(&key, &v).unwrap(),
+            6..8 => b.delete(&key).unwrap(),
+            _ => b.get(&key).unwrap(),
+        }
+    }
+    b
+}
