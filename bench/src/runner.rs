@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::ceiling::{Ceilings, Memory};
 use crate::systems::cpu::CpuSystem;
-use crate::systems::cpu_map::{Chosen, CpuMapSystem};
+use crate::systems::cpu_map::{Chosen, CpuMapSystem, HostMap, cpu_map_name};
 use crate::systems::index::GpHashSystem;
 use crate::systems::slab::{SlabConfig, SlabOptions, SlabSystem};
 use crate::systems::{DeviceOps, System, Traffic};
@@ -46,13 +46,18 @@ pub enum SystemKind {
     Slab,
     /// A TurboHash-style persistent hash table on the host's threads.
     Cpu,
-    /// A concurrent hash map crate in host DRAM on the host's threads, volatile.
+    /// A concurrent hash map crate in host DRAM on the host's threads, volatile: the chosen
+    /// crate (papaya).
     CpuMap,
+    /// `cpu-map` on dashmap, to measure the choice.
+    CpuMapDashmap,
+    /// `cpu-map` on scc, to measure the choice.
+    CpuMapScc,
 }
 
 impl SystemKind {
     /// Every system.
-    pub const ALL: [SystemKind; 9] = [
+    pub const ALL: [SystemKind; 11] = [
         SystemKind::ZeroCopy,
         SystemKind::NoCache,
         SystemKind::Staged,
@@ -62,6 +67,8 @@ impl SystemKind {
         SystemKind::Slab,
         SystemKind::Cpu,
         SystemKind::CpuMap,
+        SystemKind::CpuMapDashmap,
+        SystemKind::CpuMapScc,
     ];
 
     /// Its name in tables and plots.
@@ -75,7 +82,9 @@ impl SystemKind {
             SystemKind::KeysApart => "keys-apart",
             SystemKind::Slab => "slab",
             SystemKind::Cpu => "cpu",
-            SystemKind::CpuMap => "cpu-map",
+            SystemKind::CpuMap => cpu_map_name(<Chosen as HostMap>::CRATE),
+            SystemKind::CpuMapDashmap => cpu_map_name("dashmap"),
+            SystemKind::CpuMapScc => cpu_map_name("scc"),
         }
     }
 
@@ -84,7 +93,7 @@ impl SystemKind {
     pub fn memory(self) -> Option<Memory> {
         match self {
             SystemKind::Staged | SystemKind::Volatile => Some(Memory::Device),
-            SystemKind::Cpu | SystemKind::CpuMap => None,
+            SystemKind::Cpu | SystemKind::CpuMap | SystemKind::CpuMapDashmap | SystemKind::CpuMapScc => None,
             _ => Some(Memory::Host),
         }
     }
@@ -255,12 +264,26 @@ fn create(
             let s = CpuSystem::create(Some(&path), key_bytes, value_bytes, room, gpu.clone(), cpu_threads)?;
             Ok((Box::new(s), Some(path)))
         }
-        SystemKind::CpuMap => {
-            let s =
-                CpuMapSystem::<Chosen>::create(key_bytes, value_bytes, capacity, gpu.clone(), cpu_threads)?;
-            Ok((Box::new(s), None))
+        SystemKind::CpuMap => cpu_map::<Chosen>(key_bytes, value_bytes, capacity, gpu, cpu_threads),
+        SystemKind::CpuMapDashmap => {
+            cpu_map::<dashmap::DashMap<_, _, _>>(key_bytes, value_bytes, capacity, gpu, cpu_threads)
+        }
+        SystemKind::CpuMapScc => {
+            cpu_map::<scc::HashMap<_, _, _>>(key_bytes, value_bytes, capacity, gpu, cpu_threads)
         }
     }
+}
+
+/// A `cpu-map` system on the map crate `M`; it has no pool file.
+fn cpu_map<M: HostMap + 'static>(
+    key_bytes: u32,
+    value_bytes: u32,
+    capacity: u64,
+    gpu: &Arc<Gpu>,
+    cpu_threads: usize,
+) -> Result<(Box<dyn System>, Option<PathBuf>)> {
+    let s = CpuMapSystem::<M>::create(key_bytes, value_bytes, capacity, gpu.clone(), cpu_threads)?;
+    Ok((Box::new(s), None))
 }
 
 /// The modelled traffic of each kind of operation, computed once per run (a model may scan the

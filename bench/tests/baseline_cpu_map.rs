@@ -6,13 +6,20 @@ mod common;
 
 use common::oracle::Oracle;
 use gphash::{Batch, OpKind};
-use gphash_bench::systems::cpu_map::CpuMapSystem;
+use gphash_bench::systems::cpu_map::{Chosen, CpuMapSystem, HostMap};
 use gphash_bench::systems::{System, run_host};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
+/// Every map crate the suite can run: the chosen one, dashmap and scc.
 #[test]
 fn system_through_the_gpu_matches_the_oracle() {
+    through_the_gpu_matches_the_oracle::<Chosen>("cpu-map");
+    through_the_gpu_matches_the_oracle::<dashmap::DashMap<_, _, _>>("cpu-map-dashmap");
+    through_the_gpu_matches_the_oracle::<scc::HashMap<_, _, _>>("cpu-map-scc");
+}
+
+fn through_the_gpu_matches_the_oracle<M: HostMap>(name: &str) {
     let gpu = match gphash::Gpu::new() {
         Ok(g) => g,
         Err(e) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true and no GPU: {e}"),
@@ -21,12 +28,12 @@ fn system_through_the_gpu_matches_the_oracle() {
             return;
         }
     };
-    let seed = common::seed("cpu_map_system_through_the_gpu_matches_the_oracle");
+    let seed = common::seed(&format!("{name}_system_through_the_gpu_matches_the_oracle"));
     let mut rng = StdRng::seed_from_u64(seed);
     for (key_bytes, value_bytes, threads) in [(8, 128, 4), (32, 8, 1), (12, 20, 3)] {
-        let mut system: CpuMapSystem =
-            CpuMapSystem::create(key_bytes, value_bytes, 5000, gpu.clone(), threads).unwrap();
-        assert_eq!(system.name(), "cpu-map");
+        let mut system =
+            CpuMapSystem::<M>::create(key_bytes, value_bytes, 5000, gpu.clone(), threads).unwrap();
+        assert_eq!(system.name(), name);
         assert_eq!(system.threads(), threads);
         assert!(system.setting().contains("volatile"), "{}", system.setting());
         let mut oracle = Oracle::default();
@@ -40,7 +47,7 @@ fn system_through_the_gpu_matches_the_oracle() {
                 value_bytes as usize,
             );
             let got = run_host(&mut system, &gpu, &batch).unwrap();
-            assert_eq!(got, oracle.run(&batch), "seed {seed}, {key_bytes}-byte keys, batch {b}");
+            assert_eq!(got, oracle.run(&batch), "{name}: seed {seed}, {key_bytes}-byte keys, batch {b}");
             assert_eq!(system.len(), oracle.map.len() as u64);
         }
         let mut reads = Batch::new(key_bytes as usize, value_bytes as usize);

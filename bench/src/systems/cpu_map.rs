@@ -3,12 +3,9 @@
 //! host DRAM, and its results are copied back. Volatile: nothing is persisted, so it bounds
 //! what a host-side table can do without paying for persistence.
 //!
-//! The map is a parameter ([`HostMap`]); the suite runs [`Chosen`], `papaya::HashMap`
-//! (foldhash). Chosen by measurement, on a shared 2-core machine (which proves little; the
-//! real choice is for the 16-thread H200 host): 200 K keys, 8-byte keys, 128-byte values,
-//! batch 4096, M ops/s for load, C, B, A, insert, delete: papaya 1.8, 4.1, 4.4, 1.8, 1.5,
-//! 1.7; dashmap 6 1.7, 2.6, 4.4, 2.0, 1.4, 1.1; scc 3 1.7, 1.7, 1.6, 1.8, 1.7, 0.9. papaya
-//! leads the read-heavy workloads, and its lock-free reads are what scales on many threads.
+//! The map is a parameter ([`HostMap`]): papaya, dashmap and scc each implement it, and the
+//! suite runs them as `cpu-map` ([`Chosen`]), `cpu-map-dashmap` and `cpu-map-scc`, so that
+//! the choice of [`Chosen`] is measured on the host that runs the suite (BENCHMARKS.md).
 //! Swapping the crate is one `impl HostMap` (and its `MapOps`) and the [`Chosen`] alias.
 //!
 //! # A batch
@@ -100,6 +97,76 @@ impl MapOps for papaya::HashMapRef<'_, Key, Value, Hasher, papaya::LocalGuard<'_
     }
     fn remove(&self, key: &Key) -> bool {
         self.remove(key).is_some()
+    }
+}
+
+impl HostMap for dashmap::DashMap<Key, Value, Hasher> {
+    type Session<'a> = &'a Self;
+    const CRATE: &'static str = "dashmap";
+    fn with_capacity(capacity: usize) -> Self {
+        dashmap::DashMap::with_capacity_and_hasher(capacity, Hasher::default())
+    }
+    fn session(&self) -> &Self {
+        self
+    }
+    fn len(&self) -> usize {
+        dashmap::DashMap::len(self)
+    }
+}
+
+impl MapOps for &dashmap::DashMap<Key, Value, Hasher> {
+    fn get(&self, key: &Key, out: &mut [u32]) -> bool {
+        dashmap::DashMap::get(self, key).map(|v| out.copy_from_slice(&v)).is_some()
+    }
+    fn insert(&self, key: Key, value: &[u32]) -> bool {
+        match self.entry(key) {
+            dashmap::Entry::Vacant(e) => {
+                e.insert(value.into());
+                true
+            }
+            dashmap::Entry::Occupied(_) => false,
+        }
+    }
+    fn upsert(&self, key: Key, value: &[u32]) {
+        dashmap::DashMap::insert(self, key, value.into());
+    }
+    fn update(&self, key: Key, value: &[u32]) -> bool {
+        self.get_mut(&key).map(|mut v| v.copy_from_slice(value)).is_some()
+    }
+    fn remove(&self, key: &Key) -> bool {
+        dashmap::DashMap::remove(self, key).is_some()
+    }
+}
+
+impl HostMap for scc::HashMap<Key, Value, Hasher> {
+    type Session<'a> = &'a Self;
+    const CRATE: &'static str = "scc";
+    fn with_capacity(capacity: usize) -> Self {
+        scc::HashMap::with_capacity_and_hasher(capacity, Hasher::default())
+    }
+    fn session(&self) -> &Self {
+        self
+    }
+    fn len(&self) -> usize {
+        scc::HashMap::len(self)
+    }
+}
+
+impl MapOps for &scc::HashMap<Key, Value, Hasher> {
+    fn get(&self, key: &Key, out: &mut [u32]) -> bool {
+        self.read_sync(key, |_, v| out.copy_from_slice(v)).is_some()
+    }
+    fn insert(&self, key: Key, value: &[u32]) -> bool {
+        self.insert_sync(key, value.into()).is_ok()
+    }
+    fn upsert(&self, key: Key, value: &[u32]) {
+        self.upsert_sync(key, value.into());
+    }
+    fn update(&self, key: Key, value: &[u32]) -> bool {
+        self.update_sync(&key, |_, v| v.copy_from_slice(value)).is_some()
+    }
+    fn remove(&self, key: &Key) -> bool {
+        self.remove_sync(key).is_some()
     }
 }
 
@@ -239,6 +306,15 @@ impl<M: HostMap> Table<M> {
     }
 }
 
+/// The suite's name of the `cpu-map` system on the map crate `krate`.
+pub fn cpu_map_name(krate: &str) -> &'static str {
+    match krate {
+        "dashmap" => "cpu-map-dashmap",
+        "scc" => "cpu-map-scc",
+        _ => "cpu-map",
+    }
+}
+
 /// `Ok` where the operation applied, `otherwise` where not.
 fn status(applied: bool, otherwise: Status) -> Status {
     if applied { Status::Ok } else { otherwise }
@@ -260,7 +336,7 @@ fn as_atomic(words: &mut [u32]) -> &[AtomicU32] {
 
 impl<M: HostMap> System for CpuMapSystem<M> {
     fn name(&self) -> String {
-        "cpu-map".to_string()
+        cpu_map_name(M::CRATE).to_string()
     }
 
     fn setting(&self) -> String {
