@@ -47,12 +47,12 @@ pub enum SystemKind {
     /// A TurboHash-style persistent hash table on the host's threads.
     Cpu,
     /// A concurrent hash map crate in host DRAM on the host's threads, volatile: the chosen
-    /// crate (papaya).
+    /// crate (scc).
     CpuMap,
+    /// `cpu-map` on papaya, to measure the choice.
+    CpuMapPapaya,
     /// `cpu-map` on dashmap, to measure the choice.
     CpuMapDashmap,
-    /// `cpu-map` on scc, to measure the choice.
-    CpuMapScc,
 }
 
 impl SystemKind {
@@ -67,8 +67,8 @@ impl SystemKind {
         SystemKind::Slab,
         SystemKind::Cpu,
         SystemKind::CpuMap,
+        SystemKind::CpuMapPapaya,
         SystemKind::CpuMapDashmap,
-        SystemKind::CpuMapScc,
     ];
 
     /// Its name in tables and plots.
@@ -83,8 +83,8 @@ impl SystemKind {
             SystemKind::Slab => "slab",
             SystemKind::Cpu => "cpu",
             SystemKind::CpuMap => cpu_map_name(<Chosen as HostMap>::CRATE),
+            SystemKind::CpuMapPapaya => cpu_map_name("papaya"),
             SystemKind::CpuMapDashmap => cpu_map_name("dashmap"),
-            SystemKind::CpuMapScc => cpu_map_name("scc"),
         }
     }
 
@@ -93,7 +93,9 @@ impl SystemKind {
     pub fn memory(self) -> Option<Memory> {
         match self {
             SystemKind::Staged | SystemKind::Volatile => Some(Memory::Device),
-            SystemKind::Cpu | SystemKind::CpuMap | SystemKind::CpuMapDashmap | SystemKind::CpuMapScc => None,
+            SystemKind::Cpu | SystemKind::CpuMap | SystemKind::CpuMapPapaya | SystemKind::CpuMapDashmap => {
+                None
+            }
             _ => Some(Memory::Host),
         }
     }
@@ -268,8 +270,8 @@ fn create(
         SystemKind::CpuMapDashmap => {
             cpu_map::<dashmap::DashMap<_, _, _>>(key_bytes, value_bytes, capacity, gpu, cpu_threads)
         }
-        SystemKind::CpuMapScc => {
-            cpu_map::<scc::HashMap<_, _, _>>(key_bytes, value_bytes, capacity, gpu, cpu_threads)
+        SystemKind::CpuMapPapaya => {
+            cpu_map::<papaya::HashMap<_, _, _>>(key_bytes, value_bytes, capacity, gpu, cpu_threads)
         }
     }
 }
@@ -336,9 +338,11 @@ fn measure(
     for (ops, transactions) in batches {
         let device = DeviceOps::reuse(&mut kept, gpu, &to_batch(&ops));
         gpu.wait()?;
+        system.stage(&device.batch())?;
         let t = Instant::now();
         system.run(&device.batch())?;
         m.latencies.push(t.elapsed());
+        system.settle(&device.batch())?;
         m.unexpected += device.statuses(gpu)?.iter().filter(|&&s| s != expect as u32).count() as u64;
         m.traffic = m.traffic.plus(table.of_batch(&ops, negative));
         m.transactions += transactions;

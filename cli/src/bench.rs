@@ -133,8 +133,8 @@ pub(crate) struct SuiteArgs {
     #[arg(long, value_delimiter = ',', default_value = "c,b,a,f,d,search+,search-,update,insert,delete")]
     workloads: Vec<Workload>,
     /// Systems: gphash-zc (with its cache, set by --cache-*), gphash-nocache, gphash-staged,
-    /// gphash-volatile, naive, keys-apart, slab, cpu, cpu-map (papaya; cpu-map-dashmap and
-    /// cpu-map-scc measure the choice of crate).
+    /// gphash-volatile, naive, keys-apart, slab, cpu, cpu-map (scc; cpu-map-papaya and
+    /// cpu-map-dashmap measure the choice of crate).
     #[arg(
         long,
         value_delimiter = ',',

@@ -139,17 +139,19 @@ impl CpuSystem {
     ) -> Result<Self> {
         let (key_bytes, value_bytes) = (key_bytes as usize, value_bytes as usize);
         let config = CpuConfig { key_bytes, value_bytes, capacity, threads, ..CpuConfig::default() };
-        Ok(CpuSystem { table: CpuTable::create(path, &config)?, host: HostBatches::new(gpu) })
+        Ok(CpuSystem::from_table(CpuTable::create(path, &config)?, gpu))
     }
 
     /// Opens (and recovers) an existing pool.
     pub fn open(path: &Path, gpu: Arc<Gpu>, threads: usize) -> Result<Self> {
-        Ok(CpuSystem { table: CpuTable::open(path, threads)?, host: HostBatches::new(gpu) })
+        Ok(CpuSystem::from_table(CpuTable::open(path, threads)?, gpu))
     }
 
     /// A system over a table built some other way.
     pub fn from_table(table: CpuTable, gpu: Arc<Gpu>) -> Self {
-        CpuSystem { table, host: HostBatches::new(gpu) }
+        let g = table.geometry();
+        let host = HostBatches::new(gpu, g.key_words(), g.cell_words());
+        CpuSystem { table, host }
     }
 
     /// The table.
@@ -189,11 +191,17 @@ impl System for CpuSystem {
     }
 
     /// Executes the batch on the host through [`HostBatches`] (durable on return).
+    fn stage(&mut self, batch: &DeviceBatch) -> Result<()> {
+        self.host.stage(batch)
+    }
+
     fn run(&mut self, batch: &DeviceBatch) -> Result<()> {
-        let g = self.table.geometry();
-        let (kw, cw) = (g.key_words(), g.cell_words());
         let table = &mut self.table;
-        self.host.run(batch, kw, cw, |kinds, keys, values| table.execute(kinds, keys, values))
+        self.host.run(batch, |kinds, keys, values| table.execute(kinds, keys, values))
+    }
+
+    fn settle(&mut self, batch: &DeviceBatch) -> Result<()> {
+        self.host.settle(batch)
     }
 
     fn len(&self) -> u64 {

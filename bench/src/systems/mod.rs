@@ -73,8 +73,19 @@ pub trait System {
     fn name(&self) -> String;
     /// Device, memory placement and persistence, for the report.
     fn setting(&self) -> String;
+    /// Untimed, before `run`: a system whose application holds its batches in host memory
+    /// (`cpu`, `cpu-map`) takes its copy of `batch` here; the GPU systems' batches are in device
+    /// memory already.
+    fn stage(&mut self, _batch: &DeviceBatch) -> Result<()> {
+        Ok(())
+    }
     /// Runs one batch.
     fn run(&mut self, batch: &DeviceBatch) -> Result<()>;
+    /// Untimed, after `run`: such a system puts the batch's results in its device buffers,
+    /// where the suite checks them.
+    fn settle(&mut self, _batch: &DeviceBatch) -> Result<()> {
+        Ok(())
+    }
     /// Published keys.
     fn len(&self) -> u64;
     /// Whether the table is empty.
@@ -213,16 +224,27 @@ pub fn upload(gpu: &Gpu, buffer: &wgpu::Buffer, words: &[u32]) {
 
 /// The way the host systems (`cpu`, `cpu-map`) receive a batch: its inputs copied from the
 /// device to the host, applied there, its results copied back.
+///
+/// In the suite a host system plays a CPU application, which holds its batches in host
+/// memory: [`System::stage`] copies the inputs over and [`System::settle`] the results back,
+/// both untimed, as the GPU systems' uploads are. Called without `stage`, `run` makes both
+/// copies itself.
 pub struct HostBatches {
     gpu: Arc<Gpu>,
+    key_words: usize,
+    value_words: usize,
     /// The readback buffer of batches, kept for the next (grown as needed).
     staging: Option<wgpu::Buffer>,
+    /// The inputs of the batch `stage` copied: kinds, keys, values.
+    staged: Option<[Vec<u32>; 3]>,
+    /// The statuses and found values of a staged batch, for `settle`.
+    results: Option<(Vec<u32>, Vec<u32>)>,
 }
 
 impl HostBatches {
-    /// Batches of `gpu`.
-    pub fn new(gpu: Arc<Gpu>) -> Self {
-        HostBatches { gpu, staging: None }
+    /// Batches of `gpu` with keys of `key_words` words and values of `value_words`.
+    pub fn new(gpu: Arc<Gpu>, key_words: usize, value_words: usize) -> Self {
+        HostBatches { gpu, key_words, value_words, staging: None, staged: None, results: None }
     }
 
     /// The device.
@@ -230,36 +252,60 @@ impl HostBatches {
         &self.gpu
     }
 
-    /// Downloads kinds and keys (and values when some operation writes one), has `apply` turn
-    /// them into statuses and found values (`key_words`, `value_words` per operation), uploads
-    /// the statuses and, when the batch reads, the values found; returns once they are on the
-    /// device, as the GPU systems do.
+    /// Copies the inputs of `batch` to the host for the next `run`.
+    pub fn stage(&mut self, batch: &DeviceBatch) -> Result<()> {
+        self.staged = Some(self.download(batch)?);
+        Ok(())
+    }
+
+    /// Has `apply` turn the batch's kinds, keys and values (empty when no operation writes
+    /// one) into statuses and found values. A staged batch keeps its results for `settle`;
+    /// any other has them uploaded before this returns, as the GPU systems do.
     pub fn run(
         &mut self,
         batch: &DeviceBatch,
-        key_words: usize,
-        value_words: usize,
         apply: impl FnOnce(&[u32], &[u32], &[u32]) -> Result<(Vec<u32>, Vec<u32>)>,
     ) -> Result<()> {
-        let n = batch.len as usize;
-        if n == 0 {
+        if batch.len == 0 {
             return Ok(());
         }
-        batch.validate(key_words as u32, value_words as u32)?;
-        let inputs = self.download_prefixes(&[(batch.kinds, n), (batch.keys, n * key_words)])?;
-        let writes = inputs[0].iter().any(|&k| OpKind::from_code(k).is_some_and(OpKind::writes_value));
-        let values = if writes {
-            self.download_prefixes(&[(batch.values, n * value_words)])?.remove(0)
-        } else {
-            vec![]
+        let (inputs, staged) = match self.staged.take() {
+            Some(inputs) => (inputs, true),
+            None => (self.download(batch)?, false),
         };
-        let (statuses, found) = apply(&inputs[0], &inputs[1], &values)?;
+        let [kinds, keys, values] = &inputs;
+        let (statuses, found) = apply(kinds, keys, values)?;
+        let reads = kinds.contains(&(OpKind::Get as u32));
+        let found = if reads { found } else { vec![] };
+        self.results = Some((statuses, found));
+        if staged { Ok(()) } else { self.settle(batch) }
+    }
+
+    /// Uploads the results of the last batch run to its device buffers and waits for them.
+    pub fn settle(&mut self, batch: &DeviceBatch) -> Result<()> {
+        let Some((statuses, found)) = self.results.take() else {
+            return Ok(());
+        };
         upload(&self.gpu, batch.statuses, &statuses);
-        if inputs[0].contains(&(OpKind::Get as u32)) {
+        if !found.is_empty() {
             upload(&self.gpu, batch.found, &found);
         }
         self.gpu.queue.submit([]);
         Ok(self.gpu.wait()?)
+    }
+
+    /// Validates `batch` and copies its kinds and keys (and values when some operation writes
+    /// one) to the host.
+    fn download(&mut self, batch: &DeviceBatch) -> Result<[Vec<u32>; 3]> {
+        let (n, kw, vw) = (batch.len as usize, self.key_words, self.value_words);
+        batch.validate(kw as u32, vw as u32)?;
+        let mut inputs = self.download_prefixes(&[(batch.kinds, n), (batch.keys, n * kw)])?;
+        let writes = inputs[0].iter().any(|&k| OpKind::from_code(k).is_some_and(OpKind::writes_value));
+        let values =
+            if writes { self.download_prefixes(&[(batch.values, n * vw)])?.remove(0) } else { vec![] };
+        let keys = inputs.pop().expect("two prefixes");
+        let kinds = inputs.pop().expect("two prefixes");
+        Ok([kinds, keys, values])
     }
 
     /// Copies the first `words` words of each buffer to the host with one submission and one
