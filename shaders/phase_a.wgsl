@@ -190,16 +190,22 @@ fn step(t: Tile, turn: Turn) -> bool {
     return true;
 }
 
+// The dispatch has TILE invocations per operation, and the lanes whose invocation index is a
+// multiple of their tile's width own one operation each: with the usual mapping of invocations
+// to subgroup lanes every tile serves one operation, so a subgroup keeps one operation in flight
+// per tile and even a small batch occupies the whole GPU. (Under another mapping a tile may own
+// several and serves them in turns; each operation still has exactly one owner.)
 @compute @workgroup_size(WG)
 fn main(inv: Invocation, sg: Subgroup) {
     let t = tile_of(sg);
     let me = op_index(inv);
-    var pending = me < params.n && op_field(me, ST_PHASE) != PHASE_NO_CELL;
+    let op = me / t.size;
+    var pending = me % t.size == 0u && op < params.n && op_field(op, ST_PHASE) != PHASE_NO_CELL;
     loop {
         if (!subgroupAny(pending)) {
             break;
         }
-        let turn = take_turn(t, pending, me);
+        let turn = take_turn(t, pending, op);
         let done = step(t, turn);
         if (turn.leader && done) {
             pending = false;

@@ -512,7 +512,9 @@ impl GpuEngine {
     /// Invocations of kernel `k` in the current submit.
     fn invocations(&self, k: Kernel) -> u64 {
         match k {
+            // One operation (or cache fill) per tile of `tile` lanes.
             Kernel::CacheFill => self.fills as u64 * self.cfg.tile as u64,
+            Kernel::PhaseA => self.n as u64 * self.cfg.tile as u64,
             Kernel::CacheDecay => self.cfg.geo.groups(),
             _ => self.n as u64,
         }
