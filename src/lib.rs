@@ -63,7 +63,7 @@ pub use host_pm::{Backend, PersistMode, Pool, PoolError};
 pub use index::{Activity, Config, Executor, GpHash, MAX_BATCH, Options, Stats};
 pub use inspect::{Inspection, inspect};
 pub use layout::{Candidate, Geometry, Layout, TARGET_LOAD};
-pub use profile::Profile;
+pub use profile::{KernelTimes, Profile};
 pub use protocol::{OpKind, Status};
 pub use recovery::{CheckReport, Recovery, Violation, check};
 pub use table_stats::TableStats;

@@ -1,5 +1,6 @@
 //! Where a batch's time goes: a breakdown of [`crate::Activity`]'s engine and host time by
-//! stage, kept always (a few clock reads per engine batch).
+//! stage, kept always (a few clock reads per engine batch), and where asked for
+//! (`GpuOptions::time_kernels`) the GPU time of each kernel.
 
 use std::ops::AddAssign;
 use std::time::Duration;
@@ -31,6 +32,71 @@ pub struct Profile {
     pub decode: Duration,
     /// Persisting written lines.
     pub persist: Duration,
+    /// GPU time per kernel, part of `wait` and on some drivers (lavapipe) of `submit`, which
+    /// starts the kernels (zero unless kernels are timed).
+    pub kernels: KernelTimes,
+}
+
+/// GPU time per kernel, from timestamp queries: only where `GpuOptions::time_kernels` asks for
+/// it and the device has them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelTimes {
+    /// Each kernel's time (from its pass's beginning to its end), in the order of
+    /// [`KernelTimes::NAMES`].
+    pub times: [Duration; KernelTimes::NAMES.len()],
+    /// Each timed submit's time from its first kernel's beginning to its last kernel's end,
+    /// summed: the kernels and the GPU's time between them.
+    pub span: Duration,
+    /// Submits timed.
+    pub submits: u64,
+}
+
+impl KernelTimes {
+    /// The kernels of batches, as the GPU engine names them.
+    pub const NAMES: [&'static str; 9] = [
+        "alloc",
+        "phase_a",
+        "phase_b",
+        "free_cells",
+        "rollback",
+        "writeback",
+        "cache_refresh",
+        "cache_fill",
+        "cache_decay",
+    ];
+
+    /// Each kernel with its name.
+    pub fn named(&self) -> impl Iterator<Item = (&'static str, Duration)> + '_ {
+        Self::NAMES.into_iter().zip(self.times)
+    }
+
+    /// The kernels' time.
+    pub fn busy(&self) -> Duration {
+        self.times.iter().sum()
+    }
+
+    /// The GPU's time between the kernels of a submit (barriers, launches, idling).
+    pub fn idle(&self) -> Duration {
+        self.span.saturating_sub(self.busy())
+    }
+
+    fn since(&self, earlier: &KernelTimes) -> KernelTimes {
+        KernelTimes {
+            times: std::array::from_fn(|i| self.times[i].saturating_sub(earlier.times[i])),
+            span: self.span.saturating_sub(earlier.span),
+            submits: self.submits.saturating_sub(earlier.submits),
+        }
+    }
+}
+
+impl AddAssign for KernelTimes {
+    fn add_assign(&mut self, o: KernelTimes) {
+        for (t, o) in self.times.iter_mut().zip(o.times) {
+            *t += o;
+        }
+        self.span += o.span;
+        self.submits += o.submits;
+    }
 }
 
 impl Profile {
@@ -69,6 +135,7 @@ impl Profile {
             lines: d(self.lines, earlier.lines),
             decode: d(self.decode, earlier.decode),
             persist: d(self.persist, earlier.persist),
+            kernels: self.kernels.since(&earlier.kernels),
         }
     }
 }
@@ -85,5 +152,6 @@ impl AddAssign for Profile {
         self.lines += o.lines;
         self.decode += o.decode;
         self.persist += o.persist;
+        self.kernels += o.kernels;
     }
 }

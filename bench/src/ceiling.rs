@@ -2,7 +2,9 @@
 //! bandwidth and the rate of random requests (one subgroup reads or writes one run of 128 to
 //! 512 contiguous bytes per request), and of 32-bit CAS, in device memory and in host memory
 //! imported zero-copy (the way gphash reads a pool). Kernels: `shaders/ceiling.wgsl` and
-//! `shaders/ceiling_cas.wgsl`, with the shared hash.
+//! `shaders/ceiling_cas.wgsl`, with the shared hash. And the latency floor of a batch: the bare
+//! wgpu round trip of writing its input, one dispatch of a trivial kernel and reading the
+//! output back ([`round_trips`]).
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -10,7 +12,7 @@ use std::time::{Duration, Instant};
 use gphash::Gpu;
 use gphash::{Error, Result};
 use gphash_gpu::hostmem::{self, ImportGuard};
-use gphash_gpu::resources::{dispatch, map_read, release_imports};
+use gphash_gpu::resources::{dispatch, map_read, release_imports, scoped};
 use gphash_gpu::shader::{self, Files, SHARED};
 
 /// Where the measured buffer lives.
@@ -325,9 +327,150 @@ pub fn measure(gpu: &Gpu, method: &Method) -> Result<Vec<(Memory, Ceilings)>> {
     Ok(out)
 }
 
+/// Items of the round trips `bench ceilings` and `bench suite` measure.
+pub const ROUND_TRIP_ITEMS: [u64; 3] = [4096, 1 << 16, 1 << 20];
+
+/// Repetitions of each round trip they measure.
+pub const ROUND_TRIP_REPS: usize = 200;
+
+/// The bare wgpu round trip of `items` 32-bit words: the least a batch of that many operations
+/// can take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoundTrip {
+    /// Words written, incremented and read back.
+    pub items: u64,
+    /// Repetitions measured.
+    pub reps: usize,
+    /// Their median.
+    pub median: Duration,
+    /// Their minimum.
+    pub min: Duration,
+    /// Their maximum.
+    pub max: Duration,
+}
+
+impl fmt::Display for RoundTrip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        write!(
+            f,
+            "{:>8} items: median {:.4} ms, min {:.4} ms, max {:.4} ms ({} repetitions)",
+            self.items,
+            ms(self.median),
+            ms(self.min),
+            ms(self.max),
+            self.reps
+        )
+    }
+}
+
+/// The round trip's kernel: one invocation per word.
+const ROUND_TRIP: &str = "
+@group(0) @binding(0) var<storage, read> input: array<u32>;
+@group(0) @binding(1) var<storage, read_write> output: array<u32>;
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let i = (wid.y * nwg.x + wid.x) * WGu + li;
+    if (i < arrayLength(&input)) {
+        output[i] = input[i] + 1u;
+    }
+}";
+
+fn round_trip_source() -> String {
+    ROUND_TRIP.replace("WG", &shader::WORKGROUP.to_string())
+}
+
+/// Measures the round trip of each of `items` words, `reps` times each (after a few unmeasured
+/// ones): `queue.write_buffer` of the input, one dispatch of `output[i] = input[i] + 1`, a copy
+/// into a mappable buffer, the map and the copy of the words out, as an engine's batch does.
+/// `Err` if the words read back are not the input plus one.
+pub fn round_trips(gpu: &Gpu, items: &[u64], reps: usize) -> Result<Vec<RoundTrip>> {
+    let dev = &gpu.device;
+    let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("round trip"),
+        source: wgpu::ShaderSource::Wgsl(round_trip_source().into()),
+    });
+    let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("round trip"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    if let Some(e) = pollster::block_on(scope.pop()) {
+        return Err(Error::Shader(format!("round trip kernel: {e}")));
+    }
+    items.iter().map(|&n| round_trip(gpu, &pipeline, n.max(1), reps.max(1))).collect()
+}
+
+fn round_trip(gpu: &Gpu, pipeline: &wgpu::ComputePipeline, n: u64, reps: usize) -> Result<RoundTrip> {
+    let dev = &gpu.device;
+    let bytes = n * 4;
+    let buffers = scoped(dev, "the round trip's buffers", || {
+        let buffer = |label, usage| {
+            dev.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        let input = buffer("round trip input", wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST);
+        let output = buffer("round trip output", wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC);
+        let readback =
+            buffer("round trip readback", wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+        let bind = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("round trip"),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: input.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: output.as_entire_binding() },
+            ],
+        });
+        (input, output, readback, bind)
+    })?;
+    let (input, output, readback, bind) = &buffers;
+    const WARMUP: usize = 3;
+    let mut words = vec![0u32; n as usize];
+    let mut read = Vec::with_capacity(n as usize);
+    let mut times = Vec::with_capacity(reps);
+    for rep in 0..WARMUP + reps {
+        // Different words each time: a stale readback cannot pass the check.
+        words.iter_mut().enumerate().for_each(|(i, w)| *w = (i as u32) ^ ((rep as u32) << 24));
+        let started = Instant::now();
+        gpu.queue.write_buffer(input, 0, bytemuck::cast_slice(&words));
+        let mut enc = dev.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, bind, &[]);
+            dispatch(&mut pass, n);
+        }
+        enc.copy_buffer_to_buffer(output, 0, readback, 0, bytes);
+        gpu.queue.submit([enc.finish()]);
+        read.clear();
+        map_read(gpu, readback, 0..bytes, |b| read.extend_from_slice(bytemuck::cast_slice::<u8, u32>(b)))?;
+        let took = started.elapsed();
+        if let Some(i) = (0..n as usize).find(|&i| read[i] != words[i].wrapping_add(1)) {
+            return Err(Error::Gpu(format!(
+                "round trip of {n} words: word {i} read back as {} for {}",
+                read[i], words[i]
+            )));
+        }
+        if rep >= WARMUP {
+            times.push(took);
+        }
+    }
+    times.sort();
+    Ok(RoundTrip { items: n, reps, median: times[reps / 2], min: times[0], max: times[reps - 1] })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{KERNELS, Params, source};
+    use super::{KERNELS, Params, round_trip_source, source};
 
     /// The kernels validate, and read the uniform with the layout the host writes.
     #[test]
@@ -337,5 +480,6 @@ mod tests {
             let rust = gphash_gpu::rust_layout!(Params { words, iters, line_words, seed });
             assert_eq!(gphash_gpu::shader::wgsl_layout(&module, "Params"), Some(rust));
         }
+        gphash_gpu::shader::check("round trip", &round_trip_source()).unwrap();
     }
 }

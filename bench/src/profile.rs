@@ -1,5 +1,7 @@
 //! `gphash bench profile`: where a batch's time goes, stage by stage (see [`gphash::Profile`]),
-//! for search batches (YCSB C, uniform) and insert batches of several sizes.
+//! and on the GPU kernel by kernel (timestamp queries, where the device has them), for search
+//! batches (YCSB C, uniform) and insert batches of several sizes, each held to the latency
+//! floor measured in the same run: the bare wgpu round trip of as many words.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -8,9 +10,10 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use gphash::{Activity, Batch, Config, GpHash, OpKind, Options, Profile, Result};
+use gphash::{Activity, Batch, Config, Executor, GpHash, Gpu, KernelTimes, OpKind, Options, Profile, Result};
 
 use crate::basic::key;
+use crate::ceiling::{self, RoundTrip};
 use crate::ycsb::Uniform;
 
 /// What to profile.
@@ -30,6 +33,8 @@ pub struct ProfileBench {
     pub value_bytes: u32,
     /// Seed of the searched keys.
     pub seed: u64,
+    /// Repetitions of the round trip measured at each batch size (the floor).
+    pub floor_reps: usize,
     /// Directory of the pool.
     pub pool_dir: PathBuf,
 }
@@ -81,6 +86,10 @@ pub struct Measured {
     pub rounds: usize,
     /// The repetitions.
     pub reps: Vec<Rep>,
+    /// The bare wgpu round trip of `batch` words, measured in the same run (`None`: no GPU).
+    pub floor: Option<RoundTrip>,
+    /// Why the kernels are not timed one by one, where they are not.
+    pub untimed: Option<String>,
 }
 
 /// Median, minimum and maximum.
@@ -93,6 +102,8 @@ impl fmt::Display for Measured {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let (wall, wall_min, wall_max) = spread(self.reps.iter().map(|r| r.wall).collect());
+        // The kernels start running during `submit` on some drivers (lavapipe).
+        let (gpu_window, ..) = spread(self.reps.iter().map(|r| r.profile.submit + r.profile.wait).collect());
         writeln!(
             f,
             "# {} batches of {} operations: {} repetitions of {} batches (medians, min..max)",
@@ -103,14 +114,14 @@ impl fmt::Display for Measured {
         )?;
         writeln!(
             f,
-            "{:<14} {:>11} {:>11} {:>7} {:>23}",
+            "{:<NAME$} {:>11} {:>11} {:>7} {:>23}",
             "stage", "total ms", "ms/batch", "share", "min..max ms"
         )?;
         let mut row = |name: &str, times: Vec<Duration>| {
             let (median, min, max) = spread(times);
             writeln!(
                 f,
-                "{name:<14} {:>11.3} {:>11.4} {:>6.1}% {:>11.3}..{:<11.3}",
+                "{name:<NAME$} {:>11.3} {:>11.4} {:>6.1}% {:>11.3}..{:<11.3}",
                 ms(median),
                 ms(median) / self.rounds as f64,
                 100.0 * median.as_secs_f64() / wall.as_secs_f64().max(f64::MIN_POSITIVE),
@@ -123,21 +134,60 @@ impl fmt::Display for Measured {
             row(name, self.reps.iter().map(|r| r.stages()[i].1).collect())?;
         }
         row("unaccounted", self.reps.iter().map(|r| r.wall.saturating_sub(r.accounted())).collect())?;
+        let kernels: Vec<KernelTimes> = self.reps.iter().map(|r| r.profile.kernels).collect();
+        match &self.untimed {
+            Some(why) => writeln!(f, "{:<NAME$} {:>11} ({why})", "gpu kernels", "n/a")?,
+            None => {
+                // Inside `submit` and `wait`: not added to the stages above. Kernels never run are left out.
+                for (i, name) in KernelTimes::NAMES.iter().enumerate() {
+                    if kernels.iter().any(|k| k.times[i] > Duration::ZERO) {
+                        row(&format!("gpu {name}"), kernels.iter().map(|k| k.times[i]).collect())?;
+                    }
+                }
+                row("gpu idle between kernels", kernels.iter().map(KernelTimes::idle).collect())?;
+                row("gpu total", kernels.iter().map(|k| k.span).collect())?;
+                let (span, ..) = spread(kernels.iter().map(|k| k.span).collect());
+                writeln!(
+                    f,
+                    "{:<NAME$} {:>10.1}% (gpu total over submit + wait, medians)",
+                    "gpu share of the wait",
+                    100.0 * span.as_secs_f64() / gpu_window.as_secs_f64().max(f64::MIN_POSITIVE)
+                )?;
+            }
+        }
         writeln!(
             f,
-            "{:<14} {:>11} (the device is opened without timestamp queries: kernels are not timed one by one)",
-            "gpu kernels", "n/a"
-        )?;
-        writeln!(
-            f,
-            "{:<14} {:>11.3} {:>11.4} {:>6.1}% {:>11.3}..{:<11.3}",
+            "{:<NAME$} {:>11.3} {:>11.4} {:>6.1}% {:>11.3}..{:<11.3}",
             "wall",
             ms(wall),
             ms(wall) / self.rounds as f64,
             100.0,
             ms(wall_min),
             ms(wall_max)
-        )
+        )?;
+        match (&self.floor, self.floor_ratio()) {
+            (Some(t), Some(ratio)) => writeln!(
+                f,
+                "{:<NAME$} {:>11.4} ms (min {:.4}, max {:.4}): a batch's wall p50 is {ratio:.2}x this floor",
+                "round trip",
+                ms(t.median),
+                ms(t.min),
+                ms(t.max)
+            ),
+            _ => writeln!(f, "{:<NAME$} {:>11} (no GPU)", "round trip", "n/a"),
+        }
+    }
+}
+
+/// Width of a table's first column.
+const NAME: usize = 24;
+
+impl Measured {
+    /// A batch's wall time (the median repetition's, per batch) over the round trip's median.
+    pub fn floor_ratio(&self) -> Option<f64> {
+        let floor = self.floor?;
+        let (wall, ..) = spread(self.reps.iter().map(|r| r.wall).collect());
+        Some(wall.as_secs_f64() / self.rounds as f64 / floor.median.as_secs_f64().max(f64::MIN_POSITIVE))
     }
 }
 
@@ -146,6 +196,23 @@ impl ProfileBench {
     /// is given each measurement as it completes.
     pub fn run(&self, options: &Options, report: &mut dyn FnMut(&Measured)) -> Result<Vec<Measured>> {
         let (kb, vb) = (self.key_bytes as usize, self.value_bytes as usize);
+        // The index and the round trips share one device, as `GpHash` would pick it.
+        let gpu = match (options.executor, &options.device) {
+            (Executor::Cpu, _) => None,
+            (_, Some(g)) => Some(g.clone()),
+            (Executor::Auto, None) => Gpu::new().inspect_err(|e| log::warn!("no GPU: {e}")).ok(),
+            (Executor::Gpu, None) => Some(Gpu::new()?),
+        };
+        let untimed = match &gpu {
+            None => Some("the CPU engine runs no kernels".to_string()),
+            Some(g) if !g.info.timestamps => Some(format!("{} has no timestamp queries", g.info.name)),
+            Some(_) => None,
+        };
+        let options = Options {
+            device: gpu.clone(),
+            gpu: gphash::GpuOptions { time_kernels: true, ..options.gpu.clone() },
+            ..options.clone()
+        };
         let (reps, rounds) = (self.reps.max(1), self.rounds.max(1));
         let inserted: u64 = self.batches.iter().map(|&b| (b * reps * rounds) as u64).sum();
         let dir = crate::basic::pool_dir(&self.pool_dir)?;
@@ -156,7 +223,7 @@ impl ProfileBench {
             capacity: self.keys + inserted,
             ..Config::default()
         };
-        let index = GpHash::create(Some(&dir.path().join("profile.pool")), &config, options)?;
+        let index = GpHash::create(Some(&dir.path().join("profile.pool")), &config, &options)?;
         let load = 1 << 16;
         for start in (0..self.keys).step_by(load) {
             let end = (start + load as u64).min(self.keys);
@@ -168,8 +235,13 @@ impl ProfileBench {
         let mut next_new = self.keys;
         let mut out = vec![];
         for &batch in &self.batches {
+            let floor = match &gpu {
+                Some(g) => Some(ceiling::round_trips(g, &[batch as u64], self.floor_reps)?[0]),
+                None => None,
+            };
             for workload in ["search", "insert"] {
-                let mut measured = Measured { workload, batch, rounds, reps: vec![] };
+                let mut measured =
+                    Measured { workload, batch, rounds, reps: vec![], floor, untimed: untimed.clone() };
                 for _ in 0..reps {
                     let batches = (0..rounds)
                         .map(|_| {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::ceiling::{Ceilings, Memory};
+use crate::ceiling::{Ceilings, Memory, RoundTrip};
 use crate::systems::cpu::CpuSystem;
 use crate::systems::cpu_map::{Chosen, CpuMapSystem, HostMap, cpu_map_name};
 use crate::systems::index::GpHashSystem;
@@ -550,8 +550,14 @@ fn summarize(
     }
 }
 
-/// Writes the records as JSON and CSV files in `dir`.
-pub fn write_files(records: &[Record], ceilings: &[(Memory, Ceilings)], dir: &Path) -> Result<()> {
+/// Writes the records as JSON and CSV files in `dir`, the JSON with the ceilings and round
+/// trips measured in the same run.
+pub fn write_files(
+    records: &[Record],
+    ceilings: &[(Memory, Ceilings)],
+    round_trips: &[RoundTrip],
+    dir: &Path,
+) -> Result<()> {
     let io = |what: String| move |source| Error::Io { what, source };
     std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
     #[derive(Serialize)]
@@ -574,7 +580,25 @@ pub fn write_files(records: &[Record], ceilings: &[(Memory, Ceilings)], dir: &Pa
             cas_per_s: c.cas,
         })
         .collect();
-    let json = serde_json::json!({ "ceilings": cs, "records": records });
+    #[derive(Serialize)]
+    struct Trip {
+        items: u64,
+        reps: usize,
+        median_s: f64,
+        min_s: f64,
+        max_s: f64,
+    }
+    let trips: Vec<Trip> = round_trips
+        .iter()
+        .map(|t| Trip {
+            items: t.items,
+            reps: t.reps,
+            median_s: t.median.as_secs_f64(),
+            min_s: t.min.as_secs_f64(),
+            max_s: t.max.as_secs_f64(),
+        })
+        .collect();
+    let json = serde_json::json!({ "ceilings": cs, "round_trip": trips, "records": records });
     let path = dir.join("results.json");
     std::fs::write(&path, serde_json::to_string_pretty(&json).expect("records serialize"))
         .map_err(io(format!("writing {}", path.display())))?;

@@ -1,12 +1,15 @@
 //! `bench profile`'s accounting (not speed): its stages add up to the wall time of the batches
-//! measured, and the breakdowns agree with the index's coarse counters.
+//! measured, and the breakdowns agree with the index's coarse counters; kernels are timed one
+//! by one only when asked, and within the time the host waited for them; the round trip it
+//! holds batches to has the shape asked for.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::time::Duration;
 
-use gphash::{GpuOptions, Placement};
+use gphash::{Config, GpHash, GpuOptions, KernelTimes, Placement, Profile};
+use gphash_bench::ceiling;
 use gphash_bench::profile::{Measured, ProfileBench};
 
 fn profile(placement: Placement) -> Vec<Measured> {
@@ -19,6 +22,7 @@ fn profile(placement: Placement) -> Vec<Measured> {
         key_bytes: 8,
         value_bytes: 8,
         seed: 7,
+        floor_reps: 5,
         pool_dir: dir.path().into(),
     };
     let options = common::gpu_options(GpuOptions { placement, ..GpuOptions::default() });
@@ -61,6 +65,80 @@ fn check(measured: &[Measured]) {
         for stage in ["encode", "fold", "wait", "lines", "persist", "engine other", "unaccounted", "wall"] {
             assert!(table.lines().any(|l| l.starts_with(stage)), "no {stage} row:\n{table}");
         }
+        let timestamps = common::gpu().is_some_and(|g| g.info.timestamps);
+        assert_eq!(m.untimed.is_none(), timestamps, "{m}");
+        let rows: &[&str] = match (timestamps, m.workload) {
+            (false, _) => &["gpu kernels"],
+            (true, "search") => &["gpu alloc", "gpu phase_a", "gpu idle between kernels", "gpu total"],
+            (true, _) => &["gpu alloc", "gpu phase_a", "gpu phase_b", "gpu free_cells", "gpu total"],
+        };
+        for row in rows {
+            assert!(table.lines().any(|l| l.starts_with(row)), "no {row} row:\n{table}");
+        }
+        assert_eq!(m.floor.is_some(), common::gpu().is_some(), "{m}");
+        if let Some(floor) = m.floor {
+            assert_eq!((floor.items, floor.reps), (m.batch as u64, 5));
+            assert!(m.floor_ratio().is_some_and(|r| r > 0.0) && table.contains("x this floor"), "{table}");
+        }
+        if timestamps {
+            for r in &m.reps {
+                // A search batch submits once (its results come back with phase A), an insert
+                // batch twice.
+                let submits = if m.workload == "search" { 1 } else { 2 };
+                kernel_times_within(&r.profile, submits * m.rounds as u64);
+            }
+        }
+    }
+}
+
+/// Kernel times present and consistent: every submit timed, nonzero, no more than the span of
+/// their submits, and that no more than the time the host spent submitting and waiting (with a
+/// little slack for the two clocks).
+fn kernel_times_within(p: &Profile, submits: u64) {
+    let k = &p.kernels;
+    assert!(k.submits >= submits, "{k:?}");
+    assert!(k.busy() > Duration::ZERO && k.busy() <= k.span, "{k:?}");
+    let host = p.submit + p.wait;
+    assert!(k.span <= host + host / 20 + Duration::from_micros(200) * k.submits as u32, "{k:?} in {host:?}");
+}
+
+/// Kernels are timed only when asked, into the profile's kernel times (where the device has
+/// timestamp queries); normal batches record none.
+#[test]
+fn kernel_times_only_when_asked() {
+    let Some(gpu) = common::gpu() else { return };
+    for time_kernels in [false, true] {
+        let dir = common::pool_dir();
+        let config = Config { capacity: 20_000, ..Config::default() };
+        let options = common::gpu_options(GpuOptions { time_kernels, ..GpuOptions::default() });
+        let index = GpHash::create(Some(&dir.path().join("t.pool")), &config, &options).unwrap();
+        let keys: Vec<u8> = (0..5000u64).flat_map(|i| (i * 7 + 1).to_le_bytes()).collect();
+        index.insert(&keys, &vec![3; 5000 * 8]).unwrap();
+        let values = index.get(&keys).unwrap();
+        assert!(values.statuses.iter().all(|&s| s == gphash::Status::Ok), "{:?}", &values.statuses[..4]);
+        let p = index.activity().profile;
+        if time_kernels && gpu.info.timestamps {
+            // An insert batch submits twice (phase A, phase B), a get batch once.
+            kernel_times_within(&p, 3);
+            let named: Vec<(&str, Duration)> = p.kernels.named().filter(|(_, t)| !t.is_zero()).collect();
+            for kernel in ["alloc", "phase_a", "phase_b", "free_cells"] {
+                assert!(named.iter().any(|(n, _)| *n == kernel), "{kernel} not timed: {named:?}");
+            }
+        } else {
+            assert_eq!(p.kernels, KernelTimes::default());
+        }
+        index.close().unwrap();
+    }
+}
+
+/// The round trips measured are those asked for, and their medians lie within their extremes.
+#[test]
+fn round_trip_shape() {
+    let Some(gpu) = common::gpu() else { return };
+    let trips = ceiling::round_trips(&gpu, &[1, 4096, 5000], 7).unwrap();
+    assert_eq!(trips.iter().map(|t| (t.items, t.reps)).collect::<Vec<_>>(), [(1, 7), (4096, 7), (5000, 7)]);
+    for t in &trips {
+        assert!(Duration::ZERO < t.min && t.min <= t.median && t.median <= t.max, "{t}");
     }
 }
 

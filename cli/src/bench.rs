@@ -27,7 +27,8 @@ pub(crate) enum Bench {
     /// Cost of the persist steps per batch on the pools given.
     Persist(PersistArgs),
     /// Memory ceilings of the device: sequential bandwidth and random request rates, in device
-    /// memory and in host memory imported zero-copy.
+    /// memory and in host memory imported zero-copy; and the latency floor of a batch, the bare
+    /// wgpu round trip (write, one dispatch, read back) of 4096 to 2^20 words.
     Ceilings(CeilingArgs),
     /// YCSB core and micro workloads against gphash and the baselines, with the ceilings of the
     /// same run: a table on stdout, JSON, CSV and SVG plots.
@@ -38,8 +39,9 @@ pub(crate) enum Bench {
     /// and over time across loading phases; a table, JSON, CSV and SVG plots.
     Cache(CacheArgs),
     /// Where a batch's time goes, stage by stage (host encoding, ordering, buffer writes,
-    /// submits, waits, readbacks, decoding, persists), for search and insert batches of each
-    /// size: medians of several repetitions, with min and max.
+    /// submits, waits, readbacks, decoding, persists) and kernel by kernel on the GPU (where it
+    /// has timestamp queries), for search and insert batches of each size: medians of several
+    /// repetitions, with min and max, and each size's wall time over the bare wgpu round trip.
     Profile(ProfileArgs),
 }
 
@@ -67,6 +69,10 @@ pub(crate) struct ProfileArgs {
     /// Seed of the searched keys.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Repetitions of the bare wgpu round trip measured at each batch size (the floor a
+    /// batch's wall time is held to).
+    #[arg(long, default_value_t = ceiling::ROUND_TRIP_REPS)]
+    floor_reps: usize,
     #[command(flatten)]
     dir: PoolDir,
 }
@@ -171,7 +177,8 @@ pub(crate) struct SuiteArgs {
     /// Host threads of the cpu and cpu-map systems (default: all).
     #[arg(long)]
     cpu_threads: Option<usize>,
-    /// Buffer size of the ceiling measurements in MiB (0: do not measure).
+    /// Buffer size of the ceiling measurements in MiB (0: measure neither the ceilings nor the
+    /// round trips).
     #[arg(long, default_value_t = 1024)]
     ceiling_mib: u64,
     /// Directory for results.json, results.csv and the plots.
@@ -209,12 +216,18 @@ pub(crate) struct TraceArgs {
 /// `bench ceilings` settings.
 #[derive(Args, Clone)]
 pub(crate) struct CeilingArgs {
-    /// Buffer size in MiB (capped by the device's binding limit).
+    /// Buffer size in MiB (capped by the device's binding limit; 0: memory ceilings not measured).
     #[arg(long, default_value_t = 1024)]
     mib: u64,
-    /// Repetitions (the median is reported).
+    /// Repetitions of each memory ceiling (the median is reported).
     #[arg(long, default_value_t = 5)]
     reps: usize,
+    /// Items (32-bit words) of the bare wgpu round trips measured: write, one dispatch, read.
+    #[arg(long, value_delimiter = ',', default_value = "4096,65536,1048576")]
+    round_trip_items: Vec<u64>,
+    /// Repetitions of each round trip (median, min and max are reported; 0: none measured).
+    #[arg(long, default_value_t = ceiling::ROUND_TRIP_REPS)]
+    round_trip_reps: usize,
 }
 
 /// Where pools go.
@@ -330,8 +343,15 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
             let gpu = gphash::Gpu::new()?;
             let method = Method { bytes: a.mib << 20, reps: a.reps, ..Method::default() };
             println!("# {} ({})", gpu.info.name, gpu.info.driver);
-            for (memory, c) in ceiling::measure(&gpu, &method)? {
-                println!("{memory:<7} {c}");
+            if a.mib > 0 {
+                for (memory, c) in ceiling::measure(&gpu, &method)? {
+                    println!("{memory:<7} {c}");
+                }
+            }
+            if a.round_trip_reps > 0 {
+                for t in ceiling::round_trips(&gpu, &a.round_trip_items, a.round_trip_reps)? {
+                    println!("round trip {t}");
+                }
             }
             Ok(())
         }
@@ -345,6 +365,7 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
                 key_bytes: a.key_bytes,
                 value_bytes: a.value_bytes,
                 seed: a.seed,
+                floor_reps: a.floor_reps,
                 pool_dir: a.dir.pool_dir.clone(),
             };
             println!(
@@ -478,6 +499,13 @@ fn suite(a: &SuiteArgs, options: &Options) -> gphash::Result<()> {
     for (memory, c) in &ceilings {
         println!("# ceiling {memory:<7} {c}");
     }
+    let round_trips = match a.ceiling_mib {
+        0 => vec![],
+        _ => ceiling::round_trips(&gpu, &ceiling::ROUND_TRIP_ITEMS, ceiling::ROUND_TRIP_REPS)?,
+    };
+    for t in &round_trips {
+        println!("# round trip {t}");
+    }
     println!(
         "# {} records, keys {:?} bytes, values {} bytes, {} micro / {} core operations, batches {:?}",
         a.records, a.key_bytes, a.value_bytes, a.micro_ops, a.macro_ops, batches
@@ -497,7 +525,7 @@ fn suite(a: &SuiteArgs, options: &Options) -> gphash::Result<()> {
     let print = |r: &runner::Record| bar.suspend(|| println!("{}", r.line()));
     let records = runner::run(&suite, &gpu, &ceilings, &|n| bar.inc(n), &mut |r| print(r))?;
     bar.finish_and_clear();
-    runner::write_files(&records, &ceilings, &a.out)?;
+    runner::write_files(&records, &ceilings, &round_trips, &a.out)?;
     for &k in &a.key_bytes {
         for w in std::iter::once(Workload::Load).chain(a.workloads.iter().copied()) {
             plots::curves(&records, &w.to_string(), k, &a.out)?;

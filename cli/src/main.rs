@@ -93,6 +93,7 @@ impl ExecArgs {
                     sample: self.cache_sample,
                     ..CacheOptions::default()
                 },
+                time_kernels: false,
             },
             verify_values: self.verify_values,
             ..Options::default()

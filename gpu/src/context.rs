@@ -32,6 +32,11 @@ pub struct DeviceInfo {
     pub max_buffer: u64,
     /// Storage buffers one shader stage may bind.
     pub max_storage_buffers: u32,
+    /// Compute passes can write timestamps (`wgpu::Features::TIMESTAMP_QUERY`, enabled where
+    /// the adapter has it): GPU time per kernel.
+    pub timestamps: bool,
+    /// Nanoseconds per timestamp tick (0 without timestamps).
+    pub timestamp_period: f32,
 }
 
 impl DeviceInfo {
@@ -88,7 +93,10 @@ impl Gpu {
                 ainfo.name
             )));
         }
-        let features = wgpu::Features::SUBGROUP;
+        // Timestamps are wanted, never required: only profiles use them.
+        let timestamps = adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        let features = wgpu::Features::SUBGROUP
+            | if timestamps { wgpu::Features::TIMESTAMP_QUERY } else { wgpu::Features::empty() };
         let limits = adapter.limits();
         let ext = ash::ext::external_memory_host::NAME;
         // SAFETY: the hal adapter is only used to query capabilities and to open the device
@@ -138,6 +146,8 @@ impl Gpu {
             max_binding: limits.max_storage_buffer_binding_size.min(i32::MAX as u64),
             max_buffer: limits.max_buffer_size,
             max_storage_buffers: limits.max_storage_buffers_per_shader_stage,
+            timestamps,
+            timestamp_period: if timestamps { queue.get_timestamp_period() } else { 0.0 },
         };
         log::info!("gphash device: {info:?}");
         Ok(Gpu { device, queue, info })

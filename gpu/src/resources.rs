@@ -6,6 +6,7 @@ use host_pm::{Backend, PersistMode, Pool, Region};
 use super::context::{DeviceInfo, Gpu};
 use super::hostmem::{self, ImportGuard};
 use super::shader::{KernelEntry, WORKGROUP, Windows};
+use super::timing::PassTimer;
 use crate::error::{Error, Result};
 
 /// wgpu's error scopes of every kind, pushed together: a validation, out-of-memory or internal
@@ -220,18 +221,26 @@ pub fn build_pipelines<K: KernelEntry>(
 }
 
 /// Records a compute pass of `invocations` invocations for each pipeline, in order (wgpu puts
-/// barriers between passes).
+/// barriers between passes), each writing its timestamps where a `timer` is given; returns the
+/// number of passes.
 pub fn record_passes<'a>(
     enc: &mut wgpu::CommandEncoder,
     bind: &wgpu::BindGroup,
     passes: impl IntoIterator<Item = (&'a wgpu::ComputePipeline, u64)>,
-) {
+    timer: Option<&PassTimer>,
+) -> u32 {
+    let mut recorded = 0;
     for (pipeline, invocations) in passes {
-        let mut pass = enc.begin_compute_pass(&Default::default());
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: timer.and_then(|t| t.writes(recorded)),
+        });
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, bind, &[]);
         dispatch(&mut pass, invocations);
+        recorded += 1;
     }
+    recorded
 }
 
 /// Invocations of the staged write-back kernel for a dirty list of `dirty_cap` lines.

@@ -11,6 +11,7 @@ use gphash_gpu::resources::{
     storage_buffer, writeback_invocations,
 };
 use gphash_gpu::shader::Windows;
+use gphash_gpu::timing::PassTimer;
 use gphash_gpu::{DeviceInfo, Gpu, hostmem};
 use host_pm::{Pool, Region};
 
@@ -66,6 +67,9 @@ pub struct GpuOptions {
     /// The bucket cache in device memory (used when the pool is zero-copy: otherwise the
     /// table is in device memory already).
     pub cache: CacheOptions,
+    /// Time each kernel on the GPU (timestamp queries, where the device has them) into
+    /// [`Profile::kernels`]; off by default, so batches record no timestamps.
+    pub time_kernels: bool,
 }
 
 impl Default for GpuOptions {
@@ -75,6 +79,7 @@ impl Default for GpuOptions {
             tile: 32,
             max_window_bytes: None,
             cache: CacheOptions::default(),
+            time_kernels: false,
         }
     }
 }
@@ -108,6 +113,8 @@ struct BatchBuffers {
 /// Offsets inside the readback buffer.
 #[derive(Clone, Copy)]
 struct ReadbackLayout {
+    /// The kernels' timestamps, after the control block (none where kernels are not timed).
+    timestamps: u64,
     statuses: u64,
     values: u64,
     lines: u64,
@@ -115,18 +122,20 @@ struct ReadbackLayout {
 }
 
 impl ReadbackLayout {
-    fn new(cap: u64, dirty_cap: u64, value_words: u64, staged: bool) -> Self {
+    fn new(cap: u64, dirty_cap: u64, value_words: u64, staged: bool, timestamp_bytes: u64) -> Self {
         let up = |x: u64| x.div_ceil(256) * 256;
-        let statuses = 256;
+        let timestamps = 256;
+        let statuses = timestamps + up(timestamp_bytes);
         let values = statuses + up(cap * 4);
         let lines = values + up(cap * value_words * 4);
         let staging = lines + up(dirty_cap * 4);
         let total = staging + if staged { dirty_cap * 64 } else { 0 };
-        ReadbackLayout { statuses, values, lines, total }
+        ReadbackLayout { timestamps, statuses, values, lines, total }
     }
 }
 
-/// The batch buffers for `cap` operations: the bound ones (label and bytes) and the readback.
+/// The batch buffers for `cap` operations: the bound ones (label and bytes) and the readback
+/// (with room for `timestamp_bytes` of kernel timestamps).
 struct BatchSizes {
     dirty_cap: u32,
     bound: [(&'static str, u64); 9],
@@ -134,7 +143,7 @@ struct BatchSizes {
 }
 
 impl BatchSizes {
-    fn new(cap: u64, geo: &Geometry, staged: bool) -> Self {
+    fn new(cap: u64, geo: &Geometry, staged: bool, timestamp_bytes: u64) -> Self {
         let (kw, vw, cw) = (geo.key_words() as u64, geo.value_words() as u64, geo.cell_words() as u64);
         // Lines one operation can write in one phase: its cell, then fingerprint, state and key.
         let per_op = cw / 16 + kw / 16 + 8;
@@ -155,7 +164,7 @@ impl BatchSizes {
                 // The claim registry, at most half full.
                 ("claims", cap * 2 * 4),
             ],
-            readback: ReadbackLayout::new(cap, lines, vw, staged),
+            readback: ReadbackLayout::new(cap, lines, vw, staged, timestamp_bytes),
         }
     }
 
@@ -169,17 +178,22 @@ impl BatchSizes {
 
 /// The largest batch whose buffers the device can hold: a power of two (the claim registry
 /// is indexed by a mask) no larger than [`MAX_BATCH`].
-fn largest_batch(geo: &Geometry, staged: bool, info: &DeviceInfo) -> Result<u32> {
+fn largest_batch(geo: &Geometry, staged: bool, timestamp_bytes: u64, info: &DeviceInfo) -> Result<u32> {
     (0..=MAX_BATCH.trailing_zeros())
         .rev()
         .map(|shift| 1u32 << shift)
-        .find(|&cap| BatchSizes::new(cap as u64, geo, staged).fit(info))
+        .find(|&cap| BatchSizes::new(cap as u64, geo, staged, timestamp_bytes).fit(info))
         .ok_or_else(|| {
             Error::InvalidConfig(format!(
                 "{}-byte values: the buffers of even one operation exceed what {} can bind",
                 geo.value_bytes, info.name
             ))
         })
+}
+
+/// Room in the readback buffer for the timestamps of a submit's kernels.
+fn timestamp_bytes(timer: &Option<PassTimer>) -> u64 {
+    timer.as_ref().map_or(0, |t| PassTimer::bytes(t.max_passes()))
 }
 
 /// Executes batches on a GPU.
@@ -208,6 +222,9 @@ pub(crate) struct GpuEngine {
     busy: Duration,
     /// Time by stage since the index last took it.
     profile: Profile,
+    /// Times the kernels of each submit (`GpuOptions::time_kernels` on a device with
+    /// timestamps).
+    timer: Option<PassTimer>,
     n: u32,
     statuses: Vec<u32>,
     values: Vec<u32>,
@@ -270,7 +287,9 @@ impl GpuEngine {
         let layout = bind_group_layout(dev, "gphash", cfg.bindings());
         let pipelines = build_pipelines(&gpu, &layout, &Kernel::BATCH, |k| shader::source(k, &cfg))?;
         let track_lines = windows.tracks_lines(pool.persist_mode());
-        let max_batch = largest_batch(&geo, windows.staged(), &gpu.info)?;
+        // A submit runs each batch kernel at most once.
+        let timer = if opts.time_kernels { PassTimer::new(&gpu, Kernel::BATCH.len() as u32)? } else { None };
+        let max_batch = largest_batch(&geo, windows.staged(), timestamp_bytes(&timer), &gpu.info)?;
         gpu.queue.submit([]);
         scopes.pop(|| "creating the engine".into())?;
         Ok(GpuEngine {
@@ -292,6 +311,7 @@ impl GpuEngine {
             fills: 0,
             busy: Duration::ZERO,
             profile: Profile::default(),
+            timer,
             n: 0,
             statuses: vec![],
             values: vec![],
@@ -304,7 +324,8 @@ impl GpuEngine {
             return Ok(());
         }
         let cap = n.next_power_of_two().max(256).min(self.max_batch);
-        let sizes = BatchSizes::new(cap as u64, &self.cfg.geo, self.windows.staged());
+        let sizes =
+            BatchSizes::new(cap as u64, &self.cfg.geo, self.windows.staged(), timestamp_bytes(&self.timer));
         let scopes = ErrorScopes::push(&self.gpu.device);
         let dev = &self.gpu.device;
         let [kinds, keys, vals_in, statuses, vals_out, opstate, dirty, staging, claims] =
@@ -394,12 +415,16 @@ impl GpuEngine {
         let bind = self.device_bind.as_ref().unwrap_or(&io.bind);
         let writeback = (self.windows.staged() && kernels.iter().any(|k| k.writes_pool()))
             .then(|| (self.pipelines.get(Kernel::Writeback), writeback_invocations(io.dirty_cap)));
-        record_passes(
+        let passes = record_passes(
             &mut enc,
             bind,
             kernels.iter().map(|&k| (self.pipelines.get(k), self.invocations(k))).chain(writeback),
+            self.timer.as_ref(),
         );
         let rl = io.layout;
+        if let Some(timer) = &self.timer {
+            timer.resolve(&mut enc, passes, &io.readback, rl.timestamps);
+        }
         let vw = self.cfg.geo.value_words() as u64;
         enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, (control::WORDS * 4) as u64);
         if results != Results::None && n > 0 {
@@ -421,14 +446,17 @@ impl GpuEngine {
         let mut ctl = Control::default();
         let (statuses, values) = (&mut self.statuses, &mut self.values);
         let end = match results {
-            Results::None => 256,
+            Results::None => rl.statuses,
             Results::Statuses => rl.values,
             Results::WithValues => rl.lines,
         };
         let mut mapped = submitted;
+        let timer = self.timer.as_ref();
+        let mut times = None;
         map_read(&self.gpu, &io.readback, 0..end, |bytes| {
             mapped = Instant::now();
             ctl.copy_from_slice(bytemuck::cast_slice(&bytes[..control::WORDS * 4]));
+            times = timer.map(|t| t.times(&bytes[rl.timestamps as usize..rl.statuses as usize], passes));
             // Refilled in place: the vectors keep their allocations from batch to batch.
             statuses.clear();
             values.clear();
@@ -448,6 +476,17 @@ impl GpuEngine {
         p.submit += submitted - recorded;
         p.wait += mapped - submitted;
         p.readback += done - mapped;
+        if let Some(times) = times {
+            // The passes in the order recorded: the kernels, then the write-back's gather.
+            let timed = kernels.iter().copied().chain(writeback.map(|_| Kernel::Writeback));
+            for (k, t) in timed.zip(times.passes) {
+                if let Some(i) = k.batch_index() {
+                    p.kernels.times[i] += t;
+                }
+            }
+            p.kernels.span += times.span;
+            p.kernels.submits += 1;
+        }
         log::debug!(
             "{kernels:?} n={n}: submit {:?}, wait {:?}, read back {:?}",
             submitted - recorded,

@@ -90,6 +90,12 @@ impl Kernel {
     /// The kernels of a resize (they need a [`KernelConfig::source`]).
     pub(crate) const RESIZE: [Kernel; 2] = [Kernel::Relocate, Kernel::Rehash];
 
+    /// Its place in [`Kernel::BATCH`], which [`crate::KernelTimes::NAMES`] follows (`None`: a
+    /// resize kernel, never timed).
+    pub(crate) fn batch_index(self) -> Option<usize> {
+        Kernel::BATCH.iter().position(|&k| k == self)
+    }
+
     /// Whether the kernel writes the pool's regions (staged mode then gathers dirty lines).
     pub(crate) fn writes_pool(self) -> bool {
         matches!(self, Kernel::Alloc | Kernel::PhaseA | Kernel::PhaseB | Kernel::Rollback)
@@ -333,6 +339,27 @@ mod tests {
             source,
             verify_values: value_bytes % 2 == 1,
         }
+    }
+
+    /// The profile names the batch kernels in `Kernel::BATCH`'s order.
+    #[test]
+    fn kernel_times_name_the_batch_kernels() {
+        let snake = |k: Kernel| {
+            let mut s = String::new();
+            for c in format!("{k:?}").chars() {
+                if c.is_uppercase() && !s.is_empty() {
+                    s.push('_');
+                }
+                s.push(c.to_ascii_lowercase());
+            }
+            s
+        };
+        let names: Vec<String> = Kernel::BATCH.into_iter().map(snake).collect();
+        assert_eq!(names, crate::KernelTimes::NAMES);
+        for (i, k) in Kernel::BATCH.into_iter().enumerate() {
+            assert_eq!(k.batch_index(), Some(i));
+        }
+        assert!(Kernel::RESIZE.iter().all(|k| k.batch_index().is_none()));
     }
 
     /// A broken shader fails here, not in a user's run.

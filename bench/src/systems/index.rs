@@ -33,7 +33,7 @@ impl GpHashSystem {
     ) -> Result<GpHashSystem> {
         let options = Options {
             executor: Executor::Gpu,
-            gpu: GpuOptions { placement, tile, max_window_bytes: None, cache },
+            gpu: GpuOptions { placement, tile, max_window_bytes: None, cache, time_kernels: false },
             device: Some(gpu.clone()),
             ..Options::default()
         };

@@ -629,7 +629,7 @@ impl SlabSystem {
             .staged()
             .then(|| (self.pipelines.get(SlabKernel::Gather), writeback_invocations(io.dirty_cap)));
         let passes = kernels.iter().map(|&k| (self.pipelines.get(k), n as u64));
-        record_passes(&mut enc, bind, passes.chain(gather));
+        record_passes(&mut enc, bind, passes.chain(gather), None);
         enc.copy_buffer_to_buffer(&self.state, 0, &io.readback, 0, CONTROL_WORDS as u64 * 4);
         let mut cmds = vec![enc.finish()];
         if !self.windows.staged() {
