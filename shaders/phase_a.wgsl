@@ -190,17 +190,17 @@ fn step(t: Tile, turn: Turn) -> bool {
     return true;
 }
 
-// The dispatch has TILE invocations per operation, and the lanes whose invocation index is a
-// multiple of their tile's width own one operation each: with the usual mapping of invocations
-// to subgroup lanes every tile serves one operation, so a subgroup keeps one operation in flight
-// per tile and even a small batch occupies the whole GPU. (Under another mapping a tile may own
-// several and serves them in turns; each operation still has exactly one owner.)
+// The dispatch has `params.spread` invocations per operation (a power of two up to TILE), and
+// the lanes whose invocation index is a multiple of it own one operation each: a tile serves its
+// lanes' operations one at a time, so a small batch is spread out to one operation per tile and
+// fills the GPU. Each operation has exactly one owner whatever the mapping of invocations to
+// lanes.
 @compute @workgroup_size(WG)
 fn main(inv: Invocation, sg: Subgroup) {
     let t = tile_of(sg);
     let me = op_index(inv);
-    let op = me / t.size;
-    var pending = me % t.size == 0u && op < params.n && op_field(op, ST_PHASE) != PHASE_NO_CELL;
+    let op = me / params.spread;
+    var pending = me % params.spread == 0u && op < params.n && op_field(op, ST_PHASE) != PHASE_NO_CELL;
     loop {
         if (!subgroupAny(pending)) {
             break;

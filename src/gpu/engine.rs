@@ -25,6 +25,10 @@ use crate::model::{Bitmap, Control};
 use crate::profile::Profile;
 use crate::protocol::{OpState, control};
 
+/// Phase A's target invocations per dispatch: a batch smaller than this is spread over more
+/// lanes per operation (`GpuEngine::spread`). Measured on the H200 (BENCHMARKS.md).
+const SPREAD_INVOCATIONS: u64 = 1 << 17;
+
 /// Where the table lives while the GPU works on it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Placement {
@@ -390,7 +394,7 @@ impl GpuEngine {
             track_lines: self.track_lines as u32,
             stamp: self.batches,
             count_every: self.cache.count_every(),
-            pad0: 0,
+            spread: self.spread(n),
             pad1: 0,
         };
         self.gpu.queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
@@ -551,12 +555,21 @@ impl GpuEngine {
     /// Invocations of kernel `k` in the current submit.
     fn invocations(&self, k: Kernel) -> u64 {
         match k {
-            // One operation (or cache fill) per tile of `tile` lanes.
             Kernel::CacheFill => self.fills as u64 * self.cfg.tile as u64,
-            Kernel::PhaseA => self.n as u64 * self.cfg.tile as u64,
+            Kernel::PhaseA => self.n as u64 * self.spread(self.n) as u64,
             Kernel::CacheDecay => self.cfg.geo.groups(),
             _ => self.n as u64,
         }
+    }
+
+    /// Phase A's invocations per operation for a batch of `n`: enough that the dispatch has
+    /// about [`SPREAD_INVOCATIONS`] (a tile serves the operations of its lanes one at a time,
+    /// so a small batch with one operation per lane leaves most of the GPU idle), at most a
+    /// tile's lanes (one operation per tile), at least 1 (one operation per lane: large batches
+    /// keep the GPU full that way, and spreading them more was slower on the H200).
+    fn spread(&self, n: u32) -> u32 {
+        let want = (SPREAD_INVOCATIONS / n.max(1) as u64).max(1) as u32;
+        want.next_power_of_two().min(self.cfg.tile)
     }
 
     /// The kernels that end a batch: phase B (when `publish`) or a rollback, the release of

@@ -232,10 +232,10 @@ pub(crate) struct Params {
     pub stamp: u32,
     /// Phase A counts one access in this many for the cache (0: none); see [`crate::cache::counted`].
     pub count_every: u32,
-    /// Padding to the uniform's 16-byte size (two fields, as WGSL's uniform arrays need a 16-byte
-    /// stride).
-    pub pad0: u32,
-    /// See `pad0`.
+    /// Phase A's invocations per operation (a power of two up to the tile); see
+    /// `GpuEngine::spread`.
+    pub spread: u32,
+    /// Padding to the uniform's 16-byte size.
     pub pad1: u32,
 }
 
@@ -280,7 +280,7 @@ struct Params {
     track_lines: u32,      // 1: record dirty lines (the host persists them); 0: it only fences
     stamp: u32,            // the batch's number (LRU access stamps)
     count_every: u32,      // the cache counts one access in this many (0: none)
-    pad0: u32,
+    spread: u32,           // phase A's invocations per operation
     pad1: u32,
 }
 ",
@@ -469,7 +469,7 @@ mod tests {
             track_lines,
             stamp,
             count_every,
-            pad0,
+            spread,
             pad1,
         });
         assert_eq!(gphash_gpu::shader::wgsl_layout(&module, "Params"), Some(rust));
