@@ -105,6 +105,85 @@ fn many_threads_and_shards_on_a_larger_table() {
     }
 }
 
+/// Two keys with the same shard hash land in one shard and one thread, where a batch tells
+/// its distinct keys apart by that hash and then by the key itself: every mix of operations
+/// on the pair keeps them apart.
+#[test]
+fn keys_sharing_a_hash_stay_apart_in_a_batch() {
+    let config =
+        CpuConfig { key_bytes: 8, value_bytes: 8, capacity: 1000, threads: 2, ..CpuConfig::default() };
+    let mut t = CpuTable::create(None, &config).unwrap();
+    let seed = t.geometry().shard_seed;
+    let words = |k: &[u8]| -> Vec<u32> {
+        k.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
+    };
+    // Both words vary (a hash of one varying word may be a bijection); 2^20 keys of 32-bit
+    // hashes hold a pair with certainty in practice.
+    let mut seen = std::collections::HashMap::new();
+    let (a, b) = (0u64..1 << 20)
+        .find_map(|k| {
+            let key = k.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes().to_vec();
+            let h = gphash::hash::hash_words(&words(&key), seed);
+            seen.insert(h, key.clone()).map(|other| (other, key))
+        })
+        .expect("two keys with one shard hash");
+    assert_ne!(a, b);
+    let mut oracle = Oracle::default();
+    let mut batch = Batch::new(8, 8);
+    batch.insert(&a, &[1; 8]).unwrap();
+    batch.get(&b).unwrap();
+    batch.insert(&b, &[2; 8]).unwrap();
+    batch.get(&a).unwrap();
+    batch.get(&b).unwrap();
+    batch.update(&a, &[3; 8]).unwrap();
+    batch.delete(&b).unwrap();
+    batch.get(&a).unwrap();
+    batch.get(&b).unwrap();
+    batch.upsert(&b, &[4; 8]).unwrap();
+    batch.insert(&a, &[5; 8]).unwrap();
+    run_checked(&mut t, &mut oracle, &batch, "first batch");
+    let mut batch = Batch::new(8, 8);
+    batch.get(&a).unwrap();
+    batch.get(&b).unwrap();
+    batch.delete(&a).unwrap();
+    batch.upsert(&b, &[6; 8]).unwrap();
+    batch.get(&a).unwrap();
+    batch.get(&b).unwrap();
+    run_checked(&mut t, &mut oracle, &batch, "second batch");
+    assert_same_content(t.entries(), &oracle.map, "keys sharing a hash");
+}
+
+/// Batches of reads with one write: only the thread owning the written key's shard commits,
+/// the others sit the commit out.
+#[test]
+fn a_write_among_reads_commits_alone() {
+    let seed = common::seed("a_write_among_reads_commits_alone");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let config = CpuConfig { key_bytes: 8, value_bytes: 8, capacity: 5000, threads: 4, shards: 16, seed: 7 };
+    let mut t = CpuTable::create(None, &config).unwrap();
+    let mut oracle = Oracle::default();
+    let mut load = Batch::new(8, 8);
+    for k in 0..2000 {
+        load.insert(&common::key(k, 8), &common::value(&mut rng, 8)).unwrap();
+    }
+    run_checked(&mut t, &mut oracle, &load, "load");
+    for b in 0..8u64 {
+        let mut batch = Batch::new(8, 8);
+        for k in 0..1024 {
+            batch.get(&common::key((k * 7 + b) % 2500, 8)).unwrap();
+        }
+        let written = common::key(b * 300, 8);
+        match b % 3 {
+            0 => batch.upsert(&written, &common::value(&mut rng, 8)).unwrap(),
+            1 => batch.delete(&written).unwrap(),
+            _ => batch.insert(&common::key(3000 + b, 8), &common::value(&mut rng, 8)).unwrap(),
+        }
+        batch.get(&written).unwrap();
+        run_checked(&mut t, &mut oracle, &batch, &format!("seed {seed}, batch {b}"));
+    }
+    assert_same_content(t.entries(), &oracle.map, "a write among reads");
+}
+
 #[test]
 fn malformed_batches_change_nothing() {
     let mut t = CpuTable::create(None, &CpuConfig { capacity: 100, ..CpuConfig::default() }).unwrap();

@@ -31,7 +31,9 @@
 //! # A batch
 //!
 //! Operations are partitioned by shard (each thread hashes a slice of the batch for all), and
-//! each thread takes its operations in batch order:
+//! each thread takes its operations in batch order. Each thread keeps its buffers (partition,
+//! overlay, plan) from batch to batch: freed per batch, their pages went back to the kernel
+//! and were faulted in again by the next batch, which cost a write batch more than its work.
 //!
 //! 1. **Plan and write data.** Each operation is applied to a volatile overlay of the keys it
 //!    touched (looked up in the table once), which fixes its status and the value a read
@@ -43,8 +45,9 @@
 //!    Only space no valid slot refers to is written. Persist point 1.
 //! 2. **Commit.** Each net change becomes visible with one aligned store: an insert sets its
 //!    valid bit and a delete clears it (one 8-byte metadata word per bucket, whatever number
-//!    of keys of the bucket change), an update swaps the slot's 4-byte cell index. Persist
-//!    point 2. Only now are the replaced and removed cells freed and results returned.
+//!    of keys of the bucket change), an update swaps the slot's 4-byte cell index; threads
+//!    without a change sit this phase out. Persist point 2. Only now are the replaced and
+//!    removed cells freed and results returned.
 //!
 //! A key inserted and deleted in one batch writes nothing; one deleted and inserted again is
 //! an update of its slot. Cells freed by a batch are reused only by later batches.

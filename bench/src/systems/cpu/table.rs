@@ -90,6 +90,8 @@ pub struct CpuTable {
     heap: Region,
     shards: Vec<ShardState>,
     workers: Workers,
+    /// One per worker thread.
+    scratch: Vec<Scratch>,
     len: u64,
     recovery: Recovery,
     poisoned: Option<String>,
@@ -225,8 +227,12 @@ enum Val {
 }
 
 /// One distinct key of a thread's share of a batch.
-struct KeyState<'k> {
-    key: &'k [u32],
+#[derive(Clone, Copy, Debug)]
+struct KeyState {
+    /// The batch operation whose key it is (the first that names it).
+    op: u32,
+    /// The next distinct key with the same shard hash ([`NO_KEY`]: none).
+    next: u32,
     place: Place,
     /// Where the key is published before the batch.
     at: Option<At>,
@@ -235,6 +241,9 @@ struct KeyState<'k> {
     /// Whether some operation changed it.
     dirty: bool,
 }
+
+/// End of a [`KeyState::next`] chain.
+const NO_KEY: u32 = u32::MAX;
 
 /// What one thread planned for its shards: lines to persist, commits, cells taken and freed.
 #[derive(Debug, Default)]
@@ -265,10 +274,41 @@ impl Plan {
     fn commits(&self) -> bool {
         !self.bitmaps.is_empty() || !self.refs.is_empty()
     }
+
+    /// Empties the plan, keeping its capacity.
+    fn clear(&mut self) {
+        self.lines1.clear();
+        self.lines2.clear();
+        self.bitmaps.clear();
+        self.refs.clear();
+        self.allocated.clear();
+        self.freed.clear();
+        (self.inserted, self.deleted, self.full, self.no_cell) = (0, 0, 0, 0);
+    }
 }
 
 /// One input chunk's operations per worker: (operation index, shard hash).
 type Partition = Vec<Vec<(u32, u32)>>;
+
+/// One worker's buffers, kept from batch to batch: allocating them per batch lets the
+/// allocator hand their pages back to the kernel between batches and fault them in again
+/// (zeroed) during the next, which cost write batches more than their work (BENCHMARKS.md).
+#[derive(Debug, Default)]
+struct Scratch {
+    /// The partition of this worker's input chunk (lent to the batch's [`Shared`]).
+    partition: Partition,
+    /// This worker's operations (index, shard hash), in batch order.
+    ops: Vec<(u32, u32)>,
+    places: Vec<Place>,
+    found_at: Vec<Option<At>>,
+    /// Shard hash -> first of the distinct keys with that hash (chained by `KeyState::next`).
+    index: FxHashMap<u32, u32>,
+    keys: Vec<KeyState>,
+    /// Per global bucket: slots taken by this batch's insertions.
+    claimed: FxHashMap<usize, u64>,
+    /// What the worker planned.
+    plan: Plan,
+}
 
 /// What every thread of a batch reads.
 struct Shared<'a> {
@@ -324,14 +364,16 @@ fn split<'a>(
 /// Phase 1 of one worker: partition, apply the operations to a volatile overlay in batch
 /// order (statuses and read values are final here), then write the data of every net change
 /// out of place.
-fn plan(sh: &Shared<'_>, w: usize, group: &mut [ShardMut<'_>]) -> Plan {
+fn plan(sh: &Shared<'_>, w: usize, group: &mut [ShardMut<'_>], scratch: &mut Scratch) {
     let geo = sh.geo;
     let (kw, cw) = (geo.key_words(), geo.cell_words());
     let n = sh.kinds.len();
     let key_of = |i: usize| &sh.keys[i * kw..(i + 1) * kw];
     // Partition: this worker hashes its chunk of the batch for everyone.
     let (lo, hi) = (w * n / sh.workers, (w + 1) * n / sh.workers);
-    let mut lists = vec![Vec::with_capacity((hi - lo) / sh.workers + 16); sh.workers];
+    let mut lists = std::mem::take(&mut scratch.partition);
+    lists.resize_with(sh.workers, Vec::new);
+    lists.iter_mut().for_each(Vec::clear);
     for i in lo..hi {
         let h = hash_words(key_of(i), geo.shard_seed);
         lists[sh.owner[geo.shard_of(h)] as usize].push((i as u32, h));
@@ -341,10 +383,13 @@ fn plan(sh: &Shared<'_>, w: usize, group: &mut [ShardMut<'_>]) -> Plan {
         sh.barrier.wait();
     }
     let base = group.first().map_or(0, |s| s.index);
-    let mine =
-        || sh.chunks.iter().flat_map(|c| c.get().expect("every worker partitions its chunk")[w].iter());
-    let ops: Vec<(u32, u32)> = mine().copied().collect();
-    let places: Vec<Place> = ops.iter().map(|&(i, h)| geo.place_with(key_of(i as usize), h)).collect();
+    let Scratch { ops, places, found_at, index, keys, claimed, plan: p, .. } = scratch;
+    ops.clear();
+    for c in &sh.chunks {
+        ops.extend_from_slice(&c.get().expect("every worker partitions its chunk")[w]);
+    }
+    places.clear();
+    places.extend(ops.iter().map(|&(i, h)| geo.place_with(key_of(i as usize), h)));
     let count = ops.len();
 
     // Software pipeline over the (memory-bound) lookups: the home bucket of operation
@@ -368,13 +413,15 @@ fn plan(sh: &Shared<'_>, w: usize, group: &mut [ShardMut<'_>]) -> Plan {
         prefetch(group[places[t].shard - base].buckets, places[t].home * BUCKET_BYTES, BUCKET_BYTES);
     };
     (0..count.min(2 * AHEAD)).for_each(prefetch_home);
-    let mut found_at: Vec<Option<At>> = (0..count.min(AHEAD)).map(lookup).collect();
+    found_at.clear();
+    found_at.extend((0..count.min(AHEAD)).map(lookup));
     found_at.resize(count, None);
 
-    let mut index: FxHashMap<&[u32], u32> = FxHashMap::with_capacity_and_hasher(count, Default::default());
-    let mut keys: Vec<KeyState<'_>> = Vec::with_capacity(count);
+    index.clear();
+    index.reserve(count);
+    keys.clear();
     let ok = Status::Ok as u32;
-    for (t, &(i, _)) in ops.iter().enumerate() {
+    for (t, &(i, h)) in ops.iter().enumerate() {
         if t + 2 * AHEAD < count {
             prefetch_home(t + 2 * AHEAD);
         }
@@ -383,16 +430,19 @@ fn plan(sh: &Shared<'_>, w: usize, group: &mut [ShardMut<'_>]) -> Plan {
         }
         let i = i as usize;
         let key = key_of(i);
-        let k = match index.get(key) {
-            Some(&k) => k as usize,
-            None => {
-                let (place, at) = (places[t], found_at[t]);
-                let value = at.map_or(Val::Absent, |a| Val::Cell(a.cell));
-                index.insert(key, keys.len() as u32);
-                keys.push(KeyState { key, place, at, value, dirty: false });
-                keys.len() - 1
-            }
-        };
+        let head = index.entry(h).or_insert(NO_KEY);
+        let mut k = *head;
+        while k != NO_KEY && key_of(keys[k as usize].op as usize) != key {
+            k = keys[k as usize].next;
+        }
+        if k == NO_KEY {
+            let (place, at) = (places[t], found_at[t]);
+            let value = at.map_or(Val::Absent, |a| Val::Cell(a.cell));
+            keys.push(KeyState { op: i as u32, next: *head, place, at, value, dirty: false });
+            k = (keys.len() - 1) as u32;
+            *head = k;
+        }
+        let k = k as usize;
         let st = &mut keys[k];
         let present = st.value != Val::Absent;
         let kind = OpKind::from_code(sh.kinds[i]).expect("operation codes are checked before the batch");
@@ -436,8 +486,8 @@ fn plan(sh: &Shared<'_>, w: usize, group: &mut [ShardMut<'_>]) -> Plan {
     // Net changes, in first-seen order. Only free space is written here: cells not referenced
     // by any valid slot, slots whose valid bit is clear, overflow bits (which only lengthen
     // searches).
-    let mut p = Plan::default();
-    let mut claimed: FxHashMap<usize, u64> = FxHashMap::default();
+    p.clear();
+    claimed.clear();
     let mask = geo.slot_mask();
     let cell_line = |c: u32| sh.heap_offset + c as u64 * geo.cell_bytes as u64;
     let bucket_at = |gb: usize| sh.table_offset + (gb * BUCKET_BYTES) as u64;
@@ -475,7 +525,8 @@ fn plan(sh: &Shared<'_>, w: usize, group: &mut [ShardMut<'_>]) -> Plan {
                 write_cell(shard, cell, j);
                 let at = b * BUCKET_BYTES + geo.slot_offset(slot);
                 shard.buckets[at..at + 4].copy_from_slice(&cell.to_le_bytes());
-                for (dst, &w) in shard.buckets[at + 4..at + geo.slot_bytes].chunks_exact_mut(4).zip(st.key) {
+                let key = key_of(st.op as usize);
+                for (dst, &w) in shard.buckets[at + 4..at + geo.slot_bytes].chunks_exact_mut(4).zip(key) {
                     dst.copy_from_slice(&w.to_le_bytes());
                 }
                 shard.buckets[b * BUCKET_BYTES + 8 + slot] = st.place.tag;
@@ -531,7 +582,6 @@ fn plan(sh: &Shared<'_>, w: usize, group: &mut [ShardMut<'_>]) -> Plan {
             (None, _) | (Some(_), Val::Cell(_)) => {}
         }
     }
-    p
 }
 
 /// Phase 2 of one worker: every net change becomes visible with one aligned store.
@@ -652,6 +702,7 @@ impl CpuTable {
             geo,
             shards,
             workers: Workers::new(threads),
+            scratch: vec![],
             len: 0,
             recovery: Recovery { clean: true, ..Recovery::default() },
             poisoned: None,
@@ -679,6 +730,7 @@ impl CpuTable {
             pool,
             geo,
             workers: Workers::new(resolve_threads(threads)),
+            scratch: vec![],
             len: 0,
             recovery: Recovery { clean: header.clean_shutdown, ..Recovery::default() },
             poisoned: None,
@@ -781,47 +833,63 @@ impl CpuTable {
         };
 
         // Phase 1: plan, read, write the data out of place.
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.resize_with(workers.max(scratch.len()), Scratch::default);
         let groups = split(&mut self.pool, &mut self.shards, geo, self.table, self.heap, workers);
-        let plans = self.workers.run(groups, |w, mut group: Vec<ShardMut<'_>>| plan(&shared, w, &mut group));
-        let full: u64 = plans.iter().map(|p| p.full).sum();
-        let no_cell: u64 = plans.iter().map(|p| p.no_cell).sum();
+        let work: Vec<_> = groups.into_iter().zip(scratch.iter_mut()).collect();
+        self.workers.run(work, |w, (mut group, scratch)| plan(&shared, w, &mut group, scratch));
+        for (s, chunk) in scratch.iter_mut().zip(shared.chunks) {
+            s.partition = chunk.into_inner().expect("every worker partitions its chunk");
+        }
+        let result = self.finish(&scratch[..workers]);
+        self.scratch = scratch;
+        result.map(|()| (statuses, found))
+    }
+
+    /// Phases after planning: persist point 1, commit, persist point 2, then the replaced
+    /// and removed cells are freed. A batch that found a full probe window or no free cell is
+    /// rolled back instead.
+    fn finish(&mut self, scratch: &[Scratch]) -> Result<()> {
+        let full: u64 = scratch.iter().map(|s| s.plan.full).sum();
+        let no_cell: u64 = scratch.iter().map(|s| s.plan.no_cell).sum();
         if full > 0 || no_cell > 0 {
-            self.roll_back(&plans);
+            self.roll_back(scratch);
             return Err(if full > 0 {
                 Error::TableFull { failed: full, load: self.load(), early: false }
             } else {
                 Error::HeapFull { failed: no_cell }
             });
         }
-        if plans.iter().any(Plan::commits) {
-            if let Err(e) = self.persist(&plans, |p| &p.lines1) {
-                self.roll_back(&plans);
-                return Err(e);
-            }
-            // Phase 2: commit each key with one aligned store.
-            let geo = &self.geo;
-            let groups = split(&mut self.pool, &mut self.shards, geo, self.table, self.heap, workers);
-            let work: Vec<_> = groups.into_iter().zip(&plans).collect();
-            self.workers.run(work, |_, (mut group, plan)| commit(geo, &mut group, plan));
-            if let Err(e) = self.persist(&plans, |p| &p.lines2) {
-                let why = format!("persisting a batch's commit failed: {e}");
-                self.poisoned = Some(why);
-                return Err(e);
-            }
-            // Durable: the cells this batch replaced or removed are free now.
-            for p in &plans {
-                for &c in &p.freed {
-                    self.shards[c as usize / self.geo.cells].free.push(c);
-                }
-                self.len = self.len + p.inserted - p.deleted;
-            }
+        if !scratch.iter().any(|s| s.plan.commits()) {
+            return Ok(());
         }
-        Ok((statuses, found))
+        if let Err(e) = self.persist(scratch, |p| &p.lines1) {
+            self.roll_back(scratch);
+            return Err(e);
+        }
+        // Phase 2: commit each key with one aligned store. Workers without commits stay idle.
+        let geo = &self.geo;
+        let groups = split(&mut self.pool, &mut self.shards, geo, self.table, self.heap, scratch.len());
+        let work: Vec<_> = groups.into_iter().zip(scratch).filter(|(_, s)| s.plan.commits()).collect();
+        self.workers.run(work, |_, (mut group, s)| commit(geo, &mut group, &s.plan));
+        if let Err(e) = self.persist(scratch, |p| &p.lines2) {
+            let why = format!("persisting a batch's commit failed: {e}");
+            self.poisoned = Some(why);
+            return Err(e);
+        }
+        // Durable: the cells this batch replaced or removed are free now.
+        for p in scratch.iter().map(|s| &s.plan) {
+            for &c in &p.freed {
+                self.shards[c as usize / self.geo.cells].free.push(c);
+            }
+            self.len = self.len + p.inserted - p.deleted;
+        }
+        Ok(())
     }
 
     /// Returns the cells a failed batch took.
-    fn roll_back(&mut self, plans: &[Plan]) {
-        for p in plans {
+    fn roll_back(&mut self, scratch: &[Scratch]) {
+        for p in scratch.iter().map(|s| &s.plan) {
             for &c in &p.allocated {
                 self.shards[c as usize / self.geo.cells].free.push(c);
             }
@@ -830,9 +898,9 @@ impl CpuTable {
 
     /// One persist point for the lines `lines` selects (just a fence or nothing where the
     /// persist mode ignores lines).
-    fn persist(&self, plans: &[Plan], lines: impl Fn(&Plan) -> &Vec<u64>) -> Result<()> {
+    fn persist(&self, scratch: &[Scratch], lines: impl Fn(&Plan) -> &Vec<u64>) -> Result<()> {
         if matches!(self.pool.persist_mode(), PersistMode::FlushFence | PersistMode::Msync) {
-            let all: Vec<u64> = plans.iter().flat_map(|p| lines(p).iter().copied()).collect();
+            let all: Vec<u64> = scratch.iter().flat_map(|s| lines(&s.plan).iter().copied()).collect();
             self.pool.persist_lines(&all)?;
         } else {
             self.pool.persist_lines(&[])?;
@@ -871,6 +939,7 @@ impl CpuTable {
         let threads = resolve_threads(threads);
         if threads != self.workers.threads() {
             self.workers = Workers::new(threads);
+            self.scratch.truncate(threads);
         }
     }
 
