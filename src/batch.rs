@@ -1,8 +1,6 @@
 //! Batches of operations on host slices, their results, and the fold of a key's operations
 //! into one net operation for ordered execution.
 
-use rustc_hash::FxHashMap;
-
 use crate::error::{Error, Result};
 use crate::protocol::{OpKind, Status};
 
@@ -125,9 +123,14 @@ impl Batch {
         self.value_bytes
     }
 
+    /// Whether every operation is a read: the call changes nothing.
+    pub(crate) fn read_only(&self) -> bool {
+        self.kinds.iter().all(|&k| k == OpKind::Get)
+    }
+
     /// The batch in kernel form, into `e` (whose allocations are reused).
     pub fn encode(&self, e: &mut Encoded) {
-        self.encode_part(Part::Whole, e)
+        self.encode_part(Part::whole(self), e)
     }
 
     /// Operations `part` in kernel form, into `e` (whose allocations are reused).
@@ -135,63 +138,85 @@ impl Batch {
         let words = |bytes: &[u8], out: &mut Vec<u32>| {
             out.extend(bytes.chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())));
         };
-        let padded = self.value_bytes.div_ceil(4) * 4;
+        let (kb, vb) = (self.key_bytes, self.value_bytes);
+        let padded = vb.div_ceil(4) * 4;
         e.kinds.clear();
         e.keys.clear();
         e.values.clear();
-        let n = part.len(self);
-        let carries_values = (0..n).any(|j| part.get(self, j).kind.writes_value());
-        if matches!(part, Part::Whole) && (padded == self.value_bytes || !carries_values) {
-            e.kinds.extend(self.kinds.iter().map(|&k| k as u32));
-            words(&self.keys, &mut e.keys);
-            if carries_values {
-                words(&self.values, &mut e.values);
-            }
-            return;
-        }
-        let mut word_aligned = vec![0u8; padded];
-        for j in 0..n {
-            let p = part.get(self, j);
-            e.kinds.push(p.kind as u32);
-            words(self.op(p.key).1, &mut e.keys);
-            if carries_values {
-                // Operations that write no value get zero words.
-                word_aligned.fill(0);
-                if p.kind.writes_value() {
-                    word_aligned[..self.value_bytes].copy_from_slice(self.op(p.value).2);
+        // Below, bytes are copied into words as they are: the host is little-endian, as the
+        // device and the pool are.
+        match part {
+            Part::Ops { start, end } => {
+                e.kinds.extend(self.kinds[start..end].iter().map(|&k| k as u32));
+                words(&self.keys[start * kb..end * kb], &mut e.keys);
+                if self.kinds[start..end].iter().any(|k| k.writes_value()) {
+                    // Operations that write no value have zeros in `self.values`.
+                    let own = &self.values[start * vb..end * vb];
+                    if padded == vb {
+                        words(own, &mut e.values);
+                    } else {
+                        e.values.resize((end - start) * padded / 4, 0);
+                        let values: &mut [u8] = bytemuck::cast_slice_mut(&mut e.values);
+                        for (to, from) in values.chunks_exact_mut(padded).zip(own.chunks_exact(vb)) {
+                            to[..vb].copy_from_slice(from);
+                        }
+                    }
                 }
-                words(&word_aligned, &mut e.values);
+            }
+            Part::Planned(plan) => {
+                e.kinds.extend(plan.iter().map(|p| p.kind as u32));
+                e.keys.resize(plan.len() * kb / 4, 0);
+                let keys: &mut [u8] = bytemuck::cast_slice_mut(&mut e.keys);
+                for (to, p) in keys.chunks_exact_mut(kb).zip(plan) {
+                    to.copy_from_slice(&self.keys[p.key * kb..(p.key + 1) * kb]);
+                }
+                if plan.iter().any(|p| p.kind.writes_value()) {
+                    // Operations that write no value get zero words.
+                    e.values.resize(plan.len() * padded / 4, 0);
+                    let values: &mut [u8] = bytemuck::cast_slice_mut(&mut e.values);
+                    for (to, p) in values.chunks_exact_mut(padded).zip(plan) {
+                        if p.kind.writes_value() {
+                            to[..vb].copy_from_slice(&self.values[p.value * vb..(p.value + 1) * vb]);
+                        }
+                    }
+                }
             }
         }
     }
 
     /// The batch's operations grouped by key, in batch order.
     pub(crate) fn key_groups(&self) -> KeyGroups {
-        let mut ids: FxHashMap<&[u8], u32> = FxHashMap::default();
-        ids.reserve(self.len());
-        let group: Vec<u32> = (0..self.len())
-            .map(|i| {
-                let next = ids.len() as u32;
-                *ids.entry(self.op(i).1).or_insert(next)
-            })
+        let (n, kb) = (self.len(), self.key_bytes);
+        let mut groups = KeyGroups { single: vec![], repeated: vec![], ends: vec![], len: n };
+        // Each operation's key hash (its top half) over its index, sorted: the operations of a
+        // key are adjacent, in batch order.
+        let mut pairs: Vec<u64> = (0..u32::MAX)
+            .zip(self.keys.chunks_exact(kb))
+            .map(|(i, k)| key_hash(k) & !u64::from(u32::MAX) | u64::from(i))
             .collect();
-        let mut count = vec![0u32; ids.len()];
-        for &g in &group {
-            count[g as usize] += 1;
+        sort_by_high_halves(&mut pairs);
+        let same_hash = |a: &u64, b: &u64| (a ^ b) >> 32 == 0;
+        if !pairs.windows(2).any(|w| same_hash(&w[0], &w[1])) {
+            // Distinct hashes: distinct keys.
+            return groups;
         }
-        let mut slot = vec![u32::MAX; ids.len()];
-        let mut groups = KeyGroups { single: vec![], repeated: vec![] };
-        for (i, &g) in group.iter().enumerate() {
-            let g = g as usize;
-            if count[g] == 1 {
-                groups.single.push(i);
-                continue;
+        // A run of one hash holds one key's operations, or (rarely) several keys' whose hashes
+        // collide: a stable sort by key separates them.
+        let key = |i: &u32| &self.keys[*i as usize * kb..(*i as usize + 1) * kb];
+        let mut grouped = vec![false; n];
+        let mut run_ops = vec![];
+        for run in pairs.chunk_by(same_hash).filter(|run| run.len() > 1) {
+            run_ops.clear();
+            run_ops.extend(run.iter().map(|&p| p as u32));
+            run_ops.sort_by(|a, b| key(a).cmp(key(b)));
+            for ops in run_ops.chunk_by(|a, b| key(a) == key(b)).filter(|ops| ops.len() > 1) {
+                groups.repeated.extend_from_slice(ops);
+                groups.ends.push(groups.repeated.len() as u32);
+                ops.iter().for_each(|&i| grouped[i as usize] = true);
             }
-            if slot[g] == u32::MAX {
-                slot[g] = groups.repeated.len() as u32;
-                groups.repeated.push(Vec::with_capacity(count[g] as usize));
-            }
-            groups.repeated[slot[g] as usize].push(i);
+        }
+        if groups.repeats() {
+            groups.single = (0..u32::MAX).zip(&grouped).filter(|&(_, &g)| !g).map(|(i, _)| i).collect();
         }
         groups
     }
@@ -203,7 +228,7 @@ impl Batch {
     /// is `ops[0]`.
     pub(crate) fn fold_key(
         &self,
-        ops: &[usize],
+        ops: &[u32],
         before: Option<&[u8]>,
         result: &mut BatchResult,
     ) -> Option<Planned> {
@@ -215,7 +240,7 @@ impl Batch {
             Written(usize),
         }
         let mut value = if before.is_some() { Value::Before } else { Value::Absent };
-        for &i in ops {
+        for i in ops.iter().map(|&i| i as usize) {
             let current = match value {
                 Value::Before => before,
                 Value::Absent => None,
@@ -236,10 +261,11 @@ impl Batch {
             };
             result.set(i, status, found);
         }
-        let net = |kind, value| Planned { kind, key: ops[0], value, expect: Some(Status::Ok) };
+        let key = ops[0] as usize;
+        let net = |kind, value| Planned { kind, key, value, expect: Some(Status::Ok) };
         match (before, value) {
             (_, Value::Before) | (None, Value::Absent) => None,
-            (Some(_), Value::Absent) => Some(net(OpKind::Delete, ops[0])),
+            (Some(_), Value::Absent) => Some(net(OpKind::Delete, key)),
             (Some(old), Value::Written(w)) if old == self.op(w).2 => None,
             (Some(_), Value::Written(w)) => Some(net(OpKind::Update, w)),
             (None, Value::Written(w)) => Some(net(OpKind::Insert, w)),
@@ -247,14 +273,88 @@ impl Batch {
     }
 }
 
-/// A batch's operations by key: the keys no other operation has, and the others'.
+/// A batch's operations by key: those whose key no other operation has, and the others'.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct KeyGroups {
-    /// Operations whose key no other operation of the batch has, in batch order.
-    pub single: Vec<usize>,
-    /// The operations of each key that several operations have, in batch order (keys in the
-    /// order of their first operation).
-    pub repeated: Vec<Vec<usize>>,
+    /// Operations whose key no other operation has, in batch order; empty when no key repeats
+    /// (every operation is one then).
+    single: Vec<u32>,
+    /// The operations of each key that several operations have, key after key (in the order
+    /// of their hashes), each key's in batch order.
+    repeated: Vec<u32>,
+    /// Where each key's operations end in `repeated`.
+    ends: Vec<u32>,
+    /// Operations in the batch.
+    len: usize,
+}
+
+impl KeyGroups {
+    /// Whether some key has several operations.
+    pub(crate) fn repeats(&self) -> bool {
+        !self.ends.is_empty()
+    }
+
+    /// Operations whose key no other operation has, in batch order.
+    pub(crate) fn single(&self) -> impl Iterator<Item = usize> + '_ {
+        let all = if self.repeats() { 0..0 } else { 0..self.len };
+        self.single.iter().map(|&i| i as usize).chain(all)
+    }
+
+    /// The operations of each key that several operations have, in batch order.
+    pub(crate) fn repeated(&self) -> impl Iterator<Item = &[u32]> + '_ {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(start, &end)| &self.repeated[start as usize..end as usize])
+    }
+}
+
+/// Sorts `pairs`, whose low halves ascend, by their high halves, keeping the low halves'
+/// order: as sorting them whole, by least-significant-digit radix sort (three 11-bit digits).
+fn sort_by_high_halves(pairs: &mut Vec<u64>) {
+    const DIGIT: u32 = 11;
+    if pairs.len() < 1 << DIGIT {
+        // Fewer pairs than a digit's counters: comparisons cost less.
+        pairs.sort_unstable();
+        return;
+    }
+    let digit = |p: u64, d: usize| (p >> (32 + DIGIT as usize * d)) as usize & ((1 << DIGIT) - 1);
+    let mut counts = vec![[0usize; 1 << DIGIT]; 3];
+    for &p in pairs.iter() {
+        for (d, count) in counts.iter_mut().enumerate() {
+            count[digit(p, d)] += 1;
+        }
+    }
+    let mut sorted = vec![0; pairs.len()];
+    for (d, count) in counts.iter_mut().enumerate() {
+        // Where each digit's pairs start.
+        let mut at = 0;
+        for c in count.iter_mut() {
+            (at, *c) = (at + *c, at);
+        }
+        for &p in pairs.iter() {
+            let slot = &mut count[digit(p, d)];
+            sorted[*slot] = p;
+            *slot += 1;
+        }
+        std::mem::swap(pairs, &mut sorted);
+    }
+}
+
+/// A hash of a key that every bit of it moves, from its 8-byte words (the last one
+/// zero-padded).
+fn key_hash(key: &[u8]) -> u64 {
+    // A folded multiply (the high and low halves of a 128-bit product) per word.
+    let mix = |h: u64, word: u64| {
+        let product = u128::from(h ^ word) * 0x9E37_79B9_7F4A_7C15;
+        (product as u64) ^ (product >> 64) as u64
+    };
+    let mut words = key.chunks_exact(8);
+    let mut h = words.by_ref().fold(0, |h, w| mix(h, u64::from_le_bytes(w.try_into().unwrap())));
+    if !words.remainder().is_empty() {
+        let mut last = [0; 8];
+        last[..words.remainder().len()].copy_from_slice(words.remainder());
+        h = mix(h, u64::from_le_bytes(last));
+    }
+    h
 }
 
 /// One operation of an engine batch that runs (a part of) a call.
@@ -281,26 +381,23 @@ impl Planned {
 /// The operations of one engine batch.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Part<'a> {
-    /// The whole batch, as it is.
-    Whole,
+    /// Operations `start..end` of the batch, as they are.
+    Ops { start: usize, end: usize },
     /// These.
     Planned(&'a [Planned]),
 }
 
 impl Part<'_> {
-    /// Operations in the part.
-    pub(crate) fn len(&self, batch: &Batch) -> usize {
-        match self {
-            Part::Whole => batch.len(),
-            Part::Planned(p) => p.len(),
-        }
+    /// Every operation of `batch`, as it is.
+    pub(crate) fn whole(batch: &Batch) -> Self {
+        Part::Ops { start: 0, end: batch.len() }
     }
 
-    /// Its `j`-th operation.
-    fn get(&self, batch: &Batch, j: usize) -> Planned {
+    /// Operations in the part.
+    pub(crate) fn len(&self) -> usize {
         match self {
-            Part::Whole => Planned::own(batch, j),
-            Part::Planned(p) => p[j],
+            Part::Ops { start, end } => end - start,
+            Part::Planned(p) => p.len(),
         }
     }
 }
@@ -370,7 +467,7 @@ impl BatchResult {
         statuses: &[u32],
         values: &[u32],
     ) -> Result<()> {
-        let n = part.len(batch);
+        let n = part.len();
         let vb = self.value_bytes;
         let padded = vb.div_ceil(4) * 4;
         let bytes: &[u8] = bytemuck::cast_slice(values);
@@ -381,31 +478,52 @@ impl BatchResult {
                 bytes.len()
             )));
         }
-        let bulk = !bytes.is_empty() && padded == vb && matches!(part, Part::Whole);
-        if bulk {
-            // Values of operations that are not successful reads are never handed out.
-            self.values.copy_from_slice(bytes);
-        }
-        for (j, &code) in statuses.iter().enumerate() {
-            let p = part.get(batch, j);
-            let status = Status::from_code(code)
-                .ok_or_else(|| Error::Inconsistent(format!("status code {code} for a {:?}", p.kind)))?;
-            if let Some(want) = p.expect {
-                if status != want {
-                    return Err(Error::Inconsistent(format!(
-                        "a {:?} that the call's reads say must give {want:?} gave {status:?}",
-                        p.kind
-                    )));
+        let decode = |code: u32, kind: OpKind| {
+            Status::from_code(code)
+                .ok_or_else(|| Error::Inconsistent(format!("status code {code} for a {kind:?}")))
+        };
+        // The value operation `j` read, if it is a read that found its key.
+        let found = |j: usize, kind: OpKind, status: Status| match (kind, status) {
+            (OpKind::Get, Status::Ok) if bytes.is_empty() => {
+                Err(Error::Inconsistent("a read found its key but no value came back".into()))
+            }
+            (OpKind::Get, Status::Ok) => Ok(Some(&bytes[j * padded..j * padded + vb])),
+            _ => Ok(None),
+        };
+        match part {
+            Part::Ops { start, end } => {
+                let bulk = !bytes.is_empty() && padded == vb;
+                if bulk {
+                    // Values of operations that are not successful reads are never handed out.
+                    self.values[start * vb..end * vb].copy_from_slice(bytes);
                 }
-                continue;
+                let own = self.statuses[start..end].iter_mut().zip(&mut self.reads[start..end]);
+                for (j, ((&code, &kind), (status, read))) in
+                    statuses.iter().zip(&batch.kinds[start..end]).zip(own).enumerate()
+                {
+                    *status = decode(code, kind)?;
+                    let value = found(j, kind, *status)?;
+                    *read = value.is_some();
+                    if let Some(v) = value.filter(|_| !bulk) {
+                        self.values[(start + j) * vb..(start + j + 1) * vb].copy_from_slice(v);
+                    }
+                }
             }
-            let read = status == Status::Ok && p.kind == OpKind::Get;
-            if read && bytes.is_empty() {
-                return Err(Error::Inconsistent("a read found its key but no value came back".into()));
+            Part::Planned(plan) => {
+                for (j, (&code, p)) in statuses.iter().zip(plan).enumerate() {
+                    let status = decode(code, p.kind)?;
+                    match p.expect {
+                        Some(want) if status != want => {
+                            return Err(Error::Inconsistent(format!(
+                                "a {:?} that the call's reads say must give {want:?} gave {status:?}",
+                                p.kind
+                            )));
+                        }
+                        Some(_) => {}
+                        None => self.set(p.key, status, found(j, p.kind, status)?),
+                    }
+                }
             }
-            let value = (read && !bulk).then(|| &bytes[j * padded..j * padded + vb]);
-            self.set(p.key, status, value);
-            self.reads[p.key] = read;
         }
         Ok(())
     }
@@ -454,16 +572,60 @@ mod tests {
         assert_eq!(values.to_string(), "8 bytes of values for 2 key(s): 2 value(s) of 8 bytes are 16 bytes");
     }
 
+    /// Asserts that `b.key_groups()` holds each key that several operations of `b` have, with
+    /// its operations in batch order, and the others' operations in batch order.
+    fn assert_grouped_by_key(b: &Batch) {
+        let mut by_key: std::collections::HashMap<&[u8], Vec<u32>> = Default::default();
+        for i in 0..b.len() {
+            by_key.entry(b.op(i).1).or_default().push(i as u32);
+        }
+        let mut want: Vec<Vec<u32>> = by_key.into_values().filter(|ops| ops.len() > 1).collect();
+        want.sort();
+        let mut want_single: Vec<usize> =
+            (0..b.len()).filter(|&i| !want.iter().any(|ops| ops.contains(&(i as u32)))).collect();
+        want_single.sort();
+        let groups = b.key_groups();
+        assert_eq!(groups.repeats(), !want.is_empty());
+        assert_eq!(groups.single().collect::<Vec<_>>(), want_single);
+        let mut got: Vec<Vec<u32>> = groups.repeated().map(<[u32]>::to_vec).collect();
+        got.sort();
+        assert_eq!(got, want);
+    }
+
     #[test]
     fn key_groups_separate_repeated_keys_in_order() {
-        let mut b = Batch::new(4, 4);
-        for k in [1u32, 2, 1, 1, 3, 2, 4] {
-            b.upsert(&k.to_le_bytes(), &[0; 4]).unwrap();
+        let batch = |keys: &[u64]| {
+            let mut b = Batch::new(8, 4);
+            for k in keys {
+                b.upsert(&k.to_le_bytes(), &[0; 4]).unwrap();
+            }
+            b
+        };
+        let b = batch(&[1, 2, 1, 1, 3, 2, 4]);
+        let groups = b.key_groups();
+        assert_eq!(groups.single().collect::<Vec<_>>(), [4, 6]);
+        assert_eq!(groups.repeated().count(), 2);
+        assert_grouped_by_key(&b);
+        // Without repeats, every operation is single.
+        assert_grouped_by_key(&batch(&[5, 1, 9]));
+        assert_grouped_by_key(&batch(&[]));
+        // Batches sorted by comparisons and by radix, with and without repeats.
+        for (n, keys) in [(1000, 300), (5000, 2000), (5000, u64::MAX), (100_000, 60_000)] {
+            let mut k = 12345u64;
+            let mut next = || {
+                k = k.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                (k >> 11) % keys
+            };
+            assert_grouped_by_key(&batch(&(0..n).map(|_| next()).collect::<Vec<_>>()));
         }
-        assert_eq!(
-            b.key_groups(),
-            KeyGroups { single: vec![4, 6], repeated: vec![vec![0, 2, 3], vec![1, 5]] }
-        );
+        // Keys whose hashes share their top halves, the part that is sorted.
+        let scattered = (0..1u64 << 18).map(|k| k.wrapping_mul(0xD6E8_FEB8_6659_FD93).rotate_left(29));
+        let mut hashes: Vec<(u64, u64)> = scattered.map(|k| (key_hash(&k.to_le_bytes()) >> 32, k)).collect();
+        hashes.sort_unstable();
+        let (a, c) = hashes.windows(2).find(|w| w[0].0 == w[1].0).map(|w| (w[0].1, w[1].1)).unwrap();
+        for keys in [[a, c, a, 5, c], [a, c, a, 5, 6], [a, c, 7, 5, 6]] {
+            assert_grouped_by_key(&batch(&keys));
+        }
     }
 
     /// Every sequence of up to four operations on one key, from either state: the results and
@@ -502,7 +664,7 @@ mod tests {
                         });
                     }
                     let mut result = BatchResult::new(b.len(), 4);
-                    let ops: Vec<usize> = (0..b.len()).collect();
+                    let ops: Vec<u32> = (0..b.len() as u32).collect();
                     let net = b.fold_key(&ops, before.as_ref().map(|v| &v[..]), &mut result);
                     let got: Vec<_> = (0..b.len())
                         .map(|i| (result.statuses[i], result.value(i).map(<[u8]>::to_vec)))
@@ -536,7 +698,7 @@ mod tests {
         assert_eq!(e.kinds, vec![OpKind::Insert as u32, OpKind::Get as u32]);
         assert_eq!(e.keys, vec![7, 9]);
         assert_eq!(e.values, vec![0x0003_0201, 0]);
-        b.encode_part(Part::Planned(&[Planned::own(&b, 1)]), &mut e);
+        b.encode_part(Part::Ops { start: 1, end: 2 }, &mut e);
         assert_eq!(e.keys, vec![9]);
         assert!(e.values.is_empty(), "reads carry no values");
         // A net change takes its key from one operation and its value from another; a delete

@@ -115,7 +115,8 @@ pub enum Error {
         failed: u64,
     },
     /// A batch with more operations than the engine's buffers can hold on this device (calls
-    /// of the host API are split to fit; device batches are not). Nothing was applied.
+    /// of the host API are split to fit; device batches are not), or a host call that must be
+    /// folded with more than 2^32 - 1. Nothing was applied.
     #[error("batch of {len} operations: the engine takes at most {max} at once; nothing was applied")]
     BatchTooLarge {
         /// Operations in the batch.

@@ -625,9 +625,10 @@ impl GpHash {
     /// A key that several operations share is read first (one read-only engine batch for all
     /// of them); its operations are applied on the host from that state, which gives their
     /// results, and the engine applies only their net effect (an insert, an update, a delete,
-    /// or nothing), in one engine batch with the other operations. A batch larger than the
-    /// engine takes runs as several engine batches, each key in one of them; a call of
-    /// another thread runs before or after the whole call, never between them.
+    /// or nothing), in one engine batch with the other operations. A batch that only reads runs
+    /// as [`GpHash::execute`] runs it (every read of a key sees the same value). A batch larger
+    /// than the engine takes runs as several engine batches, each key in one of them; a call
+    /// of another thread runs before or after the whole call, never between them.
     ///
     /// On an error nothing of the batch has taken effect: an engine batch that fails is
     /// rolled back, and those before it are undone. A crash (or an error that poisons the
@@ -827,21 +828,28 @@ impl State {
     }
 
     /// A call: one engine batch when it fits and, if `ordered`, repeats no key; folded
-    /// otherwise (batch order is one of the orders an unordered call allows).
+    /// otherwise (batch order is one of the orders an unordered call allows). A call that
+    /// only reads is never folded: every read of a key sees the same value, and the engine
+    /// batches of a split one change nothing that could need undoing.
     fn call(&mut self, batch: &Batch, ordered: bool) -> Result<BatchResult> {
         self.usable()?;
         self.check_widths(batch)?;
-        let mut result = BatchResult::new(batch.len(), batch.value_bytes());
         let split = batch.len() > self.max_batch()?;
-        let t = Instant::now();
-        let groups = (ordered || split).then(|| batch.key_groups());
-        self.host(t, |p| &mut p.fold);
-        match groups {
-            Some(groups) if split || !groups.repeated.is_empty() => {
-                self.folded(batch, &groups, split, &mut result)?
-            }
-            _ => self.run(batch, Part::Whole, &mut result)?,
+        if batch.read_only() || !(ordered || split) {
+            return self.run_as_is(batch);
         }
+        if u32::try_from(batch.len()).is_err() {
+            // Folding numbers the operations in 32 bits.
+            return Err(Error::BatchTooLarge { len: batch.len() as u64, max: u32::MAX.into() });
+        }
+        let t = Instant::now();
+        let groups = batch.key_groups();
+        self.host(t, |p| &mut p.fold);
+        if !(split || groups.repeats()) {
+            return self.run_as_is(batch);
+        }
+        let mut result = BatchResult::new(batch.len(), batch.value_bytes());
+        self.folded(batch, &groups, split, &mut result)?;
         Ok(result)
     }
 
@@ -861,13 +869,13 @@ impl State {
         split: bool,
         result: &mut BatchResult,
     ) -> Result<()> {
-        let firsts = groups.repeated.iter().map(|ops| ops[0]);
-        let changes = |&&i: &&usize| split && batch.op(i).0 != OpKind::Get;
-        let before = self.read_states(batch, firsts.chain(groups.single.iter().filter(changes).copied()))?;
+        let firsts = groups.repeated().map(|ops| ops[0] as usize);
+        let changes = |&i: &usize| split && batch.op(i).0 != OpKind::Get;
+        let before = self.read_states(batch, firsts.chain(groups.single().filter(changes)))?;
         let t = Instant::now();
-        let mut plan: Vec<Planned> = groups.single.iter().map(|&i| Planned::own(batch, i)).collect();
-        for ops in &groups.repeated {
-            plan.extend(batch.fold_key(ops, before.of(ops[0]), result));
+        let mut plan: Vec<Planned> = groups.single().map(|i| Planned::own(batch, i)).collect();
+        for ops in groups.repeated() {
+            plan.extend(batch.fold_key(ops, before.of(ops[0] as usize), result));
         }
         self.host(t, |p| &mut p.fold);
         let Err((applied, e)) = self.run_parts(batch, &plan, result) else {
@@ -894,7 +902,7 @@ impl State {
             keys.extend_from_slice(batch.op(i).1);
         }
         let reads = Batch::of_kind(OpKind::Get, batch.key_bytes(), batch.value_bytes(), &keys, None)?;
-        let values = self.run_distinct(&reads)?;
+        let values = self.run_as_is(&reads)?;
         // A value that fails its checksum is neither absent nor known: no result can be
         // computed from it, and an undo could not restore it.
         let corrupt = values.statuses.iter().filter(|&&s| s == Status::Corrupt).count();
@@ -904,15 +912,15 @@ impl State {
         Ok(States { read_of, values })
     }
 
-    /// Runs a batch whose keys are distinct, as engine batches of at most `max_batch`
-    /// operations, each acknowledged on its own.
-    fn run_distinct(&mut self, batch: &Batch) -> Result<BatchResult> {
+    /// Runs a batch as it is, as engine batches of at most `max_batch` operations in batch
+    /// order, each acknowledged on its own: one engine batch when it fits, or a batch whose
+    /// keys are distinct, or one that only reads.
+    fn run_as_is(&mut self, batch: &Batch) -> Result<BatchResult> {
         let mut result = BatchResult::new(batch.len(), batch.value_bytes());
-        if batch.len() <= self.max_batch()? {
-            self.run(batch, Part::Whole, &mut result)?;
-        } else {
-            let plan: Vec<Planned> = (0..batch.len()).map(|i| Planned::own(batch, i)).collect();
-            self.run_parts(batch, &plan, &mut result).map_err(|(_, e)| e)?;
+        let max = self.max_batch()?;
+        for start in (0..batch.len()).step_by(max) {
+            let end = (start + max).min(batch.len());
+            self.run(batch, Part::Ops { start, end }, &mut result)?;
         }
         Ok(result)
     }
@@ -958,7 +966,7 @@ impl State {
             }
         }
         for b in [deletes, restores] {
-            let done = self.run_distinct(&b)?;
+            let done = self.run_as_is(&b)?;
             if let Some(i) = done.statuses.iter().position(|&s| s != Status::Ok) {
                 let why = format!("undoing with a {:?} gave {:?}", b.op(i).0, done.statuses[i]);
                 return Err(Error::Inconsistent(why));
@@ -984,7 +992,7 @@ impl State {
     /// the engine or of a persist poisons the index: it must be reopened, which recovers.
     fn run(&mut self, batch: &Batch, part: Part, result: &mut BatchResult) -> Result<()> {
         self.usable()?;
-        let n = part.len(batch);
+        let n = part.len();
         if n == 0 {
             return Ok(());
         }

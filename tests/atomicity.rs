@@ -221,3 +221,53 @@ fn ordered_batches_take_two_engine_batches() {
         }
     }
 }
+
+/// A call that only reads is never folded: repeated reads of a key, ordered or not, take one
+/// engine batch (or, in a call larger than the engine takes, one per `max_batch` operations)
+/// and give the results of one-by-one application.
+#[test]
+fn read_only_calls_take_one_engine_batch() {
+    let mut rng = StdRng::seed_from_u64(common::seed("read_only_calls_take_one_engine_batch"));
+    let dir = common::pool_dir();
+    for (name, options) in executors() {
+        let cfg = Config { capacity: 3000, value_bytes: 8, seed: rng.random(), ..Default::default() };
+        let t = common::table(&dir, name, &cfg, &options);
+        let mut oracle = Oracle::default();
+        let mut load = t.batch();
+        for k in 0..200 {
+            load.insert(&common::key(k, 8), &common::value(&mut rng, 8)).unwrap();
+        }
+        oracle.run(&load);
+        t.execute(&load).unwrap();
+        let max = t.stats().max_batch;
+        // Fits one engine batch; more than the engine takes where it takes few.
+        for n in [300, (2 * max + 7).min(3000)] {
+            // Present and absent keys, each read several times.
+            let mut batch = t.batch();
+            for _ in 0..n {
+                batch.get(&common::key(rng.random_range(0..300), 8)).unwrap();
+            }
+            let want = oracle.run(&batch);
+            let keys: Vec<u8> = (0..n).flat_map(|i| batch.op(i).1.to_vec()).collect();
+            let calls: [(&str, &dyn Fn() -> gphash::Result<gphash::BatchResult>); 3] = [
+                ("execute_ordered", &|| t.execute_ordered(&batch)),
+                ("execute", &|| t.execute(&batch)),
+                ("get", &|| t.get(&keys)),
+            ];
+            for (call, run) in calls {
+                let before = t.stats().activity.batches;
+                let got = run().unwrap();
+                let what = format!("{name}, {call} of {n} reads");
+                assert_eq!(t.stats().activity.batches - before, n.div_ceil(max) as u64, "{what}");
+                for (i, (status, value)) in want.iter().enumerate() {
+                    assert_eq!(
+                        (got.statuses[i], got.value(i)),
+                        (*status, value.as_deref()),
+                        "{what}: op {i}"
+                    );
+                }
+            }
+        }
+        assert_same_content(t.entries(), &oracle.map, name);
+    }
+}
