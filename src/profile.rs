@@ -14,7 +14,8 @@ pub struct Profile {
     /// Encoding operations into the engine's input words.
     pub encode: Duration,
     /// Ordering: grouping a batch's operations by key and folding each repeated key's
-    /// operations into their net effect (`execute_ordered`, or a batch split into several).
+    /// operations into their net effect (`execute_ordered`, or a batch split into several;
+    /// never a batch that only reads).
     pub fold: Duration,
     /// Queue writes of the input, the parameters and the control block.
     pub writes: Duration,
