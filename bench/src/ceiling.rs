@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use gphash::Gpu;
 use gphash::{Error, Result};
 use gphash_gpu::hostmem::{self, ImportGuard};
-use gphash_gpu::resources::{dispatch, map_read, release_imports, scoped};
+use gphash_gpu::resources::{dispatch, map_read, release_imports, scoped, single_pipeline};
 use gphash_gpu::shader::{self, Files, SHARED};
 
 /// Where the measured buffer lives.
@@ -387,22 +387,7 @@ fn round_trip_source() -> String {
 /// `Err` if the words read back are not the input plus one.
 pub fn round_trips(gpu: &Gpu, items: &[u64], reps: usize) -> Result<Vec<RoundTrip>> {
     let dev = &gpu.device;
-    let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
-    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("round trip"),
-        source: wgpu::ShaderSource::Wgsl(round_trip_source().into()),
-    });
-    let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("round trip"),
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
-    if let Some(e) = pollster::block_on(scope.pop()) {
-        return Err(Error::Shader(format!("round trip kernel: {e}")));
-    }
+    let pipeline = single_pipeline(dev, "round trip kernel", round_trip_source())?;
     items.iter().map(|&n| round_trip(gpu, &pipeline, n.max(1), reps.max(1))).collect()
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::context::Gpu;
 use crate::error::{Error, Result};
-use crate::resources::download_words;
+use crate::resources::{download_words, single_pipeline};
 use crate::shader::WORKGROUP;
 
 impl Gpu {
@@ -33,22 +33,8 @@ fn main(@builtin(local_invocation_index) i: u32, @builtin(subgroup_size) size: u
     out[2u * i + 1u] = countOneBits(b.x) + countOneBits(b.y) + countOneBits(b.z) + countOneBits(b.w);
 }";
         let dev = &self.device;
-        let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("subgroup width probe"),
-            source: wgpu::ShaderSource::Wgsl(PROBE.replace("WG", &WORKGROUP.to_string()).into()),
-        });
-        let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("subgroup width probe"),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(Error::Shader(format!("subgroup width probe: {e}")));
-        }
+        let wgsl = PROBE.replace("WG", &WORKGROUP.to_string());
+        let pipeline = single_pipeline(dev, "subgroup width probe", wgsl)?;
         let out = dev.create_buffer(&wgpu::BufferDescriptor {
             label: Some("subgroup width probe"),
             size: WORKGROUP as u64 * 8,

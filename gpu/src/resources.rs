@@ -183,6 +183,28 @@ impl<K: KernelEntry> Pipelines<K> {
     }
 }
 
+/// Compiles one WGSL kernel (entry point `main`) with the bind group layout wgpu derives from
+/// it; a validation error names `label`.
+pub fn single_pipeline(dev: &wgpu::Device, label: &str, wgsl: String) -> Result<wgpu::ComputePipeline> {
+    let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some(label),
+        source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+    });
+    let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(label),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    match pollster::block_on(scope.pop()) {
+        Some(e) => Err(Error::Shader(format!("{label}: {e}"))),
+        None => Ok(pipeline),
+    }
+}
+
 /// Compiles `kernels`, `source` giving each one's WGSL; a validation error names the kernel.
 pub fn build_pipelines<K: KernelEntry>(
     gpu: &Gpu,
