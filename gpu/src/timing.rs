@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::context::Gpu;
 use crate::error::Result;
-use crate::resources::scoped;
+use crate::error::scoped;
 
 /// Bytes of one resolved timestamp.
 const TIMESTAMP_BYTES: u64 = 8;
