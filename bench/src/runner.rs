@@ -143,6 +143,9 @@ pub struct Suite {
     pub cpu_threads: usize,
     /// The bucket cache of `gphash-zc`.
     pub cache: CacheOptions,
+    /// Runs of each workload at each batch size (the table restored in between, untimed); the
+    /// record is the median run, with the slowest and fastest rates. The load runs once.
+    pub reps: usize,
 }
 
 /// One measured (system, workload, key width, batch size).
@@ -160,9 +163,15 @@ pub struct Record {
     pub batch: usize,
     /// Operations (YCSB transactions: a read-modify-write counts once).
     pub operations: u64,
-    /// Operations per second.
+    /// Operations per second: the median of the runs.
     pub ops_per_s: f64,
-    /// Median batch latency, milliseconds.
+    /// The slowest run's operations per second.
+    pub ops_per_s_min: f64,
+    /// The fastest run's operations per second.
+    pub ops_per_s_max: f64,
+    /// Runs measured.
+    pub reps: usize,
+    /// Median batch latency of the median run, milliseconds.
     pub p50_ms: f64,
     /// 99th-percentile batch latency, milliseconds.
     pub p99_ms: f64,
@@ -186,12 +195,13 @@ impl Record {
     /// The heading of the stdout table, aligned with [`Record::line`].
     pub fn heading() -> String {
         format!(
-            "{:<16} {:<8} {:>4} {:>8} {:>17}  {:>16}  {:>16}  {:>12} {:>12}  {}",
+            "{:<16} {:<8} {:>4} {:>8} {:>17} {:>20}  {:>16}  {:>16}  {:>12} {:>12}  {}",
             "# system",
             "workload",
             "key",
             "batch",
             "throughput",
+            "min..max (runs)",
             "median latency",
             "p99 latency",
             "requests",
@@ -213,12 +223,13 @@ impl Record {
             String::new()
         };
         format!(
-            "{:<16} {:<8} {:>3}B {:>8} {:>10.3} Mops/s  p50 {:>9.3} ms  p99 {:>9.3} ms  {:>5.2} req/op {:>7.0} B/op  {ceiling}{unexpected}",
+            "{:<16} {:<8} {:>3}B {:>8} {:>10.3} Mops/s {:>20}  p50 {:>9.3} ms  p99 {:>9.3} ms  {:>5.2} req/op {:>7.0} B/op  {ceiling}{unexpected}",
             self.system,
             self.workload,
             self.key_bytes,
             self.batch,
             self.ops_per_s / 1e6,
+            format!("{:.3}..{:.3} ({})", self.ops_per_s_min / 1e6, self.ops_per_s_max / 1e6, self.reps),
             self.p50_ms,
             self.p99_ms,
             self.requests_per_op,
@@ -395,8 +406,12 @@ pub fn run(
             let (mut system, pool) =
                 create(kind, gpu, dir.path(), key_bytes, vb, capacity, cpu_threads, suite.cache)?;
             let kb = key_bytes as usize;
-            let mut report = |workload: &str, batch: usize, m: &Measured, setting: &str| {
-                let r = summarize(kind, setting, workload, key_bytes, vb, batch, m, ceilings);
+            let mut report_runs = |workload: &str, batch: usize, runs: &[Measured], setting: &str| {
+                let mut rs: Vec<Record> = runs
+                    .iter()
+                    .map(|m| summarize(kind, setting, workload, key_bytes, vb, batch, m, ceilings))
+                    .collect();
+                let r = median_run(&mut rs);
                 record(&r);
                 out.push(r);
             };
@@ -405,7 +420,7 @@ pub fn run(
             let loaded = batches(&mut load, suite.load_batch, &mut none);
             let to_batch = |ops: &[Op]| batch_of(ops, kb, vb as usize, suite.seed);
             let m = measure(&mut *system, gpu, loaded, &to_batch, Status::Ok, false, progress)?;
-            report("load", suite.load_batch, &m, &system.setting());
+            report_runs("load", suite.load_batch, &[m], &system.setting());
             for &workload in suite.workloads.iter().filter(|w| **w != Workload::Load) {
                 // The same operations at every batch size; updates write values of their own.
                 let seed = suite.seed ^ crate::ycsb::fnv64(workload as u64 + 1);
@@ -413,18 +428,23 @@ pub fn run(
                 let negative = workload == Workload::NegativeSearch;
                 let expect = if negative { Status::NotFound } else { Status::Ok };
                 for &batch in &suite.batches {
-                    let ops = ops_of(suite, workload);
-                    let mut g = Generator::new(workload, suite.distribution, records, ops, seed)?;
-                    let mut deleted = vec![];
-                    let run = batches(&mut g, batch, &mut deleted);
-                    let m = measure(&mut *system, gpu, run, &to_batch, expect, negative, progress)?;
-                    report(&workload.to_string(), batch, &m, &system.setting());
-                    // Untimed: deleted keys come back and inserted ones go, so every run finds
-                    // the table as loaded.
-                    let mut undo: Vec<Op> =
-                        deleted.iter().map(|o| Op { kind: OpKind::Insert, id: o.id }).collect();
-                    undo.extend((records..records + g.inserted()).map(|id| Op { kind: OpKind::Delete, id }));
-                    restore(&mut *system, gpu, &undo, suite.load_batch, kb, vb as usize, suite.seed)?;
+                    let mut runs = vec![];
+                    for _ in 0..suite.reps.max(1) {
+                        let ops = ops_of(suite, workload);
+                        let mut g = Generator::new(workload, suite.distribution, records, ops, seed)?;
+                        let mut deleted = vec![];
+                        let run = batches(&mut g, batch, &mut deleted);
+                        runs.push(measure(&mut *system, gpu, run, &to_batch, expect, negative, progress)?);
+                        // Untimed: deleted keys come back and inserted ones go, so every run
+                        // finds the table as loaded.
+                        let mut undo: Vec<Op> =
+                            deleted.iter().map(|o| Op { kind: OpKind::Insert, id: o.id }).collect();
+                        undo.extend(
+                            (records..records + g.inserted()).map(|id| Op { kind: OpKind::Delete, id }),
+                        );
+                        restore(&mut *system, gpu, &undo, suite.load_batch, kb, vb as usize, suite.seed)?;
+                    }
+                    report_runs(&workload.to_string(), batch, &runs, &system.setting());
                 }
             }
             drop(system);
@@ -539,6 +559,9 @@ fn summarize(
         batch,
         operations: m.transactions,
         ops_per_s,
+        ops_per_s_min: ops_per_s,
+        ops_per_s_max: ops_per_s,
+        reps: 1,
         p50_ms: quantile_ms(&m.latencies, 0.5),
         p99_ms: quantile_ms(&m.latencies, 0.99),
         requests_per_op,
@@ -548,6 +571,18 @@ fn summarize(
         unexpected: m.unexpected,
         setting: setting.into(),
     }
+}
+
+/// The record of the median run of `runs` (by rate; the lower middle of an even count), with
+/// the slowest and fastest rates and every run's unexpected statuses.
+fn median_run(runs: &mut [Record]) -> Record {
+    runs.sort_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s));
+    let mut r = runs[(runs.len() - 1) / 2].clone();
+    r.ops_per_s_min = runs[0].ops_per_s;
+    r.ops_per_s_max = runs[runs.len() - 1].ops_per_s;
+    r.reps = runs.len();
+    r.unexpected = runs.iter().map(|x| x.unexpected).sum();
+    r
 }
 
 /// Writes the records as JSON and CSV files in `dir`, the JSON with the ceilings and round
@@ -603,11 +638,11 @@ pub fn write_files(
     std::fs::write(&path, serde_json::to_string_pretty(&json).expect("records serialize"))
         .map_err(io(format!("writing {}", path.display())))?;
     let mut csv = String::from(
-        "system,workload,key_bytes,value_bytes,batch,operations,ops_per_s,p50_ms,p99_ms,requests_per_op,bytes_per_op,ceiling_ops_per_s,ceiling_pct,unexpected\n",
+        "system,workload,key_bytes,value_bytes,batch,operations,ops_per_s,ops_per_s_min,ops_per_s_max,reps,p50_ms,p99_ms,requests_per_op,bytes_per_op,ceiling_ops_per_s,ceiling_pct,unexpected\n",
     );
     for r in records {
         csv += &format!(
-            "{},{},{},{},{},{},{:.1},{:.4},{:.4},{:.3},{:.1},{:.1},{:.2},{}\n",
+            "{},{},{},{},{},{},{:.1},{:.1},{:.1},{},{:.4},{:.4},{:.3},{:.1},{:.1},{:.2},{}\n",
             r.system,
             r.workload,
             r.key_bytes,
@@ -615,6 +650,9 @@ pub fn write_files(
             r.batch,
             r.operations,
             r.ops_per_s,
+            r.ops_per_s_min,
+            r.ops_per_s_max,
+            r.reps,
             r.p50_ms,
             r.p99_ms,
             r.requests_per_op,

@@ -181,6 +181,10 @@ pub(crate) struct SuiteArgs {
     /// round trips).
     #[arg(long, default_value_t = 1024)]
     ceiling_mib: u64,
+    /// Runs of each workload at each batch size (the table restored between them): the median
+    /// run is reported, with the slowest and fastest. The load runs once.
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
     /// Directory for results.json, results.csv and the plots.
     #[arg(long, default_value = "bench-results")]
     out: PathBuf,
@@ -490,6 +494,7 @@ fn suite(a: &SuiteArgs, options: &Options) -> gphash::Result<()> {
         pool_dir: a.dir.pool_dir.clone(),
         cpu_threads: threads(a.cpu_threads),
         cache: options.gpu.cache,
+        reps: a.reps,
     };
     println!("# {} ({}), {} host threads", gpu.info.name, gpu.info.driver, suite.cpu_threads);
     let ceilings = match a.ceiling_mib {

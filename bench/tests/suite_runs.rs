@@ -1,0 +1,49 @@
+//! The suite's runner end to end on a small table: every workload run `reps` times is reported
+//! as its median run with the slowest and fastest rates; no system answers wrongly. Without a
+//! Vulkan device the test fails under `CI=true`.
+
+use gphash::{CacheOptions, Gpu};
+use gphash_bench::runner::{self, Suite, SystemKind};
+use gphash_bench::ycsb::Workload;
+
+#[test]
+fn repeated_runs_report_the_median_with_min_and_max() {
+    let gpu = match Gpu::new() {
+        Ok(g) => g,
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true and no GPU: {e}"),
+        Err(e) => {
+            eprintln!("\n**********\nWARNING: no GPU ({e}): the suite runner is NOT tested\n**********\n");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let suite = Suite {
+        workloads: vec![Workload::C, Workload::A],
+        systems: vec![SystemKind::ZeroCopy, SystemKind::CpuMap],
+        key_bytes: vec![8],
+        value_bytes: 16,
+        records: 2048,
+        micro_ops: 512,
+        macro_ops: 1024,
+        batches: vec![256],
+        load_batch: 1024,
+        distribution: None,
+        seed: 7,
+        pool_dir: dir.path().to_path_buf(),
+        cpu_threads: 2,
+        cache: CacheOptions::default(),
+        reps: 3,
+    };
+    let mut heard = 0;
+    let records = runner::run(&suite, &gpu, &[], &|_| {}, &mut |_| heard += 1).unwrap();
+    assert_eq!(records.len(), 2 * 3, "load, C and A for each system");
+    assert_eq!(heard, records.len());
+    for r in &records {
+        let what = format!("{} {}", r.system, r.workload);
+        assert_eq!(r.reps, if r.workload == "load" { 1 } else { 3 }, "{what}");
+        assert!(r.ops_per_s_min > 0.0, "{what}");
+        assert!(r.ops_per_s_min <= r.ops_per_s && r.ops_per_s <= r.ops_per_s_max, "{what}: {r:?}");
+        assert_eq!(r.unexpected, 0, "{what}");
+        assert!(r.line().contains("(3)") || r.reps == 1, "{what}: {}", r.line());
+    }
+}
