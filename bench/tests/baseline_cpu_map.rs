@@ -88,3 +88,36 @@ fn bad_widths_and_malformed_batches_are_refused() {
     assert!(s.execute(&[2], &[5, 2], &[]).is_err());
     assert_eq!(s.len(), 0);
 }
+
+/// Inputs staged for one batch are never applied to another: an empty staged batch, or a
+/// batch staged and then not run, leaves the next batch to bring its own inputs; settling a
+/// batch other than the one run is an error.
+#[test]
+fn staged_inputs_belong_to_their_batch() {
+    let Some(gpu) = gphash::Gpu::new().ok() else {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true and no GPU");
+        return;
+    };
+    let mut system: CpuMapSystem<Chosen> = CpuMapSystem::create(8, 8, 100, gpu.clone(), 2).unwrap();
+    let mut oracle = Oracle::default();
+    let mut writes = Batch::new(8, 8);
+    for k in 0..20 {
+        writes.upsert(&common::key(k, 8), &[k as u8; 8]).unwrap();
+    }
+    let empty = DeviceOps::new(&gpu, &Batch::new(8, 8));
+    system.stage(&empty.batch()).unwrap();
+    system.run(&empty.batch()).unwrap();
+    assert_eq!(run_host(&mut system, &gpu, &writes).unwrap(), oracle.run(&writes));
+    assert_eq!(system.len(), 20, "the batch after an empty staged one was applied");
+    let mut reads = Batch::new(8, 8);
+    for k in 0..30 {
+        reads.get(&common::key(k, 8)).unwrap();
+    }
+    let staged_not_run = DeviceOps::new(&gpu, &writes);
+    system.stage(&staged_not_run.batch()).unwrap();
+    assert_eq!(run_host(&mut system, &gpu, &reads).unwrap(), oracle.run(&reads));
+    let ops = DeviceOps::new(&gpu, &reads);
+    system.stage(&ops.batch()).unwrap();
+    system.run(&ops.batch()).unwrap();
+    assert!(system.settle(&staged_not_run.batch()).is_err(), "results settled into another batch");
+}

@@ -565,11 +565,13 @@ impl GpuEngine {
     /// Phase A's invocations per operation for a batch of `n`: enough that the dispatch has
     /// about [`SPREAD_INVOCATIONS`] (a tile serves the operations of its lanes one at a time,
     /// so a small batch with one operation per lane leaves most of the GPU idle), at most a
-    /// tile's lanes (one operation per tile), at least 1 (one operation per lane: large batches
-    /// keep the GPU full that way, and spreading them more was slower on the H200).
+    /// tile's lanes (one operation per tile; a tile is at most a subgroup wide), at least 1 (one
+    /// operation per lane: large batches keep the GPU full that way, and spreading them more was
+    /// slower on the H200).
     fn spread(&self, n: u32) -> u32 {
         let want = (SPREAD_INVOCATIONS / n.max(1) as u64).max(1) as u32;
-        want.next_power_of_two().min(self.cfg.tile)
+        let tile = self.cfg.tile.min(self.gpu.info.subgroup_sizes.1.max(1));
+        want.next_power_of_two().min(tile)
     }
 
     /// The kernels that end a batch: phase B (when `publish`) or a rollback, the release of

@@ -193,11 +193,11 @@ impl System for CpuSystem {
         format!("{} host threads | pool {:?} ({})", self.table.threads(), pool.backend(), pool.persist_mode())
     }
 
-    /// Executes the batch on the host through [`HostBatches`] (durable on return).
     fn stage(&mut self, batch: &DeviceBatch) -> Result<()> {
         self.host.stage(batch)
     }
 
+    /// Executes the batch on the host through [`HostBatches`] (durable on return).
     fn run(&mut self, batch: &DeviceBatch) -> Result<()> {
         let table = &mut self.table;
         self.host.run(batch, |kinds, keys, values| table.execute(kinds, keys, values))

@@ -235,10 +235,11 @@ pub struct HostBatches {
     value_words: usize,
     /// The readback buffer of batches, kept for the next (grown as needed).
     staging: Option<wgpu::Buffer>,
-    /// The inputs of the batch `stage` copied: kinds, keys, values.
-    staged: Option<[Vec<u32>; 3]>,
-    /// The statuses and found values of a staged batch, for `settle`.
-    results: Option<(Vec<u32>, Vec<u32>)>,
+    /// The inputs of the batch `stage` copied (kinds, keys, values), with the batch's kinds
+    /// buffer, which names the batch.
+    staged: Option<(wgpu::Buffer, [Vec<u32>; 3])>,
+    /// The statuses and found values of a staged batch, for `settle`, with its kinds buffer.
+    results: Option<(wgpu::Buffer, Vec<u32>, Vec<u32>)>,
 }
 
 impl HostBatches {
@@ -252,9 +253,12 @@ impl HostBatches {
         &self.gpu
     }
 
-    /// Copies the inputs of `batch` to the host for the next `run`.
+    /// Copies the inputs of `batch` to the host for the next `run` of the same batch.
     pub fn stage(&mut self, batch: &DeviceBatch) -> Result<()> {
-        self.staged = Some(self.download(batch)?);
+        self.staged = None;
+        if batch.len > 0 {
+            self.staged = Some((batch.kinds.clone(), self.download(batch)?));
+        }
         Ok(())
     }
 
@@ -266,26 +270,32 @@ impl HostBatches {
         batch: &DeviceBatch,
         apply: impl FnOnce(&[u32], &[u32], &[u32]) -> Result<(Vec<u32>, Vec<u32>)>,
     ) -> Result<()> {
+        // Inputs staged for another batch are dropped, never applied to this one.
+        let staged = self.staged.take().filter(|(of, _)| of == batch.kinds);
         if batch.len == 0 {
             return Ok(());
         }
-        let (inputs, staged) = match self.staged.take() {
-            Some(inputs) => (inputs, true),
+        let (inputs, staged) = match staged {
+            Some((_, inputs)) => (inputs, true),
             None => (self.download(batch)?, false),
         };
         let [kinds, keys, values] = &inputs;
         let (statuses, found) = apply(kinds, keys, values)?;
         let reads = kinds.contains(&(OpKind::Get as u32));
         let found = if reads { found } else { vec![] };
-        self.results = Some((statuses, found));
+        self.results = Some((batch.kinds.clone(), statuses, found));
         if staged { Ok(()) } else { self.settle(batch) }
     }
 
-    /// Uploads the results of the last batch run to its device buffers and waits for them.
+    /// Uploads the results of the last batch run to its device buffers and waits for them;
+    /// an error if `batch` is not the batch they are of.
     pub fn settle(&mut self, batch: &DeviceBatch) -> Result<()> {
-        let Some((statuses, found)) = self.results.take() else {
+        let Some((of, statuses, found)) = self.results.take() else {
             return Ok(());
         };
+        if of != *batch.kinds {
+            return Err(Error::InvalidConfig("settling a batch other than the one run last".into()));
+        }
         upload(&self.gpu, batch.statuses, &statuses);
         if !found.is_empty() {
             upload(&self.gpu, batch.found, &found);
