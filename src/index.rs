@@ -869,13 +869,20 @@ impl State {
         split: bool,
         result: &mut BatchResult,
     ) -> Result<()> {
-        let firsts = groups.repeated().map(|ops| ops[0] as usize);
+        // A key only read needs neither its state nor a fold: its reads all see one value
+        // (nothing in the call changes it) and run as they are.
+        let only_reads = |ops: &[u32]| ops.iter().all(|&i| batch.op(i as usize).0 == OpKind::Get);
+        let firsts = groups.repeated().filter(|ops| !only_reads(ops)).map(|ops| ops[0] as usize);
         let changes = |&i: &usize| split && batch.op(i).0 != OpKind::Get;
         let before = self.read_states(batch, firsts.chain(groups.single().filter(changes)))?;
         let t = Instant::now();
         let mut plan: Vec<Planned> = groups.single().map(|i| Planned::own(batch, i)).collect();
         for ops in groups.repeated() {
-            plan.extend(batch.fold_key(ops, before.of(ops[0] as usize), result));
+            if only_reads(ops) {
+                plan.extend(ops.iter().map(|&i| Planned::own(batch, i as usize)));
+            } else {
+                plan.extend(batch.fold_key(ops, before.of(ops[0] as usize), result));
+            }
         }
         self.host(t, |p| &mut p.fold);
         let Err((applied, e)) = self.run_parts(batch, &plan, result) else {

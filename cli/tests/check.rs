@@ -298,6 +298,20 @@ fn a_flipped_value_byte_is_caught_by_check_and_verified_reads() {
         let r = t.get(&both).unwrap();
         assert_eq!(r.statuses, vec![Status::Corrupt, Status::Ok], "{name}: nothing applied, not poisoned");
         assert_eq!(r.value(1), Some(&healthy[..]), "{name}: the healthy key is unchanged");
+        // An ordered call that only reads the damaged key (twice) while it changes another key
+        // runs: the reads say Corrupt, the change applies.
+        let mut call = t.batch();
+        call.get(&damaged).unwrap();
+        call.upsert(&healthy, &flipped).unwrap();
+        call.get(&damaged).unwrap();
+        call.get(&healthy).unwrap();
+        let r = t.execute_ordered(&call).unwrap();
+        let want = vec![Status::Corrupt, Status::Ok, Status::Corrupt, Status::Ok];
+        assert_eq!(r.statuses, want, "{name}: reads of a damaged key beside a change");
+        assert_eq!(r.value(3), Some(&flipped[..]), "{name}: the change is seen in batch order");
+        let mut back = t.batch();
+        back.upsert(&healthy, &healthy).unwrap();
+        assert_eq!(t.execute(&back).unwrap().statuses, vec![Status::Ok]);
         drop(t);
         let t = GpHash::open(&path, &options).unwrap();
         let r = t.get(&both).unwrap();
