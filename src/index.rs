@@ -622,10 +622,11 @@ impl GpHash {
 
     /// Runs a batch with the results of applying its operations one by one, in order.
     ///
-    /// A key that several operations share is read first (one read-only engine batch for all
-    /// of them); its operations are applied on the host from that state, which gives their
-    /// results, and the engine applies only their net effect (an insert, an update, a delete,
-    /// or nothing), in one engine batch with the other operations. A batch that only reads runs
+    /// A key that several operations share and some of them change is read first (one
+    /// read-only engine batch for all of them); its operations are applied on the host from
+    /// that state, which gives their results, and the engine applies only their net effect (an
+    /// insert, an update, a delete, or nothing), in one engine batch with the other operations;
+    /// a key the batch only reads runs its reads as they are. A batch that only reads runs
     /// as [`GpHash::execute`] runs it (every read of a key sees the same value). A batch larger
     /// than the engine takes runs as several engine batches, each key in one of them; a call
     /// of another thread runs before or after the whole call, never between them.

@@ -207,6 +207,12 @@ impl Filled {
     }
 }
 
+/// Median, minimum and maximum.
+pub(crate) fn spread(mut xs: Vec<Duration>) -> (Duration, Duration, Duration) {
+    xs.sort();
+    (xs[xs.len() / 2], xs[0], xs[xs.len() - 1])
+}
+
 /// A temporary pool directory in `dir`.
 pub(crate) fn pool_dir(dir: &std::path::Path) -> Result<tempfile::TempDir> {
     tempfile::tempdir_in(dir).map_err(|source| Error::Io {

@@ -15,6 +15,8 @@ use gphash_gpu::hostmem::{self, ImportGuard};
 use gphash_gpu::resources::{dispatch, map_read, release_imports, scoped, single_pipeline};
 use gphash_gpu::shader::{self, Files, SHARED};
 
+use crate::basic::spread;
+
 /// Where the measured buffer lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Memory {
@@ -449,8 +451,8 @@ fn round_trip(gpu: &Gpu, pipeline: &wgpu::ComputePipeline, n: u64, reps: usize) 
             times.push(took);
         }
     }
-    times.sort();
-    Ok(RoundTrip { items: n, reps, median: times[reps / 2], min: times[0], max: times[reps - 1] })
+    let (median, min, max) = spread(times);
+    Ok(RoundTrip { items: n, reps, median, min, max })
 }
 
 #[cfg(test)]

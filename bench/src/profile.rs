@@ -12,7 +12,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 
 use gphash::{Activity, Batch, Config, Executor, GpHash, Gpu, KernelTimes, OpKind, Options, Profile, Result};
 
-use crate::basic::key;
+use crate::basic::{key, spread};
 use crate::ceiling::{self, RoundTrip};
 use crate::ycsb::Uniform;
 
@@ -90,12 +90,6 @@ pub struct Measured {
     pub floor: Option<RoundTrip>,
     /// Why the kernels are not timed one by one, where they are not.
     pub untimed: Option<String>,
-}
-
-/// Median, minimum and maximum.
-fn spread(mut xs: Vec<Duration>) -> (Duration, Duration, Duration) {
-    xs.sort();
-    (xs[xs.len() / 2], xs[0], xs[xs.len() - 1])
 }
 
 impl fmt::Display for Measured {
