@@ -76,6 +76,9 @@ pub struct Pool {
     /// A private view ([`Pool::open_private`]): writes stay in this process, the file is
     /// never written.
     private: bool,
+    /// Persist calls that succeed before every later one fails (`u64::MAX`: all succeed).
+    #[cfg(feature = "faults")]
+    persists_left: std::sync::atomic::AtomicU64,
 }
 
 /// A function shown the whole pool at every persist point: after each `persist_*` call, header
@@ -386,6 +389,8 @@ impl Pool {
                 header: h,
                 slot: 0,
                 observer: None,
+                #[cfg(feature = "faults")]
+                persists_left: std::sync::atomic::AtomicU64::new(u64::MAX),
                 private: false,
             };
             return pool.format();
@@ -495,6 +500,8 @@ impl Pool {
             header: h,
             slot: 0,
             observer: None,
+            #[cfg(feature = "faults")]
+            persists_left: std::sync::atomic::AtomicU64::new(u64::MAX),
             private: false,
         }
     }
@@ -751,6 +758,7 @@ impl Pool {
     /// `msync(MS_SYNC)` the covering pages, fence, or nothing, per [`Pool::persist_mode`].
     /// A range outside the pool is [`PoolError::InvalidArgument`].
     pub fn persist_range(&self, offset: u64, len: u64) -> Result<()> {
+        self.injected_fault()?;
         let end = offset.checked_add(len).filter(|&end| end <= self.len).ok_or_else(|| {
             PoolError::InvalidArgument(format!(
                 "persist range {offset:#x}+{len:#x} is outside the pool of {:#x} bytes",
@@ -761,6 +769,34 @@ impl Pool {
             self.persist_span(offset, end)?;
         }
         self.observe();
+        Ok(())
+    }
+
+    /// Fault injection (feature `faults`): after `after` more successful persist calls
+    /// (`persist_lines`, `persist_range`, `persist_all`), every one fails with an injected I/O
+    /// error, as a failing `msync` would, and persists nothing; `None` ends the injection.
+    #[cfg(feature = "faults")]
+    pub fn fail_persists(&self, after: Option<u64>) {
+        self.persists_left.store(after.unwrap_or(u64::MAX), std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The injected failure of this persist call, if [`Pool::fail_persists`] asked for one.
+    fn injected_fault(&self) -> Result<()> {
+        #[cfg(feature = "faults")]
+        {
+            use std::sync::atomic::Ordering::SeqCst;
+            let left = self.persists_left.load(SeqCst);
+            if left == 0 {
+                return Err(PoolError::Io {
+                    path: self.path.clone().unwrap_or_default(),
+                    op: "persist (injected fault)",
+                    source: std::io::Error::other("injected persist failure"),
+                });
+            }
+            if left != u64::MAX {
+                self.persists_left.store(left - 1, SeqCst);
+            }
+        }
         Ok(())
     }
 
@@ -781,6 +817,7 @@ impl Pool {
     /// merges the lines into runs of adjacent pages and syncs each run, never the whole pool.
     /// A line outside the pool is [`PoolError::InvalidArgument`] and nothing is persisted.
     pub fn persist_lines(&self, lines: &[u64]) -> Result<()> {
+        self.injected_fault()?;
         let Some(&max) = lines.iter().max() else {
             // Nothing written, but a fence still orders what comes next.
             if self.persist == Persist::Fence {
