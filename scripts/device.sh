@@ -4,6 +4,7 @@
 #   scripts/device.sh tests      every GPU test binary at the hardware's subgroup size
 #   scripts/device.sh figures    load-search, cache figures
 #   scripts/device.sh suite ARGS gphash bench suite ARGS (results tarred)
+#   scripts/device.sh profile ARGS  gphash bench profile ARGS, one call at a time and pipelined
 set -uo pipefail
 stage=$1; shift
 root=$(pwd)
@@ -14,7 +15,7 @@ case $stage in
 tests)
   built=$(cat build-root) && mkdir -p "$built/target/release" && cp gphash "$built/target/release/"
   for t in kernels cache baseline_slab baseline_cpu growth persistence crash_images device kill typed \
-    erase_reinsert atomicity limits inspect check; do
+    erase_reinsert atomicity limits inspect check pipeline; do
     echo "== $t"
     ./test-$t 2>&1 | grep -E "test result|FAILED|panicked|GPU tests run|hardware" | sort -u
   done 2>&1 | tee "$out/tests.log"
@@ -24,6 +25,10 @@ figures)
   ./gphash bench load-search --keys 16777216 --batch 4096 --reps 3 2>&1 | tee -a "$out/load-search.txt"
   ./gphash bench cache --out /tmp/gph/cache "$@" 2>&1 | tee "$out/cache.txt"
   tar czf "$out/cache.tgz" -C /tmp/gph cache
+  ;;
+profile)
+  ./gphash bench profile "$@" 2>&1 | grep -v "imported buffers" | tee "$out/profile.txt"
+  ./gphash bench profile --pipeline "$@" 2>&1 | grep -v "imported buffers" | tee "$out/profile-pipelined.txt"
   ;;
 suite)
   ./gphash bench suite --out /tmp/gph/suite "$@" 2>&1 | grep -v "imported buffers" | tee "$out/suite.txt"

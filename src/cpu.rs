@@ -4,7 +4,7 @@
 use host_pm::{Pool, Region};
 
 use crate::batch::Encoded;
-use crate::engine::{Engine, Input, MAX_BATCH, Mode, Report, Written};
+use crate::engine::{Engine, Input, MAX_BATCH, Mode, Phase, Report, Written};
 use crate::error::{Error, Result};
 use crate::hash::Seeds;
 use crate::layout::Geometry;
@@ -37,8 +37,13 @@ pub(crate) struct CpuEngine {
     bitmap: Bitmap,
     reason: String,
     verify_values: bool,
-    run: BatchRun,
+    /// Each slot's batch as run so far, and the report of the phase last started in it.
+    slots: [(BatchRun, Option<Report>); SLOTS],
 }
+
+/// Batches held at once, as many as the GPU engine holds: the host protocol runs the same
+/// way on both.
+const SLOTS: usize = 2;
 
 impl CpuEngine {
     /// An engine over the pool's regions, with the allocator rebuilt at recovery; reads check
@@ -52,25 +57,49 @@ impl CpuEngine {
         reason: String,
         verify_values: bool,
     ) -> Self {
-        CpuEngine { geo, seeds, table, heap, bitmap, reason, verify_values, run: BatchRun::default() }
+        CpuEngine { geo, seeds, table, heap, bitmap, reason, verify_values, slots: Default::default() }
     }
 
-    /// Runs `stage` over every operation of the batch with the lines it writes collected.
+    /// Runs `stage` over every operation of the batch in `slot` with the lines it writes
+    /// collected.
     fn stage(
         &mut self,
         pool: &mut Pool,
+        slot: usize,
         batch: &Encoded,
         stage: impl Fn(&Model, &mut Mem, &mut Bitmap, &mut Dirty, &mut BatchRun, usize),
     ) -> Report {
-        self.run.control = Control::default();
+        let run = &mut self.slots[slot].0;
+        run.control = Control::default();
         let mut dirty =
             Dirty { table_base: self.table.offset / 64, heap_base: self.heap.offset / 64, lines: vec![] };
         let model = Model { geo: &self.geo, seeds: &self.seeds, verify_values: self.verify_values };
         let mut mem = regions_mut(pool, self.table, self.heap);
         for i in 0..batch.len() {
-            stage(&model, &mut mem, &mut self.bitmap, &mut dirty, &mut self.run, i);
+            stage(&model, &mut mem, &mut self.bitmap, &mut dirty, run, i);
         }
-        Report { control: self.run.control, written: Written::Lines(dirty.lines) }
+        Report { control: run.control, written: Written::Lines(dirty.lines) }
+    }
+
+    /// Allocation and phase A, with one report for the whole phase, as the GPU's single
+    /// control block gives.
+    fn phase_a(&mut self, pool: &mut Pool, slot: usize, batch: &Encoded) -> Result<Report> {
+        if batch.len() > MAX_BATCH {
+            return Err(Error::BatchTooLarge { len: batch.len() as u64, max: MAX_BATCH as u64 });
+        }
+        self.slots[slot].0 = BatchRun::new(batch.len(), self.geo.value_words() as usize);
+        let alloc = self.stage(pool, slot, batch, |m, mem, bitmap, dirty, run, i| {
+            m.alloc(mem, bitmap, dirty, batch, run, i)
+        });
+        let mut a =
+            self.stage(pool, slot, batch, |m, mem, _, dirty, run, i| m.phase_a(mem, dirty, batch, run, i));
+        for (total, x) in a.control.iter_mut().zip(alloc.control) {
+            *total += x;
+        }
+        if let (Written::Lines(all), Written::Lines(mut more)) = (&mut a.written, alloc.written) {
+            all.append(&mut more);
+        }
+        Ok(a)
     }
 }
 
@@ -90,48 +119,49 @@ impl Engine for CpuEngine {
         MAX_BATCH
     }
 
-    fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report> {
-        let batch = host(batch)?;
-        if batch.len() > MAX_BATCH {
-            return Err(Error::BatchTooLarge { len: batch.len() as u64, max: MAX_BATCH as u64 });
-        }
-        self.run = BatchRun::new(batch.len(), self.geo.value_words() as usize);
-        let alloc = self
-            .stage(pool, batch, |m, mem, bitmap, dirty, run, i| m.alloc(mem, bitmap, dirty, batch, run, i));
-        let mut a = self.stage(pool, batch, |m, mem, _, dirty, run, i| m.phase_a(mem, dirty, batch, run, i));
-        // One report for the whole phase, as the GPU's single control block gives.
-        for (total, x) in a.control.iter_mut().zip(alloc.control) {
-            *total += x;
-        }
-        if let (Written::Lines(all), Written::Lines(mut more)) = (&mut a.written, alloc.written) {
-            all.append(&mut more);
-        }
-        Ok(a)
+    fn slots(&self) -> usize {
+        SLOTS
     }
 
-    fn rollback(&mut self, pool: &mut Pool, batch: Input) -> Result<Report> {
+    fn start(&mut self, pool: &mut Pool, slot: usize, phase: Phase, batch: Input) -> Result<()> {
         let batch = host(batch)?;
-        Ok(self.stage(pool, batch, |m, mem, bitmap, dirty, run, i| {
-            m.rollback(mem, bitmap, dirty, &run.states[i])
-        }))
-    }
-
-    fn phase_b(&mut self, pool: &mut Pool, batch: Input, publish: bool) -> Result<Report> {
-        let batch = host(batch)?;
-        let report = if publish {
-            self.stage(pool, batch, |m, mem, _, dirty, run, i| m.phase_b(mem, dirty, batch, run, i))
-        } else {
-            Report { control: Control::default(), written: Written::Lines(vec![]) }
+        let report = match phase {
+            Phase::A => self.phase_a(pool, slot, batch)?,
+            Phase::Rollback => self.stage(pool, slot, batch, |m, mem, bitmap, dirty, run, i| {
+                m.rollback(mem, bitmap, dirty, &run.states[i])
+            }),
+            Phase::B { publish, release } => {
+                let report = if publish {
+                    self.stage(pool, slot, batch, |m, mem, _, dirty, run, i| {
+                        m.phase_b(mem, dirty, batch, run, i)
+                    })
+                } else {
+                    Report { control: Control::default(), written: Written::Lines(vec![]) }
+                };
+                if release {
+                    self.release(slot)?;
+                }
+                report
+            }
         };
+        self.slots[slot].1 = Some(report);
+        Ok(())
+    }
+
+    fn finish(&mut self, _pool: &mut Pool, slot: usize) -> Result<Report> {
+        Ok(self.slots[slot].1.take().expect("a phase was started in the slot"))
+    }
+
+    fn release(&mut self, slot: usize) -> Result<()> {
         let model = Model { geo: &self.geo, seeds: &self.seeds, verify_values: self.verify_values };
-        for st in &self.run.states {
+        for st in &self.slots[slot].0.states {
             model.free(&mut self.bitmap, st);
         }
-        Ok(report)
+        Ok(())
     }
 
-    fn results(&self) -> (&[u32], &[u32]) {
-        (&self.run.statuses, &self.run.values)
+    fn results(&self, slot: usize) -> (&[u32], &[u32]) {
+        (&self.slots[slot].0.statuses, &self.slots[slot].0.values)
     }
 
     fn cache_status(&self) -> crate::cache::CacheStatus {

@@ -44,6 +44,18 @@ impl Input<'_> {
     }
 }
 
+/// A step of the two-phase protocol for one batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Allocation and phase A. For reads-only batches the results are ready afterwards.
+    A,
+    /// Undoes phase A (no slot or no cell for some operation); releases the batch's cells.
+    Rollback,
+    /// Phase B (when `publish`) and, when `release`, the release of the cells the batch
+    /// replaced or did not use (otherwise [`Engine::release`] does it later).
+    B { publish: bool, release: bool },
+}
+
 /// The cache lines a phase wrote.
 #[derive(Debug)]
 pub(crate) enum Written {
@@ -113,22 +125,31 @@ pub(crate) trait Engine: Send {
     /// How it executes.
     fn mode(&self) -> Mode;
 
-    /// The largest batch it takes (at most [`MAX_BATCH`]); `phase_a` refuses larger ones with
+    /// The largest batch it takes (at most [`MAX_BATCH`]); phase A refuses larger ones with
     /// `BatchTooLarge`.
     fn max_batch(&self) -> usize;
 
-    /// Allocation and phase A. For reads-only batches the results are ready afterwards.
-    fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report>;
+    /// Batches it holds at once, each in its own slot (`0..slots()`): while the batch of one
+    /// slot runs, the host can start another slot's batch or take its results.
+    fn slots(&self) -> usize;
 
-    /// Undoes phase A of the current batch (no slot or no cell for some operation).
-    fn rollback(&mut self, pool: &mut Pool, batch: Input) -> Result<Report>;
+    /// Starts `phase` of `batch` in `slot` (phase A fills the slot; a rollback or phase B
+    /// follow phase A of the same batch, taken by `finish`). It may run before `finish` is
+    /// called, or only then; `finish` waits for it.
+    fn start(&mut self, pool: &mut Pool, slot: usize, phase: Phase, batch: Input) -> Result<()>;
 
-    /// Phase B (when `publish`) and the release of cells.
-    fn phase_b(&mut self, pool: &mut Pool, batch: Input, publish: bool) -> Result<Report>;
+    /// Waits for the phase last started in `slot` and reports it. After phase A of a
+    /// reads-only batch, or phase B, [`Engine::results`] holds the batch's results.
+    fn finish(&mut self, pool: &mut Pool, slot: usize) -> Result<Report>;
 
-    /// The current batch's statuses and the value words of its reads (`value_words` per
-    /// operation, or empty when the batch has no read).
-    fn results(&self) -> (&[u32], &[u32]);
+    /// Gives the cells that the batch in `slot` replaced or did not use back to the
+    /// allocator: after phase B with `release: false`, once that phase B is persisted (until
+    /// then, a crash recovers the cells' old contents, so no later batch may write them).
+    fn release(&mut self, slot: usize) -> Result<()>;
+
+    /// The statuses of the batch in `slot` and the value words of its reads (`value_words`
+    /// per operation, or empty when the batch has no read).
+    fn results(&self, slot: usize) -> (&[u32], &[u32]);
 
     /// Value cells in use (for stats).
     fn cells_used(&mut self) -> Result<u64>;

@@ -21,12 +21,12 @@ use crate::batch::{Batch, BatchResult, Encoded, KeyGroups, Part, Planned};
 use crate::cache::{CacheOptions, CacheStatus, Snapshot};
 use crate::cpu::CpuEngine;
 use crate::device_batch::DeviceBatch;
-use crate::engine::{Engine, Input, Mode, Written};
+use crate::engine::{Engine, Input, Mode, Phase, Written};
 use crate::error::{Error, Result};
 use crate::gpu::engine::{GpuEngine, GpuOptions};
 use crate::hash::Seeds;
 use crate::layout::{Geometry, Layout};
-use crate::model::Bitmap;
+use crate::model::{Bitmap, Control};
 use crate::profile::Profile;
 use crate::protocol::{OpKind, Status, control};
 use crate::recovery::{self, CheckReport, Recovery};
@@ -35,6 +35,9 @@ use crate::resize;
 use crate::table_stats::TableStats;
 
 pub use crate::engine::MAX_BATCH;
+pub use pipeline::Pipeline;
+
+mod pipeline;
 
 /// An insertion that finds no slot grows the table only if the table would be at least this
 /// full with every operation of the batch adding a key: below it, the layout's candidates
@@ -1010,14 +1013,22 @@ impl State {
         self.host(t, |p| &mut p.encode);
         let outcome = self.protocol(Input::Host(&encoded));
         self.encoded = encoded;
-        let stored = outcome.and_then(|()| {
-            let t = Instant::now();
-            let (statuses, values) = self.engine()?.results();
-            result.scatter(batch, part, statuses, values)?;
-            self.host(t, |p| &mut p.decode);
-            Ok(())
-        });
-        match stored {
+        let stored = outcome.and_then(|()| self.store(0, batch, part, result));
+        self.acknowledge(n, stored)
+    }
+
+    /// Stores the results of the batch in `slot`, operations `part` of `batch`, in `result`.
+    fn store(&mut self, slot: usize, batch: &Batch, part: Part, result: &mut BatchResult) -> Result<()> {
+        let t = Instant::now();
+        let (statuses, values) = self.engine()?.results(slot);
+        result.scatter(batch, part, statuses, values)?;
+        self.host(t, |p| &mut p.decode);
+        Ok(())
+    }
+
+    /// Counts a batch of `n` operations that ended with `outcome`.
+    fn acknowledge(&mut self, n: usize, outcome: Result<()>) -> Result<()> {
+        match outcome {
             Ok(()) => {
                 self.activity.batches += 1;
                 self.activity.operations += n as u64;
@@ -1030,17 +1041,12 @@ impl State {
     /// See [`GpHash::execute_device`].
     fn execute_device(&mut self, batch: &DeviceBatch) -> Result<()> {
         self.usable()?;
-        match self.protocol(Input::Device(batch)) {
-            Ok(()) => {
-                self.activity.batches += 1;
-                self.activity.operations += batch.len as u64;
-                Ok(())
-            }
-            Err(e) => Err(self.failed(e)),
-        }
+        let outcome = self.protocol(Input::Device(batch));
+        self.acknowledge(batch.len as usize, outcome)
     }
 
-    /// Counts a rolled-back batch, or poisons the index after any other failure.
+    /// Counts a rolled-back batch, or poisons the index after any other failure (the first
+    /// failure names the cause).
     fn failed(&mut self, e: Error) -> Error {
         match e {
             // The batch was rolled back and the table is as it was.
@@ -1052,40 +1058,75 @@ impl State {
             | Error::InvalidConfig(_)
             | Error::BatchTooLarge { .. }
             | Error::CorruptValues { .. } => {}
-            _ => self.poisoned = Some(e.to_string()),
+            _ => {
+                self.poisoned.get_or_insert_with(|| e.to_string());
+            }
         }
         e
     }
 
-    /// Phase A, persist, phase B (or rollback), persist. A batch rolled back because the table
-    /// (or its heap) is full runs again after the table grew, unless growth is off.
+    /// Phase A, persist, phase B (or rollback), persist, in slot 0: nothing else is in flight.
     fn protocol(&mut self, batch: Input) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
+        self.start_a(0, batch)?;
+        if self.start_b(0, batch, true)? {
+            self.finish_b(0)?;
+        }
+        Ok(())
+    }
+
+    /// Starts phase A of `batch` in `slot`.
+    fn start_a(&mut self, slot: usize, batch: Input) -> Result<()> {
         if !batch.read_only() {
             // Durable before phase A writes anything: a crash from here on leaves a pool
             // that says it needs recovery. A no-op once the pool is dirty.
             self.pool.mark_dirty()?;
         }
+        self.step(slot, Phase::A, batch)
+    }
+
+    /// Starts `phase` of `batch` in `slot`.
+    fn step(&mut self, slot: usize, phase: Phase, batch: Input) -> Result<()> {
+        let t = Instant::now();
+        let (engine, pool) = self.parts();
+        let started = engine.start(pool, slot, phase, batch);
+        self.engine_done(t);
+        started
+    }
+
+    /// Waits for the phase last started in `slot`, persists what it wrote and returns its
+    /// control block.
+    fn settle(&mut self, slot: usize) -> Result<Control> {
+        let t = Instant::now();
+        let (engine, pool) = self.parts();
+        let report = engine.finish(pool, slot);
+        self.engine_done(t);
+        let report = report?;
+        self.persist(&report.written)?;
+        Ok(report.control)
+    }
+
+    /// Waits for phase A of `batch` in `slot` and persists it, then starts phase B (with the
+    /// release of cells when `release`) unless the batch needs none: a reads-only batch's
+    /// results are complete after phase A (device batches hold them already). Returns whether
+    /// phase B started. A batch rolled back because the table (or its heap) is full runs again
+    /// after the table grew, unless growth is off: only when nothing else is in flight.
+    fn start_b(&mut self, slot: usize, batch: Input, release: bool) -> Result<bool> {
         loop {
-            let t = Instant::now();
-            let (engine, pool) = self.parts();
-            let a = engine.phase_a(pool, batch);
-            self.engine_done(t);
-            let a = a?;
-            self.persist(&a.written)?;
-            let (full, no_cell) = (a.control[control::FULL], a.control[control::NO_CELL]);
+            let a = self.settle(slot)?;
+            let (full, no_cell) = (a[control::FULL], a[control::NO_CELL]);
             if full == 0 && no_cell == 0 {
-                let allocated = a.control[control::ALLOCATED] > 0;
-                return self.finish(batch, a.control[control::NEED_B] > 0, allocated);
+                let (publish, allocated) = (a[control::NEED_B] > 0, a[control::ALLOCATED] > 0);
+                if batch.read_only() || (matches!(batch, Input::Device(_)) && !publish && !allocated) {
+                    return Ok(false);
+                }
+                self.step(slot, Phase::B { publish, release }, batch)?;
+                return Ok(true);
             }
-            let t = Instant::now();
-            let (engine, pool) = self.parts();
-            let r = engine.rollback(pool, batch);
-            self.engine_done(t);
-            let r = r?;
-            self.persist(&r.written)?;
+            self.step(slot, Phase::Rollback, batch)?;
+            self.settle(slot)?;
             let load = self.items as f64 / self.geo.slots() as f64;
             let early = (self.items + batch.len() as u64) as f64 / (self.geo.slots() as f64) < GROW_FROM_LOAD;
             if !self.options.grow || (full > 0 && early) {
@@ -1096,24 +1137,24 @@ impl State {
                 });
             }
             self.grow()?;
+            self.start_a(slot, batch)?;
         }
     }
 
-    /// Phase B and its persist, unless the batch only reads: its results are then complete
-    /// (device batches hold them already; host batches read them back with phase B).
-    fn finish(&mut self, batch: Input, publish: bool, allocated: bool) -> Result<()> {
-        if batch.read_only() || (matches!(batch, Input::Device(_)) && !publish && !allocated) {
-            return Ok(());
-        }
-        let t = Instant::now();
-        let (engine, pool) = self.parts();
-        let b = engine.phase_b(pool, batch, publish);
-        self.engine_done(t);
-        let b = b?;
-        self.persist(&b.written)?;
-        self.items += b.control[control::PUBLISHED] as u64;
-        self.items -= b.control[control::DELETED] as u64;
+    /// Waits for phase B in `slot` and persists it: the batch is then acknowledged.
+    fn finish_b(&mut self, slot: usize) -> Result<()> {
+        let b = self.settle(slot)?;
+        self.items += b[control::PUBLISHED] as u64;
+        self.items -= b[control::DELETED] as u64;
         Ok(())
+    }
+
+    /// Releases the cells of the batch in `slot`, whose phase B ran without and is persisted.
+    fn release(&mut self, slot: usize) -> Result<()> {
+        let t = Instant::now();
+        let released = self.engine()?.release(slot);
+        self.engine_done(t);
+        released
     }
 
     fn persist(&mut self, written: &Written) -> Result<()> {

@@ -37,6 +37,9 @@ pub struct ProfileBench {
     pub floor_reps: usize,
     /// Directory of the pool.
     pub pool_dir: PathBuf,
+    /// Run each repetition's batches through a [`gphash::Pipeline`] (two in flight) instead
+    /// of one `execute_ordered` call at a time.
+    pub pipeline: bool,
 }
 
 /// One repetition: its batches' wall time and what the index's counters say of it.
@@ -256,8 +259,22 @@ impl ProfileBench {
                         .collect::<Result<Vec<_>>>()?;
                     let before = index.activity();
                     let t = Instant::now();
-                    for b in &batches {
-                        index.execute_ordered(b)?;
+                    if self.pipeline {
+                        // Each batch's keys are distinct: `execute` and `execute_ordered` agree.
+                        let mut p = index.pipeline();
+                        for b in batches {
+                            p.submit(b)?;
+                            while p.pending() > 1 {
+                                p.next().expect("a batch is pending")?;
+                            }
+                        }
+                        for r in p {
+                            r?;
+                        }
+                    } else {
+                        for b in &batches {
+                            index.execute_ordered(b)?;
+                        }
                     }
                     let wall = t.elapsed();
                     measured.reps.push(Rep::between(wall, &before, &index.activity()));

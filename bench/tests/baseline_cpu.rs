@@ -385,9 +385,9 @@ fn crash_images_recover_to_acknowledged_states() {
     run.check_images(wanted, &mut rng, seed, &dir.path().join("image"), verify);
 }
 
-/// The image at `path` recovers to `acked`, with each key of `in_flight` (whose complete
-/// application gives `after`) as before or as after it.
-fn verify(path: &std::path::Path, acked: &Content, in_flight: Option<(&Batch, &Content)>, what: &str) {
+/// The image at `path` recovers to `acked`, with each key of the batch `in_flight` (with the
+/// content its complete application gives) as before or as after it.
+fn verify(path: &std::path::Path, acked: &Content, in_flight: &[(&Batch, &Content)], what: &str) {
     let t = CpuTable::open(path, 2).unwrap_or_else(|e| panic!("{what}: open failed: {e}"));
     t.check().unwrap_or_else(|e| panic!("{what}: {e}"));
     assert_eq!(t.cells_in_use(), t.len(), "{what}: cells in use");

@@ -12,7 +12,7 @@ use gphash::{Config, GpHash, GpuOptions, KernelTimes, Placement, Profile};
 use gphash_bench::ceiling;
 use gphash_bench::profile::{Measured, ProfileBench};
 
-fn profile(placement: Placement) -> Vec<Measured> {
+fn profile(placement: Placement, pipeline: bool) -> Vec<Measured> {
     let dir = common::pool_dir();
     let bench = ProfileBench {
         keys: 3000,
@@ -24,6 +24,7 @@ fn profile(placement: Placement) -> Vec<Measured> {
         seed: 7,
         floor_reps: 5,
         pool_dir: dir.path().into(),
+        pipeline,
     };
     let options = common::gpu_options(GpuOptions { placement, ..GpuOptions::default() });
     let mut reported = 0;
@@ -105,6 +106,21 @@ fn kernel_times_within(p: &Profile, submits: u64) {
     assert!(k.span <= host + host / 20 + Duration::from_micros(200) * k.submits as u32, "{k:?} in {host:?}");
 }
 
+/// Pipelined batches are measured the same way: every batch encoded, decoded and, for
+/// inserts, persisted, in every repetition.
+#[test]
+fn pipelined_profile_measures_every_batch() {
+    for m in profile(Placement::Auto, true) {
+        assert_eq!(m.reps.len(), 3);
+        for r in &m.reps {
+            let p = &r.profile;
+            assert!(r.wall > Duration::ZERO && p.encode > Duration::ZERO && p.decode > Duration::ZERO, "{m}");
+            assert_eq!(p.fold, Duration::ZERO, "{m}");
+            assert!(m.workload == "search" || p.persist > Duration::ZERO, "{m}");
+        }
+    }
+}
+
 /// Kernels are timed only when asked, into the profile's kernel times (where the device has
 /// timestamp queries); normal batches record none.
 #[test]
@@ -147,12 +163,12 @@ fn round_trip_shape() {
 
 #[test]
 fn stages_add_up_zero_copy() {
-    check(&profile(Placement::Auto));
+    check(&profile(Placement::Auto, false));
 }
 
 #[test]
 fn stages_add_up_staged() {
-    let measured = profile(Placement::Staged);
+    let measured = profile(Placement::Staged, false);
     check(&measured);
     if common::gpu().is_some() {
         // Staged inserts read back the lines they wrote with their contents.

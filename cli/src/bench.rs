@@ -73,6 +73,10 @@ pub(crate) struct ProfileArgs {
     /// batch's wall time is held to).
     #[arg(long, default_value_t = ceiling::ROUND_TRIP_REPS)]
     floor_reps: usize,
+    /// Run the batches through a pipeline (two in flight: the host prepares and decodes one
+    /// batch while the GPU runs the other) instead of one call at a time.
+    #[arg(long)]
+    pipeline: bool,
     #[command(flatten)]
     dir: PoolDir,
 }
@@ -371,10 +375,18 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
                 seed: a.seed,
                 floor_reps: a.floor_reps,
                 pool_dir: a.dir.pool_dir.clone(),
+                pipeline: a.pipeline,
             };
             println!(
-                "# {} keys of {} bytes, {}-byte values, loaded; execute_ordered batches",
-                a.keys, a.key_bytes, a.value_bytes
+                "# {} keys of {} bytes, {}-byte values, loaded; {}",
+                a.keys,
+                a.key_bytes,
+                a.value_bytes,
+                if a.pipeline {
+                    "pipelined batches (two in flight; stages overlap, so they may add up to more than the wall time)"
+                } else {
+                    "execute_ordered batches, one call at a time"
+                }
             );
             bench.run(options, &mut |m| println!("{m}"))?;
             Ok(())

@@ -166,8 +166,14 @@ impl Gpu {
 
     /// Waits until the queue is idle.
     pub fn wait(&self) -> Result<()> {
+        self.wait_for(None)
+    }
+
+    /// Waits until `submission` has run (`None`: every submission so far), not for the ones
+    /// after it: the host can take one batch's results while the next runs.
+    pub fn wait_for(&self, submission: Option<wgpu::SubmissionIndex>) -> Result<()> {
         self.device
-            .poll(wgpu::PollType::wait_indefinitely())
+            .poll(wgpu::PollType::Wait { submission_index: submission, timeout: None })
             .map(|_| ())
             .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))
     }

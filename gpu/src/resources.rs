@@ -25,12 +25,24 @@ pub fn map_read(
     range: std::ops::Range<u64>,
     f: impl FnOnce(&[u8]),
 ) -> Result<()> {
+    map_read_after(gpu, None, buf, range, f)
+}
+
+/// [`map_read`] of a buffer that `submission` writes (`None`: any submission so far): waits
+/// for that submission only, so that later ones keep running.
+pub fn map_read_after(
+    gpu: &Gpu,
+    submission: Option<wgpu::SubmissionIndex>,
+    buf: &wgpu::Buffer,
+    range: std::ops::Range<u64>,
+    f: impl FnOnce(&[u8]),
+) -> Result<()> {
     let slice = buf.slice(range);
     let (tx, rx) = std::sync::mpsc::channel();
     slice.map_async(wgpu::MapMode::Read, move |r| {
         let _ = tx.send(r);
     });
-    gpu.wait()?;
+    gpu.wait_for(submission)?;
     rx.recv()
         .map_err(|e| Error::Gpu(format!("mapping lost: {e}")))?
         .map_err(|e| Error::Gpu(format!("mapping a readback buffer: {e}")))?;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use gphash_gpu::resources::{
     ErrorScopes, Pipelines, PoolWindows, Residence, bind_group, bind_group_layout, build_pipelines,
-    check_bindings, download_words, map_read, max_window, params_buffer, read_dirty, record_passes,
+    check_bindings, download_words, map_read_after, max_window, params_buffer, read_dirty, record_passes,
     storage_buffer, writeback_invocations,
 };
 use gphash_gpu::shader::Windows;
@@ -18,7 +18,7 @@ use host_pm::{Pool, Region};
 use super::cache::DeviceCache;
 use super::shader::{self, CacheConfig, Kernel, KernelConfig, Params};
 use crate::cache::{CacheOptions, CacheStatus, Snapshot};
-use crate::engine::{Engine, Input, MAX_BATCH, Mode, Report, Written};
+use crate::engine::{Engine, Input, MAX_BATCH, Mode, Phase, Report, Written};
 use crate::error::{Error, Result};
 use crate::layout::Geometry;
 use crate::model::{Bitmap, Control};
@@ -94,6 +94,38 @@ enum Results {
     None,
     Statuses,
     WithValues,
+}
+
+/// Batches the engine holds at once: one runs on the GPU while the host prepares or takes the
+/// results of the other (`Engine::slots`).
+const SLOTS: usize = 2;
+
+/// One batch's place in the engine: its buffers, its results and, while a submit of it runs,
+/// that submit.
+#[derive(Default)]
+struct Slot {
+    io: Option<BatchBuffers>,
+    /// The bind group of a device-buffer batch (`None`: the host batch buffers).
+    device_bind: Option<wgpu::BindGroup>,
+    /// Operations in the batch.
+    n: u32,
+    running: Option<Running>,
+    statuses: Vec<u32>,
+    values: Vec<u32>,
+}
+
+/// A submit in flight, to be taken by `GpuEngine::collect`.
+struct Running {
+    submission: wgpu::SubmissionIndex,
+    kernels: Vec<Kernel>,
+    results: Results,
+    /// Passes recorded (the timed ones).
+    passes: u32,
+    /// Whether the staged write-back gather ran after the kernels.
+    writeback: bool,
+    /// Whether the submit ends the batch (phase B or a rollback).
+    ends_batch: bool,
+    submitted: Instant,
 }
 
 /// Buffers sized for the largest batch so far.
@@ -211,11 +243,9 @@ pub(crate) struct GpuEngine {
     params: wgpu::Buffer,
     layout: wgpu::BindGroupLayout,
     pipelines: Pipelines<Kernel>,
-    io: Option<BatchBuffers>,
+    slots: [Slot; SLOTS],
     /// The largest batch the buffers can hold on this device.
     max_batch: u32,
-    /// The bind group of the current device-buffer batch (`None`: the host batch buffers).
-    device_bind: Option<wgpu::BindGroup>,
     track_lines: bool,
     seq: u32,
     /// Batches started (the LRU stamp).
@@ -229,9 +259,6 @@ pub(crate) struct GpuEngine {
     /// Times the kernels of each submit (`GpuOptions::time_kernels` on a device with
     /// timestamps).
     timer: Option<PassTimer>,
-    n: u32,
-    statuses: Vec<u32>,
-    values: Vec<u32>,
 }
 
 impl GpuEngine {
@@ -306,9 +333,8 @@ impl GpuEngine {
             params,
             layout,
             pipelines,
-            io: None,
+            slots: Default::default(),
             max_batch,
-            device_bind: None,
             track_lines,
             seq: 0,
             batches: 0,
@@ -316,15 +342,12 @@ impl GpuEngine {
             busy: Duration::ZERO,
             profile: Profile::default(),
             timer,
-            n: 0,
-            statuses: vec![],
-            values: vec![],
         })
     }
 
-    /// Makes sure the batch buffers hold `n` operations (at most `max_batch`).
-    fn reserve(&mut self, n: u32) -> Result<()> {
-        if self.io.as_ref().is_some_and(|io| io.cap >= n) {
+    /// Makes sure the batch buffers of `slot` hold `n` operations (at most `max_batch`).
+    fn reserve(&mut self, slot: usize, n: u32) -> Result<()> {
+        if self.slots[slot].io.as_ref().is_some_and(|io| io.cap >= n) {
             return Ok(());
         }
         let cap = n.next_power_of_two().max(256).min(self.max_batch);
@@ -345,7 +368,7 @@ impl GpuEngine {
             [&opstate, &dirty, &staging, &claims],
         );
         scopes.pop(|| format!("the buffers of a batch of {cap} operations"))?;
-        self.io = Some(BatchBuffers {
+        self.slots[slot].io = Some(BatchBuffers {
             cap,
             dirty_cap: sizes.dirty_cap,
             layout: sizes.readback,
@@ -378,10 +401,9 @@ impl GpuEngine {
         bind_group(&self.gpu.device, "gphash", &self.layout, resources)
     }
 
-    fn write_params(&mut self, n: u32) {
-        let io = self.io.as_ref().expect("reserved");
+    fn write_params(&mut self, slot: usize, n: u32) {
+        let io = self.slots[slot].io.as_ref().expect("reserved");
         self.seq = self.seq.wrapping_add(1);
-        self.n = n;
         let (table_line_base, heap_line_base, table_lines) = self.windows.lines();
         let p = Params {
             n,
@@ -401,88 +423,127 @@ impl GpuEngine {
         self.gpu.queue.write_buffer(&self.control, 0, &[0u8; control::WORDS * 4]);
     }
 
-    /// Writes the parameters of a submit of `n` operations; records `kernels` (one compute pass
-    /// each, so wgpu orders them with barriers), the write-back gather in staged mode, and the
-    /// copies of the control block and, when asked, the results; submits and waits; returns the
-    /// control block.
-    fn run(&mut self, n: u32, kernels: &[Kernel], results: Results) -> Result<Control> {
+    /// Writes the parameters of a submit for the batch in `slot`; records `kernels` (one compute
+    /// pass each, so wgpu orders them with barriers), the write-back gather in staged mode, and
+    /// the copies of the control block and, when asked, the results; submits without waiting
+    /// (`collect` waits). With `results` `None` nothing is read back and nothing waits: the
+    /// submit only changes device state that later submits see.
+    fn submit(
+        &mut self,
+        slot: usize,
+        kernels: &[Kernel],
+        results: Option<Results>,
+        ends_batch: bool,
+    ) -> Result<()> {
         let scopes = ErrorScopes::push(&self.gpu.device);
         let started = Instant::now();
-        self.write_params(n);
+        let n = self.slots[slot].n;
+        self.write_params(slot, n);
         let written = Instant::now();
-        let io = self.io.as_ref().expect("reserved");
+        let s = &self.slots[slot];
+        let io = s.io.as_ref().expect("reserved");
         let dev = &self.gpu.device;
         let mut enc = dev.create_command_encoder(&Default::default());
         if kernels.contains(&Kernel::PhaseA) {
             enc.clear_buffer(&io.claims, 0, None);
         }
-        let bind = self.device_bind.as_ref().unwrap_or(&io.bind);
+        let bind = s.device_bind.as_ref().unwrap_or(&io.bind);
         let writeback = (self.windows.staged() && kernels.iter().any(|k| k.writes_pool()))
             .then(|| (self.pipelines.get(Kernel::Writeback), writeback_invocations(io.dirty_cap)));
+        let timer = self.timer.as_ref().filter(|_| results.is_some());
         let passes = record_passes(
             &mut enc,
             bind,
-            kernels.iter().map(|&k| (self.pipelines.get(k), self.invocations(k))).chain(writeback),
-            self.timer.as_ref(),
+            kernels.iter().map(|&k| (self.pipelines.get(k), self.invocations(k, n))).chain(writeback),
+            timer,
         );
         let rl = io.layout;
-        if let Some(timer) = &self.timer {
-            timer.resolve(&mut enc, passes, &io.readback, rl.timestamps);
-        }
-        let vw = self.cfg.geo.value_words() as u64;
-        enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, (control::WORDS * 4) as u64);
-        if results != Results::None && n > 0 {
-            enc.copy_buffer_to_buffer(&io.statuses, 0, &io.readback, rl.statuses, n as u64 * 4);
-        }
-        if results == Results::WithValues && n > 0 {
-            enc.copy_buffer_to_buffer(&io.vals_out, 0, &io.readback, rl.values, n as u64 * vw * 4);
+        if let Some(results) = results {
+            if let Some(timer) = timer {
+                timer.resolve(&mut enc, passes, &io.readback, rl.timestamps);
+            }
+            let vw = self.cfg.geo.value_words() as u64;
+            enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, (control::WORDS * 4) as u64);
+            if results != Results::None && n > 0 {
+                enc.copy_buffer_to_buffer(&io.statuses, 0, &io.readback, rl.statuses, n as u64 * 4);
+            }
+            if results == Results::WithValues && n > 0 {
+                enc.copy_buffer_to_buffer(&io.vals_out, 0, &io.readback, rl.values, n as u64 * vw * 4);
+            }
         }
         let mut cmds = vec![enc.finish()];
         if !self.windows.staged() {
             cmds.push(hostmem::host_read_barrier(&self.gpu));
         }
         let recorded = Instant::now();
-        self.gpu.queue.submit(cmds);
+        let submission = self.gpu.queue.submit(cmds);
         // An invalid submit (a buffer beyond a device limit, say) ran nothing: its results are
         // garbage and must not be read.
         scopes.pop(|| format!("submitting {kernels:?} for {n} operations"))?;
         let submitted = Instant::now();
-        let mut ctl = Control::default();
-        let (statuses, values) = (&mut self.statuses, &mut self.values);
-        let end = match results {
-            Results::None => rl.statuses,
-            Results::Statuses => rl.values,
-            Results::WithValues => rl.lines,
-        };
-        let mut mapped = submitted;
-        let timer = self.timer.as_ref();
-        let mut times = None;
-        map_read(&self.gpu, &io.readback, 0..end, |bytes| {
-            mapped = Instant::now();
-            ctl.copy_from_slice(bytemuck::cast_slice(&bytes[..control::WORDS * 4]));
-            times = timer.map(|t| t.times(&bytes[rl.timestamps as usize..rl.statuses as usize], passes));
-            // Refilled in place: the vectors keep their allocations from batch to batch.
-            statuses.clear();
-            values.clear();
-            if results != Results::None {
-                let s = rl.statuses as usize;
-                statuses.extend_from_slice(bytemuck::cast_slice(&bytes[s..s + n as usize * 4]));
-            }
-            if results == Results::WithValues {
-                let v = rl.values as usize;
-                values.extend_from_slice(bytemuck::cast_slice(&bytes[v..v + (n as u64 * vw * 4) as usize]));
-            }
-        })?;
-        let done = Instant::now();
         let p = &mut self.profile;
         p.writes += written - started;
         p.record += recorded - written;
         p.submit += submitted - recorded;
-        p.wait += mapped - submitted;
+        if let Some(results) = results {
+            self.slots[slot].running = Some(Running {
+                submission,
+                kernels: kernels.to_vec(),
+                results,
+                passes,
+                writeback: writeback.is_some(),
+                ends_batch,
+                submitted,
+            });
+        }
+        Ok(())
+    }
+
+    /// Waits for the submit running for `slot` (not for later ones), takes its results and
+    /// returns its control block.
+    fn collect_control(&mut self, slot: usize) -> Result<Control> {
+        let s = &mut self.slots[slot];
+        let r = s.running.take().expect("a submit runs for the slot");
+        let n = s.n;
+        let io = s.io.as_ref().expect("reserved");
+        let rl = io.layout;
+        let vw = self.cfg.geo.value_words() as u64;
+        let mut ctl = Control::default();
+        let (statuses, values) = (&mut s.statuses, &mut s.values);
+        let end = match r.results {
+            Results::None => rl.statuses,
+            Results::Statuses => rl.values,
+            Results::WithValues => rl.lines,
+        };
+        let mut mapped = r.submitted;
+        let timer = self.timer.as_ref();
+        let mut times = None;
+        map_read_after(&self.gpu, Some(r.submission), &io.readback, 0..end, |bytes| {
+            mapped = Instant::now();
+            ctl.copy_from_slice(bytemuck::cast_slice(&bytes[..control::WORDS * 4]));
+            times = timer.map(|t| t.times(&bytes[rl.timestamps as usize..rl.statuses as usize], r.passes));
+            // Refilled in place: the vectors keep their allocations from batch to batch.
+            statuses.clear();
+            values.clear();
+            if r.results != Results::None {
+                let s = rl.statuses as usize;
+                statuses.extend_from_slice(bytemuck::cast_slice(&bytes[s..s + n as usize * 4]));
+            }
+            if r.results == Results::WithValues {
+                let v = rl.values as usize;
+                values.extend_from_slice(bytemuck::cast_slice(&bytes[v..v + (n as u64 * vw * 4) as usize]));
+            }
+        })?;
+        if r.ends_batch {
+            s.device_bind = None;
+        }
+        let done = Instant::now();
+        let p = &mut self.profile;
+        p.wait += mapped - r.submitted;
         p.readback += done - mapped;
         if let Some(times) = times {
             // The passes in the order recorded: the kernels, then the write-back's gather.
-            let timed = kernels.iter().copied().chain(writeback.map(|_| Kernel::Writeback));
+            let timed = r.kernels.iter().copied().chain(r.writeback.then_some(Kernel::Writeback));
             for (k, t) in timed.zip(times.passes) {
                 if let Some(i) = k.batch_index() {
                     p.kernels.times[i] += t;
@@ -491,19 +552,14 @@ impl GpuEngine {
             p.kernels.span += times.span;
             p.kernels.submits += 1;
         }
-        log::debug!(
-            "{kernels:?} n={n}: submit {:?}, wait {:?}, read back {:?}",
-            submitted - recorded,
-            mapped - submitted,
-            done - mapped
-        );
+        log::debug!("{:?} n={n}: wait {:?}, read back {:?}", r.kernels, mapped - r.submitted, done - mapped);
         Ok(ctl)
     }
 
-    /// The lines the last phase wrote; in staged mode their contents are copied into the pool
-    /// mapping first.
-    fn written(&mut self, pool: &mut Pool, ctl: &Control) -> Result<Written> {
-        let io = self.io.as_ref().expect("reserved");
+    /// The lines the last phase of `slot` wrote; in staged mode their contents are copied into
+    /// the pool mapping first.
+    fn written(&mut self, pool: &mut Pool, slot: usize, ctl: &Control) -> Result<Written> {
+        let io = self.slots[slot].io.as_ref().expect("reserved");
         let count = ctl[control::DIRTY_COUNT];
         if !self.track_lines {
             return Ok(Written::NotTracked);
@@ -524,10 +580,11 @@ impl GpuEngine {
         Ok(Written::Lines(lines?))
     }
 
-    fn phase(&mut self, pool: &mut Pool, n: u32, kernels: &[Kernel], results: Results) -> Result<Report> {
-        let control = self.run(n, kernels, results)?;
+    /// Waits for the submit of `slot` and reports it.
+    fn collect(&mut self, pool: &mut Pool, slot: usize) -> Result<Report> {
+        let control = self.collect_control(slot)?;
         self.cache.record(&control);
-        let written = self.written(pool, &control)?;
+        let written = self.written(pool, slot, &control)?;
         Ok(Report { control, written })
     }
 
@@ -552,13 +609,13 @@ impl GpuEngine {
         Ok(kernels)
     }
 
-    /// Invocations of kernel `k` in the current submit.
-    fn invocations(&self, k: Kernel) -> u64 {
+    /// Invocations of kernel `k` in a submit for a batch of `n`.
+    fn invocations(&self, k: Kernel, n: u32) -> u64 {
         match k {
             Kernel::CacheFill => self.fills as u64 * self.cfg.tile as u64,
-            Kernel::PhaseA => self.n as u64 * self.spread(self.n) as u64,
+            Kernel::PhaseA => n as u64 * self.spread(n) as u64,
             Kernel::CacheDecay => self.cfg.geo.groups(),
-            _ => self.n as u64,
+            _ => n as u64,
         }
     }
 
@@ -575,17 +632,67 @@ impl GpuEngine {
     }
 
     /// The kernels that end a batch: phase B (when `publish`) or a rollback, the release of
-    /// cells, and the write-through of changed slots to the cache.
-    fn closing(&self, publish: bool, rollback: bool) -> Vec<Kernel> {
-        let mut k = match (rollback, publish) {
-            (true, _) => vec![Kernel::Rollback],
-            (false, true) => vec![Kernel::PhaseB, Kernel::FreeCells],
-            (false, false) => vec![Kernel::FreeCells],
+    /// cells (when `release`; a rollback always releases), and the write-through of changed
+    /// slots to the cache.
+    fn closing(&self, phase: Phase) -> Vec<Kernel> {
+        let (mut k, changed) = match phase {
+            Phase::Rollback => (vec![Kernel::Rollback], true),
+            Phase::B { publish, release } => {
+                let k = [(publish, Kernel::PhaseB), (release, Kernel::FreeCells)];
+                (k.into_iter().filter(|&(on, _)| on).map(|(_, k)| k).collect(), publish)
+            }
+            Phase::A => unreachable!("phase A opens a batch"),
         };
-        if self.cache.enabled() && (publish || rollback) {
+        if self.cache.enabled() && changed {
             k.push(Kernel::CacheRefresh);
         }
         k
+    }
+
+    /// Phase A of `batch` in `slot`: its input written (or its device buffers bound), a slice of
+    /// the cache's loading phase when one is due, allocation and phase A submitted.
+    fn start_a(&mut self, slot: usize, batch: Input) -> Result<()> {
+        let n = match u32::try_from(batch.len()) {
+            Ok(n) if n <= self.max_batch => n,
+            _ => return Err(Error::BatchTooLarge { len: batch.len() as u64, max: self.max_batch as u64 }),
+        };
+        let (kw, vw) = (self.cfg.geo.key_words(), self.cfg.geo.value_words());
+        if let Input::Device(d) = batch {
+            d.validate(kw, vw)?;
+        }
+        self.reserve(slot, n)?;
+        self.slots[slot].n = n;
+        self.batches = self.batches.wrapping_add(1);
+        let scopes = ErrorScopes::push(&self.gpu.device);
+        let mut kernels = vec![];
+        if self.cache.batch_starts(n as u64, std::mem::take(&mut self.busy)) {
+            kernels = self.cache_kernels(false)?;
+        }
+        kernels.extend([Kernel::Alloc, Kernel::PhaseA]);
+        let io = self.slots[slot].io.as_ref().expect("reserved");
+        let (results, device_bind) = match batch {
+            Input::Host(e) => {
+                let q = &self.gpu.queue;
+                let writing = Instant::now();
+                q.write_buffer(&io.kinds, 0, bytemuck::cast_slice(&e.kinds));
+                q.write_buffer(&io.keys, 0, bytemuck::cast_slice(&e.keys));
+                if !e.values.is_empty() {
+                    q.write_buffer(&io.vals_in, 0, bytemuck::cast_slice(&e.values));
+                }
+                self.profile.writes += writing.elapsed();
+                // A reads-only batch ends here: its results come back with phase A's control.
+                (if e.read_only() { Results::WithValues } else { Results::None }, None)
+            }
+            Input::Device(d) => {
+                let work = [&io.opstate, &io.dirty, &io.staging, &io.claims];
+                (Results::None, Some(self.bind_group(d.bindings(kw, vw), work)))
+            }
+        };
+        self.slots[slot].device_bind = device_bind;
+        scopes.pop(|| format!("the input of a batch of {n} operations"))?;
+        let submitted = self.submit(slot, &kernels, Some(results), false);
+        self.fills = 0;
+        submitted
     }
 }
 
@@ -598,78 +705,41 @@ impl Engine for GpuEngine {
         self.max_batch as usize
     }
 
-    fn phase_a(&mut self, pool: &mut Pool, batch: Input) -> Result<Report> {
-        let n = match u32::try_from(batch.len()) {
-            Ok(n) if n <= self.max_batch => n,
-            _ => return Err(Error::BatchTooLarge { len: batch.len() as u64, max: self.max_batch as u64 }),
-        };
-        let (kw, vw) = (self.cfg.geo.key_words(), self.cfg.geo.value_words());
-        if let Input::Device(d) = batch {
-            d.validate(kw, vw)?;
-        }
-        self.reserve(n)?;
-        self.batches = self.batches.wrapping_add(1);
-        let scopes = ErrorScopes::push(&self.gpu.device);
-        let mut kernels = vec![];
-        if self.cache.batch_starts(n as u64, std::mem::take(&mut self.busy)) {
-            kernels = self.cache_kernels(false)?;
-        }
-        kernels.extend([Kernel::Alloc, Kernel::PhaseA]);
+    fn slots(&self) -> usize {
+        SLOTS
+    }
+
+    fn start(&mut self, _pool: &mut Pool, slot: usize, phase: Phase, batch: Input) -> Result<()> {
         let started = Instant::now();
-        let io = self.io.as_ref().expect("reserved");
-        let results = match batch {
-            Input::Host(e) => {
-                self.device_bind = None;
-                let q = &self.gpu.queue;
-                let writing = Instant::now();
-                q.write_buffer(&io.kinds, 0, bytemuck::cast_slice(&e.kinds));
-                q.write_buffer(&io.keys, 0, bytemuck::cast_slice(&e.keys));
-                if !e.values.is_empty() {
-                    q.write_buffer(&io.vals_in, 0, bytemuck::cast_slice(&e.values));
-                }
-                self.profile.writes += writing.elapsed();
-                // A reads-only batch ends here: its results come back with phase A's control.
-                if e.read_only() { Results::WithValues } else { Results::None }
-            }
-            Input::Device(d) => {
-                let bind =
-                    self.bind_group(d.bindings(kw, vw), [&io.opstate, &io.dirty, &io.staging, &io.claims]);
-                self.device_bind = Some(bind);
-                Results::None
+        let submitted = match phase {
+            Phase::A => self.start_a(slot, batch),
+            Phase::Rollback => self.submit(slot, &self.closing(phase), Some(Results::None), true),
+            Phase::B { .. } => {
+                let results = match batch {
+                    Input::Host(e) if e.has_reads() => Results::WithValues,
+                    Input::Host(_) => Results::Statuses,
+                    Input::Device(_) => Results::None,
+                };
+                self.submit(slot, &self.closing(phase), Some(results), true)
             }
         };
-        scopes.pop(|| format!("the input of a batch of {n} operations"))?;
-        let report = self.phase(pool, n, &kernels, results);
-        self.fills = 0;
         self.busy += started.elapsed();
-        report
+        submitted
     }
 
-    fn rollback(&mut self, pool: &mut Pool, _batch: Input) -> Result<Report> {
+    fn finish(&mut self, pool: &mut Pool, slot: usize) -> Result<Report> {
         let started = Instant::now();
-        let kernels = self.closing(false, true);
-        let report = self.phase(pool, self.n, &kernels, Results::None);
+        let report = self.collect(pool, slot);
         self.busy += started.elapsed();
-        self.device_bind = None;
         report
     }
 
-    fn phase_b(&mut self, pool: &mut Pool, batch: Input, publish: bool) -> Result<Report> {
-        let kernels = self.closing(publish, false);
-        let results = match batch {
-            Input::Host(e) if e.has_reads() => Results::WithValues,
-            Input::Host(_) => Results::Statuses,
-            Input::Device(_) => Results::None,
-        };
-        let started = Instant::now();
-        let report = self.phase(pool, self.n, &kernels, results);
-        self.busy += started.elapsed();
-        self.device_bind = None;
-        report
+    fn release(&mut self, slot: usize) -> Result<()> {
+        self.submit(slot, &[Kernel::FreeCells], None, false)
     }
 
-    fn results(&self) -> (&[u32], &[u32]) {
-        (&self.statuses, &self.values)
+    fn results(&self, slot: usize) -> (&[u32], &[u32]) {
+        (&self.slots[slot].statuses, &self.slots[slot].values)
     }
 
     fn cache_status(&self) -> CacheStatus {
@@ -703,10 +773,12 @@ impl Engine for GpuEngine {
         if !self.cache.enabled() {
             return Ok(());
         }
-        self.reserve(1)?;
+        self.reserve(0, 1)?;
+        self.slots[0].n = 0;
         let kernels = self.cache_kernels(true)?;
         let started = Instant::now();
-        let report = self.run(0, &kernels, Results::None);
+        let report =
+            self.submit(0, &kernels, Some(Results::None), false).and_then(|()| self.collect_control(0));
         self.cache.loaded_for(started.elapsed());
         self.fills = 0;
         self.cache.record(&report?);
@@ -718,8 +790,7 @@ impl Drop for GpuEngine {
     fn drop(&mut self) {
         // Imported buffers reference the pool mapping: make sure wgpu destroyed them (and the
         // GPU stopped using them) before the pool is unmapped or moved.
-        self.io = None;
-        self.device_bind = None;
+        self.slots = Default::default();
         self.windows.release(&self.gpu);
     }
 }

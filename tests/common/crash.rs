@@ -1,8 +1,8 @@
 //! The power-failure model the crash-image tests share. A run of batches is recorded at every
 //! persist point; a crash image is the durable pool at one persist point plus any subset of
 //! the 8-byte words written before the next one (the rest lost). Every image must recover to
-//! all acknowledged batches applied and each key of the batch in flight as before it or as
-//! after it.
+//! all acknowledged batches applied and each key of the batches in flight as before them or as
+//! after one of them.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -71,6 +71,8 @@ pub struct CrashRun {
     batches: Vec<Batch>,
     /// Persist intervals recorded when each batch was acknowledged.
     acked_after: Vec<usize>,
+    /// Batches that may be in flight after the acknowledged ones.
+    depth: usize,
 }
 
 impl Default for CrashRun {
@@ -80,11 +82,17 @@ impl Default for CrashRun {
             states: vec![HashMap::new()],
             batches: vec![],
             acked_after: vec![],
+            depth: 1,
         }
     }
 }
 
 impl CrashRun {
+    /// A run in which up to `depth` batches after the acknowledged ones may be in flight.
+    pub fn with_depth(depth: usize) -> Self {
+        CrashRun { depth, ..CrashRun::default() }
+    }
+
     /// The pool observer that records the run.
     pub fn observer(&self) -> host_pm::Observer {
         let r = self.recording.clone();
@@ -112,15 +120,15 @@ impl CrashRun {
 
     /// Writes at least `wanted` crash images to `path`, spread over the intervals that wrote
     /// something (none, all, then random parts of each one's words reach the medium), and
-    /// calls `verify(path, acknowledged content, the batch in flight and the content after it,
-    /// what)` on each.
+    /// calls `verify(path, acknowledged content, the batches in flight each with the content
+    /// after it, what)` on each.
     pub fn check_images(
         &self,
         wanted: usize,
         rng: &mut StdRng,
         seed: u64,
         path: &Path,
-        mut verify: impl FnMut(&Path, &Content, Option<(&Batch, &Content)>, &str),
+        mut verify: impl FnMut(&Path, &Content, &[(&Batch, &Content)], &str),
     ) {
         let written = self.written();
         let recording = self.recording.lock().unwrap();
@@ -139,8 +147,9 @@ impl CrashRun {
                     apply(&mut crashed, interval.len, kept);
                     std::fs::write(path, &crashed).unwrap();
                     let what = format!("seed {seed}, persist interval {k}, image {j} (kept {keep:.2})");
-                    let in_flight = self.batches.get(acked).map(|b| (b, &self.states[acked + 1]));
-                    verify(path, &self.states[acked], in_flight, &what);
+                    let flying = acked..(acked + self.depth).min(self.batches.len());
+                    let in_flight: Vec<_> = flying.map(|i| (&self.batches[i], &self.states[i + 1])).collect();
+                    verify(path, &self.states[acked], &in_flight, &what);
                     tested += 1;
                 }
             }
@@ -151,23 +160,19 @@ impl CrashRun {
     }
 }
 
-/// The content `got` recovered from an image is `acked` but for the keys of `in_flight`
-/// (whose complete application gives `after`), each as before or as after it.
-pub fn assert_whole_or_absent(
-    got: &Content,
-    acked: &Content,
-    in_flight: Option<(&Batch, &Content)>,
-    what: &str,
-) {
-    let touched: Vec<&[u8]> =
-        in_flight.map(|(b, _)| (0..b.len()).map(|i| b.op(i).1).collect()).unwrap_or_default();
-    for key in acked.keys().chain(got.keys()).chain(in_flight.map(|(_, a)| a.keys()).into_iter().flatten()) {
+/// The content `got` recovered from an image is `acked` but for the keys of the batches
+/// `in_flight` (each with the content its complete application gives), each as before them or
+/// as after one of them.
+pub fn assert_whole_or_absent(got: &Content, acked: &Content, in_flight: &[(&Batch, &Content)], what: &str) {
+    let touched: Vec<&[u8]> = in_flight.iter().flat_map(|(b, _)| (0..b.len()).map(|i| b.op(i).1)).collect();
+    let afters = in_flight.iter().flat_map(|(_, after)| after.keys());
+    for key in acked.keys().chain(got.keys()).chain(afters) {
         let (now, before) = (got.get(key), acked.get(key));
         if touched.contains(&&key[..]) {
-            let after = in_flight.unwrap().1.get(key);
+            let states: Vec<_> = in_flight.iter().map(|(_, after)| after.get(key)).collect();
             assert!(
-                now == before || now == after,
-                "{what}: key {key:x?} is {now:x?}, neither {before:x?} nor {after:x?}"
+                now == before || states.contains(&now),
+                "{what}: key {key:x?} is {now:x?}, neither {before:x?} nor one of {states:x?}"
             );
         } else {
             assert_eq!(now, before, "{what}: key {key:x?} of an acknowledged batch");

@@ -1,0 +1,181 @@
+//! Batches in flight: while the GPU runs one batch, the host prepares the next and takes the
+//! results of the one before (docs/protocol.md, "Batches in flight").
+
+use std::collections::VecDeque;
+use std::sync::MutexGuard;
+use std::time::Instant;
+
+use super::{GpHash, State};
+use crate::batch::{Batch, BatchResult, Encoded, Part};
+use crate::engine::Input;
+use crate::error::{Error, Result};
+
+/// Batches in flight through one [`GpHash`], from [`GpHash::pipeline`].
+///
+/// Each batch runs as [`GpHash::execute`] would run it, after every batch submitted before
+/// it (it sees their effects), and its result comes back from the pipeline, an iterator over
+/// the results, in the order submitted. While the GPU runs one batch, the host writes the next one's input and
+/// reads the previous one's results; a reads-only batch and the one after it run on the GPU
+/// back to back, and a batch's last persist overlaps the next batch's phase A (unless the
+/// batch deletes: the next one then starts after it). A batch is
+/// acknowledged (its result `Ok`) only once its own persists are done; when a batch fails so
+/// that the index is poisoned, the batches after it fail too.
+///
+/// The pipeline holds the index's lock: other calls on the index wait until it is dropped.
+/// Dropping it waits for the batches in flight (they take effect or fail as they would have)
+/// and discards their results.
+pub struct Pipeline<'a> {
+    state: MutexGuard<'a, State>,
+    flights: VecDeque<Flight>,
+    /// Results of batches completed to make room, not yet taken.
+    done: VecDeque<Result<BatchResult>>,
+    /// Encoded batches to reuse, keeping their allocations.
+    spare: Vec<Encoded>,
+}
+
+/// A batch in flight.
+struct Flight {
+    slot: usize,
+    batch: Batch,
+    encoded: Encoded,
+    stage: Stage,
+}
+
+/// How far a batch in flight has gone.
+enum Stage {
+    /// Phase A is submitted.
+    A,
+    /// Phase B is submitted, without the release of the cells the batch frees: they are
+    /// released once phase B is persisted (a later batch already in flight must not reuse
+    /// cells whose old values a crash would still recover).
+    B,
+    /// Nothing more to run: the batch ended (an empty one) or failed (the failure counted).
+    Ended(Result<()>),
+}
+
+impl GpHash {
+    /// A pipeline over the index: up to two batches in flight, their results in order (see
+    /// [`Pipeline`]). It holds the index's lock until dropped.
+    pub fn pipeline(&self) -> Pipeline<'_> {
+        Pipeline { state: self.state(), flights: VecDeque::new(), done: VecDeque::new(), spare: vec![] }
+    }
+}
+
+impl Pipeline<'_> {
+    /// Starts `batch`, after every batch submitted before it. When the pipeline is full, the
+    /// oldest batch is completed first (its result waits to be taken). A batch
+    /// larger than `Stats::max_batch` is refused with `BatchTooLarge`, and one of the wrong
+    /// key or value width with `KeyWidth` or `ValueSize`; nothing of it runs. An error of the
+    /// index (poisoned) refuses the batch too.
+    pub fn submit(&mut self, batch: Batch) -> Result<()> {
+        let s = &mut *self.state;
+        s.usable()?;
+        s.check_widths(&batch)?;
+        let max = s.max_batch()?;
+        if batch.len() > max {
+            return Err(Error::BatchTooLarge { len: batch.len() as u64, max: max as u64 });
+        }
+        let depth = s.engine()?.slots();
+        while self.flights.len() >= depth {
+            let r = self.complete();
+            self.done.push_back(r);
+        }
+        if let Some(prev) = self.flights.back()
+            && matches!(prev.stage, Stage::A)
+            && prev.encoded.has_deletes()
+        {
+            // A slot its phase B empties must not be claimed before that is persisted (a crash
+            // would find the old key's slot with the new key in it): it ends first.
+            let r = self.complete();
+            self.done.push_back(r);
+        }
+        let s = &mut *self.state;
+        if let Some(prev) = self.flights.back_mut()
+            && matches!(prev.stage, Stage::A)
+            && !prev.encoded.read_only()
+        {
+            // Its phase B must reach the GPU before this batch's phase A, which sees its
+            // effects; the release of its cells waits for its persist.
+            prev.stage = match s.start_b(prev.slot, Input::Host(&prev.encoded), false) {
+                Ok(_) => Stage::B,
+                Err(e) => Stage::Ended(Err(s.failed(e))),
+            };
+        }
+        let slot = (0..depth).find(|&i| self.flights.iter().all(|f| f.slot != i)).expect("a free slot");
+        let mut encoded = self.spare.pop().unwrap_or_default();
+        let stage = if batch.is_empty() {
+            Stage::Ended(Ok(()))
+        } else {
+            let t = Instant::now();
+            batch.encode_part(Part::Ops { start: 0, end: batch.len() }, &mut encoded);
+            s.host(t, |p| &mut p.encode);
+            match s.start_a(slot, Input::Host(&encoded)) {
+                Ok(()) => Stage::A,
+                Err(e) => {
+                    self.spare.push(encoded);
+                    return Err(s.failed(e));
+                }
+            }
+        };
+        self.flights.push_back(Flight { slot, batch, encoded, stage });
+        Ok(())
+    }
+
+    /// Batches submitted whose results were not taken yet.
+    pub fn pending(&self) -> usize {
+        self.flights.len() + self.done.len()
+    }
+
+    /// Takes the oldest batch in flight to its end: its remaining phases and persists, its
+    /// results.
+    fn complete(&mut self) -> Result<BatchResult> {
+        let f = self.flights.pop_front().expect("a batch in flight");
+        let s = &mut *self.state;
+        let input = Input::Host(&f.encoded);
+        let outcome = match f.stage {
+            Stage::Ended(Err(e)) => {
+                self.spare.push(f.encoded);
+                return Err(e);
+            }
+            Stage::Ended(Ok(())) => Ok(()),
+            // A batch poisoned by the failure of one before it is not acknowledged, whatever
+            // the GPU did of it.
+            Stage::A => s.usable().and_then(|()| {
+                // Nothing after it is in flight: its cells can be released with phase B.
+                if s.start_b(f.slot, input, true)? { s.finish_b(f.slot) } else { Ok(()) }
+            }),
+            Stage::B => s.usable().and_then(|()| s.finish_b(f.slot)).and_then(|()| s.release(f.slot)),
+        };
+        let n = f.batch.len();
+        let mut result = BatchResult::new(n, f.batch.value_bytes());
+        let stored = outcome.and_then(|()| {
+            if n == 0 {
+                Ok(())
+            } else {
+                s.store(f.slot, &f.batch, Part::Ops { start: 0, end: n }, &mut result)
+            }
+        });
+        self.spare.push(f.encoded);
+        s.acknowledge(n, stored).map(|()| result)
+    }
+}
+
+/// The results, in the order the batches were submitted: [`Iterator::next`] returns the result of
+/// the oldest batch whose result was not taken yet, once it is acknowledged or failed, and
+/// `None` when there is none (a later `submit` gives it more).
+impl Iterator for Pipeline<'_> {
+    type Item = Result<BatchResult>;
+
+    fn next(&mut self) -> Option<Result<BatchResult>> {
+        self.done.pop_front().or_else(|| (!self.flights.is_empty()).then(|| self.complete()))
+    }
+}
+
+impl Drop for Pipeline<'_> {
+    fn drop(&mut self) {
+        while !self.flights.is_empty() {
+            // A failure is counted (or poisons the index) as it would be had it been taken.
+            let _ = self.complete();
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Batches in flight (`GpHash::pipeline`): results equal those of the same batches run one
+//! call at a time, on the GPU and on the CPU executor, through growth; a failed persist while a
+//! later batch runs acknowledges nothing of either.
+
+mod common;
+
+use gphash::{Batch, Config, Error, GpHash, OpKind, Options, PoolError, Status};
+use rand::rngs::StdRng;
+use rand::seq::index::sample;
+use rand::{Rng, SeedableRng};
+
+const KB: usize = 8;
+const VB: usize = 16;
+
+/// The batches of a run: reads-only ones (with repeated keys), mixed ones, an empty one, and
+/// inserts of fresh keys enough to make a small table grow. A batch that changes a key holds
+/// it once: `execute` applies the operations on one key in an order it does not promise.
+fn batches(rng: &mut StdRng) -> Vec<Batch> {
+    let mut out = vec![];
+    let mut fresh = 10_000u64;
+    for round in 0..24 {
+        let n = rng.random_range(1..400);
+        let b = match round % 4 {
+            0 => {
+                let mut b = Batch::new(KB, VB);
+                for _ in 0..n {
+                    b.get(&common::key(rng.random_range(0..600), KB)).unwrap();
+                }
+                b
+            }
+            1 => {
+                let mut b = Batch::new(KB, VB);
+                for _ in 0..n {
+                    b.insert(&common::key(fresh, KB), &common::value(rng, VB)).unwrap();
+                    fresh += 1;
+                }
+                b
+            }
+            _ => {
+                let mut b = Batch::new(KB, VB);
+                for k in sample(rng, 600, n) {
+                    let (key, v) = (common::key(k as u64, KB), common::value(rng, VB));
+                    match common::random_kind(rng) {
+                        OpKind::Get => b.get(&key),
+                        OpKind::Insert => b.insert(&key, &v),
+                        OpKind::Upsert => b.upsert(&key, &v),
+                        OpKind::Update => b.update(&key, &v),
+                        OpKind::Delete => b.delete(&key),
+                    }
+                    .unwrap();
+                }
+                b
+            }
+        };
+        out.push(b);
+        if round == 9 {
+            out.push(Batch::new(KB, VB));
+        }
+    }
+    out
+}
+
+/// Runs `batches` through a pipeline of a table made with `options`, taking results at random
+/// moments, and compares each with the same batch run by `execute` on a CPU table.
+fn matches_one_at_a_time(options: &Options, what: &str) {
+    let mut rng = StdRng::seed_from_u64(common::seed(what));
+    let dir = common::pool_dir();
+    let config = Config { key_bytes: KB as u32, value_bytes: VB as u32, capacity: 256, ..Config::default() };
+    let piped = common::table(&dir, "piped", &config, options);
+    let reference = common::table(&dir, "reference", &config, &common::cpu_options());
+    let batches = batches(&mut rng);
+    let mut taken = vec![];
+    {
+        let mut p = piped.pipeline();
+        for b in &batches {
+            p.submit(b.clone()).unwrap();
+            while p.pending() > 0 && rng.random_bool(0.3) {
+                taken.push(p.next().unwrap().unwrap());
+            }
+        }
+        taken.extend(p.by_ref().map(Result::unwrap));
+        assert_eq!(p.pending(), 0);
+    }
+    assert_eq!(taken.len(), batches.len());
+    for (i, (b, got)) in batches.iter().zip(&taken).enumerate() {
+        let want = reference.execute(b).unwrap();
+        assert_eq!(got.statuses, want.statuses, "{what}: statuses of batch {i}");
+        for op in 0..b.len() {
+            assert_eq!(got.value(op), want.value(op), "{what}: value of op {op} of batch {i}");
+        }
+    }
+    assert!(piped.stats().activity.resizes > 0, "{what}: the table should have grown");
+    let (mut a, mut b) = (piped.entries(), reference.entries());
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "{what}: the tables differ");
+    assert!(piped.check().ok(), "{what}: {}", piped.check());
+    // Every cell a batch replaced or did not use went back to the allocator.
+    assert_eq!(piped.cells_used().unwrap(), piped.len(), "{what}: cells leaked");
+}
+
+#[test]
+fn pipelined_batches_match_one_at_a_time_on_the_gpu() {
+    matches_one_at_a_time(&common::gpu_options(Default::default()), "gpu");
+}
+
+#[test]
+fn pipelined_batches_match_one_at_a_time_on_the_cpu() {
+    matches_one_at_a_time(&common::cpu_options(), "cpu");
+}
+
+/// A write batch, then a second one submitted behind it; the persist of the first one's phase
+/// B fails while the second one's phase A is in flight. Neither is acknowledged, the index is
+/// poisoned, and after a reopen every acknowledged key holds its acknowledged value or the
+/// failed batch's (it was not acknowledged, so either may be found), never the second batch's.
+fn failed_persist(options: &Options, what: &str) {
+    let dir = common::pool_dir();
+    let path = dir.path().join("p");
+    let config = Config { key_bytes: KB as u32, value_bytes: VB as u32, capacity: 4096, ..Config::default() };
+    let t = GpHash::create(Some(&path), &config, options).unwrap();
+    let keys: Vec<u8> = (0..1000).flat_map(|k| common::key(k, KB)).collect();
+    let old = |k: u64| [k.to_le_bytes(), [1; 8]].concat();
+    let new = |k: u64| [k.to_le_bytes(), [2; 8]].concat();
+    let values: Vec<u8> = (0..1000).flat_map(old).collect();
+    assert!(t.insert(&keys, &values).unwrap().iter().all(|&s| s == Status::Ok));
+    let mut updates = Batch::new(KB, VB);
+    for k in 0..500 {
+        updates.update(&common::key(k, KB), &new(k)).unwrap();
+    }
+    let mut inserts = Batch::new(KB, VB);
+    for k in 1000..1500 {
+        inserts.insert(&common::key(k, KB), &new(k)).unwrap();
+    }
+    // The first persist (phase A of the updates) succeeds, the next ones fail.
+    t.with_pool(|pool| pool.fail_persists(Some(1)));
+    {
+        let mut p = t.pipeline();
+        p.submit(updates).unwrap();
+        p.submit(inserts).unwrap();
+        let first = p.next().unwrap();
+        assert!(
+            matches!(first, Err(Error::Pool(PoolError::Io { op: "persist (injected fault)", .. }))),
+            "{what}: {first:?}"
+        );
+        let second = p.next().unwrap();
+        assert!(matches!(second, Err(Error::Poisoned(_))), "{what}: {second:?}");
+        assert!(p.next().is_none());
+    }
+    let stats = t.stats();
+    assert!(stats.poisoned.as_deref().is_some_and(|why| why.contains("injected")), "{what}: {stats}");
+    assert!(matches!(t.get(&keys[..KB]), Err(Error::Poisoned(_))));
+    t.with_pool(|pool| pool.fail_persists(None));
+    t.close().unwrap();
+
+    let t = GpHash::open(&path, options).unwrap();
+    assert!(t.check().ok(), "{what}: {}", t.check());
+    assert_eq!(t.len(), 1000, "{what}: only the acknowledged keys");
+    let found = t.get(&keys).unwrap();
+    for k in 0..1000u64 {
+        let v = found.value(k as usize).unwrap_or_else(|| panic!("{what}: key {k} lost"));
+        assert!(v == old(k) || (k < 500 && v == new(k)), "{what}: key {k} holds {v:?}");
+    }
+    let fresh: Vec<u8> = (1000..1500).flat_map(|k| common::key(k, KB)).collect();
+    assert!(t.get(&fresh).unwrap().statuses.iter().all(|&s| s == Status::NotFound), "{what}");
+}
+
+#[test]
+fn a_failed_persist_acknowledges_nothing_of_its_batch_nor_of_the_next_on_the_gpu() {
+    failed_persist(&common::gpu_options(Default::default()), "gpu");
+}
+
+#[test]
+fn a_failed_persist_acknowledges_nothing_of_its_batch_nor_of_the_next_on_the_cpu() {
+    failed_persist(&common::cpu_options(), "cpu");
+}
+
+/// Bad input to a pipeline is refused before anything of it runs, and the batches around it
+/// go on.
+#[test]
+fn a_pipeline_refuses_bad_batches_and_goes_on() {
+    let dir = common::pool_dir();
+    let config = Config { key_bytes: KB as u32, value_bytes: VB as u32, capacity: 1024, ..Config::default() };
+    let t = common::table(&dir, "p", &config, &common::gpu_options(Default::default()));
+    let mut p = t.pipeline();
+    let mut good = Batch::new(KB, VB);
+    good.insert(&common::key(1, KB), &[7; VB]).unwrap();
+    p.submit(good).unwrap();
+    assert!(matches!(p.submit(Batch::new(4, VB)), Err(Error::KeyWidth { found: 4, expected: 8 })));
+    assert!(matches!(p.submit(Batch::new(KB, 8)), Err(Error::ValueSize { found: 8, expected: 16 })));
+    let mut read = Batch::new(KB, VB);
+    read.get(&common::key(1, KB)).unwrap();
+    p.submit(read).unwrap();
+    assert_eq!(p.pending(), 2);
+    assert_eq!(p.next().unwrap().unwrap().statuses, vec![Status::Ok]);
+    assert_eq!(p.next().unwrap().unwrap().value(0), Some(&[7; VB][..]));
+    assert!(p.next().is_none());
+}
