@@ -319,6 +319,10 @@ struct State {
     recovery: Recovery,
     activity: Activity,
     poisoned: Option<String>,
+    /// Deferred releases of cells so far (`release`), and their count when each slot's phase A
+    /// started: a phase A that found no cell before a release may find one after it.
+    releases: u64,
+    releases_at_a: Vec<u64>,
     /// The encoded batch, kept to reuse its allocations.
     encoded: Encoded,
     /// Engines still to fail to be made (tests of failed restarts).
@@ -447,6 +451,8 @@ impl GpHash {
             recovery,
             activity: Activity::default(),
             poisoned: None,
+            releases: 0,
+            releases_at_a: vec![],
             encoded: Encoded::default(),
             #[cfg(test)]
             failing_engines: 0,
@@ -1084,6 +1090,10 @@ impl State {
             // that says it needs recovery. A no-op once the pool is dirty.
             self.pool.mark_dirty()?;
         }
+        if self.releases_at_a.len() <= slot {
+            self.releases_at_a.resize(slot + 1, 0);
+        }
+        self.releases_at_a[slot] = self.releases;
         self.step(slot, Phase::A, batch)
     }
 
@@ -1112,7 +1122,9 @@ impl State {
     /// release of cells when `release`) unless the batch needs none: a reads-only batch's
     /// results are complete after phase A (device batches hold them already). Returns whether
     /// phase B started. A batch rolled back because the table (or its heap) is full runs again
-    /// after the table grew, unless growth is off: only when nothing else is in flight.
+    /// after the table grew, unless growth is off: only when nothing else is in flight. One that
+    /// found no cell before the cells of the batch ahead of it were released (in a pipeline)
+    /// runs again first, as it would have found them one call at a time.
     fn start_b(&mut self, slot: usize, batch: Input, release: bool) -> Result<bool> {
         loop {
             let a = self.settle(slot)?;
@@ -1127,6 +1139,10 @@ impl State {
             }
             self.step(slot, Phase::Rollback, batch)?;
             self.settle(slot)?;
+            if full == 0 && self.releases_at_a[slot] != self.releases {
+                self.start_a(slot, batch)?;
+                continue;
+            }
             let load = self.items as f64 / self.geo.slots() as f64;
             let early = (self.items + batch.len() as u64) as f64 / (self.geo.slots() as f64) < GROW_FROM_LOAD;
             if !self.options.grow || (full > 0 && early) {
@@ -1154,6 +1170,7 @@ impl State {
         let t = Instant::now();
         let released = self.engine()?.release(slot);
         self.engine_done(t);
+        self.releases += 1;
         released
     }
 

@@ -12,9 +12,11 @@ use rand::{Rng, SeedableRng};
 const KB: usize = 8;
 const VB: usize = 16;
 
-/// The batches of a run: reads-only ones (with repeated keys), mixed ones, an empty one, and
-/// inserts of fresh keys enough to make a small table grow. A batch that changes a key holds
-/// it once: `execute` applies the operations on one key in an order it does not promise.
+/// The batches of a run: reads-only ones (with repeated keys), inserts of fresh keys enough to
+/// make a small table grow, then updates and reads of those keys (each depends on the batch
+/// before it, which is still in flight), mixed ones with deletes, and an empty one. A batch
+/// that changes a key holds it once: `execute` applies the operations on one key in an order
+/// it does not promise.
 fn batches(rng: &mut StdRng) -> Vec<Batch> {
     let mut out = vec![];
     let mut fresh = 10_000u64;
@@ -33,6 +35,16 @@ fn batches(rng: &mut StdRng) -> Vec<Batch> {
                 for _ in 0..n {
                     b.insert(&common::key(fresh, KB), &common::value(rng, VB)).unwrap();
                     fresh += 1;
+                }
+                b
+            }
+            2 => {
+                // The keys the batch before inserted, and a few it did not.
+                let mut b = Batch::new(KB, VB);
+                for k in fresh - n as u64..fresh + 20 {
+                    let key = common::key(k, KB);
+                    if rng.random_bool(0.5) { b.update(&key, &common::value(rng, VB)) } else { b.get(&key) }
+                        .unwrap();
                 }
                 b
             }
@@ -97,6 +109,44 @@ fn matches_one_at_a_time(options: &Options, what: &str) {
     assert!(piped.check().ok(), "{what}: {}", piped.check());
     // Every cell a batch replaced or did not use went back to the allocator.
     assert_eq!(piped.cells_used().unwrap(), piped.len(), "{what}: cells leaked");
+}
+
+/// Two batches in flight need room for two batches' new values, and the cells the first one
+/// frees return only after its persist, once the second one's phase A ran: a pipeline runs out
+/// of cells no sooner than one call at a time (here without growth, which would hide it).
+fn cells_as_one_at_a_time(options: Options, what: &str) {
+    let dir = common::pool_dir();
+    let options = Options { grow: false, ..options };
+    let config = Config { capacity: 1600, value_bytes: 12, ..Default::default() };
+    let t = common::table(&dir, "p", &config, &options);
+    let stats = t.stats();
+    let keys: Vec<Vec<u8>> = (0..1600).map(|k| common::key(k, 8)).collect();
+    assert!(stats.cells < stats.slots + 2 * keys.len() as u64, "{what}: the heap holds 2 batches' values");
+    let all = |v: u8| {
+        let mut b = t.batch();
+        for k in &keys {
+            b.upsert(k, &[v; 12]).unwrap();
+        }
+        b
+    };
+    for v in 0..3 {
+        t.execute(&all(v)).unwrap();
+    }
+    let mut p = t.pipeline();
+    for v in 3..6 {
+        p.submit(all(v)).unwrap();
+    }
+    for (i, r) in p.by_ref().enumerate() {
+        assert!(r.is_ok_and(|r| r.statuses.iter().all(|&s| s == Status::Ok)), "{what}: pipelined batch {i}");
+    }
+    drop(p);
+    assert_eq!(t.get(&keys[7]).unwrap().value(0), Some(&[5; 12][..]), "{what}");
+}
+
+#[test]
+fn a_pipeline_runs_out_of_cells_no_sooner_than_one_call_at_a_time() {
+    cells_as_one_at_a_time(common::gpu_options(Default::default()), "gpu");
+    cells_as_one_at_a_time(common::cpu_options(), "cpu");
 }
 
 #[test]

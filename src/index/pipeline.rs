@@ -21,7 +21,9 @@ use crate::error::{Error, Result};
 /// acknowledged (its result `Ok`) only once its own persists are done; when a batch fails so
 /// that the index is poisoned, the batches after it fail too.
 ///
-/// The pipeline holds the index's lock: other calls on the index wait until it is dropped.
+/// The pipeline holds the index's lock: other calls on the index wait until it is dropped (so
+/// the thread that holds a pipeline must not call the index itself: it would wait forever).
+/// Each of the two slots has its own batch buffers on the device.
 /// Dropping it waits for the batches in flight (they take effect or fail as they would have)
 /// and discards their results.
 pub struct Pipeline<'a> {
@@ -90,6 +92,8 @@ impl Pipeline<'_> {
             self.done.push_back(r);
         }
         let s = &mut *self.state;
+        // Nothing runs on an index that a batch ahead poisoned.
+        s.usable()?;
         if let Some(prev) = self.flights.back_mut()
             && matches!(prev.stage, Stage::A)
             && !prev.encoded.read_only()
@@ -101,6 +105,7 @@ impl Pipeline<'_> {
                 Err(e) => Stage::Ended(Err(s.failed(e))),
             };
         }
+        s.usable()?;
         let slot = (0..depth).find(|&i| self.flights.iter().all(|f| f.slot != i)).expect("a free slot");
         let mut encoded = self.spare.pop().unwrap_or_default();
         let stage = if batch.is_empty() {
@@ -148,14 +153,13 @@ impl Pipeline<'_> {
         };
         let n = f.batch.len();
         let mut result = BatchResult::new(n, f.batch.value_bytes());
-        let stored = outcome.and_then(|()| {
-            if n == 0 {
-                Ok(())
-            } else {
-                s.store(f.slot, &f.batch, Part::Ops { start: 0, end: n }, &mut result)
-            }
-        });
         self.spare.push(f.encoded);
+        if n == 0 {
+            // Like an empty call: nothing ran, nothing is counted.
+            return outcome.map(|()| result);
+        }
+        let stored =
+            outcome.and_then(|()| s.store(f.slot, &f.batch, Part::Ops { start: 0, end: n }, &mut result));
         s.acknowledge(n, stored).map(|()| result)
     }
 }
