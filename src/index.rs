@@ -542,7 +542,12 @@ impl GpHash {
     /// Runs a whole loading phase of the bucket cache now: the hot groups so far are cached
     /// when this returns (the cache then stays frozen until its next period).
     pub fn load_cache(&self) -> Result<()> {
-        self.state().engine()?.load_cache()
+        let mut s = self.state();
+        let t = Instant::now();
+        let loaded = s.engine()?.load_cache();
+        // Its engine time and kernels are counted now, not with the next batch's.
+        s.engine_done(t);
+        loaded
     }
 
     /// What the bucket cache holds now (for tests and diagnostics; empty without a cache).

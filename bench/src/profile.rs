@@ -40,6 +40,9 @@ pub struct ProfileBench {
     /// Run each repetition's batches through a [`gphash::Pipeline`] (two in flight) instead
     /// of one `execute_ordered` call at a time.
     pub pipeline: bool,
+    /// Run a whole loading phase of the bucket cache after loading the keys (no-op without a
+    /// cache), so that the batches measure a loaded cache.
+    pub load_cache: bool,
 }
 
 /// One repetition: its batches' wall time and what the index's counters say of it.
@@ -226,6 +229,9 @@ impl ProfileBench {
             let end = (start + load as u64).min(self.keys);
             let keys: Vec<u8> = (start..end).flat_map(|i| key(i, kb)).collect();
             index.insert(&keys, &vec![7; (end - start) as usize * vb])?;
+        }
+        if self.load_cache {
+            index.load_cache()?;
         }
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(self.seed);
         let uniform = Uniform::new(0, self.keys.max(1));

@@ -25,6 +25,7 @@ fn profile(placement: Placement, pipeline: bool) -> Vec<Measured> {
         floor_reps: 5,
         pool_dir: dir.path().into(),
         pipeline,
+        load_cache: false,
     };
     let options = common::gpu_options(GpuOptions { placement, ..GpuOptions::default() });
     let mut reported = 0;

@@ -77,6 +77,10 @@ pub(crate) struct ProfileArgs {
     /// batch while the GPU runs the other) instead of one call at a time.
     #[arg(long)]
     pipeline: bool,
+    /// Load the bucket cache whole after the keys (a loading phase), so that the batches
+    /// measure a loaded cache (set --cache-period high to keep later phases out).
+    #[arg(long)]
+    load_cache: bool,
     #[command(flatten)]
     dir: PoolDir,
 }
@@ -376,6 +380,7 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
                 floor_reps: a.floor_reps,
                 pool_dir: a.dir.pool_dir.clone(),
                 pipeline: a.pipeline,
+                load_cache: a.load_cache,
             };
             println!(
                 "# {} keys of {} bytes, {}-byte values, loaded; {}",
