@@ -434,11 +434,6 @@ impl Encoded {
     pub fn has_reads(&self) -> bool {
         self.kinds.contains(&(OpKind::Get as u32))
     }
-
-    /// Whether some operation is a delete (which empties a slot in phase B).
-    pub(crate) fn has_deletes(&self) -> bool {
-        self.kinds.contains(&(OpKind::Delete as u32))
-    }
 }
 
 /// Results of a batch: a status per operation and the values of successful reads.

@@ -130,7 +130,7 @@ impl Engine for CpuEngine {
             Phase::Rollback => self.stage(pool, slot, batch, |m, mem, bitmap, dirty, run, i| {
                 m.rollback(mem, bitmap, dirty, &run.states[i])
             }),
-            Phase::B { publish, release } => {
+            Phase::B { publish } => {
                 let report = if publish {
                     self.stage(pool, slot, batch, |m, mem, _, dirty, run, i| {
                         m.phase_b(mem, dirty, batch, run, i)
@@ -138,8 +138,9 @@ impl Engine for CpuEngine {
                 } else {
                     Report { control: Control::default(), written: Written::Lines(vec![]) }
                 };
-                if release {
-                    self.release(slot)?;
+                let model = Model { geo: &self.geo, seeds: &self.seeds, verify_values: self.verify_values };
+                for st in &self.slots[slot].0.states {
+                    model.free(&mut self.bitmap, st);
                 }
                 report
             }
@@ -150,14 +151,6 @@ impl Engine for CpuEngine {
 
     fn finish(&mut self, _pool: &mut Pool, slot: usize) -> Result<Report> {
         Ok(self.slots[slot].1.take().expect("a phase was started in the slot"))
-    }
-
-    fn release(&mut self, slot: usize) -> Result<()> {
-        let model = Model { geo: &self.geo, seeds: &self.seeds, verify_values: self.verify_values };
-        for st in &self.slots[slot].0.states {
-            model.free(&mut self.bitmap, st);
-        }
-        Ok(())
     }
 
     fn results(&self, slot: usize) -> (&[u32], &[u32]) {

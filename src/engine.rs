@@ -51,9 +51,9 @@ pub(crate) enum Phase {
     A,
     /// Undoes phase A (no slot or no cell for some operation); releases the batch's cells.
     Rollback,
-    /// Phase B (when `publish`) and, when `release`, the release of the cells the batch
-    /// replaced or did not use (otherwise [`Engine::release`] does it later).
-    B { publish: bool, release: bool },
+    /// Phase B (when `publish`) and the release of the cells the batch replaced or did not
+    /// use (reused by a later batch only, whose phase A is submitted after this persist).
+    B { publish: bool },
 }
 
 /// The cache lines a phase wrote.
@@ -141,11 +141,6 @@ pub(crate) trait Engine: Send {
     /// Waits for the phase last started in `slot` and reports it. After phase A of a
     /// reads-only batch, or phase B, [`Engine::results`] holds the batch's results.
     fn finish(&mut self, pool: &mut Pool, slot: usize) -> Result<Report>;
-
-    /// Gives the cells that the batch in `slot` replaced or did not use back to the
-    /// allocator: after phase B with `release: false`, once that phase B is persisted (until
-    /// then, a crash recovers the cells' old contents, so no later batch may write them).
-    fn release(&mut self, slot: usize) -> Result<()>;
 
     /// The statuses of the batch in `slot` and the value words of its reads (`value_words`
     /// per operation, or empty when the batch has no read).

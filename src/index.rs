@@ -319,10 +319,6 @@ struct State {
     recovery: Recovery,
     activity: Activity,
     poisoned: Option<String>,
-    /// Deferred releases of cells so far (`release`), and their count when each slot's phase A
-    /// started: a phase A that found no cell before a release may find one after it.
-    releases: u64,
-    releases_at_a: Vec<u64>,
     /// The encoded batch, kept to reuse its allocations.
     encoded: Encoded,
     /// Engines still to fail to be made (tests of failed restarts).
@@ -451,8 +447,6 @@ impl GpHash {
             recovery,
             activity: Activity::default(),
             poisoned: None,
-            releases: 0,
-            releases_at_a: vec![],
             encoded: Encoded::default(),
             #[cfg(test)]
             failing_engines: 0,
@@ -1082,7 +1076,7 @@ impl State {
             return Ok(());
         }
         self.start_a(0, batch)?;
-        if self.start_b(0, batch, true)? {
+        if self.start_b(0, batch)? {
             self.finish_b(0)?;
         }
         Ok(())
@@ -1095,10 +1089,6 @@ impl State {
             // that says it needs recovery. A no-op once the pool is dirty.
             self.pool.mark_dirty()?;
         }
-        if self.releases_at_a.len() <= slot {
-            self.releases_at_a.resize(slot + 1, 0);
-        }
-        self.releases_at_a[slot] = self.releases;
         self.step(slot, Phase::A, batch)
     }
 
@@ -1111,43 +1101,39 @@ impl State {
         started
     }
 
-    /// Waits for the phase last started in `slot`, persists what it wrote and returns its
-    /// control block.
-    fn settle(&mut self, slot: usize) -> Result<Control> {
+    /// Waits for the phase last started in `slot`, persists what it wrote (unless it is phase A
+    /// of a reads-only batch, which wrote nothing) and returns its control block.
+    fn settle(&mut self, slot: usize, reads_only: bool) -> Result<Control> {
         let t = Instant::now();
         let (engine, pool) = self.parts();
         let report = engine.finish(pool, slot);
         self.engine_done(t);
         let report = report?;
-        self.persist(&report.written)?;
+        if !reads_only {
+            self.persist(&report.written)?;
+        }
         Ok(report.control)
     }
 
-    /// Waits for phase A of `batch` in `slot` and persists it, then starts phase B (with the
-    /// release of cells when `release`) unless the batch needs none: a reads-only batch's
-    /// results are complete after phase A (device batches hold them already). Returns whether
-    /// phase B started. A batch rolled back because the table (or its heap) is full runs again
-    /// after the table grew, unless growth is off: only when nothing else is in flight. One that
-    /// found no cell before the cells of the batch ahead of it were released (in a pipeline)
-    /// runs again first, as it would have found them one call at a time.
-    fn start_b(&mut self, slot: usize, batch: Input, release: bool) -> Result<bool> {
+    /// Waits for phase A of `batch` in `slot` and persists it, then starts phase B unless the
+    /// batch needs none: a reads-only batch's results are complete after phase A (device
+    /// batches hold them already), and it persists nothing. Returns whether phase B started. A
+    /// batch rolled back because the table (or its heap) is full runs again after the table
+    /// grew, unless growth is off: only when nothing else is in flight.
+    fn start_b(&mut self, slot: usize, batch: Input) -> Result<bool> {
         loop {
-            let a = self.settle(slot)?;
+            let a = self.settle(slot, batch.read_only())?;
             let (full, no_cell) = (a[control::FULL], a[control::NO_CELL]);
             if full == 0 && no_cell == 0 {
                 let (publish, allocated) = (a[control::NEED_B] > 0, a[control::ALLOCATED] > 0);
                 if batch.read_only() || (matches!(batch, Input::Device(_)) && !publish && !allocated) {
                     return Ok(false);
                 }
-                self.step(slot, Phase::B { publish, release }, batch)?;
+                self.step(slot, Phase::B { publish }, batch)?;
                 return Ok(true);
             }
             self.step(slot, Phase::Rollback, batch)?;
-            self.settle(slot)?;
-            if full == 0 && self.releases_at_a[slot] != self.releases {
-                self.start_a(slot, batch)?;
-                continue;
-            }
+            self.settle(slot, false)?;
             let load = self.items as f64 / self.geo.slots() as f64;
             let early = (self.items + batch.len() as u64) as f64 / (self.geo.slots() as f64) < GROW_FROM_LOAD;
             if !self.options.grow || (full > 0 && early) {
@@ -1164,19 +1150,10 @@ impl State {
 
     /// Waits for phase B in `slot` and persists it: the batch is then acknowledged.
     fn finish_b(&mut self, slot: usize) -> Result<()> {
-        let b = self.settle(slot)?;
+        let b = self.settle(slot, false)?;
         self.items += b[control::PUBLISHED] as u64;
         self.items -= b[control::DELETED] as u64;
         Ok(())
-    }
-
-    /// Releases the cells of the batch in `slot`, whose phase B ran without and is persisted.
-    fn release(&mut self, slot: usize) -> Result<()> {
-        let t = Instant::now();
-        let released = self.engine()?.release(slot);
-        self.engine_done(t);
-        self.releases += 1;
-        released
     }
 
     fn persist(&mut self, written: &Written) -> Result<()> {

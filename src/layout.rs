@@ -209,8 +209,7 @@ impl Geometry {
     }
 
     /// Heap cells for a table of `slots` slots: one per slot plus room for the new values of
-    /// updates, whose old cells are freed only after their batch is persisted (in a pipeline,
-    /// after the next batch's phase A: one that then finds no cell runs again after the release).
+    /// updates, whose old cells are freed only after their batch is persisted.
     pub fn cells_for_slots(slots: u64) -> u64 {
         slots + slots / 8 + 1024
     }

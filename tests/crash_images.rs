@@ -50,7 +50,7 @@ fn crash_images(pipelined: bool, what: &str) {
     let t =
         common::table(&dir, "run", &Config { capacity: 64, value_bytes: 12, ..Default::default() }, &options);
     let mut oracle = Oracle::default();
-    // A batch that deletes ends before the next one starts: in a pipeline, 1 batch in 4 does.
+    // In a pipeline, 1 batch in 4 deletes (the others' results and slots overlap more).
     let batches: Vec<_> = (0..40).map(|i| random_batch(&t, &mut rng, !pipelined || i % 4 == 0)).collect();
     if pipelined {
         let mut p = t.pipeline();
@@ -88,18 +88,17 @@ fn crash_images_recover_to_acknowledged_states() {
     crash_images(false, "crash_images_recover_to_acknowledged_states");
 }
 
-/// The same with batches in flight: a batch's phase B persist overlaps the next one's phase A,
-/// whose new values must not land in cells a crash would still recover.
+/// The same with batches in flight: reads-only batches back to back, encoding and decoding
+/// beside the GPU's work.
 #[test]
 fn crash_images_of_a_pipeline_recover_to_acknowledged_states() {
     crash_images(true, "crash_images_of_a_pipeline_recover_to_acknowledged_states");
 }
 
-/// A pipelined run on the CPU executor (which runs each phase when it starts, so the next
-/// batch's phase A is in the pool before the persist of the phase B ahead of it) whose every
+/// A pipelined run on the CPU executor (which runs each phase when it starts) whose every
 /// batch replaces every value: from the third batch on, allocation must wrap onto cells that
-/// earlier batches freed. Cells released before their batch's persist would be overwritten
-/// while a crash image still references them.
+/// earlier batches freed. A later batch's phase A that ran before the persist of the phase B
+/// that freed them would overwrite cells a crash image still references.
 #[test]
 fn crash_images_of_a_pipeline_whose_next_batch_needs_the_freed_cells() {
     let what = "crash_images_of_a_pipeline_whose_next_batch_needs_the_freed_cells";

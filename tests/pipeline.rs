@@ -111,9 +111,8 @@ fn matches_one_at_a_time(options: &Options, what: &str) {
     assert_eq!(piped.cells_used().unwrap(), piped.len(), "{what}: cells leaked");
 }
 
-/// Two batches in flight need room for two batches' new values, and the cells the first one
-/// frees return only after its persist, once the second one's phase A ran: a pipeline runs out
-/// of cells no sooner than one call at a time (here without growth, which would hide it).
+/// A pipeline runs out of cells no sooner than one call at a time (here without growth, which
+/// would hide it): a batch's freed cells are back before the next batch allocates.
 fn cells_as_one_at_a_time(options: Options, what: &str) {
     let dir = common::pool_dir();
     let options = Options { grow: false, ..options };
@@ -159,10 +158,11 @@ fn pipelined_batches_match_one_at_a_time_on_the_cpu() {
     matches_one_at_a_time(&common::cpu_options(), "cpu");
 }
 
-/// A write batch, then a second one submitted behind it; the persist of the first one's phase
-/// B fails while the second one's phase A is in flight. Neither is acknowledged, the index is
-/// poisoned, and after a reopen every acknowledged key holds its acknowledged value or the
-/// failed batch's (it was not acknowledged, so either may be found), never the second batch's.
+/// A write batch, then a second one submitted behind it (encoded while the first one runs);
+/// the persist of the first one's phase B fails. Neither is acknowledged: the first fails, the
+/// second is refused before anything of it runs, the index is poisoned, and after a reopen
+/// every acknowledged key holds its acknowledged value or the failed batch's (it was not
+/// acknowledged, so either may be found), never the second batch's.
 fn failed_persist(options: &Options, what: &str) {
     let dir = common::pool_dir();
     let path = dir.path().join("p");
@@ -186,14 +186,13 @@ fn failed_persist(options: &Options, what: &str) {
     {
         let mut p = t.pipeline();
         p.submit(updates).unwrap();
-        p.submit(inserts).unwrap();
+        let second = p.submit(inserts);
+        assert!(matches!(second, Err(Error::Poisoned(_))), "{what}: {second:?}");
         let first = p.next().unwrap();
         assert!(
             matches!(first, Err(Error::Pool(PoolError::Io { op: "persist (injected fault)", .. }))),
             "{what}: {first:?}"
         );
-        let second = p.next().unwrap();
-        assert!(matches!(second, Err(Error::Poisoned(_))), "{what}: {second:?}");
         assert!(p.next().is_none());
     }
     let stats = t.stats();

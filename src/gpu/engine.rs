@@ -426,15 +426,8 @@ impl GpuEngine {
     /// Writes the parameters of a submit for the batch in `slot`; records `kernels` (one compute
     /// pass each, so wgpu orders them with barriers), the write-back gather in staged mode, and
     /// the copies of the control block and, when asked, the results; submits without waiting
-    /// (`collect` waits). With `results` `None` nothing is read back and nothing waits: the
-    /// submit only changes device state that later submits see.
-    fn submit(
-        &mut self,
-        slot: usize,
-        kernels: &[Kernel],
-        results: Option<Results>,
-        ends_batch: bool,
-    ) -> Result<()> {
+    /// (`collect` waits).
+    fn submit(&mut self, slot: usize, kernels: &[Kernel], results: Results, ends_batch: bool) -> Result<()> {
         let scopes = ErrorScopes::push(&self.gpu.device);
         let started = Instant::now();
         let n = self.slots[slot].n;
@@ -450,7 +443,7 @@ impl GpuEngine {
         let bind = s.device_bind.as_ref().unwrap_or(&io.bind);
         let writeback = (self.windows.staged() && kernels.iter().any(|k| k.writes_pool()))
             .then(|| (self.pipelines.get(Kernel::Writeback), writeback_invocations(io.dirty_cap)));
-        let timer = self.timer.as_ref().filter(|_| results.is_some());
+        let timer = self.timer.as_ref();
         let passes = record_passes(
             &mut enc,
             bind,
@@ -458,18 +451,16 @@ impl GpuEngine {
             timer,
         );
         let rl = io.layout;
-        if let Some(results) = results {
-            if let Some(timer) = timer {
-                timer.resolve(&mut enc, passes, &io.readback, rl.timestamps);
-            }
-            let vw = self.cfg.geo.value_words() as u64;
-            enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, (control::WORDS * 4) as u64);
-            if results != Results::None && n > 0 {
-                enc.copy_buffer_to_buffer(&io.statuses, 0, &io.readback, rl.statuses, n as u64 * 4);
-            }
-            if results == Results::WithValues && n > 0 {
-                enc.copy_buffer_to_buffer(&io.vals_out, 0, &io.readback, rl.values, n as u64 * vw * 4);
-            }
+        if let Some(timer) = timer {
+            timer.resolve(&mut enc, passes, &io.readback, rl.timestamps);
+        }
+        let vw = self.cfg.geo.value_words() as u64;
+        enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, (control::WORDS * 4) as u64);
+        if results != Results::None && n > 0 {
+            enc.copy_buffer_to_buffer(&io.statuses, 0, &io.readback, rl.statuses, n as u64 * 4);
+        }
+        if results == Results::WithValues && n > 0 {
+            enc.copy_buffer_to_buffer(&io.vals_out, 0, &io.readback, rl.values, n as u64 * vw * 4);
         }
         let mut cmds = vec![enc.finish()];
         if !self.windows.staged() {
@@ -485,17 +476,15 @@ impl GpuEngine {
         p.writes += written - started;
         p.record += recorded - written;
         p.submit += submitted - recorded;
-        if let Some(results) = results {
-            self.slots[slot].running = Some(Running {
-                submission,
-                kernels: kernels.to_vec(),
-                results,
-                passes,
-                writeback: writeback.is_some(),
-                ends_batch,
-                submitted,
-            });
-        }
+        self.slots[slot].running = Some(Running {
+            submission,
+            kernels: kernels.to_vec(),
+            results,
+            passes,
+            writeback: writeback.is_some(),
+            ends_batch,
+            submitted,
+        });
         Ok(())
     }
 
@@ -632,15 +621,12 @@ impl GpuEngine {
     }
 
     /// The kernels that end a batch: phase B (when `publish`) or a rollback, the release of
-    /// cells (when `release`; a rollback always releases), and the write-through of changed
-    /// slots to the cache.
+    /// cells, and the write-through of changed slots to the cache.
     fn closing(&self, phase: Phase) -> Vec<Kernel> {
         let (mut k, changed) = match phase {
             Phase::Rollback => (vec![Kernel::Rollback], true),
-            Phase::B { publish, release } => {
-                let k = [(publish, Kernel::PhaseB), (release, Kernel::FreeCells)];
-                (k.into_iter().filter(|&(on, _)| on).map(|(_, k)| k).collect(), publish)
-            }
+            Phase::B { publish: true } => (vec![Kernel::PhaseB, Kernel::FreeCells], true),
+            Phase::B { publish: false } => (vec![Kernel::FreeCells], false),
             Phase::A => unreachable!("phase A opens a batch"),
         };
         if self.cache.enabled() && changed {
@@ -690,7 +676,7 @@ impl GpuEngine {
         };
         self.slots[slot].device_bind = device_bind;
         scopes.pop(|| format!("the input of a batch of {n} operations"))?;
-        let submitted = self.submit(slot, &kernels, Some(results), false);
+        let submitted = self.submit(slot, &kernels, results, false);
         self.fills = 0;
         submitted
     }
@@ -713,14 +699,14 @@ impl Engine for GpuEngine {
         let started = Instant::now();
         let submitted = match phase {
             Phase::A => self.start_a(slot, batch),
-            Phase::Rollback => self.submit(slot, &self.closing(phase), Some(Results::None), true),
+            Phase::Rollback => self.submit(slot, &self.closing(phase), Results::None, true),
             Phase::B { .. } => {
                 let results = match batch {
                     Input::Host(e) if e.has_reads() => Results::WithValues,
                     Input::Host(_) => Results::Statuses,
                     Input::Device(_) => Results::None,
                 };
-                self.submit(slot, &self.closing(phase), Some(results), true)
+                self.submit(slot, &self.closing(phase), results, true)
             }
         };
         self.busy += started.elapsed();
@@ -732,10 +718,6 @@ impl Engine for GpuEngine {
         let report = self.collect(pool, slot);
         self.busy += started.elapsed();
         report
-    }
-
-    fn release(&mut self, slot: usize) -> Result<()> {
-        self.submit(slot, &[Kernel::FreeCells], None, false)
     }
 
     fn results(&self, slot: usize) -> (&[u32], &[u32]) {
@@ -777,8 +759,7 @@ impl Engine for GpuEngine {
         self.slots[0].n = 0;
         let kernels = self.cache_kernels(true)?;
         let started = Instant::now();
-        let report =
-            self.submit(0, &kernels, Some(Results::None), false).and_then(|()| self.collect_control(0));
+        let report = self.submit(0, &kernels, Results::None, false).and_then(|()| self.collect_control(0));
         self.cache.loaded_for(started.elapsed());
         self.fills = 0;
         self.cache.record(&report?);

@@ -1,5 +1,6 @@
-//! Batches in flight: while the GPU runs one batch, the host prepares the next and takes the
-//! results of the one before (docs/protocol.md, "Batches in flight").
+//! Batches in flight: while the GPU runs one batch, the host prepares the next and decodes the
+//! results of the one before; reads-only batches run back to back (docs/protocol.md,
+//! "Batches in flight").
 
 use std::collections::VecDeque;
 use std::sync::MutexGuard;
@@ -14,17 +15,16 @@ use crate::error::{Error, Result};
 ///
 /// Each batch runs as [`GpHash::execute`] would run it, after every batch submitted before
 /// it (it sees their effects), and its result comes back from the pipeline, an iterator over
-/// the results, in the order submitted. While the GPU runs one batch, the host writes the next one's input and
-/// reads the previous one's results; a reads-only batch and the one after it run on the GPU
-/// back to back, and a batch's last persist overlaps the next batch's phase A (unless the
-/// batch deletes: the next one then starts after it). A batch is
-/// acknowledged (its result `Ok`) only once its own persists are done; when a batch fails so
+/// the results, in the order submitted. While the GPU runs one batch, the host encodes the
+/// next one and decodes the results of the one before; a reads-only batch and the one after it
+/// run on the GPU back to back. A batch that writes ends (its phases and persists) before the
+/// next batch's phase A is submitted: no persist runs while the GPU writes the pool. A batch
+/// is acknowledged (its result `Ok`) only once its own persists are done; when a batch fails so
 /// that the index is poisoned, the batches after it fail too.
 ///
 /// The pipeline holds the index's lock: other calls on the index wait until it is dropped (so
 /// the thread that holds a pipeline must not call the index itself: it would wait forever).
-/// Each of the two slots has its own batch buffers on the device.
-/// Dropping it waits for the batches in flight (they take effect or fail as they would have)
+/// Each of the two slots has its own batch buffers on the device. Dropping it waits for the batches in flight (they take effect or fail as they would have)
 /// and discards their results.
 pub struct Pipeline<'a> {
     state: MutexGuard<'a, State>,
@@ -47,11 +47,8 @@ struct Flight {
 enum Stage {
     /// Phase A is submitted.
     A,
-    /// Phase B is submitted, without the release of the cells the batch frees: they are
-    /// released once phase B is persisted (a later batch already in flight must not reuse
-    /// cells whose old values a crash would still recover).
-    B,
-    /// Nothing more to run: the batch ended (an empty one) or failed (the failure counted).
+    /// Nothing more runs: the batch is acknowledged (its results wait in its slot, to be
+    /// decoded), empty, or failed (the failure counted).
     Ended(Result<()>),
 }
 
@@ -78,42 +75,35 @@ impl Pipeline<'_> {
             return Err(Error::BatchTooLarge { len: batch.len() as u64, max: max as u64 });
         }
         let depth = s.engine()?.slots();
+        // Encoded while the GPU still runs the batch before.
+        let mut encoded = self.spare.pop().unwrap_or_default();
+        let t = Instant::now();
+        batch.encode_part(Part::Ops { start: 0, end: batch.len() }, &mut encoded);
+        s.host(t, |p| &mut p.encode);
         while self.flights.len() >= depth {
             let r = self.complete();
             self.done.push_back(r);
         }
-        if let Some(prev) = self.flights.back()
-            && matches!(prev.stage, Stage::A)
-            && prev.encoded.has_deletes()
-        {
-            // A slot its phase B empties must not be claimed before that is persisted (a crash
-            // would find the old key's slot with the new key in it): it ends first.
-            let r = self.complete();
-            self.done.push_back(r);
-        }
-        let s = &mut *self.state;
-        // Nothing runs on an index that a batch ahead poisoned.
-        s.usable()?;
+        // A batch that writes ends (its phases and persists) before the next one starts:
+        // no persist runs while the GPU writes the pool. A reads-only one needs no persist, so
+        // the next batch's phase A follows it on the GPU at once.
         if let Some(prev) = self.flights.back_mut()
             && matches!(prev.stage, Stage::A)
             && !prev.encoded.read_only()
         {
-            // Its phase B must reach the GPU before this batch's phase A, which sees its
-            // effects; the release of its cells waits for its persist.
-            prev.stage = match s.start_b(prev.slot, Input::Host(&prev.encoded), false) {
-                Ok(_) => Stage::B,
-                Err(e) => Stage::Ended(Err(s.failed(e))),
-            };
+            let s = &mut *self.state;
+            let ended = s
+                .start_b(prev.slot, Input::Host(&prev.encoded))
+                .and_then(|b| if b { s.finish_b(prev.slot) } else { Ok(()) });
+            prev.stage = Stage::Ended(ended.map_err(|e| s.failed(e)));
         }
+        let s = &mut *self.state;
+        // Nothing runs on an index that a batch ahead poisoned.
         s.usable()?;
         let slot = (0..depth).find(|&i| self.flights.iter().all(|f| f.slot != i)).expect("a free slot");
-        let mut encoded = self.spare.pop().unwrap_or_default();
         let stage = if batch.is_empty() {
             Stage::Ended(Ok(()))
         } else {
-            let t = Instant::now();
-            batch.encode_part(Part::Ops { start: 0, end: batch.len() }, &mut encoded);
-            s.host(t, |p| &mut p.encode);
             match s.start_a(slot, Input::Host(&encoded)) {
                 Ok(()) => Stage::A,
                 Err(e) => {
@@ -145,11 +135,9 @@ impl Pipeline<'_> {
             Stage::Ended(Ok(())) => Ok(()),
             // A batch poisoned by the failure of one before it is not acknowledged, whatever
             // the GPU did of it.
-            Stage::A => s.usable().and_then(|()| {
-                // Nothing after it is in flight: its cells can be released with phase B.
-                if s.start_b(f.slot, input, true)? { s.finish_b(f.slot) } else { Ok(()) }
-            }),
-            Stage::B => s.usable().and_then(|()| s.finish_b(f.slot)).and_then(|()| s.release(f.slot)),
+            Stage::A => {
+                s.usable().and_then(|()| if s.start_b(f.slot, input)? { s.finish_b(f.slot) } else { Ok(()) })
+            }
         };
         let n = f.batch.len();
         let mut result = BatchResult::new(n, f.batch.value_bytes());
