@@ -180,13 +180,20 @@ fn allocate(file: &File, path: &Path, bytes: u64) -> Result<()> {
         .map_err(|_| PoolError::InvalidArgument(format!("{bytes} bytes is too large a file")))?;
     // SAFETY: plain system call on a descriptor `file` keeps open.
     let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    let out_of_space = |e: &std::io::Error| {
+        // A full file system, a quota, or a file size limit (RLIMIT_FSIZE): the pool cannot
+        // grow past the length it has.
+        let full = [libc::ENOSPC, libc::EDQUOT, libc::EFBIG].contains(&e.raw_os_error().unwrap_or(0));
+        full.then(|| PoolError::OutOfSpace { needed: bytes, limit: file.metadata().map_or(0, |m| m.len()) })
+    };
+    let failed = |e: std::io::Error, op| out_of_space(&e).unwrap_or_else(|| io_err(path, op)(e));
     match rc {
         0 => Ok(()),
         // File systems without fallocate (e.g. some tmpfs setups): a sparse extension will do.
         libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS => {
-            file.set_len(bytes).map_err(io_err(path, "set the length of"))
+            file.set_len(bytes).map_err(|e| failed(e, "set the length of"))
         }
-        e => Err(io_err(path, "allocate")(std::io::Error::from_raw_os_error(e))),
+        e => Err(failed(std::io::Error::from_raw_os_error(e), "allocate")),
     }
 }
 
