@@ -1076,10 +1076,7 @@ impl State {
             return Ok(());
         }
         self.start_a(0, batch)?;
-        if self.start_b(0, batch)? {
-            self.finish_b(0)?;
-        }
-        Ok(())
+        self.end(0, batch)
     }
 
     /// Starts phase A of `batch` in `slot`.
@@ -1115,22 +1112,26 @@ impl State {
         Ok(report.control)
     }
 
-    /// Waits for phase A of `batch` in `slot` and persists it, then starts phase B unless the
-    /// batch needs none: a reads-only batch's results are complete after phase A (device
-    /// batches hold them already), and it persists nothing. Returns whether phase B started. A
-    /// batch rolled back because the table (or its heap) is full runs again after the table
-    /// grew, unless growth is off: only when nothing else is in flight.
-    fn start_b(&mut self, slot: usize, batch: Input) -> Result<bool> {
+    /// Takes `batch`, whose phase A runs in `slot`, to its end: waits for phase A and persists
+    /// it, then runs phase B and persists it, unless the batch needs none (a reads-only batch's
+    /// results are complete after phase A, and it persists nothing; device batches hold theirs
+    /// already). A batch rolled back because the table (or its heap) is full runs again after
+    /// the table grew, unless growth is off: only when nothing else is in flight.
+    fn end(&mut self, slot: usize, batch: Input) -> Result<()> {
         loop {
             let a = self.settle(slot, batch.read_only())?;
             let (full, no_cell) = (a[control::FULL], a[control::NO_CELL]);
             if full == 0 && no_cell == 0 {
                 let (publish, allocated) = (a[control::NEED_B] > 0, a[control::ALLOCATED] > 0);
                 if batch.read_only() || (matches!(batch, Input::Device(_)) && !publish && !allocated) {
-                    return Ok(false);
+                    return Ok(());
                 }
                 self.step(slot, Phase::B { publish }, batch)?;
-                return Ok(true);
+                // Acknowledged once phase B is persisted.
+                let b = self.settle(slot, false)?;
+                self.items += b[control::PUBLISHED] as u64;
+                self.items -= b[control::DELETED] as u64;
+                return Ok(());
             }
             self.step(slot, Phase::Rollback, batch)?;
             self.settle(slot, false)?;
@@ -1146,14 +1147,6 @@ impl State {
             self.grow()?;
             self.start_a(slot, batch)?;
         }
-    }
-
-    /// Waits for phase B in `slot` and persists it: the batch is then acknowledged.
-    fn finish_b(&mut self, slot: usize) -> Result<()> {
-        let b = self.settle(slot, false)?;
-        self.items += b[control::PUBLISHED] as u64;
-        self.items -= b[control::DELETED] as u64;
-        Ok(())
     }
 
     fn persist(&mut self, written: &Written) -> Result<()> {

@@ -92,9 +92,7 @@ impl Pipeline<'_> {
             && !prev.encoded.read_only()
         {
             let s = &mut *self.state;
-            let ended = s
-                .start_b(prev.slot, Input::Host(&prev.encoded))
-                .and_then(|b| if b { s.finish_b(prev.slot) } else { Ok(()) });
+            let ended = s.end(prev.slot, Input::Host(&prev.encoded));
             prev.stage = Stage::Ended(ended.map_err(|e| s.failed(e)));
         }
         let s = &mut *self.state;
@@ -135,9 +133,7 @@ impl Pipeline<'_> {
             Stage::Ended(Ok(())) => Ok(()),
             // A batch poisoned by the failure of one before it is not acknowledged, whatever
             // the GPU did of it.
-            Stage::A => {
-                s.usable().and_then(|()| if s.start_b(f.slot, input)? { s.finish_b(f.slot) } else { Ok(()) })
-            }
+            Stage::A => s.usable().and_then(|()| s.end(f.slot, input)),
         };
         let n = f.batch.len();
         let mut result = BatchResult::new(n, f.batch.value_bytes());
