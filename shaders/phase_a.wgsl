@@ -98,14 +98,16 @@ fn step(t: Tile, turn: Turn) -> bool {
     let bucket = candidate_bucket(loc.tops, chosen);
     let slot = chosen % SLOTS;
 
-    let read_value = turn.busy && found && kind == OP_GET;
+    // A published cell beyond the heap is a damaged state word: the read reports CORRUPT.
+    let cell = found_state - PUBLISHED;
+    let damaged = turn.busy && found && kind == OP_GET && cell >= HEAP_CELLS;
+    let read_value = turn.busy && found && kind == OP_GET && !damaged;
     // Verified reads fetch the checksum word too: it follows the value in the same request.
     let read_words = VALUE_WORDS + VERIFY_VALUES;
     var terms = 0u;
     var stored = 0u;
     if (read_value) {
         // The value, with consecutive lanes: one request per cell (none for a cached group).
-        let cell = found_state - PUBLISHED;
         for (var w = t.lane; w < read_words; w += t.size) {
             var v: u32;
             if (found_entry == NONE) {
@@ -121,14 +123,17 @@ fn step(t: Tile, turn: Turn) -> bool {
             }
         }
     }
-    var corrupt = false;
+    var corrupt = damaged;
     if (VERIFY_VALUES == 1u) {
-        // The same on every lane of the tile. A damaged value is not handed out: zeros instead.
-        corrupt = read_value && CHECKSUM_BASE + tile_add(t, terms) != tile_add(t, stored);
-        if (corrupt) {
-            for (var w = t.lane; w < VALUE_WORDS; w += t.size) {
-                vals_out[op * VALUE_WORDS + w] = 0u;
-            }
+        // The same on every lane of the tile (both sums run on every lane).
+        let sum = CHECKSUM_BASE + tile_add(t, terms);
+        let want = tile_add(t, stored);
+        corrupt = corrupt || (read_value && sum != want);
+    }
+    if (corrupt) {
+        // A damaged value is not handed out: zeros instead.
+        for (var w = t.lane; w < VALUE_WORDS; w += t.size) {
+            vals_out[op * VALUE_WORDS + w] = 0u;
         }
     }
 

@@ -27,7 +27,7 @@ use crate::gpu::engine::{GpuEngine, GpuOptions};
 use crate::hash::Seeds;
 use crate::layout::{Geometry, Layout};
 use crate::model::{Bitmap, Control};
-use crate::profile::Profile;
+use crate::profile::{Laps, Profile};
 use crate::protocol::{OpKind, Status, control};
 use crate::recovery::{self, CheckReport, Recovery};
 use crate::reopen;
@@ -374,6 +374,7 @@ impl GpHash {
             clean_shutdown: false,
             sequence: 0,
             user: [0; 8],
+            closed: host_pm::CloseRecord::default(),
         };
         header.user[crate::layout::KEYS_APART_WORD] = geo.keys_apart as u64;
         let pool = Pool::create(path, bytes, &header, &CreateOptions { max_bytes: config.max_bytes })?;
@@ -384,7 +385,10 @@ impl GpHash {
 
     /// Opens the table in an existing pool, recovering it if it was not closed cleanly.
     pub fn open(path: &Path, options: &Options) -> Result<GpHash> {
-        Self::start(Pool::open(path)?, options)
+        let t = Instant::now();
+        let pool = Pool::open(path)?;
+        log::debug!("pool open: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
+        Self::start(pool, options)
     }
 
     /// Validates the table configuration of an opened pool.
@@ -415,6 +419,7 @@ impl GpHash {
         if let Some(mode) = options.persist_mode {
             pool.set_persist_mode(mode)?;
         }
+        let mut laps = Laps::start("start");
         let geo = Self::geometry_of(&pool)?;
         let gpu = match (options.executor, &options.device) {
             (Executor::Cpu, _) => Err("the CPU executor was requested".to_string()),
@@ -428,7 +433,9 @@ impl GpHash {
                 Err(e) => return Err(e.into()),
             },
         };
+        laps.lap("device");
         let (geo, recovery, bitmap) = reopen::recover_pool(&mut pool, &geo, builder(&gpu, &options.gpu))?;
+        laps.lap("recovery");
         // The pool is marked dirty only before its first write (see `protocol` and `grow`): an
         // index opened and dropped without writing leaves a cleanly closed pool clean.
         log::info!(
@@ -453,6 +460,7 @@ impl GpHash {
         };
         let engine = state.make_engine(bitmap)?;
         state.install(engine);
+        laps.lap("engine");
         Ok(GpHash {
             gpu: state.gpu.as_ref().ok().cloned(),
             key_bytes: state.geo.key_bytes as usize,
@@ -729,7 +737,6 @@ impl State {
         }
         let t = Instant::now();
         let regions = resize::plan(&self.pool, &self.geo)?;
-        self.pool.mark_dirty()?;
         // The engine's buffers may map the pool, which may move.
         self.engine = None;
         let outcome = self.resize_and_restart(regions);
@@ -749,8 +756,10 @@ impl State {
         match grown {
             Ok((geo, bitmap)) => {
                 self.geo = geo;
+                let mut laps = Laps::start("engine after growth");
                 let engine = self.make_engine(bitmap)?;
                 self.install(engine);
+                laps.lap("engine");
                 Ok(())
             }
             Err(e) => {
@@ -772,14 +781,29 @@ impl State {
     }
 
     /// Closes the table cleanly, unless it is poisoned: the next open needs no recovery.
+    /// The allocator is saved beside the table so that the next open needs no scan.
     fn close(self) -> Result<()> {
-        let State { engine, pool, poisoned, .. } = self;
-        drop(engine);
-        match poisoned {
+        let State { engine, mut pool, poisoned, items, .. } = self;
+        if poisoned.is_some() {
             // Leave the pool marked dirty: the next open recovers it.
-            Some(_) => Ok(()),
-            None => Ok(pool.close()?),
+            return Ok(());
         }
+        let closed = pool.header().closed;
+        let saved = if pool.header().clean_shutdown && !closed.saved.is_empty() {
+            // Nothing was written since the open: what the last close saved still holds.
+            Some((closed.saved, closed.items))
+        } else {
+            match engine {
+                Some(mut engine) => {
+                    let bitmap = engine.bitmap()?;
+                    // The engine may map the pool, which saving may grow.
+                    drop(engine);
+                    recovery::save_at_close(&mut pool, &bitmap).map(|region| (region, items))
+                }
+                None => None,
+            }
+        };
+        Ok(pool.close_saving(saved)?)
     }
 
     fn stats(&self) -> Stats {

@@ -73,11 +73,6 @@ impl Bitmap {
         Bitmap { words, cursor: 0 }
     }
 
-    /// Whether a cell is in use.
-    pub fn is_used(&self, cell: u64) -> bool {
-        self.words[(cell / 32) as usize] & (1 << (cell % 32)) != 0
-    }
-
     /// Takes a free cell.
     pub fn alloc(&mut self) -> Option<u32> {
         let n = self.words.len();
@@ -268,15 +263,18 @@ impl Model<'_> {
         };
         match (kind, found) {
             (OpKind::Get, Some(c)) => {
-                let at = (probe.states[c] - PUBLISHED) as usize * cw;
-                let value = &mem.heap[at..at + vw];
-                if self.verify_values && value_checksum(value) != mem.heap[at + vw] {
+                let cell = (probe.states[c] - PUBLISHED) as u64;
+                // A cell beyond the heap is a damaged state word (not scanned at a clean open).
+                let value = (cell < self.geo.cells).then(|| &mem.heap[cell as usize * cw..][..vw + 1]);
+                if let Some(value) =
+                    value.filter(|v| !self.verify_values || value_checksum(&v[..vw]) == v[vw])
+                {
+                    run.values[i * vw..(i + 1) * vw].copy_from_slice(&value[..vw]);
+                    done(st, status, Status::Ok);
+                } else {
                     // A damaged value is not handed out (the kernel writes zeros).
                     run.values[i * vw..(i + 1) * vw].fill(0);
                     done(st, status, Status::Corrupt);
-                } else {
-                    run.values[i * vw..(i + 1) * vw].copy_from_slice(value);
-                    done(st, status, Status::Ok);
                 }
             }
             (OpKind::Get | OpKind::Update | OpKind::Delete, None) => done(st, status, Status::NotFound),
@@ -433,8 +431,14 @@ impl Model<'_> {
 
     /// Release after phase B (`free_cells` in `shaders/release.wgsl`).
     pub fn free(&self, bitmap: &mut Bitmap, st: &OpState) {
-        if st.free != NONE {
-            bitmap.free(st.free);
+        self.release(bitmap, st.free);
+    }
+
+    /// Gives `cell` back, unless it is none or beyond the heap (a damaged state word: its bit
+    /// would be another cell's).
+    fn release(&self, bitmap: &mut Bitmap, cell: u32) {
+        if (cell as u64) < self.geo.cells {
+            bitmap.free(cell);
         }
     }
 
@@ -445,8 +449,6 @@ impl Model<'_> {
             mem.table[at] = EMPTY;
             dirty.table(at as u64, 1);
         }
-        if st.cell != NONE {
-            bitmap.free(st.cell);
-        }
+        self.release(bitmap, st.cell);
     }
 }

@@ -156,3 +156,33 @@ impl AddAssign for Profile {
         self.kernels += o.kernels;
     }
 }
+
+/// Wall time of the steps of one long operation (open, growth), logged at debug level when it
+/// ends: where such an operation's time goes, without a profiler.
+pub(crate) struct Laps {
+    what: &'static str,
+    last: std::time::Instant,
+    laps: Vec<(&'static str, Duration)>,
+}
+
+impl Laps {
+    pub(crate) fn start(what: &'static str) -> Laps {
+        Laps { what, last: std::time::Instant::now(), laps: vec![] }
+    }
+
+    /// Ends the step `name` (it began when the previous one ended).
+    pub(crate) fn lap(&mut self, name: &'static str) {
+        let now = std::time::Instant::now();
+        self.laps.push((name, now - self.last));
+        self.last = now;
+    }
+}
+
+impl Drop for Laps {
+    fn drop(&mut self) {
+        let total: Duration = self.laps.iter().map(|l| l.1).sum();
+        let steps: Vec<String> =
+            self.laps.iter().map(|(n, d)| format!("{n} {:.2}", d.as_secs_f64() * 1e3)).collect();
+        log::debug!("{}: {:.2} ms ({})", self.what, total.as_secs_f64() * 1e3, steps.join(", "));
+    }
+}

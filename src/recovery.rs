@@ -6,6 +6,9 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use rayon::prelude::*;
 
 use host_pm::{Header, Pool, Region, ResizeRecord};
 
@@ -26,6 +29,9 @@ pub struct Recovery {
     pub resumed_resize: Option<bool>,
     /// Published keys.
     pub items: u64,
+    /// The key count and the allocator were taken from what the last clean close saved; the
+    /// table was not scanned.
+    pub restored: bool,
 }
 
 impl fmt::Display for Recovery {
@@ -33,7 +39,8 @@ impl fmt::Display for Recovery {
         if self.created {
             write!(f, "new pool")?;
         } else if self.clean_shutdown {
-            write!(f, "clean shutdown; {} keys", self.items)?;
+            let how = if self.restored { "allocator saved at close" } else { "table scanned" };
+            write!(f, "clean shutdown; {} keys ({how})", self.items)?;
         } else {
             write!(
                 f,
@@ -51,10 +58,17 @@ impl fmt::Display for Recovery {
 
 /// Clears INSERTING slots (persisting them), counts keys and rebuilds the allocator. A slot
 /// that references a cell outside the heap, or a cell that two slots share, is corruption:
-/// the pool is refused (run `gphash check` for the full report).
+/// the pool is refused (run `gphash check` for the full report). After a clean close that
+/// saved the allocator ([`save_at_close`]), nothing is scanned: the count and the allocator
+/// are read back.
 pub(crate) fn recover(pool: &mut Pool, geo: &Geometry) -> crate::Result<(Recovery, Bitmap)> {
     let h = *pool.header();
     let mut rec = Recovery { clean_shutdown: h.clean_shutdown, ..Default::default() };
+    if h.resize.state == 0
+        && let Some(bitmap) = saved_bitmap(pool, geo, &mut rec)
+    {
+        return Ok((rec, bitmap));
+    }
     let (bitmap, lines) = scan(pool, geo, h.table_region, &mut rec)?;
     pool.persist_lines(&lines)?;
     // An inspection's private view says what recovery would do in its own report.
@@ -64,44 +78,121 @@ pub(crate) fn recover(pool: &mut Pool, geo: &Geometry) -> crate::Result<(Recover
     Ok((rec, bitmap))
 }
 
-/// Walks the table in `region`: clears INSERTING slots (returning their lines, not yet
-/// persisted), counts published keys into `rec` and builds the allocator from their cells.
+/// The allocator the last clean close saved, if it is there, intact and of this table's size
+/// (the bits past the last cell set, as an allocator keeps them).
+fn saved_bitmap(pool: &Pool, geo: &Geometry, rec: &mut Recovery) -> Option<Bitmap> {
+    let (bytes, items) = pool.saved_at_close()?;
+    let fresh = Bitmap::new(geo.cells);
+    let len = fresh.words.len() * 4;
+    if bytes.len() < len {
+        log::warn!("the allocator saved at close is too small for {} cells: the table is scanned", geo.cells);
+        return None;
+    }
+    let words: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes[..len]);
+    let last = words.len() - 1;
+    if words[last] & fresh.words[last] != fresh.words[last] || items > geo.slots() {
+        log::warn!("the allocator saved at close does not fit the table: the table is scanned");
+        return None;
+    }
+    rec.items = items;
+    rec.restored = true;
+    Some(Bitmap::from_words(words))
+}
+
+/// Where a clean close saves `bitmap`: a region placed first-fit in the pool's free space,
+/// holding its words (the pool grows for it, within its limit). `None` when there is no room:
+/// the close is then clean all the same, and the next open scans.
+pub(crate) fn save_at_close(pool: &mut Pool, bitmap: &Bitmap) -> Option<Region> {
+    let h = *pool.header();
+    let bytes: &[u8] = bytemuck::cast_slice(&bitmap.words);
+    let [region] = crate::resize::place(&[h.table_region, h.heap_region], &[bytes.len() as u64])[..] else {
+        unreachable!("one size, one region")
+    };
+    if let Err(e) = pool.grow(region.end()) {
+        log::info!("no room to save the allocator at close ({e}): the next open scans the table");
+        return None;
+    }
+    pool.region_mut(region)[..bytes.len()].copy_from_slice(bytes);
+    Some(region)
+}
+
+/// Walks the table in `region` on all host threads: clears INSERTING slots (returning their
+/// lines, not yet persisted), counts published keys into `rec` and builds the allocator from
+/// their cells.
 pub(crate) fn scan(
     pool: &mut Pool,
     geo: &Geometry,
     region: Region,
     rec: &mut Recovery,
 ) -> crate::Result<(Bitmap, Vec<u64>)> {
-    let mut bitmap = Bitmap::new(geo.cells);
-    let mut lines = vec![];
+    let used: Vec<AtomicU32> = Bitmap::new(geo.cells).words.into_iter().map(AtomicU32::new).collect();
+    let stride = geo.bucket_words() as usize;
     let table: &mut [u32] = bytemuck::cast_slice_mut(pool.region_mut(region));
-    for bucket in 0..geo.buckets() {
-        for s in 0..geo.layout.slots {
-            let at = geo.state_word(bucket, s);
-            let state = table[at as usize];
-            if state == INSERTING {
-                table[at as usize] = EMPTY;
-                lines.push(region.offset / 64 + at * 4 / 64);
-                rec.cleared_claims += 1;
-            } else if state >= PUBLISHED {
-                let cell = (state - PUBLISHED) as u64;
-                let corrupt = |why: String| host_pm::PoolError::Corrupt {
-                    what: format!("bucket {bucket} slot {s}: {why}; run `gphash check`"),
-                };
-                if cell >= geo.cells {
-                    return Err(
-                        corrupt(format!("value cell {cell} beyond the heap of {} cells", geo.cells)).into()
-                    );
+    let buckets = &mut table[..geo.buckets() as usize * stride];
+    // Each task takes whole buckets; the cells' bits are shared, set with an atomic OR that
+    // also tells whether another slot took the cell first.
+    let per_task = SCAN_TASK_BUCKETS * stride;
+    let found = buckets
+        .par_chunks_mut(per_task)
+        .enumerate()
+        .map(|(task, words)| {
+            let mut found = Found::default();
+            for (i, bucket) in words.chunks_mut(stride).enumerate() {
+                let bucket_id = (task * SCAN_TASK_BUCKETS + i) as u64;
+                for s in 0..geo.layout.slots {
+                    let at = (geo.state_word(bucket_id, s) - geo.fp_word(bucket_id, 0)) as usize;
+                    let state = bucket[at];
+                    if state == INSERTING {
+                        bucket[at] = EMPTY;
+                        found.lines.push(region.offset / 64 + geo.state_word(bucket_id, s) * 4 / 64);
+                        found.cleared += 1;
+                    } else if state >= PUBLISHED {
+                        let cell = (state - PUBLISHED) as u64;
+                        let corrupt = |why: String| host_pm::PoolError::Corrupt {
+                            what: format!("bucket {bucket_id} slot {s}: {why}; run `gphash check`"),
+                        };
+                        if cell >= geo.cells {
+                            return Err(corrupt(format!(
+                                "value cell {cell} beyond the heap of {} cells",
+                                geo.cells
+                            )));
+                        }
+                        let bit = 1 << (cell % 32);
+                        if used[(cell / 32) as usize].fetch_or(bit, Ordering::Relaxed) & bit != 0 {
+                            return Err(corrupt(format!("value cell {cell} is referenced twice")));
+                        }
+                        found.items += 1;
+                    }
                 }
-                if bitmap.is_used(cell) {
-                    return Err(corrupt(format!("value cell {cell} is referenced twice")).into());
-                }
-                bitmap.words[(cell / 32) as usize] |= 1 << (cell % 32);
-                rec.items += 1;
             }
-        }
+            Ok(found)
+        })
+        .try_reduce(Found::default, |a, b| Ok(a.merge(b)))?;
+    rec.items += found.items;
+    rec.cleared_claims += found.cleared;
+    let mut lines = found.lines;
+    lines.dedup();
+    Ok((Bitmap::from_words(used.into_iter().map(AtomicU32::into_inner).collect()), lines))
+}
+
+/// Buckets one task of [`scan`] walks: enough to outweigh a task's cost.
+const SCAN_TASK_BUCKETS: usize = 1 << 12;
+
+/// What one task of [`scan`] found.
+#[derive(Default)]
+struct Found {
+    items: u64,
+    cleared: u64,
+    lines: Vec<u64>,
+}
+
+impl Found {
+    fn merge(mut self, other: Found) -> Found {
+        self.items += other.items;
+        self.cleared += other.cleared;
+        self.lines.extend(other.lines);
+        self
     }
-    Ok((bitmap, lines))
 }
 
 /// A resize record (`host_pm` checked that its regions lie in the pool without overlaps) must
@@ -247,5 +338,41 @@ pub fn check(pool: &Pool, geo: &Geometry, header: &Header) -> CheckReport {
             }
         }
     }
+    if header.clean_shutdown && !header.closed.saved.is_empty() {
+        check_saved(pool, geo, header, &cells, &mut report);
+    }
     report
+}
+
+/// What a clean close saved must be what a scan finds: the key count, and the allocator's bit
+/// set for exactly the cells that published slots reference.
+fn check_saved(
+    pool: &Pool,
+    geo: &Geometry,
+    header: &Header,
+    cells: &HashMap<u64, Candidate>,
+    report: &mut CheckReport,
+) {
+    let closed = header.closed;
+    let mut bad = |what: String| {
+        report.violations.push(Violation { at: None, what: format!("allocator saved at close: {what}") })
+    };
+    let bytes = pool.region(closed.saved);
+    if crc32fast::hash(bytes) != closed.checksum {
+        return bad("its bytes do not match their checksum".into());
+    }
+    if closed.items != report.items {
+        bad(format!("{} keys recorded, {} in the table", closed.items, report.items));
+    }
+    let words = geo.cells.div_ceil(32) as usize;
+    if bytes.len() < words * 4 {
+        return bad(format!("{} bytes cannot hold {} cells", bytes.len(), geo.cells));
+    }
+    let saved: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes[..words * 4]);
+    let wrong = (0..geo.cells)
+        .filter(|&c| (saved[(c / 32) as usize] >> (c % 32)) & 1 != u32::from(cells.contains_key(&c)))
+        .count();
+    if wrong > 0 {
+        bad(format!("{wrong} cell(s) marked otherwise than the table uses them"));
+    }
 }

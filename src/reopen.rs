@@ -6,6 +6,7 @@ use host_pm::Pool;
 
 use crate::layout::Geometry;
 use crate::model::Bitmap;
+use crate::profile::Laps;
 use crate::recovery::{self, Recovery};
 use crate::resize;
 
@@ -18,7 +19,9 @@ pub(crate) fn recover_pool(
     geo: &Geometry,
     builder: resize::Builder,
 ) -> crate::Result<(Geometry, Recovery, Bitmap)> {
+    let mut laps = Laps::start("recovery");
     let (mut recovery, bitmap) = recovery::recover(pool, geo)?;
+    laps.lap("scan");
     if pool.header().resize.state == 0 {
         return Ok((*geo, recovery, bitmap));
     }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use gphash_gpu::Gpu;
 use host_pm::{Pool, REGION_ALIGN, Region, ResizeRecord};
+use rayon::prelude::*;
 
 use crate::cpu::split_regions;
 use crate::error::{Error, Result};
@@ -26,8 +27,12 @@ use crate::gpu::engine::GpuOptions;
 use crate::hash::Seeds;
 use crate::layout::Geometry;
 use crate::model::{Bitmap, Model};
+use crate::profile::Laps;
 use crate::protocol::control;
 use crate::recovery::{Recovery, scan};
+
+/// Bytes one host thread zeroes or copies at a time while the grown table is built.
+const COPY_TASK_BYTES: usize = 1 << 22;
 
 /// Who builds the grown table.
 #[derive(Clone, Copy)]
@@ -76,9 +81,13 @@ pub fn plan(pool: &Pool, geo: &Geometry) -> Result<[Region; 2]> {
     Ok([placed[0], placed[1]])
 }
 
-/// Step 1: reserves the planned regions and durably records them in the header.
+/// Step 1: reserves the planned regions and durably records them in the header (a pool
+/// still marked clean is marked dirty first: what its close saved may lie where they go).
 pub fn begin(pool: &mut Pool, geo: &Geometry, [table, heap]: [Region; 2]) -> Result<()> {
+    let mut laps = Laps::start("growth begin");
+    pool.mark_dirty()?;
     pool.grow(table.end().max(heap.end()))?;
+    laps.lap("pool grow");
     let mut h = *pool.header();
     h.resize = ResizeRecord {
         state: ResizeRecord::BUILDING,
@@ -87,6 +96,7 @@ pub fn begin(pool: &mut Pool, geo: &Geometry, [table, heap]: [Region; 2]) -> Res
         new_heap: heap,
     };
     pool.write_header(&h)?;
+    laps.lap("header");
     log::info!("growing the table from level {}", geo.top_level);
     Ok(())
 }
@@ -124,10 +134,17 @@ pub(crate) fn complete(
     if record.new_table.bytes < new.table_bytes() || record.new_heap.bytes < new.heap_bytes() {
         return Err(corrupt("its regions are smaller than the grown table needs".into()));
     }
+    let mut laps = Laps::start("growth build");
     // Whatever an interrupted build left in the new regions is cleared first.
-    pool.region_mut(record.new_table).fill(0);
+    pool.region_mut(record.new_table).par_chunks_mut(COPY_TASK_BYTES).for_each(|c| c.fill(0));
+    laps.lap("zero table");
     let (from, to) = split_regions(pool, h.heap_region, record.new_heap);
-    to[..old.heap_bytes() as usize].copy_from_slice(&from[..old.heap_bytes() as usize]);
+    let heap = old.heap_bytes() as usize;
+    to[..heap]
+        .par_chunks_mut(COPY_TASK_BYTES)
+        .zip(from[..heap].par_chunks(COPY_TASK_BYTES))
+        .for_each(|(to, from)| to.copy_from_slice(from));
+    laps.lap("copy heap");
     let seeds = Seeds::new(h.table.seed, new.layout.hashes);
     let failed = match builder {
         Builder::Gpu(gpu, opts) => {
@@ -149,6 +166,7 @@ pub(crate) fn complete(
             model.rehash(old, from, to)
         }
     };
+    laps.lap("build");
     if failed > 0 {
         return Err(Error::Resize(format!(
             "{failed} key(s) of the bottom level found no slot in the grown table"
@@ -156,6 +174,7 @@ pub(crate) fn complete(
     }
     let mut counted = Recovery::default();
     let (bitmap, _) = scan(pool, &new, record.new_table, &mut counted)?;
+    laps.lap("scan");
     if counted.items != items || counted.cleared_claims != 0 {
         return Err(Error::Resize(format!(
             "the grown table holds {} keys, the old one {items}",
@@ -164,6 +183,7 @@ pub(crate) fn complete(
     }
     pool.persist_range(record.new_table.offset, record.new_table.bytes)?;
     pool.persist_range(record.new_heap.offset, record.new_heap.bytes)?;
+    laps.lap("persist");
     let mut switched = h;
     switched.table.top_level = new.top_level;
     switched.table_region = record.new_table;
@@ -173,6 +193,7 @@ pub(crate) fn complete(
     pool.write_header(&switched)?;
     pool.discard(h.table_region)?;
     pool.discard(h.heap_region)?;
+    laps.lap("switch and discard");
     log::info!("the table grew to level {}: {} slots, {} keys", new.top_level, new.slots(), items);
     Ok((new, bitmap))
 }

@@ -421,6 +421,7 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
             println!("resize {} -> {} slots: {:.3} s", r.slots.0, r.slots.1, r.resize.as_secs_f64());
             println!("recovery after a crash: {:.3} s", r.recovery.as_secs_f64());
             println!("open after a clean close: {:.3} s", r.clean_open.as_secs_f64());
+            println!("(opening the GPU, shared by every open: {:.3} s)", r.device.as_secs_f64());
             Ok(())
         }
         Bench::Persist(a) => {

@@ -200,6 +200,7 @@ fn every_planted_fault_is_caught() {
                     new_heap: r(2 << 20),
                 };
                 h.clean_shutdown = false;
+                h.closed = host_pm::CloseRecord::default();
                 p.pool.write_header(&h).unwrap();
             },
             "resize record: grows to level",

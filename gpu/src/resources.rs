@@ -175,11 +175,11 @@ pub fn single_pipeline(dev: &wgpu::Device, label: &str, wgsl: String) -> Result<
 }
 
 /// Compiles `kernels`, `source` giving each one's WGSL; a validation error names the kernel.
-pub fn build_pipelines<K: KernelEntry>(
+pub fn build_pipelines<K: KernelEntry + Send>(
     gpu: &Gpu,
     layout: &wgpu::BindGroupLayout,
     kernels: &[K],
-    source: impl Fn(K) -> Result<String>,
+    source: impl Fn(K) -> Result<String> + Sync,
 ) -> Result<Pipelines<K>> {
     let dev = &gpu.device;
     let pl = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
@@ -187,8 +187,9 @@ pub fn build_pipelines<K: KernelEntry>(
         bind_group_layouts: &[Some(layout)],
         immediate_size: 0,
     });
-    let mut out = vec![];
-    for &k in kernels {
+    // Each kernel compiles on its own thread (error scopes are per thread): an engine's start
+    // waits for the slowest kernel, not for their sum.
+    let build = |k: K| -> Result<wgpu::ComputePipeline> {
         let src = source(k)?;
         let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
@@ -203,11 +204,16 @@ pub fn build_pipelines<K: KernelEntry>(
             compilation_options: Default::default(),
             cache: None,
         });
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(Error::Shader(format!("{} ({}): {e}", k.file(), k.entry())));
+        match pollster::block_on(scope.pop()) {
+            Some(e) => Err(Error::Shader(format!("{} ({}): {e}", k.file(), k.entry()))),
+            None => Ok(pipeline),
         }
-        out.push((k, pipeline));
-    }
+    };
+    let built: Vec<Result<wgpu::ComputePipeline>> = std::thread::scope(|s| {
+        let threads: Vec<_> = kernels.iter().map(|&k| s.spawn(move || build(k))).collect();
+        threads.into_iter().map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    });
+    let out = kernels.iter().copied().zip(built).map(|(k, p)| Ok((k, p?))).collect::<Result<Vec<_>>>()?;
     Ok(Pipelines(out))
 }
 

@@ -21,10 +21,13 @@
 //! | 136 | 64 | user words |
 //! | 200 | 8 | pool_bytes: pool length when the copy was written |
 //! | 208 | 8 | max_bytes: growth limit, 0 = none |
-//! | 216 | 3876 | reserved, zero |
+//! | 216 | 16 | closed.saved (offset, bytes): what the table crate saved at close |
+//! | 232 | 8 | closed.items |
+//! | 240 | 4 | closed.checksum: CRC32 of the saved region's bytes |
+//! | 244 | 3848 | reserved, zero |
 //! | 4092 | 4 | CRC32 of bytes 0..4092 |
 
-use crate::{FORMAT_VERSION, HEADER_AREA, PoolError, REGION_ALIGN, Result};
+use crate::{FORMAT_VERSION, HEADER_AREA, PoolError, READABLE_VERSIONS, REGION_ALIGN, Result};
 
 /// Bytes of one header copy. Copy `i` lives at pool offset `i * HEADER_COPY_BYTES`.
 pub const HEADER_COPY_BYTES: u64 = 4096;
@@ -57,7 +60,10 @@ mod off {
     pub(super) const USER: usize = 136;
     pub(super) const POOL_BYTES: usize = 200;
     pub(super) const MAX_BYTES: usize = 208;
-    pub(super) const RESERVED: usize = 216;
+    pub(super) const CLOSED_SAVED: usize = 216;
+    pub(super) const CLOSED_ITEMS: usize = 232;
+    pub(super) const CLOSED_CHECKSUM: usize = 240;
+    pub(super) const RESERVED: usize = 244;
     pub(super) const CHECKSUM: usize = super::COPY - 4;
 }
 
@@ -126,6 +132,20 @@ impl ResizeRecord {
     pub const BUILDING: u32 = 1;
 }
 
+/// What the table crate saved when the pool was last closed cleanly, so that the next open
+/// can start from it instead of scanning the table: empty (`CloseRecord::default()`) unless
+/// `clean_shutdown` is set, and cleared by the first write after an open
+/// ([`crate::Pool::mark_dirty`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CloseRecord {
+    /// The region holding the saved bytes; empty when nothing was saved.
+    pub saved: Region,
+    /// A count the table crate keeps beside them (gphash: its published keys).
+    pub items: u64,
+    /// CRC-32 of the saved region's bytes.
+    pub checksum: u32,
+}
+
 /// The pool header, as the table crate sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
@@ -147,6 +167,8 @@ pub struct Header {
     pub sequence: u64,
     /// Opaque words for the table crate (counters, ...): stored, not interpreted.
     pub user: [u64; 8],
+    /// What was saved at the last clean close (format version 3; empty in version 2 pools).
+    pub closed: CloseRecord,
 }
 
 impl Header {
@@ -277,7 +299,7 @@ fn check_region_shape(name: &str, r: Region) -> Result<()> {
 /// header that is wrong in another way is reported as such); a wrong version gives
 /// [`PoolError::UnsupportedVersion`]; anything else [`PoolError::Corrupt`] naming the field.
 pub fn validate_header(h: &Header, file_bytes: u64) -> Result<()> {
-    if h.version != FORMAT_VERSION {
+    if !READABLE_VERSIONS.contains(&h.version) {
         return Err(PoolError::UnsupportedVersion { found: h.version, supported: FORMAT_VERSION });
     }
     validate_config(&h.table)?;
@@ -307,6 +329,12 @@ pub fn validate_header(h: &Header, file_bytes: u64) -> Result<()> {
         if r.new_heap != Region::default() {
             regions.push(("resize.new_heap", r.new_heap));
         }
+    }
+    if h.closed != CloseRecord::default() {
+        if !h.clean_shutdown {
+            return Err(corrupt("a close record in a pool that is not cleanly closed"));
+        }
+        regions.push(("closed.saved", h.closed.saved));
     }
     for &(name, region) in &regions {
         check_region_shape(name, region)?;
@@ -339,6 +367,7 @@ fn header_extent(h: &Header) -> u64 {
         h.heap_region.end(),
         h.resize.new_table.end(),
         h.resize.new_heap.end(),
+        h.closed.saved.end(),
     ]
     .into_iter()
     .max()
@@ -385,6 +414,9 @@ pub(crate) fn encode_raw(h: &Header, x: Extras) -> Vec<u8> {
     }
     put(off::POOL_BYTES, &x.pool_bytes.to_le_bytes());
     put(off::MAX_BYTES, &x.max_bytes.to_le_bytes());
+    put(off::CLOSED_SAVED, &region(h.closed.saved));
+    put(off::CLOSED_ITEMS, &h.closed.items.to_le_bytes());
+    put(off::CLOSED_CHECKSUM, &h.closed.checksum.to_le_bytes());
     let crc = crc32fast::hash(&b[..off::CHECKSUM]);
     b[off::CHECKSUM..].copy_from_slice(&crc.to_le_bytes());
     b
@@ -423,7 +455,7 @@ pub(crate) fn decode_raw(raw: &[u8], file_bytes: u64) -> std::result::Result<(He
         return Err(CopyError::Checksum { stored, computed });
     }
     let version = rd_u32(b, off::VERSION);
-    if version != FORMAT_VERSION {
+    if !READABLE_VERSIONS.contains(&version) {
         return Err(CopyError::Version(version));
     }
     let sequence = rd_u64(b, off::SEQUENCE);
@@ -465,6 +497,11 @@ pub(crate) fn decode_raw(raw: &[u8], file_bytes: u64) -> std::result::Result<(He
         clean_shutdown,
         sequence,
         user,
+        closed: CloseRecord {
+            saved: rd_region(b, off::CLOSED_SAVED),
+            items: rd_u64(b, off::CLOSED_ITEMS),
+            checksum: rd_u32(b, off::CLOSED_CHECKSUM),
+        },
     };
     let x = Extras { pool_bytes: rd_u64(b, off::POOL_BYTES), max_bytes: rd_u64(b, off::MAX_BYTES) };
     validate_extras(&h, x, file_bytes).map_err(invalid)?;
@@ -535,6 +572,7 @@ mod tests {
             clean_shutdown: true,
             sequence: 7,
             user: [1, 2, 3, 4, 5, 6, 7, u64::MAX],
+            closed: CloseRecord::default(),
         }
     }
 
@@ -550,13 +588,14 @@ mod tests {
     #[test]
     fn layout_is_fixed() {
         // The layout table in the module docs is the format; pin it.
-        assert_eq!(off::RESERVED, off::MAX_BYTES + 8);
+        assert_eq!(off::CLOSED_SAVED, off::MAX_BYTES + 8);
+        assert_eq!(off::RESERVED, off::CLOSED_CHECKSUM + 4);
         assert_eq!(off::USER + 64, off::POOL_BYTES);
         assert_eq!(off::CHECKSUM, 4092);
         let raw = encode_header(&sample());
         assert_eq!(raw.len(), COPY);
         assert_eq!(&raw[..8], b"GPHASHPM");
-        assert_eq!(raw[off::VERSION], 2);
+        assert_eq!(raw[off::VERSION], 3);
         assert_eq!(raw[off::CLEAN], 1);
         assert_eq!(raw[off::SEQUENCE], 7);
         assert_eq!(&raw[off::SEED..off::SEED + 4], &[0xef, 0xbe, 0xad, 0xde]);
@@ -619,7 +658,51 @@ mod tests {
         let mut raw = encode_header(&h);
         raw[off::RESERVED + 100] = 1;
         let err = decode_header(&reseal(raw), 1 << 30).unwrap_err();
-        assert!(err.to_string().contains("reserved header byte 316"), "{err}");
+        assert!(err.to_string().contains("reserved header byte 344"), "{err}");
+    }
+
+    #[test]
+    fn close_record_round_trips_and_is_checked() {
+        let mut h = sample();
+        let saved = Region { offset: h.heap_region.end(), bytes: REGION_ALIGN };
+        h.closed = CloseRecord { saved, items: 12345, checksum: 0xfeed_f00d };
+        let x = Extras { pool_bytes: saved.end(), max_bytes: 0 };
+        let (back, _) = decode_raw(&encode_raw(&h, x), saved.end()).expect("valid copy");
+        assert_eq!(back.closed, h.closed);
+        let refused = |h: &Header, needle: &str| match decode_raw(&encode_raw(h, x), saved.end()) {
+            Err(CopyError::Invalid { error: PoolError::Corrupt { what }, .. }) => {
+                assert!(what.contains(needle), "{what:?} lacks {needle:?}")
+            }
+            other => panic!("expected Corrupt with {needle:?}, got {other:?}"),
+        };
+        // Only a cleanly closed pool may hold one: the first write after an open clears it.
+        refused(&Header { clean_shutdown: false, ..h }, "not cleanly closed");
+        // Its region is checked like every other one.
+        let overlapping = Region { offset: h.heap_region.offset, bytes: REGION_ALIGN };
+        refused(&Header { closed: CloseRecord { saved: overlapping, ..h.closed }, ..h }, "overlaps");
+        refused(&Header { closed: CloseRecord { saved: Region::default(), ..h.closed }, ..h }, "empty");
+        // A record beyond the file is a truncated pool.
+        match decode_raw(&encode_raw(&h, x), saved.offset) {
+            Err(CopyError::Invalid { error: PoolError::Truncated { .. }, .. }) => {}
+            other => panic!("expected Truncated, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn version_2_reads_with_an_empty_close_record() {
+        let mut raw = encode_header(&sample());
+        raw[off::VERSION] = 2;
+        let crc = crc32fast::hash(&raw[..off::CHECKSUM]);
+        raw[off::CHECKSUM..].copy_from_slice(&crc.to_le_bytes());
+        let h = decode_header(&raw, 1 << 30).expect("version 2 is readable");
+        assert_eq!((h.version, h.closed), (2, CloseRecord::default()));
+        raw[off::VERSION] = 1;
+        let crc = crc32fast::hash(&raw[..off::CHECKSUM]);
+        raw[off::CHECKSUM..].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            decode_header(&raw, 1 << 30),
+            Err(PoolError::UnsupportedVersion { found: 1, supported: FORMAT_VERSION })
+        ));
     }
 
     #[test]

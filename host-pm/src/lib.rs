@@ -24,6 +24,7 @@
 //!     clean_shutdown: false,
 //!     sequence: 0,
 //!     user: [0; 8],
+//!     closed: host_pm::CloseRecord::default(),
 //! };
 //! let path = std::path::Path::new("/dev/shm/example.pool");
 //! let mut pool = Pool::create(Some(path), total, &header, &CreateOptions::default())?;
@@ -46,8 +47,8 @@ use std::path::PathBuf;
 
 pub use backend::Backend;
 pub use header::{
-    HEADER_COPY_BYTES, Header, MAGIC, Region, ResizeRecord, TableConfig, decode_header, encode_header,
-    layout_regions, validate_header,
+    CloseRecord, HEADER_COPY_BYTES, Header, MAGIC, Region, ResizeRecord, TableConfig, decode_header,
+    encode_header, layout_regions, validate_header,
 };
 pub use persist::PersistMode;
 pub use pool::{CreateOptions, Observer, Pool};
@@ -58,9 +59,13 @@ pub const LINE_BYTES: u64 = 64;
 pub const REGION_ALIGN: u64 = 64 * 1024;
 /// Bytes reserved at the start of the pool for the header copies; regions start at or after it.
 pub const HEADER_AREA: u64 = 64 * 1024;
-/// The on-media format version this build reads and writes. Version 2: each value cell ends
-/// with a checksum word (version 1 pools are refused as unsupported).
-pub const FORMAT_VERSION: u32 = 2;
+/// The on-media format version this build writes. Version 2: each value cell ends with a
+/// checksum word (version 1 pools are refused as unsupported). Version 3: the header's close
+/// record ([`CloseRecord`]).
+pub const FORMAT_VERSION: u32 = 3;
+/// The versions this build reads. A version 2 header reads with an empty close record and is
+/// written as version 3 by the next header write.
+pub const READABLE_VERSIONS: std::ops::RangeInclusive<u32> = 2..=FORMAT_VERSION;
 
 /// Everything that can go wrong with a pool.
 #[derive(Debug, thiserror::Error)]

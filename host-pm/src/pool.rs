@@ -15,7 +15,7 @@ use memmap2::{MmapMut, MmapOptions};
 use crate::backend::{self, Backend, FileInfo, io_err};
 use crate::header::{CopyError, Extras, HEADER_COPY_BYTES, Header, decode_raw, encode_raw, validate_header};
 use crate::persist::{self, FlushInstr, PersistMode};
-use crate::{HEADER_AREA, LINE_BYTES, PoolError, REGION_ALIGN, Region, Result};
+use crate::{CloseRecord, HEADER_AREA, LINE_BYTES, PoolError, REGION_ALIGN, Region, Result};
 
 /// One header copy's size as an index.
 const COPY: usize = HEADER_COPY_BYTES as usize;
@@ -610,6 +610,8 @@ impl Pool {
             .checked_add(1)
             .ok_or_else(|| PoolError::InvalidArgument("header sequence exhausted".to_string()))?;
         validate_header(&h, self.len).map_err(refuse)?;
+        // A pool of an older readable version is upgraded by its first write.
+        h.version = crate::FORMAT_VERSION;
         let slot = 1 - self.slot;
         let raw = encode_raw(&h, self.extras());
         let at = slot * COPY;
@@ -969,26 +971,62 @@ impl Pool {
     /// With msync the whole pool is synced first (only dirty pages cost anything), so the flag
     /// never claims data that is not durable. With cache-line flushes the caller must have
     /// persisted what it wrote: flushing a whole device would take seconds.
-    pub fn close(mut self) -> Result<()> {
+    pub fn close(self) -> Result<()> {
+        self.close_saving(None)
+    }
+
+    /// [`Pool::close`], saving what the table crate needs to start again without a scan:
+    /// `saved` = the region (in free space of the pool, which it must already cover) holding
+    /// those bytes, and a count kept beside them. The region is persisted and checksummed, and
+    /// the same header write that sets `clean_shutdown` records it ([`CloseRecord`]).
+    pub fn close_saving(mut self, saved: Option<(Region, u64)>) -> Result<()> {
         if self.persist == Persist::Msync {
             self.persist_all()?;
         }
         let mut h = self.header;
         h.clean_shutdown = true;
+        h.closed = CloseRecord::default();
+        if let Some((region, items)) = saved {
+            self.persist_range(region.offset, region.bytes)?;
+            h.closed = CloseRecord { saved: region, items, checksum: crc32fast::hash(self.region(region)) };
+        }
         self.write_header(&h)
         // `self` drops here: the mapping, then the file, which releases the lock.
     }
 
+    /// What the last clean close saved ([`Pool::close_saving`]): its bytes and count, when the
+    /// pool was closed cleanly with a record whose bytes still match their checksum, and
+    /// nothing has been written since. `None` otherwise (the table crate then scans).
+    pub fn saved_at_close(&self) -> Option<(&[u8], u64)> {
+        let closed = self.header.closed;
+        if !self.header.clean_shutdown || closed.saved.is_empty() {
+            return None;
+        }
+        let bytes = self.region(closed.saved);
+        if crc32fast::hash(bytes) != closed.checksum {
+            log::warn!("what was saved at close does not match its checksum: the table is scanned");
+            return None;
+        }
+        Some((bytes, closed.items))
+    }
+
     /// Mark the pool open-and-dirty (`clean_shutdown = false`) durably; the table crate calls it
     /// before its first write after open, so that a crash during writes is never taken for a
-    /// clean shutdown. Writes nothing if the flag is already false.
+    /// clean shutdown. What was saved at close goes with the flag: its region is free again.
+    /// Writes nothing if the flag is already false.
     pub fn mark_dirty(&mut self) -> Result<()> {
         if !self.header.clean_shutdown {
             return Ok(());
         }
         let mut h = self.header;
+        let saved = h.closed.saved;
         h.clean_shutdown = false;
-        self.write_header(&h)
+        h.closed = CloseRecord::default();
+        self.write_header(&h)?;
+        if !saved.is_empty() {
+            self.discard(saved)?;
+        }
+        Ok(())
     }
 }
 
@@ -1025,6 +1063,7 @@ mod tests {
             clean_shutdown: false,
             sequence: seq,
             user: [0; 8],
+            closed: CloseRecord::default(),
         }
     }
 

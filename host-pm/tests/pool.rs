@@ -268,13 +268,13 @@ fn other_version_with_valid_checksum_is_unsupported() {
     assert!(err.to_string().contains(&format!("version {newer}")), "{err}");
 }
 
-/// A pool of the previous format (value cells without checksums) gets a clear error.
+/// A pool of format version 1 (value cells without checksums) gets a clear error.
 #[test]
-fn previous_version_is_unsupported() {
+fn version_1_is_unsupported() {
     let dir = shm_dir();
     let path = dir.path().join("pool");
     drop(create(&path));
-    let old = FORMAT_VERSION - 1;
+    let old = 1u32;
     for copy in 0..2 {
         let mut bytes = read_copy(&path, copy);
         bytes[8..12].copy_from_slice(&old.to_le_bytes());
@@ -688,4 +688,42 @@ fn a_private_view_validates_like_open() {
     );
     let missing = dir.path().join("missing");
     assert!(matches!(Pool::open_private(&missing), Err(PoolError::Io { op: "open", .. })));
+}
+
+/// What a clean close saves comes back on the next open, checksummed; damage makes it absent
+/// (the table crate then scans), and the first write after an open forgets it.
+#[test]
+fn saved_at_close_lifecycle() {
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    let (mut pool, h) = create(&path);
+    let saved = Region { offset: h.heap_region.end(), bytes: REGION_ALIGN };
+    pool.grow(saved.end()).unwrap();
+    let bytes: Vec<u8> = (0..REGION_ALIGN).map(|i| (i * 7 % 251) as u8).collect();
+    pool.region_mut(saved).copy_from_slice(&bytes);
+    pool.close_saving(Some((saved, 42))).unwrap();
+
+    let mut pool = Pool::open(&path).unwrap();
+    assert!(pool.header().clean_shutdown);
+    assert_eq!(pool.header().closed.saved, saved);
+    assert_eq!(pool.saved_at_close(), Some((&bytes[..], 42)));
+    pool.mark_dirty().unwrap();
+    assert_eq!(pool.saved_at_close(), None);
+    assert_eq!(pool.header().closed, host_pm::CloseRecord::default());
+    assert!(pool.region(saved).iter().all(|&b| b == 0), "the saved region is discarded");
+    drop(pool);
+    // Reopened after a crash: nothing saved.
+    let pool = Pool::open(&path).unwrap();
+    assert_eq!(pool.saved_at_close(), None);
+
+    // A close saving nothing records nothing; one whose bytes are damaged later reads as absent.
+    pool.close().unwrap();
+    assert_eq!(Pool::open(&path).unwrap().header().closed, host_pm::CloseRecord::default());
+    let mut pool = Pool::open(&path).unwrap();
+    pool.region_mut(saved).copy_from_slice(&bytes);
+    pool.close_saving(Some((saved, 42))).unwrap();
+    patch(&path, saved.offset + 100, &[bytes[100] ^ 1]);
+    let pool = Pool::open(&path).unwrap();
+    assert!(pool.header().clean_shutdown);
+    assert_eq!(pool.saved_at_close(), None);
 }

@@ -22,7 +22,7 @@ use crate::engine::{Engine, Input, MAX_BATCH, Mode, Phase, Report, Written};
 use crate::error::{Error, Result};
 use crate::layout::Geometry;
 use crate::model::{Bitmap, Control};
-use crate::profile::Profile;
+use crate::profile::{Laps, Profile};
 use crate::protocol::{OpState, control};
 
 /// Phase A's target invocations per dispatch: a batch smaller than this is spread over more
@@ -295,6 +295,7 @@ impl GpuEngine {
             verify_values,
         };
         check_bindings("the table", cfg.bindings().0, &gpu.info)?;
+        let mut laps = Laps::start("engine");
         let scopes = ErrorScopes::push(&gpu.device);
         let windows = PoolWindows::place(
             &gpu,
@@ -306,8 +307,10 @@ impl GpuEngine {
             ],
         )?;
         // Only a table in host memory gains from a copy of its hot groups in device memory.
+        laps.lap("windows");
         let cached = windows.residence == Residence::ZeroCopy && !geo.keys_apart;
         let cache = DeviceCache::new(&gpu, &geo, &opts.cache, cached, max_window)?;
+        laps.lap("cache");
         cfg.cache = cache.config();
         check_bindings("the table", cfg.bindings().0, &gpu.info)?;
         let dev = &gpu.device;
@@ -316,13 +319,16 @@ impl GpuEngine {
         let control_buf = storage_buffer(dev, "control", (control::WORDS * 4) as u64);
         let params = params_buffer::<Params>(dev, "params");
         let layout = bind_group_layout(dev, "gphash", cfg.bindings());
+        laps.lap("allocator");
         let pipelines = build_pipelines(&gpu, &layout, &Kernel::BATCH, |k| shader::source(k, &cfg))?;
+        laps.lap("pipelines");
         let track_lines = windows.tracks_lines(pool.persist_mode());
         // A submit runs each batch kernel at most once.
         let timer = if opts.time_kernels { PassTimer::new(&gpu, Kernel::BATCH.len() as u32)? } else { None };
         let max_batch = largest_batch(&geo, windows.staged(), timestamp_bytes(&timer), &gpu.info)?;
         gpu.queue.submit([]);
         scopes.pop(|| "creating the engine".into())?;
+        laps.lap("rest");
         Ok(GpuEngine {
             gpu,
             cfg,

@@ -21,6 +21,7 @@ use crate::error::Result;
 use crate::hash::Seeds;
 use crate::layout::Geometry;
 use crate::model::Control;
+use crate::profile::Laps;
 use crate::protocol::control;
 
 /// Builds the table `new` (zeroed, in region `new_region`) from `old` (in `old_region`);
@@ -52,6 +53,7 @@ pub(crate) fn build(
     };
     check_bindings("the table", cfg.bindings().0, &gpu.info)?;
     let source = cfg.source.expect("set above").windows;
+    let mut laps = Laps::start("growth on the GPU");
     let guard = ImportGuard::default();
     let imported = match staged_reason(pool, opts.placement.into()) {
         Some(reason) => Err(reason),
@@ -68,6 +70,7 @@ pub(crate) fn build(
             (o, n, true)
         }
     };
+    laps.lap("windows");
     let dev = &gpu.device;
     let scopes = ErrorScopes::push(dev);
     let buffer = |label, size: u64, usage| {
@@ -94,6 +97,7 @@ pub(crate) fn build(
     let (unused_ro, unused_rw) = (buffer("unused", 256, storage), buffer("unused", 256, storage));
     let layout = bind_group_layout(dev, "resize", cfg.bindings());
     let pipelines = build_pipelines(gpu, &layout, &Kernel::RESIZE, |k| shader::source(k, &cfg))?;
+    laps.lap("pipelines");
     // The control block; every other buffer but the tables is unused (one dummy window each for
     // the heap and the cache).
     let (_, read_only) = cfg.bindings();
@@ -140,11 +144,13 @@ pub(crate) fn build(
         }
         Ok(out)
     });
+    laps.lap("kernels");
     // Imported windows reference the pool, which may move next: released whatever happened.
     drop(bind);
     for b in from.into_iter().chain(to) {
         b.destroy();
     }
     release_imports(gpu, &guard);
+    laps.lap("release");
     Ok(built?)
 }

@@ -244,7 +244,7 @@ fn prelude(cfg: &KernelConfig) -> String {
     let g = &cfg.geo;
     let l = &g.layout;
     let mut s = String::new();
-    let consts: [(&str, u64); 17] = [
+    let consts: [(&str, u64); 18] = [
         ("SLOTS", l.slots as u64),
         ("LEVELS", l.levels as u64),
         ("HASHES", l.hashes as u64),
@@ -257,6 +257,7 @@ fn prelude(cfg: &KernelConfig) -> String {
         ("GROUP_SLOTS", g.group_slots()),
         ("GROUPS", g.groups()),
         ("BITMAP_WORDS", cfg.bitmap_words() as u64),
+        ("HEAP_CELLS", g.cells),
         ("KEYS_APART", g.keys_apart as u64),
         ("KEYS_BASE", g.keys_base()),
         ("CACHE_ENTRIES", cfg.cache.entries as u64),

@@ -37,6 +37,7 @@ pub fn sample() -> (Header, u64) {
         clean_shutdown: true, // create must force it to false
         sequence: 99,         // create must force it to 1
         user: [11, 22, 33, 44, 55, 66, 77, 88],
+        closed: host_pm::CloseRecord::default(),
     };
     (h, total)
 }

@@ -281,6 +281,7 @@ impl Geometry {
                 0,
                 0,
             ],
+            closed: host_pm::CloseRecord::default(),
         };
         (header, total)
     }

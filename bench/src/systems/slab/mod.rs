@@ -266,6 +266,7 @@ impl SlabSystem {
             clean_shutdown: false,
             sequence: 0,
             user: [0; 8],
+            closed: host_pm::CloseRecord::default(),
         };
         header.user[1] = geo.buckets as u64;
         header.user[2] = geo.pool_slabs as u64;
