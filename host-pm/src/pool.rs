@@ -123,20 +123,37 @@ enum Lock {
     Shared,
 }
 
-/// Take the pool's lock without waiting.
+/// How long an open waits for a pool's lock before it reports [`PoolError::Locked`]. The lock
+/// belongs to the open file, which a mapping keeps: a process killed while a GPU driver had
+/// its mapping pinned may hold the lock after it has been reaped, until the driver lets the
+/// mapping go.
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Take the pool's lock, waiting at most [`LOCK_GRACE`] for a holder to let it go.
 fn lock(file: &File, path: &Path, kind: Lock) -> Result<()> {
     let op = match kind {
         Lock::Exclusive => libc::LOCK_EX,
         Lock::Shared => libc::LOCK_SH,
     };
+    let start = std::time::Instant::now();
     loop {
         // SAFETY: flock on a descriptor that `file` keeps open; no memory is passed.
         if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } == 0 {
+            if start.elapsed().as_millis() > 0 {
+                log::debug!(
+                    "waited {:.1} ms for the lock of {}",
+                    start.elapsed().as_secs_f64() * 1e3,
+                    path.display()
+                );
+            }
             return Ok(());
         }
         let err = std::io::Error::last_os_error();
         match err.raw_os_error() {
             Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) if start.elapsed() < LOCK_GRACE => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
             Some(libc::EWOULDBLOCK) => {
                 return Err(PoolError::Locked { path: path.to_path_buf() });
             }

@@ -727,3 +727,21 @@ fn saved_at_close_lifecycle() {
     assert!(pool.header().clean_shutdown);
     assert_eq!(pool.saved_at_close(), None);
 }
+
+/// An open waits a moment for a holder that is letting the lock go (as a killed process's
+/// mapping does while a GPU driver unpins it), then takes it.
+#[test]
+fn open_waits_for_a_lock_being_released() {
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    let (pool, _) = create(&path);
+    let holder = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        drop(pool);
+    });
+    let start = std::time::Instant::now();
+    let reopened = Pool::open(&path).expect("the lock is let go within the grace period");
+    assert!(start.elapsed() >= std::time::Duration::from_millis(150), "{:?}", start.elapsed());
+    holder.join().unwrap();
+    drop(reopened);
+}
