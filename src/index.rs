@@ -25,6 +25,7 @@ use crate::engine::{Engine, Input, Mode, Phase, Written};
 use crate::error::{Error, Result};
 use crate::gpu::engine::{GpuEngine, GpuOptions};
 use crate::hash::Seeds;
+use crate::heap;
 use crate::layout::{Geometry, Layout};
 use crate::model::{Bitmap, Control};
 use crate::profile::{Laps, Profile};
@@ -171,7 +172,9 @@ pub struct Activity {
     pub profile: Profile,
     /// Times the table grew by a level.
     pub resizes: u64,
-    /// Time spent growing.
+    /// Times the value heap grew while the table had slots.
+    pub heap_growths: u64,
+    /// Time spent growing (the table and the heap).
     pub resize_time: Duration,
 }
 
@@ -349,6 +352,36 @@ impl States {
     }
 }
 
+/// The header of a new pool holding the table `geo` (hash seed `seed`) in `regions`.
+pub(crate) fn new_header(
+    geo: &Geometry,
+    seed: u64,
+    [table_region, heap_region]: [host_pm::Region; 2],
+) -> Header {
+    let mut header = Header {
+        version: host_pm::FORMAT_VERSION,
+        table: TableConfig {
+            key_bytes: geo.key_bytes,
+            value_bytes: geo.value_bytes,
+            levels: geo.layout.levels,
+            hashes: geo.layout.hashes,
+            slots: geo.layout.slots,
+            top_level: geo.top_level,
+            seed,
+        },
+        table_region,
+        heap_region,
+        heap_cells: geo.cells,
+        resize: ResizeRecord::default(),
+        clean_shutdown: false,
+        sequence: 0,
+        user: [0; 8],
+        closed: host_pm::CloseRecord::default(),
+    };
+    header.user[crate::layout::KEYS_APART_WORD] = geo.keys_apart as u64;
+    header
+}
+
 impl GpHash {
     /// Creates a table in a new pool at `path` (`None`: anonymous, volatile memory).
     pub fn create(path: Option<&Path>, config: &Config, options: &Options) -> Result<GpHash> {
@@ -356,27 +389,7 @@ impl GpHash {
             Geometry::for_capacity(config.layout, config.key_bytes, config.value_bytes, config.capacity)?
                 .with_keys_apart(config.keys_apart)?;
         let (table_region, heap_region, bytes) = host_pm::layout_regions(geo.table_bytes(), geo.heap_bytes());
-        let mut header = Header {
-            version: host_pm::FORMAT_VERSION,
-            table: TableConfig {
-                key_bytes: geo.key_bytes,
-                value_bytes: geo.value_bytes,
-                levels: geo.layout.levels,
-                hashes: geo.layout.hashes,
-                slots: geo.layout.slots,
-                top_level: geo.top_level,
-                seed: config.seed,
-            },
-            table_region,
-            heap_region,
-            heap_cells: geo.cells,
-            resize: ResizeRecord::default(),
-            clean_shutdown: false,
-            sequence: 0,
-            user: [0; 8],
-            closed: host_pm::CloseRecord::default(),
-        };
-        header.user[crate::layout::KEYS_APART_WORD] = geo.keys_apart as u64;
+        let header = new_header(&geo, config.seed, [table_region, heap_region]);
         let pool = Pool::create(path, bytes, &header, &CreateOptions { max_bytes: config.max_bytes })?;
         let index = Self::start(pool, options)?;
         index.state().recovery.created = true;
@@ -743,6 +756,36 @@ impl State {
         self.poison_without_engine(&outcome);
         outcome?;
         self.activity.resizes += 1;
+        self.activity.resize_time += t.elapsed();
+        Ok(())
+    }
+
+    /// Grows the value heap by a quarter (`src/heap.rs`), for a batch whose `failed`
+    /// operations found no free cell while the table had slots for them.
+    fn grow_heap(&mut self, failed: u64) -> Result<()> {
+        self.usable()?;
+        if self.mode == Mode::Volatile {
+            return Err(Error::HeapFull { failed });
+        }
+        let t = Instant::now();
+        let new = heap::grown(&self.geo, failed)?;
+        let bitmap = self.engine()?.bitmap()?;
+        // The engine's buffers may map the pool, which may move.
+        self.engine = None;
+        let grown = heap::grow(&mut self.pool, &self.geo, &new);
+        // On failure the header still names the old heap: carry on with it.
+        let bitmap = match grown {
+            Ok(()) => {
+                let bitmap = bitmap.grown(self.geo.cells, new.cells);
+                self.geo = new;
+                bitmap
+            }
+            Err(_) => bitmap,
+        };
+        let outcome = self.make_engine(bitmap).map(|engine| self.install(engine)).and(grown);
+        self.poison_without_engine(&outcome);
+        outcome?;
+        self.activity.heap_growths += 1;
         self.activity.resize_time += t.elapsed();
         Ok(())
     }
@@ -1168,7 +1211,12 @@ impl State {
                     Error::HeapFull { failed: no_cell as u64 }
                 });
             }
-            self.grow()?;
+            if full > 0 {
+                self.grow()?;
+            } else {
+                // The table has slots; only the heap is short of cells.
+                self.grow_heap(no_cell as u64)?;
+            }
             self.start_a(slot, batch)?;
         }
     }

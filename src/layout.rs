@@ -193,7 +193,8 @@ impl Geometry {
         Ok(g)
     }
 
-    /// The smallest table of this layout with room for `capacity` keys at [`TARGET_LOAD`].
+    /// The smallest table of this layout with room for `capacity` keys at [`TARGET_LOAD`], and
+    /// a heap for `capacity` values.
     pub fn for_capacity(layout: Layout, key_bytes: u32, value_bytes: u32, capacity: u64) -> Result<Self> {
         layout.validate()?;
         let want = (capacity.max(1) as f64 / TARGET_LOAD).ceil() as u64;
@@ -204,14 +205,21 @@ impl Geometry {
         while slots_at(top) < want && top < 30 {
             top += 1;
         }
-        let slots = slots_at(top);
-        Geometry::new(layout, key_bytes, value_bytes, top, Self::cells_for_slots(slots))
+        Geometry::new(layout, key_bytes, value_bytes, top, Self::cells_for_keys(capacity.max(1)))
     }
 
-    /// Heap cells for a table of `slots` slots: one per slot plus room for the new values of
-    /// updates, whose old cells are freed only after their batch is persisted.
-    pub fn cells_for_slots(slots: u64) -> u64 {
-        slots + slots / 8 + 1024
+    /// Heap cells for a table meant to hold `keys` keys: one each, plus a sixteenth (and 1,024)
+    /// for the new values of updates, whose old cells are freed only after their batch is
+    /// persisted. At that load about 6% of the cells are unused; insertions beyond it grow the
+    /// heap (`src/heap.rs`).
+    pub fn cells_for_keys(keys: u64) -> u64 {
+        keys + keys / 16 + 1024
+    }
+
+    /// The same table with a heap of `cells` cells.
+    pub fn with_cells(&self, cells: u64) -> Result<Geometry> {
+        Geometry::new(self.layout, self.key_bytes, self.value_bytes, self.top_level, cells)?
+            .with_keys_apart(self.keys_apart)
     }
 
     /// 32-bit words of one key.
@@ -327,7 +335,7 @@ impl Geometry {
     /// many cells as the new slots need.
     pub fn grown(&self) -> Result<Geometry> {
         let mut g = Geometry { top_level: self.top_level + 1, ..*self };
-        g.cells = self.cells.max(Self::cells_for_slots(g.slots()));
+        g.cells = self.cells.max(Self::cells_for_keys((g.slots() as f64 * TARGET_LOAD) as u64));
         Geometry::new(g.layout, g.key_bytes, g.value_bytes, g.top_level, g.cells)?
             .with_keys_apart(self.keys_apart)
     }
@@ -476,7 +484,8 @@ mod tests {
         let g = Geometry::for_capacity(Layout::default(), 8, 8, 1 << 20).unwrap();
         assert!(g.slots() as f64 * TARGET_LOAD >= (1 << 20) as f64);
         assert!(g.slots() as f64 * TARGET_LOAD < (2 << 20) as f64 * 1.01);
-        assert!(g.cells > g.slots());
+        // A cell for each of the keys, and at most 10% more.
+        assert!(g.cells > 1 << 20 && (g.cells as f64) < (1 << 20) as f64 / 0.9);
     }
 
     #[test]

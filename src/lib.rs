@@ -34,6 +34,7 @@ mod engine;
 mod error;
 mod gpu;
 pub mod hash;
+mod heap;
 mod index;
 mod inspect;
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]

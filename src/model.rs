@@ -73,6 +73,20 @@ impl Bitmap {
         Bitmap { words, cursor: 0 }
     }
 
+    /// The same allocator over a heap grown from `cells` to `grown` cells (the new ones free).
+    pub fn grown(mut self, cells: u64, grown: u64) -> Self {
+        let fresh = Bitmap::new(grown);
+        let tail = (cells % 32) as u32;
+        if tail != 0 {
+            // The bits past the old last cell are cells now.
+            *self.words.last_mut().expect("a heap has cells") &= !(!0u32 << tail);
+        }
+        self.words.extend_from_slice(&fresh.words[self.words.len()..]);
+        let last = self.words.len() - 1;
+        self.words[last] |= fresh.words[last];
+        self
+    }
+
     /// Takes a free cell.
     pub fn alloc(&mut self) -> Option<u32> {
         let n = self.words.len();

@@ -34,6 +34,13 @@ use crate::recovery::{Recovery, scan};
 /// Bytes one host thread zeroes or copies at a time while the grown table is built.
 const COPY_TASK_BYTES: usize = 1 << 22;
 
+/// Copies `from` into `to`, of the same length, on all host threads.
+pub(crate) fn copy_on_all_threads(to: &mut [u8], from: &[u8]) {
+    to.par_chunks_mut(COPY_TASK_BYTES)
+        .zip(from.par_chunks(COPY_TASK_BYTES))
+        .for_each(|(to, from)| to.copy_from_slice(from));
+}
+
 /// Who builds the grown table.
 #[derive(Clone, Copy)]
 pub(crate) enum Builder<'a> {
@@ -140,10 +147,7 @@ pub(crate) fn complete(
     laps.lap("zero table");
     let (from, to) = split_regions(pool, h.heap_region, record.new_heap);
     let heap = old.heap_bytes() as usize;
-    to[..heap]
-        .par_chunks_mut(COPY_TASK_BYTES)
-        .zip(from[..heap].par_chunks(COPY_TASK_BYTES))
-        .for_each(|(to, from)| to.copy_from_slice(from));
+    copy_on_all_threads(&mut to[..heap], &from[..heap]);
     laps.lap("copy heap");
     let seeds = Seeds::new(h.table.seed, new.layout.hashes);
     let failed = match builder {

@@ -235,3 +235,86 @@ fn early_collisions_fail_instead_of_growing() {
     assert_eq!(t.delete(&common::key(0, 8)).unwrap(), vec![gphash::Status::Ok]);
     assert_eq!(t.get(&k).unwrap().statuses, vec![gphash::Status::NotFound]);
 }
+
+/// Inserts keys `from..to` in batches of 5,000, into `t` and `oracle`.
+fn insert(t: &GpHash, oracle: &mut Oracle, from: u64, to: u64) {
+    for start in (from..to).step_by(5000) {
+        let mut batch = t.batch();
+        for k in start..(start + 5000).min(to) {
+            batch.insert(&common::key(k, 8), &(k * 3).to_le_bytes()).unwrap();
+        }
+        oracle.run(&batch);
+        t.execute(&batch).unwrap();
+    }
+}
+
+/// A table holds about as many value cells as the keys it was made for (at most 10% unused at
+/// that load); insertions beyond them, while the table has slots, grow the heap and not the
+/// table, on every executor, and the grown heap reopens after a close and after a crash.
+#[test]
+fn the_heap_grows_before_the_table() {
+    let dir = common::pool_dir();
+    let gpu = |placement| common::gpu_options(GpuOptions { placement, ..GpuOptions::default() });
+    for (name, options) in [
+        ("gpu zero-copy", gpu(Placement::ZeroCopy)),
+        ("gpu staged", gpu(Placement::Staged)),
+        ("cpu", common::cpu_options()),
+    ] {
+        let path = dir.path().join(name.replace(' ', "-"));
+        let capacity = 100_000u64;
+        let t = GpHash::create(Some(&path), &Config { capacity, ..Default::default() }, &options).unwrap();
+        let mut oracle = Oracle::default();
+        insert(&t, &mut oracle, 0, capacity);
+        let s = t.stats();
+        let unused = 1.0 - s.items as f64 / s.cells as f64;
+        assert!(unused <= 0.10, "{name}: {:.3} of {} cells unused at the target load", unused, s.cells);
+        assert_eq!(s.activity.heap_growths, 0, "{name}");
+        // Beyond it, up to a load the table holds without growing.
+        let slots = s.slots;
+        insert(&t, &mut oracle, capacity, (slots as f64 * 0.8) as u64);
+        let s = t.stats();
+        assert!(s.activity.heap_growths > 0, "{name}: the heap never grew");
+        assert_eq!((s.activity.resizes, s.slots), (0, slots), "{name}: the table did not grow");
+        assert!(s.cells > s.items, "{name}");
+        assert_same_content(t.entries(), &oracle.map, name);
+        assert!(t.check().ok(), "{name}: {}", t.check());
+        t.close().unwrap();
+        let t = GpHash::open(&path, &options).unwrap();
+        assert!(t.stats().recovery.restored, "{name}");
+        insert(&t, &mut oracle, 200_000, 201_000);
+        drop(t);
+        let t = GpHash::open(&path, &common::cpu_options()).unwrap();
+        assert_same_content(t.entries(), &oracle.map, &format!("{name} reopened after a crash"));
+        assert!(t.check().ok(), "{name}");
+    }
+}
+
+/// Without growth, a heap out of cells refuses the batch with `HeapFull`, and nothing is lost.
+#[test]
+fn without_growth_a_full_heap_refuses_the_batch() {
+    let dir = common::pool_dir();
+    for (name, options) in
+        [("gpu", common::gpu_options(GpuOptions::default())), ("cpu", common::cpu_options())]
+    {
+        let options = Options { grow: false, ..options };
+        let t = common::table(&dir, name, &Config { capacity: 20_000, ..Default::default() }, &options);
+        let mut oracle = Oracle::default();
+        let mut refused = 0;
+        for start in (0..30_000u64).step_by(1000) {
+            let mut batch = t.batch();
+            for k in start..start + 1000 {
+                batch.insert(&common::key(k, 8), &k.to_le_bytes()).unwrap();
+            }
+            match t.execute(&batch) {
+                Ok(_) => {
+                    oracle.run(&batch);
+                }
+                Err(Error::HeapFull { .. }) => refused += 1,
+                Err(e) => panic!("{name}: {e}"),
+            }
+        }
+        assert!(refused > 0, "{name}: the heap never ran out");
+        assert_same_content(t.entries(), &oracle.map, name);
+        assert!(t.check().ok(), "{name}");
+    }
+}

@@ -222,7 +222,8 @@ pub(crate) fn pool_dir(dir: &std::path::Path) -> Result<tempfile::TempDir> {
 }
 
 impl Fill {
-    /// Inserts distinct keys in batches, with growth off, until a batch is refused.
+    /// Inserts distinct keys in batches until one makes the table grow by a level (the heap,
+    /// sized for the target load, grows on its own before that).
     pub fn run(&self, base: &Options) -> Result<Filled> {
         let dir = pool_dir(&self.pool_dir)?;
         let capacity = (self.slots as f64 * gphash::TARGET_LOAD) as u64;
@@ -233,20 +234,19 @@ impl Fill {
             capacity,
             ..Config::default()
         };
-        let options = Options { grow: false, ..base.clone() };
-        let index = GpHash::create(Some(&dir.path().join("fill.pool")), &config, &options)?;
+        let index = GpHash::create(Some(&dir.path().join("fill.pool")), &config, base)?;
         let slots = index.geometry().slots();
         let kb = self.key_bytes as usize;
         let mut items = 0u64;
         loop {
             let keys: Vec<u8> = (items..items + self.batch as u64).flat_map(|i| key(i, kb)).collect();
-            match index.insert(&keys, &vec![0; self.batch * 8]) {
-                Ok(_) => items += self.batch as u64,
-                Err(Error::TableFull { .. } | Error::HeapFull { .. }) => break,
-                Err(e) => return Err(e),
+            index.insert(&keys, &vec![0; self.batch * 8])?;
+            if index.activity().resizes > 0 {
+                // The batch that found no slot made the table grow; the load is the one before it.
+                return Ok(Filled { slots, items });
             }
+            items += self.batch as u64;
         }
-        Ok(Filled { slots, items })
     }
 }
 
