@@ -140,7 +140,7 @@ fn crash_images_of_a_pipeline_whose_next_batch_needs_the_freed_cells() {
         next += 1;
     }
     drop(t);
-    let wanted = std::env::var("GPHASH_CRASH_IMAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    let wanted = std::env::var("GPHASH_CRASH_IMAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(100);
     run.check_images(wanted, &mut rng, seed, &dir.path().join("image"), verify);
 }
 
@@ -153,4 +153,37 @@ fn verify(path: &std::path::Path, acked: &Content, in_flight: &[(&gphash::Batch,
     assert!(report.ok(), "{what}: {report}");
     let got: Content = t.entries().into_iter().collect();
     assert_whole_or_absent(&got, acked, in_flight, what);
+}
+
+/// A run whose insertions outgrow the heap before the table: every image taken while the heap
+/// grows (pool grown, header switched) recovers to the acknowledged state.
+#[test]
+fn crash_images_of_a_heap_growth_recover_to_acknowledged_states() {
+    let what = "crash_images_of_a_heap_growth_recover_to_acknowledged_states";
+    let seed = common::seed(what);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let wanted: usize = std::env::var("GPHASH_CRASH_IMAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(100);
+    let mut run = CrashRun::default();
+    let options = Options { observer: Some(run.observer()), ..common::cpu_options() };
+    let dir = common::pool_dir();
+    let t = common::table(
+        &dir,
+        "run",
+        &Config { capacity: 16_000, value_bytes: 12, ..Default::default() },
+        &options,
+    );
+    let mut oracle = Oracle::default();
+    for start in (0..21_000u64).step_by(3000) {
+        let mut batch = t.batch();
+        for k in start..start + 3000 {
+            batch.insert(&common::key(k, 8), &common::value(&mut rng, 12)).unwrap();
+        }
+        t.execute(&batch).unwrap();
+        oracle.run(&batch);
+        run.acknowledged(batch, &oracle.map);
+    }
+    let activity = t.stats().activity;
+    assert!(activity.heap_growths > 0 && activity.resizes == 0, "{activity:?}");
+    drop(t);
+    run.check_images(wanted, &mut rng, seed, &dir.path().join("image"), verify);
 }
