@@ -13,8 +13,9 @@ use host_pm::{Pool, REGION_ALIGN, Region};
 
 use crate::error::{Error, Result};
 use crate::layout::Geometry;
+use crate::placement::place;
 use crate::profile::Laps;
-use crate::resize::{copy_on_all_threads, place};
+use crate::resize::copy_on_all_threads;
 
 /// The geometry of `geo`'s table with its heap grown by a quarter, or `HeapFull` (naming
 /// `failed` operations) when the kernels cannot address that many cells.

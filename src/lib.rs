@@ -43,6 +43,7 @@ mod layout;
 // `pub`; without the feature they are unreachable.
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 mod model;
+mod placement;
 mod profile;
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 mod protocol;

@@ -105,7 +105,8 @@ fn saved_bitmap(pool: &Pool, geo: &Geometry, rec: &mut Recovery) -> Option<Bitma
 pub(crate) fn save_at_close(pool: &mut Pool, bitmap: &Bitmap) -> Option<Region> {
     let h = *pool.header();
     let bytes: &[u8] = bytemuck::cast_slice(&bitmap.words);
-    let [region] = crate::resize::place(&[h.table_region, h.heap_region], &[bytes.len() as u64])[..] else {
+    let [region] = crate::placement::place(&[h.table_region, h.heap_region], &[bytes.len() as u64])[..]
+    else {
         unreachable!("one size, one region")
     };
     if let Err(e) = pool.grow(region.end()) {

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use gphash_gpu::Gpu;
-use host_pm::{Pool, REGION_ALIGN, Region, ResizeRecord};
+use host_pm::{Pool, Region, ResizeRecord};
 use rayon::prelude::*;
 
 use crate::cpu::split_regions;
@@ -27,6 +27,7 @@ use crate::gpu::engine::GpuOptions;
 use crate::hash::Seeds;
 use crate::layout::Geometry;
 use crate::model::{Bitmap, Model};
+use crate::placement::place;
 use crate::profile::Laps;
 use crate::protocol::control;
 use crate::recovery::{Recovery, scan};
@@ -48,29 +49,6 @@ pub(crate) enum Builder<'a> {
     Gpu(&'a Arc<Gpu>, &'a GpuOptions),
     /// The CPU model.
     Cpu,
-}
-
-/// Places regions of `sizes` bytes (rounded up to [`REGION_ALIGN`]) first-fit in the free
-/// space around the regions `used` (the pool grows where none fits).
-pub(crate) fn place(used: &[Region], sizes: &[u64]) -> Vec<Region> {
-    let mut taken: Vec<Region> = used.to_vec();
-    sizes
-        .iter()
-        .map(|&size| {
-            let bytes = size.div_ceil(REGION_ALIGN) * REGION_ALIGN;
-            taken.sort_by_key(|r| r.offset);
-            let mut at = host_pm::HEADER_AREA;
-            for r in &taken {
-                if r.offset >= at + bytes {
-                    break;
-                }
-                at = at.max(r.end());
-            }
-            let region = Region { offset: at, bytes };
-            taken.push(region);
-            region
-        })
-        .collect()
 }
 
 /// Where the table one level taller than `geo` goes: its table and heap regions.
@@ -200,23 +178,4 @@ pub(crate) fn complete(
     laps.lap("switch and discard");
     log::info!("the table grew to level {}: {} slots, {} keys", new.top_level, new.slots(), items);
     Ok((new, bitmap))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const A: u64 = REGION_ALIGN;
-
-    #[test]
-    fn placement_is_first_fit_around_used_regions() {
-        let h = host_pm::HEADER_AREA;
-        let used = [Region { offset: h, bytes: 2 * A }, Region { offset: h + 5 * A, bytes: A }];
-        // A 3-region gap after the first region; the second request no longer fits there.
-        let placed = place(&used, &[2 * A, 2 * A]);
-        assert_eq!(placed[0], Region { offset: h + 2 * A, bytes: 2 * A });
-        assert_eq!(placed[1], Region { offset: h + 6 * A, bytes: 2 * A });
-        // Sizes are rounded up to whole regions.
-        assert_eq!(place(&[], &[1])[0], Region { offset: h, bytes: A });
-    }
 }
