@@ -9,11 +9,11 @@
 //! indices, so nothing in the table changes. A crash before the header write leaves the old
 //! heap, whose cells nothing else touched.
 
-use host_pm::{Pool, REGION_ALIGN, Region};
+use host_pm::{Pool, Region};
 
 use crate::error::{Error, Result};
 use crate::layout::Geometry;
-use crate::placement::place;
+use crate::placement::{place, region_bytes};
 use crate::profile::Laps;
 use crate::resize::copy_on_all_threads;
 
@@ -31,12 +31,15 @@ pub(crate) fn grow(pool: &mut Pool, geo: &Geometry, new: &Geometry) -> Result<()
     let mut laps = Laps::start("heap growth");
     pool.mark_dirty()?;
     let h = *pool.header();
-    let bytes = new.heap_bytes().div_ceil(REGION_ALIGN) * REGION_ALIGN;
+    let bytes = region_bytes(new.heap_bytes());
     let in_place = Region { offset: h.heap_region.offset, bytes };
     // A dirty pool has no close record and, between batches, no resize record: the table is
     // the only other region.
-    let free_after = h.table_region.end() <= in_place.offset || h.table_region.offset >= in_place.end();
-    let region = if free_after { in_place } else { place(&[h.table_region, h.heap_region], &[bytes])[0] };
+    let region = if h.table_region.overlaps(&in_place) {
+        place(&[h.table_region, h.heap_region], &[bytes])[0]
+    } else {
+        in_place
+    };
     pool.grow(region.end())?;
     laps.lap("pool grow");
     if region != in_place {
@@ -74,8 +77,7 @@ mod tests {
     /// An anonymous pool for `geo` whose heap comes first (`heap_first`) or last, its cells
     /// filled with a pattern.
     fn pool(geo: &Geometry, heap_first: bool) -> Pool {
-        let align = |b: u64| b.div_ceil(REGION_ALIGN) * REGION_ALIGN;
-        let (t, h) = (align(geo.table_bytes()), align(geo.heap_bytes()));
+        let (t, h) = (region_bytes(geo.table_bytes()), region_bytes(geo.heap_bytes()));
         let first = host_pm::HEADER_AREA;
         let (table_region, heap_region) = if heap_first {
             (Region { offset: first + h, bytes: t }, Region { offset: first, bytes: h })
@@ -96,7 +98,7 @@ mod tests {
         let new = grown(&geo, 1).unwrap();
         assert!(new.cells >= geo.cells + geo.cells / 4);
         // The grown heap needs more 64 KiB units than the old region has.
-        assert!(new.heap_bytes().div_ceil(REGION_ALIGN) > geo.heap_bytes().div_ceil(REGION_ALIGN));
+        assert!(region_bytes(new.heap_bytes()) > region_bytes(geo.heap_bytes()));
         for heap_first in [false, true] {
             let mut pool = pool(&geo, heap_first);
             let before = *pool.header();

@@ -324,6 +324,10 @@ struct State {
     poisoned: Option<String>,
     /// The encoded batch, kept to reuse its allocations.
     encoded: Encoded,
+    /// The slot whose phase `step` started last, and when its engine time stopped, until any
+    /// other time is accounted: the moment between the start and the wait of the same phase
+    /// is engine time too (the engine's wait stage, timed from the submit, spans it).
+    started: Option<(usize, Instant)>,
     /// Engines still to fail to be made (tests of failed restarts).
     #[cfg(test)]
     failing_engines: u32,
@@ -468,6 +472,7 @@ impl GpHash {
             activity: Activity::default(),
             poisoned: None,
             encoded: Encoded::default(),
+            started: None,
             #[cfg(test)]
             failing_engines: 0,
         };
@@ -593,10 +598,12 @@ impl GpHash {
         for bucket in 0..g.buckets() {
             for slot in 0..g.layout.slots {
                 let state = table[g.state_word(bucket, slot) as usize];
-                if state >= crate::layout::PUBLISHED {
+                // A cell beyond the heap is a damaged state word (`check` names it): left out.
+                let cell = state.wrapping_sub(crate::layout::PUBLISHED) as u64;
+                if state >= crate::layout::PUBLISHED && cell < g.cells {
                     let k = g.key_word(bucket, slot) as usize;
                     let key = bytemuck::cast_slice(&table[k..k + g.key_words() as usize]).to_vec();
-                    let at = (state - crate::layout::PUBLISHED) as usize * cell_bytes;
+                    let at = cell as usize * cell_bytes;
                     out.push((key, heap[at..at + g.value_bytes as usize].to_vec()));
                 }
             }
@@ -1161,14 +1168,18 @@ impl State {
         let t = Instant::now();
         let (engine, pool) = self.parts();
         let started = engine.start(pool, slot, phase, batch);
-        self.engine_done(t);
+        let stopped = self.engine_done(t);
+        self.started = Some((slot, stopped));
         started
     }
 
     /// Waits for the phase last started in `slot`, persists what it wrote (unless it is phase A
     /// of a reads-only batch, which wrote nothing) and returns its control block.
     fn settle(&mut self, slot: usize, reads_only: bool) -> Result<Control> {
-        let t = Instant::now();
+        let t = match self.started.take() {
+            Some((started, stopped)) if started == slot => stopped,
+            _ => Instant::now(),
+        };
         let (engine, pool) = self.parts();
         let report = engine.finish(pool, slot);
         self.engine_done(t);
@@ -1222,6 +1233,7 @@ impl State {
     }
 
     fn persist(&mut self, written: &Written) -> Result<()> {
+        self.started = None;
         let t = Instant::now();
         match written {
             Written::Lines(lines) => {
@@ -1240,17 +1252,22 @@ impl State {
 
     /// Adds the host time since `t` to `host_time` and to the stage `stage` picks.
     fn host(&mut self, t: Instant, stage: fn(&mut Profile) -> &mut Duration) {
+        self.started = None;
         let spent = t.elapsed();
         self.activity.host_time += spent;
         *stage(&mut self.activity.profile) += spent;
     }
 
-    /// Adds the engine time since `t`, and the engine's own breakdown of it.
-    fn engine_done(&mut self, t: Instant) {
-        self.activity.engine_time += t.elapsed();
+    /// Adds the engine time since `t`, and the engine's own breakdown of it; returns when it
+    /// stopped counting.
+    fn engine_done(&mut self, t: Instant) -> Instant {
+        self.started = None;
+        let now = Instant::now();
+        self.activity.engine_time += now - t;
         if let Some(engine) = self.engine.as_mut() {
             self.activity.profile += engine.take_profile();
         }
+        now
     }
 }
 

@@ -3,6 +3,11 @@
 
 use host_pm::{REGION_ALIGN, Region};
 
+/// Bytes of a region holding `size` bytes: whole [`REGION_ALIGN`] units.
+pub(crate) fn region_bytes(size: u64) -> u64 {
+    size.div_ceil(REGION_ALIGN) * REGION_ALIGN
+}
+
 /// Places regions of `sizes` bytes (rounded up to [`REGION_ALIGN`]) first-fit in the free
 /// space around the regions `used` (the pool grows where none fits).
 pub(crate) fn place(used: &[Region], sizes: &[u64]) -> Vec<Region> {
@@ -10,7 +15,7 @@ pub(crate) fn place(used: &[Region], sizes: &[u64]) -> Vec<Region> {
     sizes
         .iter()
         .map(|&size| {
-            let bytes = size.div_ceil(REGION_ALIGN) * REGION_ALIGN;
+            let bytes = region_bytes(size);
             taken.sort_by_key(|r| r.offset);
             let mut at = host_pm::HEADER_AREA;
             for r in &taken {

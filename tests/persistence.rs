@@ -154,6 +154,9 @@ fn damage_after_a_clean_close_is_contained() {
         assert!(t.stats().recovery.restored, "{name}");
         assert!(t.check().to_string().contains("beyond the heap"), "{name}");
         assert_eq!(t.get(&key).unwrap().statuses[0], Status::Corrupt, "{name}");
+        let listed = t.entries();
+        assert!(listed.iter().all(|(k, _)| k != &key), "{name}: the damaged slot is not listed");
+        assert_eq!(listed.len(), 299, "{name}");
         assert_eq!(t.upsert(&key, &[9; 8]).unwrap(), vec![Status::Ok], "{name}");
         assert_eq!(t.get(&key).unwrap().value(0), Some(&[9u8; 8][..]), "{name}");
         let others: Vec<u8> = keys.chunks(8).filter(|k| *k != &key[..]).flatten().copied().collect();

@@ -6,11 +6,20 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use gphash::{Config, GpHash, GpuOptions, KernelTimes, Placement, Profile};
 use gphash_bench::ceiling;
 use gphash_bench::profile::{Measured, ProfileBench};
+
+/// The tests run one at a time: another test's work on the same cores (the harness runs
+/// tests in parallel) would stretch a measured batch's wall time past the stages it is made of.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|held| held.into_inner())
+}
 
 fn profile(placement: Placement, pipeline: bool) -> Vec<Measured> {
     let dir = common::pool_dir();
@@ -111,6 +120,7 @@ fn kernel_times_within(p: &Profile, submits: u64) {
 /// inserts, persisted, in every repetition.
 #[test]
 fn pipelined_profile_measures_every_batch() {
+    let _alone = alone();
     for m in profile(Placement::Auto, true) {
         assert_eq!(m.reps.len(), 3);
         for r in &m.reps {
@@ -126,6 +136,7 @@ fn pipelined_profile_measures_every_batch() {
 /// timestamp queries); normal batches record none.
 #[test]
 fn kernel_times_only_when_asked() {
+    let _alone = alone();
     let Some(gpu) = common::gpu() else { return };
     for time_kernels in [false, true] {
         let dir = common::pool_dir();
@@ -154,6 +165,7 @@ fn kernel_times_only_when_asked() {
 /// The round trips measured are those asked for, and their medians lie within their extremes.
 #[test]
 fn round_trip_shape() {
+    let _alone = alone();
     let Some(gpu) = common::gpu() else { return };
     let trips = ceiling::round_trips(&gpu, &[1, 4096, 5000], 7).unwrap();
     assert_eq!(trips.iter().map(|t| (t.items, t.reps)).collect::<Vec<_>>(), [(1, 7), (4096, 7), (5000, 7)]);
@@ -164,11 +176,13 @@ fn round_trip_shape() {
 
 #[test]
 fn stages_add_up_zero_copy() {
+    let _alone = alone();
     check(&profile(Placement::Auto, false));
 }
 
 #[test]
 fn stages_add_up_staged() {
+    let _alone = alone();
     let measured = profile(Placement::Staged, false);
     check(&measured);
     if common::gpu().is_some() {

@@ -87,7 +87,8 @@ impl Region {
         self.bytes == 0
     }
 
-    fn overlaps(&self, other: &Region) -> bool {
+    /// Whether the two share a byte.
+    pub fn overlaps(&self, other: &Region) -> bool {
         self.offset < other.end() && other.offset < self.end()
     }
 }
