@@ -4,6 +4,7 @@
 mod bench;
 mod demo;
 mod results;
+mod serve;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -157,6 +158,8 @@ enum Command {
         #[arg(long)]
         repair: bool,
     },
+    /// Serve the pool to Redis clients (RESP2): GET, SET, MGET, MSET, DEL, ... in GPU batches.
+    Serve(serve::ServeArgs),
     /// The demo that runs when no command is given.
     Demo(demo::DemoArgs),
     /// Benchmarks (throughput, load factor, resize and recovery time, persist cost).
@@ -172,6 +175,7 @@ fn main() -> ExitCode {
         None => demo::run(&demo::DemoArgs::default(), &options).map_err(Into::into),
         Some(Command::Demo(args)) => demo::run(&args, &options).map_err(Into::into),
         Some(Command::Bench(args)) => bench::run(&args, &options).map_err(Into::into),
+        Some(Command::Serve(args)) => serve::run(&args, &options),
         Some(Command::Create { pool, key_bytes, value_bytes, layout, capacity, max_bytes }) => {
             let config = Config { key_bytes, value_bytes, layout, capacity, max_bytes, ..Config::default() };
             create(&pool, &config, &options)

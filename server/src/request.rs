@@ -1,0 +1,264 @@
+//! Framing of client requests: RESP2 arrays of bulk strings (what every client sends) and
+//! inline commands (`PING\r\n`, as typed into telnet), each within [`Limits`].
+//!
+//! Replies are encoded by the `redis-protocol` crate, but requests are framed here: its
+//! decoder accepts any RESP2 frame, recursing into nested arrays (a request of 200,000 nested
+//! `*1` arrays overflows the stack and aborts the process) and waiting for whatever bulk
+//! length a client declares. A request is never nested, so this decoder takes exactly its
+//! shape, incrementally (a large request arriving in pieces is scanned once), and refuses
+//! anything else with the error Redis gives before closing the connection.
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio_util::codec::Decoder;
+
+/// The largest request a connection may send, in its parts.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Bytes of one bulk string (a key, a value, an ECHO message).
+    pub max_bulk: usize,
+    /// Arguments of one request (MSET, MGET, DEL of many keys).
+    pub max_args: usize,
+    /// Bytes of one request, all its arguments together.
+    pub max_request: usize,
+    /// Bytes of one line: an inline command or a length header.
+    pub max_line: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_bulk: 1 << 20, max_args: 1 << 20, max_request: 64 << 20, max_line: 64 << 10 }
+    }
+}
+
+/// A request that breaks the protocol or a limit: the connection gets this error and is
+/// closed, since what follows in its stream cannot be framed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RequestError {
+    /// Malformed or over a limit; the text follows Redis's (`Protocol error: ...`).
+    #[error("Protocol error: {0}")]
+    Protocol(String),
+    /// Reading the socket failed, or it closed in the middle of a request.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+fn protocol<T>(why: impl Into<String>) -> Result<T, RequestError> {
+    Err(RequestError::Protocol(why.into()))
+}
+
+/// Decodes requests into their arguments (the command name first).
+#[derive(Debug)]
+pub(crate) struct RequestCodec {
+    limits: Limits,
+    /// The request being read, once its header arrived: arguments announced and read so far.
+    partial: Option<Partial>,
+}
+
+#[derive(Debug)]
+struct Partial {
+    argc: usize,
+    args: Vec<Bytes>,
+    /// Length of the bulk string whose header was read, if its data has not all arrived.
+    bulk: Option<usize>,
+    bytes: usize,
+}
+
+impl RequestCodec {
+    /// A decoder that holds requests to `limits`.
+    pub(crate) fn new(limits: Limits) -> Self {
+        RequestCodec { limits, partial: None }
+    }
+
+    /// Takes a line ending in `\r\n` (or a bare `\n`) off `src`, without its end; `None`
+    /// until it has arrived. A line longer than the limit is an error (`what` names it).
+    fn line(&self, src: &mut BytesMut, what: &str) -> Result<Option<BytesMut>, RequestError> {
+        let Some(end) = src.iter().position(|&b| b == b'\n') else {
+            return if src.len() > self.limits.max_line {
+                protocol(format!("too big {what}"))
+            } else {
+                Ok(None)
+            };
+        };
+        if end > self.limits.max_line {
+            return protocol(format!("too big {what}"));
+        }
+        let mut line = src.split_to(end + 1);
+        line.truncate(end);
+        if line.last() == Some(&b'\r') {
+            line.truncate(end - 1);
+        }
+        Ok(Some(line))
+    }
+
+    /// An inline command: arguments separated by spaces or tabs; `None` for an empty line.
+    fn inline(&self, src: &mut BytesMut) -> Result<Option<Option<Vec<Bytes>>>, RequestError> {
+        let Some(line) = self.line(src, "inline request")? else { return Ok(None) };
+        let line = line.freeze();
+        let args: Vec<Bytes> = line
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|a| !a.is_empty())
+            .map(|a| line.slice_ref(a))
+            .collect();
+        Ok(Some((!args.is_empty()).then_some(args)))
+    }
+}
+
+/// The number after a header's type byte (`*3`, `$5`).
+fn header_number(line: &[u8]) -> Option<i64> {
+    std::str::from_utf8(line.get(1..)?).ok()?.parse().ok()
+}
+
+impl Decoder for RequestCodec {
+    type Item = Vec<Bytes>;
+    type Error = RequestError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<Bytes>>, RequestError> {
+        loop {
+            let Some(p) = self.partial.as_mut() else {
+                if src.is_empty() {
+                    return Ok(None);
+                }
+                if src[0] != b'*' {
+                    match self.inline(src)? {
+                        None => return Ok(None),
+                        Some(None) => continue,
+                        Some(Some(args)) => return Ok(Some(args)),
+                    }
+                }
+                let Some(line) = self.line(src, "mbulk count string")? else { return Ok(None) };
+                match header_number(&line) {
+                    // An empty request is skipped, as Redis does.
+                    Some(n) if n <= 0 => continue,
+                    Some(n) if n as u64 <= self.limits.max_args as u64 => {
+                        let argc = n as usize;
+                        let args = Vec::with_capacity(argc.min(1024));
+                        self.partial = Some(Partial { argc, args, bulk: None, bytes: line.len() });
+                        continue;
+                    }
+                    _ => return protocol("invalid multibulk length"),
+                }
+            };
+            while p.args.len() < p.argc {
+                match p.bulk {
+                    None => {
+                        let Some(&first) = src.first() else { return Ok(None) };
+                        if first != b'$' {
+                            return protocol(format!("expected '$', got '{}'", first.escape_ascii()));
+                        }
+                        let max_line = self.limits.max_line;
+                        let Some(end) = src.iter().position(|&b| b == b'\n') else {
+                            return if src.len() > max_line {
+                                protocol("too big bulk count string")
+                            } else {
+                                Ok(None)
+                            };
+                        };
+                        let line = &src[..end];
+                        let line = line.strip_suffix(b"\r").unwrap_or(line);
+                        let len = match header_number(line) {
+                            Some(n) if n >= 0 && n as u64 <= self.limits.max_bulk as u64 => n as usize,
+                            _ => return protocol("invalid bulk length"),
+                        };
+                        p.bytes += end + 1 + len + 2;
+                        if p.bytes > self.limits.max_request {
+                            return protocol(format!(
+                                "request larger than {} bytes",
+                                self.limits.max_request
+                            ));
+                        }
+                        src.advance(end + 1);
+                        p.bulk = Some(len);
+                    }
+                    Some(len) => {
+                        if src.len() < len + 2 {
+                            src.reserve(len + 2 - src.len());
+                            return Ok(None);
+                        }
+                        if &src[len..len + 2] != b"\r\n" {
+                            return protocol("bulk string not ended by CRLF");
+                        }
+                        let data = src.split_to(len).freeze();
+                        src.advance(2);
+                        p.args.push(data);
+                        p.bulk = None;
+                    }
+                }
+            }
+            return Ok(self.partial.take().map(|p| p.args));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(codec: &mut RequestCodec, input: &[u8]) -> Result<Vec<Vec<Bytes>>, RequestError> {
+        let mut buf = BytesMut::from(input);
+        let mut out = vec![];
+        while let Some(args) = codec.decode(&mut buf)? {
+            out.push(args);
+        }
+        Ok(out)
+    }
+
+    fn strings(requests: &[Vec<Bytes>]) -> Vec<Vec<&str>> {
+        requests.iter().map(|r| r.iter().map(|a| std::str::from_utf8(a).unwrap()).collect()).collect()
+    }
+
+    #[test]
+    fn arrays_and_inline_commands_are_framed() {
+        let mut c = RequestCodec::new(Limits::default());
+        let input = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\n\r\n*0\r\n  set  a\tb \n*1\r\n$0\r\n\r\n";
+        let got = decode_all(&mut c, input).unwrap();
+        assert_eq!(strings(&got), vec![vec!["GET", "k"], vec!["PING"], vec!["set", "a", "b"], vec![""]]);
+    }
+
+    #[test]
+    fn a_request_in_pieces_is_the_same_request() {
+        let input = b"*3\r\n$3\r\nSET\r\n$5\r\nkey\r\n\r\n$4\r\nv\0\xffx\r\n*1\r\n$4\r\nPING\r\n";
+        let whole = decode_all(&mut RequestCodec::new(Limits::default()), input).unwrap();
+        assert_eq!(whole.len(), 2);
+        assert_eq!(&whole[0][1][..], b"key\r\n", "bulk strings are binary-safe");
+        for cut in 1..input.len() {
+            let mut c = RequestCodec::new(Limits::default());
+            let mut buf = BytesMut::new();
+            let mut got = vec![];
+            for part in [&input[..cut], &input[cut..]] {
+                buf.extend_from_slice(part);
+                while let Some(args) = c.decode(&mut buf).unwrap() {
+                    got.push(args);
+                }
+            }
+            assert_eq!(got, whole, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn malformed_and_oversized_requests_are_refused() {
+        let limits = Limits { max_bulk: 16, max_args: 4, max_request: 64, max_line: 32 };
+        let cases: &[(&[u8], &str)] = &[
+            (b"*x\r\n", "invalid multibulk length"),
+            (b"*5\r\n", "invalid multibulk length"),
+            (b"*1\r\n*1\r\n*1\r\n", "expected '$', got '*'"),
+            (b"*1\r\n$-1\r\n", "invalid bulk length"),
+            (b"*1\r\n$17\r\n", "invalid bulk length"),
+            (b"*1\r\n$99999999999999999999999\r\n", "invalid bulk length"),
+            (b"*1\r\n$2\r\nabcd", "bulk string not ended by CRLF"),
+            (b"*4\r\n$16\r\n0123456789abcdef\r\n$16\r\n0123456789abcdef\r\n$16\r\n", "request larger"),
+            (&[b'P'; 40], "too big inline request"),
+            (b"*1\r\n$1111111111111111111111111111111111", "too big bulk count string"),
+        ];
+        for (input, want) in cases {
+            let err = decode_all(&mut RequestCodec::new(limits), input).unwrap_err();
+            assert!(err.to_string().contains(want), "{:?}: {err}", input.escape_ascii().to_string());
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_without_recursion() {
+        let input = b"*1\r\n".repeat(200_000);
+        let err = decode_all(&mut RequestCodec::new(Limits::default()), &input).unwrap_err();
+        assert_eq!(err.to_string(), "Protocol error: expected '$', got '*'");
+    }
+}
