@@ -267,6 +267,66 @@ fn many_clients_at_once_each_keep_their_order() {
     assert!(max_ops > 50, "requests of several clients were batched together: {info}");
 }
 
+#[test]
+fn reads_in_flight_never_go_back_in_time() {
+    let dir = common::pool_dir();
+    let server = Server::start(&pool(&dir), &[]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut w = server.client();
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut version = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                version += 1;
+                let _: () = redis::cmd("SET").arg("clock").arg(version).query(&mut w).unwrap();
+            }
+            version
+        })
+    };
+    // Readers send pipelines of GETs only: batches of reads in flight together, between the
+    // writer's batches; a later read never sees an older version.
+    let readers: Vec<_> = (0..8)
+        .map(|_| {
+            let mut c = server.client();
+            std::thread::spawn(move || {
+                let mut last = 0u64;
+                for _ in 0..100 {
+                    let mut p = redis::pipe();
+                    (0..16).for_each(|_| _ = p.cmd("GET").arg("clock"));
+                    let seen: Vec<Option<u64>> = p.query(&mut c).unwrap();
+                    for v in seen.into_iter().map(|v| v.unwrap_or(0)) {
+                        assert!(v >= last, "read {v} after {last}");
+                        last = v;
+                    }
+                }
+                last
+            })
+        })
+        .collect();
+    let seen: Vec<u64> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.join().unwrap();
+    assert!(seen.iter().all(|&v| v <= written) && written > 1, "{seen:?} of {written}");
+    let Value::BulkString(info) = cmd(&mut server.client(), &[b"INFO", b"stats"]).unwrap() else { panic!() };
+    let info = String::from_utf8(info).unwrap();
+    let pipelined: u64 =
+        info.lines().find_map(|l| l.strip_prefix("gphash_batches_pipelined:")).unwrap().parse().unwrap();
+    assert!(pipelined > 0, "batches of reads ran through the pipeline: {info}");
+}
+
+/// Raises this process's soft limit on open files to `want`, which the hard limit must allow.
+fn raise_file_limit(want: u64) {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit read and write the struct given, nothing else.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        assert!(limit.rlim_max >= want, "the hard limit on open files ({}) is below {want}", limit.rlim_max);
+        limit.rlim_cur = limit.rlim_cur.max(want);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+    }
+}
+
 /// Reads what the server sends until it closes the connection.
 fn read_to_close(s: &mut TcpStream) -> String {
     let mut out = vec![];
@@ -280,7 +340,8 @@ fn bad_input_harms_no_other_client() {
     let server = Server::start(&pool(&dir), &["--max-clients", "3000"]);
     let mut good = server.client();
     assert_eq!(cmd(&mut good, &[b"SET", b"kept", b"1"]).unwrap(), okay());
-    // Thousands of idle connections, held open throughout.
+    // Thousands of idle connections, held open throughout (the server raises its own limit).
+    raise_file_limit(2100);
     let idle: Vec<TcpStream> = (0..2000).map(|_| server.raw()).collect();
     let cases: &[(&[u8], &str)] = &[
         (b"*2\r\n$3\r\nGET\r\n*1\r\n$1\r\nx\r\n", "-ERR Protocol error: expected '$', got '*'"),

@@ -3,17 +3,20 @@
 //! is persisted.
 //!
 //! One thread owns the index. It takes the requests queued since its last batch (waiting up to
-//! `wait` after the first for more, until `max_batch` operations), runs them as one ordered
-//! call (`GpHash::execute_ordered`: results as if applied one by one, in arrival order, so a
-//! read sees every write queued before it, of its own connection and of others) and then
-//! answers each request. While a batch runs, the next one queues.
+//! `wait` after the first for more, until `max_batch` operations) and runs them with the
+//! results of one-by-one application in arrival order, so that a read sees every write queued
+//! before it, of its own connection and of others: a batch that writes as one ordered call
+//! (`GpHash::execute_ordered`), a batch of reads only through a pipeline, so that the GPU runs
+//! it while the host gathers the next and answers the one before. While a batch runs, the
+//! next one queues.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use crossbeam_channel::Receiver;
-use gphash::{BatchResult, GpHash, Status};
+use gphash::{Batch, BatchResult, GpHash, OpKind, Pipeline, Status};
 use redis_protocol::resp2::types::BytesFrame as Frame;
 use tokio::sync::oneshot;
 
@@ -62,15 +65,24 @@ impl Job {
     }
 }
 
-/// The batcher: the index and what INFO reports.
+/// The batcher: the index, and what answers requests.
 pub(crate) struct Batcher {
     index: GpHash,
-    widths: Widths,
     batching: Batching,
+    answers: Answers,
+}
+
+/// What turns results into replies, and what INFO reports.
+struct Answers {
+    widths: Widths,
     record: Record,
     counters: Arc<Counters>,
     identity: Identity,
 }
+
+/// Read-only batches in flight at once (the engine's slots: one runs while the host gathers
+/// the next and answers the one before).
+const READS_IN_FLIGHT: usize = 2;
 
 impl Batcher {
     pub(crate) fn new(
@@ -80,103 +92,196 @@ impl Batcher {
         counters: Arc<Counters>,
         identity: Identity,
     ) -> Self {
-        Batcher { index, widths, batching, record: Record::new(), counters, identity }
+        let answers = Answers { widths, record: Record::new(), counters, identity };
+        Batcher { index, batching, answers }
     }
 
     /// Serves requests until `Stop` or until every sender is gone, then closes the index
     /// cleanly.
-    pub(crate) fn run(mut self, requests: Receiver<Message>) -> gphash::Result<()> {
+    ///
+    /// A batch of reads only runs through a pipeline ([`GpHash::pipeline`]): the host gathers
+    /// the next batch and answers the one before while the GPU runs it, and reads-only
+    /// batches follow each other on the GPU. Any other batch first waits for those in flight,
+    /// then runs as one ordered call, so that each connection's requests apply in order (a
+    /// failed write batch is never overtaken by a later one).
+    pub(crate) fn run(self, requests: Receiver<Message>) -> gphash::Result<()> {
+        let Batcher { index, batching, mut answers } = self;
+        let engine_max = index.stats().max_batch;
+        let mut reads: Option<Pipeline<'_>> = None;
+        let mut flights: VecDeque<(Vec<Job>, Instant)> = VecDeque::new();
         let mut stop = false;
-        while !stop {
-            let Ok(Message::Job(first)) = requests.recv() else { break };
-            let deadline = Instant::now() + self.batching.wait;
-            let mut ops = first.ops();
-            let mut jobs = vec![first];
-            // A control job ends the batch: it is answered after the jobs before it ran.
-            while ops < self.batching.max_batch && matches!(jobs.last().map(|j| &j.work), Some(Work::Ops(..)))
-            {
-                let next = if self.batching.wait.is_zero() {
-                    requests.try_recv().ok()
-                } else {
-                    requests.recv_deadline(deadline).ok()
-                };
-                match next {
-                    Some(Message::Job(job)) => {
-                        ops += job.ops();
-                        jobs.push(job);
-                    }
-                    Some(Message::Stop) => {
-                        stop = true;
-                        break;
-                    }
-                    None => break,
+        loop {
+            let first = if flights.is_empty() {
+                match (!stop).then(|| requests.recv()) {
+                    Some(Ok(Message::Job(job))) => job,
+                    _ => break,
                 }
+            } else {
+                match (!stop).then(|| requests.try_recv()) {
+                    Some(Ok(Message::Job(job))) => job,
+                    Some(Ok(Message::Stop)) => {
+                        stop = true;
+                        continue;
+                    }
+                    // Nothing queued: the oldest batch in flight is answered.
+                    _ => {
+                        let pipe = reads.as_mut().expect("batches in flight run in the pipeline");
+                        answers.answer_flight(&index, pipe, &mut flights);
+                        continue;
+                    }
+                }
+            };
+            let (jobs, stopped) = gather(first, &requests, &batching);
+            stop |= stopped;
+            let ops: usize = jobs.iter().map(Job::ops).sum();
+            if read_only(&jobs) && ops <= engine_max {
+                let pipe = reads.get_or_insert_with(|| index.pipeline());
+                let started = Instant::now();
+                match pipe.submit(batch_of(&index, &answers.widths, &jobs)) {
+                    Ok(()) => flights.push_back((jobs, started)),
+                    Err(e) => answers.reply(&index, jobs, Err(e), started),
+                }
+                if flights.len() >= READS_IN_FLIGHT {
+                    answers.answer_flight(&index, reads.as_mut().expect("just used"), &mut flights);
+                }
+            } else {
+                if let Some(mut pipe) = reads.take() {
+                    while !flights.is_empty() {
+                        answers.answer_flight(&index, &mut pipe, &mut flights);
+                    }
+                }
+                answers.run_ordered(&index, jobs);
             }
-            self.run_jobs(jobs);
         }
+        drop(reads);
         // Requests after Stop are dropped: their connections answer that the server stopped.
         drop(requests);
-        self.index.close()
+        index.close()
+    }
+}
+
+/// The jobs queued after `first`, up to the batch's size or deadline; a control job ends the
+/// batch (it is answered after the jobs before it ran). Also whether `Stop` came.
+fn gather(first: Job, requests: &Receiver<Message>, batching: &Batching) -> (Vec<Job>, bool) {
+    let deadline = Instant::now() + batching.wait;
+    let mut ops = first.ops();
+    let mut jobs = vec![first];
+    while ops < batching.max_batch && matches!(jobs.last().map(|j| &j.work), Some(Work::Ops(..))) {
+        let next = if batching.wait.is_zero() {
+            requests.try_recv().ok()
+        } else {
+            requests.recv_deadline(deadline).ok()
+        };
+        match next {
+            Some(Message::Job(job)) => {
+                ops += job.ops();
+                jobs.push(job);
+            }
+            Some(Message::Stop) => return (jobs, true),
+            None => break,
+        }
+    }
+    (jobs, false)
+}
+
+/// Whether the jobs only read (and ask nothing of the whole index).
+fn read_only(jobs: &[Job]) -> bool {
+    jobs.iter().all(|j| matches!(&j.work, Work::Ops(ops, _) if ops.kinds.iter().all(|&k| k == OpKind::Get)))
+}
+
+/// The jobs' operations, in order, as one batch.
+fn batch_of(index: &GpHash, widths: &Widths, jobs: &[Job]) -> Batch {
+    let mut batch = index.batch();
+    let (kb, vb) = (widths.key_bytes(), widths.value_bytes());
+    for job in jobs {
+        if let Work::Ops(ops, _) = &job.work {
+            let mut values = ops.values.chunks_exact(vb);
+            for (&kind, key) in ops.kinds.iter().zip(ops.keys.chunks_exact(kb)) {
+                let value = if kind.writes_value() { values.next() } else { None };
+                batch.push(kind, key, value).expect("requests are encoded in the pool's widths");
+            }
+        }
+    }
+    batch
+}
+
+impl Answers {
+    /// Waits for the oldest batch in flight and answers its jobs.
+    fn answer_flight(
+        &mut self,
+        index: &GpHash,
+        pipe: &mut Pipeline<'_>,
+        flights: &mut VecDeque<(Vec<Job>, Instant)>,
+    ) {
+        let (jobs, started) = flights.pop_front().expect("a batch in flight");
+        let result = pipe.next().expect("the pipeline has a result for each batch submitted");
+        self.record.pipelined += 1;
+        self.reply(index, jobs, result.map(Some), started);
     }
 
     /// Runs the jobs' operations as one ordered batch and answers them; a control job (only
     /// ever the last) is answered after the batch.
-    fn run_jobs(&mut self, jobs: Vec<Job>) {
+    fn run_ordered(&mut self, index: &GpHash, jobs: Vec<Job>) {
         let started = Instant::now();
-        let mut batch = self.index.batch();
-        let (kb, vb) = (self.widths.key_bytes(), self.widths.value_bytes());
-        for job in &jobs {
-            if let Work::Ops(ops, _) = &job.work {
-                let mut values = ops.values.chunks_exact(vb);
-                for (&kind, key) in ops.kinds.iter().zip(ops.keys.chunks_exact(kb)) {
-                    let value = if kind.writes_value() { values.next() } else { None };
-                    batch.push(kind, key, value).expect("requests are encoded in the pool's widths");
-                }
-            }
-        }
-        let result = if batch.is_empty() { Ok(None) } else { self.index.execute_ordered(&batch).map(Some) };
+        let batch = batch_of(index, &self.widths, &jobs);
+        let result = if batch.is_empty() { Ok(None) } else { index.execute_ordered(&batch).map(Some) };
         let data_jobs = jobs.iter().filter(|j| matches!(j.work, Work::Ops(..))).count();
         match result {
-            Err(e) if data_jobs > 1 && self.index.stats().poisoned.is_none() => {
+            Err(e) if data_jobs > 1 && index.stats().poisoned.is_none() => {
                 // The batch took no effect (a full table, heap or disk; a damaged value an
                 // ordered change would read): each request runs alone, so that only those
                 // it concerns fail.
                 log::warn!("a batch of {} requests failed ({e}); running them one at a time", jobs.len());
                 for job in jobs {
-                    self.run_jobs(vec![job]);
+                    self.run_ordered(index, vec![job]);
                 }
             }
+            result => self.reply(index, jobs, result, started),
+        }
+    }
+
+    /// Answers the jobs of a batch from its result (`None`: it had no operations).
+    fn reply(
+        &mut self,
+        index: &GpHash,
+        jobs: Vec<Job>,
+        result: gphash::Result<Option<BatchResult>>,
+        started: Instant,
+    ) {
+        let result = match result {
+            Ok(r) => r,
             Err(e) => {
                 self.record.failed += 1;
                 let reply = error(format!("ERR {e}"));
                 for job in jobs {
                     let reply = match job.work {
-                        Work::Control(ref c) => self.control(c),
+                        Work::Control(ref c) => self.control(index, c),
                         Work::Ops(..) => reply.clone(),
                     };
                     let _ = job.reply.send(reply);
                 }
+                return;
             }
-            Ok(result) => {
-                let ran = started.elapsed();
-                let mut first = 0;
-                for job in jobs {
-                    let reply = match &job.work {
-                        Work::Ops(ops, shape) => {
-                            let r = result.as_ref().expect("a batch ran");
-                            let reply = self.answer(r, first, ops.len(), *shape);
-                            first += ops.len();
-                            reply
-                        }
-                        Work::Control(c) => self.control(c),
-                    };
-                    self.record.request(job.arrived.elapsed());
-                    // A connection that went away takes no reply; its writes stand.
-                    let _ = job.reply.send(reply);
+        };
+        let ran = started.elapsed();
+        let mut first = 0;
+        let mut ops = 0;
+        for job in jobs {
+            let reply = match &job.work {
+                Work::Ops(o, shape) => {
+                    let r = result.as_ref().expect("a batch with operations ran");
+                    let reply = self.answer(r, first, o.len(), *shape);
+                    first += o.len();
+                    ops += o.len();
+                    reply
                 }
-                self.record.batch(batch.len(), ran);
-            }
+                Work::Control(c) => self.control(index, c),
+            };
+            self.record.request(job.arrived.elapsed());
+            // A connection that went away takes no reply; its writes stand.
+            let _ = job.reply.send(reply);
         }
+        self.record.batch(ops, ran);
     }
 
     /// The reply of a request whose operations are `len` results from `first`.
@@ -214,11 +319,11 @@ impl Batcher {
         }
     }
 
-    fn control(&self, c: &Control) -> Frame {
+    fn control(&self, index: &GpHash, c: &Control) -> Frame {
         match c {
-            Control::DbSize => Frame::Integer(self.index.len() as i64),
+            Control::DbSize => Frame::Integer(index.len() as i64),
             Control::Info(sections) => {
-                let text = self.record.info(sections, &self.index, &self.counters, &self.identity);
+                let text = self.record.info(sections, index, &self.counters, &self.identity);
                 Frame::BulkString(Bytes::from(text))
             }
         }

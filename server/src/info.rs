@@ -40,6 +40,8 @@ pub(crate) struct Record {
     /// Microseconds from a request's arrival to its reply leaving the batcher.
     request_us: Histogram<u64>,
     pub(crate) failed: u64,
+    /// Batches of reads run through the pipeline.
+    pub(crate) pipelined: u64,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -48,7 +50,7 @@ fn histogram() -> Histogram<u64> {
 
 impl Record {
     pub(crate) fn new() -> Self {
-        Record { sizes: histogram(), batch_us: histogram(), request_us: histogram(), failed: 0 }
+        Record { sizes: histogram(), batch_us: histogram(), request_us: histogram(), failed: 0, pipelined: 0 }
     }
 
     pub(crate) fn batch(&mut self, ops: usize, took: Duration) {
@@ -98,6 +100,7 @@ impl Record {
             out.line("total_error_replies_protocol", &load(&c.protocol_errors));
             out.line("gphash_batches", &self.sizes.len());
             out.line("gphash_batches_failed", &self.failed);
+            out.line("gphash_batches_pipelined", &self.pipelined);
             let h = &self.sizes;
             out.line("gphash_batch_ops_mean", &format!("{:.1}", h.mean()));
             for (name, h) in [

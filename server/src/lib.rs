@@ -99,6 +99,7 @@ pub fn serve_until(
 ) -> Result<(), ServeError> {
     let g = index.geometry();
     let widths = Widths::new(g.key_bytes, g.value_bytes).ok_or(ServeError::ValueSize(g.value_bytes))?;
+    raise_file_limit(options.max_clients);
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(ServeError::Runtime)?;
     let listener = runtime
@@ -126,6 +127,27 @@ pub fn serve_until(
     let closed = batcher.join().expect("the batcher thread does not panic");
     runtime.shutdown_timeout(Duration::from_millis(100));
     Ok(closed?)
+}
+
+/// Raises the soft limit on open files to serve `max_clients` (with room for the pool, the
+/// device and the runtime), as far as the hard limit allows, as Redis does.
+fn raise_file_limit(max_clients: usize) {
+    let want = max_clients as u64 + 128;
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit read and write the struct given, nothing else.
+    let raised = unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return;
+        }
+        if limit.rlim_cur < want {
+            limit.rlim_cur = want.min(limit.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+        limit.rlim_cur
+    };
+    if raised < want {
+        log::warn!("open files are limited to {raised}: fewer than {max_clients} clients can connect");
+    }
 }
 
 /// Accepts connections for ever, each served on its own task.

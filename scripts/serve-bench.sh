@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# gphash serve against redis-server 7 (AOF, appendfsync always and everysec) under
+# redis-benchmark: SET and GET, 50 clients, pipelines of 1, 16 and 64, 1 M random keys, REPS
+# runs each (median, min, max are taken from the CSV). Then the library's own throughput at
+# the batch sizes the server formed, for the gap.
+#   scripts/serve-bench.sh [DIR]    DIR holds the pools and AOF files (default /dev/shm)
+# Needs redis-benchmark and redis-server, or their Debian packages in .gl-redis/ (apt-get
+# download redis-server redis-tools libjemalloc2 liblzf1 libatomic1 libssl3), and the gphash
+# binary in .gpu-serve/ (or GPHASH). Results go to $OUT: serve-bench.csv, and serve-bench.tgz
+# with INFO after each run, the logs and the library's figures.
+set -uo pipefail
+root=$(pwd)
+final=${OUT:-/tmp/out}
+out=$(mktemp -d)
+dir=${1:-/dev/shm}
+reps=${REPS:-3}
+waits=${WAITS:-0}
+gphash=${GPHASH:-$root/.gpu-serve/gphash}
+keys=1000000
+mkdir -p "$out"
+if ! command -v redis-benchmark >/dev/null; then
+  for f in "$root"/.gl-redis/*.deb; do
+    case $f in
+    *libssl3*) ldconfig -p | grep -q 'libssl.so.3 ' && continue ;;
+    *libatomic1*) ldconfig -p | grep -q 'libatomic.so.1 ' && continue ;;
+    esac
+    dpkg -x "$f" /
+  done
+  ldconfig
+fi
+redis-server --version | tee "$out/versions.txt"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | tee -a "$out/versions.txt"
+nproc | tee -a "$out/versions.txt"
+
+# Requests per run (divided by SCALE for a quick try).
+requests() { case $1 in 1) echo $((300000 / ${SCALE:-1})) ;; 16) echo $((2000000 / ${SCALE:-1})) ;; *) echo $((4000000 / ${SCALE:-1})) ;; esac; }
+
+# bench LABEL PORT PIPELINE: REPS runs of SET then of GET.
+bench() {
+  for t in set get; do
+    for r in $(seq "$reps"); do
+      line=$(redis-benchmark -p "$2" -t $t -n "$(requests "$3")" -c 50 -P "$3" -r $keys --threads 4 --csv |
+        grep -i "^\"$t\"")
+      echo "$1,$3,$r,$line" | tee -a "$out/serve-bench.csv"
+    done
+  done
+}
+
+echo "server,pipeline,rep,test,rps,avg_ms,min_ms,p50_ms,p95_ms,p99_ms,max_ms" >"$out/serve-bench.csv"
+for fsync in always everysec; do
+  rm -rf "$dir/redis-$fsync" && mkdir -p "$dir/redis-$fsync"
+  redis-server --port 6380 --dir "$dir/redis-$fsync" --appendonly yes --appendfsync $fsync --save "" \
+    --daemonize yes --logfile "$out/redis-$fsync.log"
+  sleep 1
+  for p in 1 16 64; do bench "redis-aof-$fsync" 6380 $p; done
+  redis-cli -p 6380 info persistence >"$out/info-redis-$fsync.txt"
+  redis-cli -p 6380 shutdown nosave
+  sleep 1
+  rm -rf "$dir/redis-$fsync"
+done
+for wait in $waits; do
+  pool=$dir/serve-w$wait.pool
+  rm -f "$pool"
+  for p in 1 16 64; do
+    # A fresh server per pipeline depth, so that its INFO describes that depth alone.
+    "$gphash" serve "$pool" --bind 127.0.0.1:6381 --batch-wait-us "$wait" >"$out/serve-w$wait-P$p.log" 2>&1 &
+    pid=$!
+    until grep -q "listening on" "$out/serve-w$wait-P$p.log"; do sleep 0.2; kill -0 $pid || break; done
+    bench "gphash-w$wait" 6381 $p
+    redis-cli -p 6381 info >"$out/info-gphash-w$wait-P$p.txt"
+    kill -TERM $pid
+    wait $pid
+  done
+  "$gphash" check "$pool" | tail -2 | tee -a "$out/check.txt"
+  rm -f "$pool"
+done
+# The library alone at batch sizes the server forms: 50 clients times the pipeline depth.
+for b in ${LIBRARY_BATCHES:-50 800 3200}; do
+  "$gphash" bench load-search --keys $keys --batch $b --reps 3 --key-bytes 32 --value-bytes 64 \
+    --placements zero-copy --pool-dir "$dir" 2>&1 | grep -v "imported buffers" | tee -a "$out/library.txt"
+done
+tar czf "$final/serve-bench.tgz" -C "$out" .
+cp "$out/serve-bench.csv" "$final/"
