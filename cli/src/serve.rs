@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use gphash::{Config, GpHash, Layout, Options};
-use gphash_server::{Batching, ServeOptions, Widths};
+use gphash_server::{Batching, ServeError, ServeOptions, Widths};
 
 use crate::{Error, announce_cpu_fallback};
 
@@ -68,12 +68,8 @@ pub(crate) fn run(args: &ServeArgs, options: &Options) -> Result<(), Error> {
     };
     announce_cpu_fallback(&index, options);
     let stats = index.stats();
-    let widths = Widths::new(stats.key_bytes, stats.value_bytes).ok_or_else(|| {
-        format!(
-            "the pool's values of {} byte(s) cannot hold a length: serve needs 2 or more",
-            stats.value_bytes
-        )
-    })?;
+    let widths =
+        Widths::new(stats.key_bytes, stats.value_bytes).ok_or(ServeError::ValueSize(stats.value_bytes))?;
     println!(
         "gphash serve: {} {how}: {} keys, keys up to {} bytes, values up to {} bytes; {}",
         args.pool.display(),

@@ -64,7 +64,7 @@ impl Server {
 
     /// SIGTERM, then the exit status.
     fn stop(mut self) -> std::process::ExitStatus {
-        unsafe_kill(self.child.id(), libc::SIGTERM);
+        signal(self.child.id(), libc::SIGTERM);
         self.child.wait().unwrap()
     }
 }
@@ -76,7 +76,7 @@ impl Drop for Server {
     }
 }
 
-fn unsafe_kill(pid: u32, signal: i32) {
+fn signal(pid: u32, signal: i32) {
     // SAFETY: kill(2) on our own child's pid has no memory effects.
     assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
 }
@@ -417,7 +417,7 @@ fn kill_9_keeps_every_acknowledged_write() {
             })
             .collect();
         std::thread::sleep(Duration::from_millis(rng.random_range(200..1200)));
-        unsafe_kill(server.child.id(), libc::SIGKILL);
+        signal(server.child.id(), libc::SIGKILL);
         stop.store(true, Ordering::Relaxed);
         writers.into_iter().for_each(|t| t.join().unwrap());
         drop(server);

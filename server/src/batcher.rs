@@ -264,15 +264,14 @@ impl Answers {
             }
         };
         let ran = started.elapsed();
+        // The first result of each job's operations; at the end, the batch's operations.
         let mut first = 0;
-        let mut ops = 0;
         for job in jobs {
             let reply = match &job.work {
                 Work::Ops(o, shape) => {
                     let r = result.as_ref().expect("a batch with operations ran");
                     let reply = self.answer(r, first, o.len(), *shape);
                     first += o.len();
-                    ops += o.len();
                     reply
                 }
                 Work::Control(c) => self.control(index, c),
@@ -281,7 +280,7 @@ impl Answers {
             // A connection that went away takes no reply; its writes stand.
             let _ = job.reply.send(reply);
         }
-        self.record.batch(ops, ran);
+        self.record.batch(first, ran);
     }
 
     /// The reply of a request whose operations are `len` results from `first`.

@@ -68,39 +68,35 @@ impl RequestCodec {
     pub(crate) fn new(limits: Limits) -> Self {
         RequestCodec { limits, partial: None }
     }
+}
 
-    /// Takes a line ending in `\r\n` (or a bare `\n`) off `src`, without its end; `None`
-    /// until it has arrived. A line longer than the limit is an error (`what` names it).
-    fn line(&self, src: &mut BytesMut, what: &str) -> Result<Option<BytesMut>, RequestError> {
-        let Some(end) = src.iter().position(|&b| b == b'\n') else {
-            return if src.len() > self.limits.max_line {
-                protocol(format!("too big {what}"))
-            } else {
-                Ok(None)
-            };
-        };
-        if end > self.limits.max_line {
-            return protocol(format!("too big {what}"));
-        }
-        let mut line = src.split_to(end + 1);
-        line.truncate(end);
-        if line.last() == Some(&b'\r') {
-            line.truncate(end - 1);
-        }
-        Ok(Some(line))
+/// Takes a line ending in `\r\n` (or a bare `\n`) off `src`, without its end; `None` until it
+/// has arrived. A line longer than `max_line` is an error (`what` names it).
+fn take_line(src: &mut BytesMut, max_line: usize, what: &str) -> Result<Option<BytesMut>, RequestError> {
+    let end = match src.iter().position(|&b| b == b'\n') {
+        Some(end) if end <= max_line => end,
+        None if src.len() <= max_line => return Ok(None),
+        _ => return protocol(format!("too big {what}")),
+    };
+    let mut line = src.split_to(end + 1);
+    line.truncate(end);
+    if line.last() == Some(&b'\r') {
+        line.truncate(end - 1);
     }
+    Ok(Some(line))
+}
 
-    /// An inline command: arguments separated by spaces or tabs; `None` for an empty line.
-    fn inline(&self, src: &mut BytesMut) -> Result<Option<Option<Vec<Bytes>>>, RequestError> {
-        let Some(line) = self.line(src, "inline request")? else { return Ok(None) };
-        let line = line.freeze();
-        let args: Vec<Bytes> = line
-            .split(|b| b.is_ascii_whitespace())
-            .filter(|a| !a.is_empty())
-            .map(|a| line.slice_ref(a))
-            .collect();
-        Ok(Some((!args.is_empty()).then_some(args)))
-    }
+/// An inline command: arguments separated by blanks; `None` until its line has arrived,
+/// `Some(None)` for an empty line.
+fn inline(src: &mut BytesMut, max_line: usize) -> Result<Option<Option<Vec<Bytes>>>, RequestError> {
+    let Some(line) = take_line(src, max_line, "inline request")? else { return Ok(None) };
+    let line = line.freeze();
+    let args: Vec<Bytes> = line
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|a| !a.is_empty())
+        .map(|a| line.slice_ref(a))
+        .collect();
+    Ok(Some((!args.is_empty()).then_some(args)))
 }
 
 /// The number after a header's type byte (`*3`, `$5`).
@@ -119,13 +115,15 @@ impl Decoder for RequestCodec {
                     return Ok(None);
                 }
                 if src[0] != b'*' {
-                    match self.inline(src)? {
+                    match inline(src, self.limits.max_line)? {
                         None => return Ok(None),
                         Some(None) => continue,
                         Some(Some(args)) => return Ok(Some(args)),
                     }
                 }
-                let Some(line) = self.line(src, "mbulk count string")? else { return Ok(None) };
+                let Some(line) = take_line(src, self.limits.max_line, "mbulk count string")? else {
+                    return Ok(None);
+                };
                 match header_number(&line) {
                     // An empty request is skipped, as Redis does.
                     Some(n) if n <= 0 => continue,
@@ -145,28 +143,20 @@ impl Decoder for RequestCodec {
                         if first != b'$' {
                             return protocol(format!("expected '$', got '{}'", first.escape_ascii()));
                         }
-                        let max_line = self.limits.max_line;
-                        let Some(end) = src.iter().position(|&b| b == b'\n') else {
-                            return if src.len() > max_line {
-                                protocol("too big bulk count string")
-                            } else {
-                                Ok(None)
-                            };
+                        let Some(line) = take_line(src, self.limits.max_line, "bulk count string")? else {
+                            return Ok(None);
                         };
-                        let line = &src[..end];
-                        let line = line.strip_suffix(b"\r").unwrap_or(line);
-                        let len = match header_number(line) {
+                        let len = match header_number(&line) {
                             Some(n) if n >= 0 && n as u64 <= self.limits.max_bulk as u64 => n as usize,
                             _ => return protocol("invalid bulk length"),
                         };
-                        p.bytes += end + 1 + len + 2;
+                        p.bytes += line.len() + 2 + len + 2;
                         if p.bytes > self.limits.max_request {
                             return protocol(format!(
                                 "request larger than {} bytes",
                                 self.limits.max_request
                             ));
                         }
-                        src.advance(end + 1);
                         p.bulk = Some(len);
                     }
                     Some(len) => {
