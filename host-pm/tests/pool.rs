@@ -569,7 +569,9 @@ fn persist_calls_on_every_backend() {
             pool.persist_range(HEADER_AREA + 3, 200).unwrap();
             pool.persist_range(total - 1, 1).unwrap();
             pool.persist_range(total, 0).unwrap();
+            // Several page runs (one fdatasync under msync), then one run (one msync).
             pool.persist_lines(&[lines - 1, 2000, 1025, 1024, 2000, 1100, 3]).unwrap();
+            pool.persist_lines(&[4, 5, 63]).unwrap();
             pool.persist_lines(&[]).unwrap();
             pool.persist_all().unwrap();
             for (off, len) in [(total, 1), (total - 1, 2), (u64::MAX, 2)] {
