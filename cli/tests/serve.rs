@@ -223,6 +223,54 @@ fn pipelines_see_their_own_writes_in_order() {
     assert_eq!(cmd(&mut server.client(), &[b"DBSIZE"]).unwrap(), Value::Int(8));
 }
 
+/// A pool that cannot grow (`--max-bytes` at its first size) fills up in the middle of one
+/// connection's pipeline: the requests that fit are applied and answered `+OK`, the others get
+/// an error and leave nothing behind, and reads, updates and deletes go on being served.
+#[test]
+fn a_full_pool_fails_only_the_requests_it_concerns() {
+    let dir = common::pool_dir();
+    // 4,096 keys of 16 bytes make a pool of 448 KiB; growth needs more than 500,000 bytes.
+    let server = Server::start(&pool(&dir), &["--max-bytes", "500000"]);
+    let mut c = server.client();
+    let keys: Vec<String> = (0..8000).map(|i| format!("k{i}")).collect();
+    let mut p = redis::pipe();
+    p.ignore_errors();
+    for k in &keys {
+        // A read that always finds its key, in the same batches as the writes that fail.
+        p.cmd("SET").arg(k).arg(k).cmd("GET").arg(k).cmd("GET").arg("k0");
+    }
+    let got: Vec<RedisResult<Value>> = p.query(&mut c).unwrap();
+    let mut stored = Vec::new();
+    for (k, pair) in keys.iter().zip(got.chunks(3)) {
+        assert_eq!(pair[2].as_ref().unwrap(), &bulk(b"k0"), "GET k0 after SET {k}");
+        match &pair[0] {
+            Ok(v) => {
+                assert_eq!(v, &okay(), "{k}");
+                assert_eq!(pair[1].as_ref().unwrap(), &bulk(k.as_bytes()), "{k} reads back");
+                stored.push(k);
+            }
+            Err(e) => {
+                assert!(e.to_string().to_lowercase().contains("space"), "{k}: {e}");
+                assert_eq!(pair[1].as_ref().unwrap(), &Value::Nil, "{k}: a failed SET leaves nothing");
+            }
+        }
+    }
+    assert!(stored.len() > 1000 && stored.len() < keys.len(), "{} of {} stored", stored.len(), keys.len());
+    assert_eq!(cmd(&mut c, &[b"DBSIZE"]).unwrap(), Value::Int(stored.len() as i64));
+    // Updates, deletes and reads still work on the full pool.
+    let (first, second) = (stored[0].as_bytes(), stored[1].as_bytes());
+    assert_eq!(cmd(&mut c, &[b"SET", first, b"new", b"XX"]).unwrap(), okay());
+    assert_eq!(cmd(&mut c, &[b"DEL", second]).unwrap(), Value::Int(1));
+    assert_eq!(cmd(&mut c, &[b"MGET", first, second]).unwrap(), Value::Array(vec![bulk(b"new"), Value::Nil]));
+    assert!(server.stop().success());
+    // Everything acknowledged is in the pool after a clean stop.
+    let server = Server::start(&pool(&dir), &[]);
+    let mut c = server.client();
+    for k in &stored[2..] {
+        assert_eq!(cmd(&mut c, &[b"GET", k.as_bytes()]).unwrap(), bulk(k.as_bytes()));
+    }
+}
+
 #[test]
 fn many_clients_at_once_each_keep_their_order() {
     let dir = common::pool_dir();

@@ -16,13 +16,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use crossbeam_channel::Receiver;
-use gphash::{Batch, BatchResult, GpHash, OpKind, Pipeline, Status};
+use gphash::{Batch, BatchResult, GpHash, Pipeline};
 use redis_protocol::resp2::types::BytesFrame as Frame;
 use tokio::sync::oneshot;
 
-use crate::command::{Control, Ops, Shape, error};
+use crate::command::{Control, Group, error};
 use crate::info::{Counters, Identity, Record};
 use crate::record::Widths;
+use crate::reply::{Outcome, answer};
 
 /// How requests are gathered into batches.
 #[derive(Clone, Copy, Debug)]
@@ -43,24 +44,33 @@ pub(crate) enum Message {
     Stop,
 }
 
-/// A request and where its reply goes.
+/// Requests of one connection and where their outcome goes: a connection hands over at once
+/// the requests it has read at once, so that the batcher's work per request is only its
+/// operations.
 pub(crate) struct Job {
     pub(crate) work: Work,
-    pub(crate) reply: oneshot::Sender<Frame>,
+    pub(crate) reply: oneshot::Sender<Outcome>,
     pub(crate) arrived: Instant,
 }
 
 /// What a job asks.
 pub(crate) enum Work {
-    Ops(Ops, Shape),
+    Ops(Group),
     Control(Control),
 }
 
 impl Job {
     fn ops(&self) -> usize {
         match &self.work {
-            Work::Ops(ops, _) => ops.len(),
+            Work::Ops(group) => group.ops.len(),
             Work::Control(_) => 0,
+        }
+    }
+
+    fn requests(&self) -> usize {
+        match &self.work {
+            Work::Ops(group) => group.requests.len(),
+            Work::Control(_) => 1,
         }
     }
 }
@@ -186,23 +196,25 @@ fn gather(first: Job, requests: &Receiver<Message>, batching: &Batching) -> (Vec
 
 /// Whether the jobs only read (and ask nothing of the whole index).
 fn read_only(jobs: &[Job]) -> bool {
-    jobs.iter().all(|j| matches!(&j.work, Work::Ops(ops, _) if ops.kinds.iter().all(|&k| k == OpKind::Get)))
+    jobs.iter().all(|j| matches!(&j.work, Work::Ops(group) if group.ops.read_only()))
 }
 
 /// The jobs' operations, in order, as one batch.
 fn batch_of(index: &GpHash, widths: &Widths, jobs: &[Job]) -> Batch {
     let mut batch = index.batch();
-    let (kb, vb) = (widths.key_bytes(), widths.value_bytes());
     for job in jobs {
-        if let Work::Ops(ops, _) = &job.work {
-            let mut values = ops.values.chunks_exact(vb);
-            for (&kind, key) in ops.kinds.iter().zip(ops.keys.chunks_exact(kb)) {
-                let value = if kind.writes_value() { values.next() } else { None };
-                batch.push(kind, key, value).expect("requests are encoded in the pool's widths");
-            }
+        if let Work::Ops(group) = &job.work {
+            push(&mut batch, widths, group, 0..group.ops.len());
         }
     }
     batch
+}
+
+/// Adds operations `range` of `group` to `batch`.
+fn push(batch: &mut Batch, widths: &Widths, group: &Group, range: std::ops::Range<usize>) {
+    group.ops.each(widths, range, |kind, key, value| {
+        batch.push(kind, key, value).expect("requests are encoded in the pool's widths");
+    });
 }
 
 impl Answers {
@@ -225,22 +237,54 @@ impl Answers {
         let started = Instant::now();
         let batch = batch_of(index, &self.widths, &jobs);
         let result = if batch.is_empty() { Ok(None) } else { index.execute_ordered(&batch).map(Some) };
-        let data_jobs = jobs.iter().filter(|j| matches!(j.work, Work::Ops(..))).count();
+        let requests: usize =
+            jobs.iter().filter(|j| matches!(j.work, Work::Ops(..))).map(Job::requests).sum();
         match result {
-            Err(e) if data_jobs > 1 && index.stats().poisoned.is_none() => {
+            Err(e) if requests > 1 && index.stats().poisoned.is_none() => {
                 // The batch took no effect (a full table, heap or disk; a damaged value an
                 // ordered change would read): each request runs alone, so that only those
                 // it concerns fail.
-                log::warn!("a batch of {} requests failed ({e}); running them one at a time", jobs.len());
+                log::warn!("a batch of {requests} requests failed ({e}); running them one at a time");
                 for job in jobs {
-                    self.run_ordered(index, vec![job]);
+                    self.run_alone(index, job);
                 }
             }
             result => self.reply(index, jobs, result, started),
         }
     }
 
-    /// Answers the jobs of a batch from its result (`None`: it had no operations).
+    /// Runs each request of the job as its own ordered batch and answers them.
+    fn run_alone(&mut self, index: &GpHash, job: Job) {
+        let replies = match &job.work {
+            Work::Control(c) => vec![self.control(index, c)],
+            Work::Ops(group) => {
+                let mut first = 0;
+                let mut replies = Vec::with_capacity(group.requests.len());
+                for &(shape, len) in &group.requests {
+                    let started = Instant::now();
+                    let mut batch = index.batch();
+                    push(&mut batch, &self.widths, group, first..first + len);
+                    replies.push(match index.execute_ordered(&batch) {
+                        Ok(r) => {
+                            self.record.batch(len, started.elapsed());
+                            answer(&r, 0, len, shape, &self.widths)
+                        }
+                        Err(e) => {
+                            self.record.failed += 1;
+                            error(format!("ERR {e}"))
+                        }
+                    });
+                    first += len;
+                }
+                replies
+            }
+        };
+        self.record.requests(job.arrived.elapsed(), job.requests());
+        let _ = job.reply.send(Outcome::Made(replies));
+    }
+
+    /// Answers the jobs of a batch from its result (`None`: it had no operations): each group
+    /// gets its share of the results, and its connection makes the replies.
     fn reply(
         &mut self,
         index: &GpHash,
@@ -249,16 +293,16 @@ impl Answers {
         started: Instant,
     ) {
         let result = match result {
-            Ok(r) => r,
+            Ok(r) => r.map(Arc::new),
             Err(e) => {
                 self.record.failed += 1;
                 let reply = error(format!("ERR {e}"));
                 for job in jobs {
-                    let reply = match job.work {
-                        Work::Control(ref c) => self.control(index, c),
-                        Work::Ops(..) => reply.clone(),
+                    let replies = match &job.work {
+                        Work::Control(c) => vec![self.control(index, c)],
+                        Work::Ops(group) => vec![reply.clone(); group.requests.len()],
                     };
-                    let _ = job.reply.send(reply);
+                    let _ = job.reply.send(Outcome::Made(replies));
                 }
                 return;
             }
@@ -267,55 +311,23 @@ impl Answers {
         // The first result of each job's operations; at the end, the batch's operations.
         let mut first = 0;
         for job in jobs {
-            let reply = match &job.work {
-                Work::Ops(o, shape) => {
-                    let r = result.as_ref().expect("a batch with operations ran");
-                    let reply = self.answer(r, first, o.len(), *shape);
-                    first += o.len();
-                    reply
+            let requests = job.requests();
+            let arrived = job.arrived;
+            let outcome = match job.work {
+                Work::Ops(group) => {
+                    let result = result.clone().expect("a batch with operations ran");
+                    let len = group.ops.len();
+                    let outcome = Outcome::Ran { result, first, group };
+                    first += len;
+                    outcome
                 }
-                Work::Control(c) => self.control(index, c),
+                Work::Control(c) => Outcome::Made(vec![self.control(index, &c)]),
             };
-            self.record.request(job.arrived.elapsed());
+            self.record.requests(arrived.elapsed(), requests);
             // A connection that went away takes no reply; its writes stand.
-            let _ = job.reply.send(reply);
+            let _ = job.reply.send(outcome);
         }
         self.record.batch(first, ran);
-    }
-
-    /// The reply of a request whose operations are `len` results from `first`.
-    fn answer(&self, r: &BatchResult, first: usize, len: usize, shape: Shape) -> Frame {
-        let applied = |i: usize| r.statuses[i] == Status::Ok;
-        let ok = || Frame::SimpleString(Bytes::from_static(b"OK"));
-        match shape {
-            Shape::Ok => ok(),
-            Shape::OkOrNil if applied(first) => ok(),
-            Shape::OkOrNil => Frame::Null,
-            Shape::Flag => Frame::Integer(applied(first) as i64),
-            Shape::Value => self.value(r, first),
-            Shape::Count => {
-                let found =
-                    (first..first + len).filter(|&i| matches!(r.statuses[i], Status::Ok | Status::Corrupt));
-                Frame::Integer(found.count() as i64)
-            }
-            Shape::Values => Frame::Array((first..first + len).map(|i| self.value(r, i)).collect()),
-        }
-    }
-
-    /// What read `i` found.
-    fn value(&self, r: &BatchResult, i: usize) -> Frame {
-        match (r.statuses[i], r.value(i)) {
-            (Status::Ok, Some(stored)) => match self.widths.value(stored) {
-                Some(v) => Frame::BulkString(Bytes::copy_from_slice(v)),
-                None => error(
-                    "ERR the stored value holds no length this server writes (a value written by another program?)",
-                ),
-            },
-            (Status::Corrupt, _) => {
-                error("ERR the stored value fails its checksum (`gphash check` names it)")
-            }
-            _ => Frame::Null,
-        }
     }
 
     fn control(&self, index: &GpHash, c: &Control) -> Frame {

@@ -58,6 +58,49 @@ impl Ops {
     pub(crate) fn len(&self) -> usize {
         self.kinds.len()
     }
+
+    /// Whether every operation only reads.
+    pub(crate) fn read_only(&self) -> bool {
+        self.kinds.iter().all(|&k| k == OpKind::Get)
+    }
+
+    /// Operations `range` with their keys and values, for `each(kind, key, value)`.
+    pub(crate) fn each(
+        &self,
+        w: &Widths,
+        range: std::ops::Range<usize>,
+        mut each: impl FnMut(OpKind, &[u8], Option<&[u8]>),
+    ) {
+        let (kb, vb) = (w.key_bytes(), w.value_bytes());
+        let written_before = self.kinds[..range.start].iter().filter(|k| k.writes_value()).count();
+        let mut values = self.values[written_before * vb..].chunks_exact(vb);
+        let keys = self.keys[range.start * kb..range.end * kb].chunks_exact(kb);
+        for (&kind, key) in self.kinds[range].iter().zip(keys) {
+            each(kind, key, if kind.writes_value() { values.next() } else { None });
+        }
+    }
+}
+
+/// The operations of several requests of one connection, in order, with how each request's
+/// results make its reply: the batcher runs them as one job, one reply for the lot.
+#[derive(Debug, Default)]
+pub(crate) struct Group {
+    pub(crate) ops: Ops,
+    /// Each request's reply shape and number of operations.
+    pub(crate) requests: Vec<(Shape, usize)>,
+}
+
+impl Group {
+    pub(crate) fn push(&mut self, ops: Ops, shape: Shape) {
+        self.requests.push((shape, ops.len()));
+        if self.ops.kinds.is_empty() {
+            self.ops = ops;
+            return;
+        }
+        self.ops.kinds.extend_from_slice(&ops.kinds);
+        self.ops.keys.extend_from_slice(&ops.keys);
+        self.ops.values.extend_from_slice(&ops.values);
+    }
 }
 
 /// How a request's results make its reply.

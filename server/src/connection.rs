@@ -1,5 +1,10 @@
 //! One client connection: a reader that frames requests and hands them on, and a writer that
 //! sends the replies in the order of the requests.
+//!
+//! The reader takes every request the client has sent so far (up to [`CHUNK`]) at once: the
+//! operations of consecutive data commands go to the batcher as one job, and the writer makes
+//! their replies from the batch's results. The batcher's work per request is then only its
+//! operations, whatever the client's pipeline depth.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,14 +20,18 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::batcher::{Job, Message, Work};
-use crate::command::{self, Command, error};
+use crate::command::{self, Command, Group, error};
 use crate::info::Counters;
 use crate::record::Widths;
+use crate::reply::Outcome;
 use crate::request::{Limits, RequestCodec, RequestError};
 
-/// Requests of one connection whose replies have not been sent: a client that pipelines more
-/// waits (TCP pushes back) until replies go out.
-const IN_FLIGHT: usize = 1024;
+/// The most requests a connection reads before handing them on.
+const CHUNK: usize = 128;
+
+/// Chunks of one connection whose replies have not been sent: at most `CHUNK` times this many
+/// requests (1,024). A client that pipelines more waits (TCP pushes back) until replies go out.
+const CHUNKS_IN_FLIGHT: usize = 8;
 
 /// What a connection needs of the server.
 pub(crate) struct Shared {
@@ -32,14 +41,40 @@ pub(crate) struct Shared {
     pub(crate) counters: Arc<Counters>,
 }
 
-/// A reply, in the order of its request.
-enum Pending {
+/// Replies to requests read together, in request order.
+#[derive(Default)]
+struct Chunk {
+    parts: Vec<Part>,
+    /// The connection closes after these replies (QUIT, a protocol error).
+    last: bool,
+}
+
+/// Replies in the order of their requests.
+enum Part {
     /// Known at once.
     Now(Frame),
-    /// Coming from the batcher.
-    Later(oneshot::Receiver<Frame>),
-    /// Known at once; the connection closes after it.
-    Last(Frame),
+    /// Coming from the batcher, for this many requests.
+    Later(oneshot::Receiver<Outcome>, usize),
+}
+
+impl Chunk {
+    /// Hands the operations gathered so far to the batcher; their replies come next.
+    fn submit(&mut self, group: &mut Group, shared: &Shared) {
+        if !group.requests.is_empty() {
+            let group = std::mem::take(group);
+            let n = group.requests.len();
+            self.later(Work::Ops(group), n, shared);
+        }
+    }
+
+    fn later(&mut self, work: Work, n: usize, shared: &Shared) {
+        let (reply, later) = oneshot::channel();
+        let part = match shared.requests.send(Message::Job(Job { work, reply, arrived: Instant::now() })) {
+            Ok(()) => Part::Later(later, n),
+            Err(_) => Part::Now(stopping()),
+        };
+        self.parts.push(part);
+    }
 }
 
 /// Serves a connection until the client closes it, quits, breaks the protocol or goes silent
@@ -47,24 +82,51 @@ enum Pending {
 pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
     let (read, write) = stream.into_split();
-    let mut requests = FramedRead::new(read, RequestCodec::new(shared.limits));
-    let (replies, pending) = mpsc::channel(IN_FLIGHT);
-    let writer = tokio::spawn(write_replies(write, pending));
-    while let Some(request) = requests.next().await {
-        let reply = match request {
-            Ok(args) => {
-                Counters::add(&shared.counters.commands, 1);
-                dispatch(&args, &shared)
+    let mut requests = FramedRead::new(read, RequestCodec::new(shared.limits)).ready_chunks(CHUNK);
+    let (replies, pending) = mpsc::channel(CHUNKS_IN_FLIGHT);
+    let writer = tokio::spawn(write_replies(write, pending, shared.widths));
+    while let Some(read) = requests.next().await {
+        let mut chunk = Chunk::default();
+        let mut group = Group::default();
+        let mut gone = false;
+        for request in read {
+            let args = match request {
+                Ok(args) => args,
+                Err(RequestError::Protocol(why)) => {
+                    Counters::add(&shared.counters.protocol_errors, 1);
+                    chunk.submit(&mut group, &shared);
+                    chunk.parts.push(Part::Now(error(format!("ERR Protocol error: {why}"))));
+                    chunk.last = true;
+                    break;
+                }
+                // The client went away, perhaps in the middle of a request.
+                Err(RequestError::Io(_)) => {
+                    gone = true;
+                    break;
+                }
+            };
+            Counters::add(&shared.counters.commands, 1);
+            match command::parse(&args, &shared.widths) {
+                Command::Ops(ops, shape) => group.push(ops, shape),
+                Command::Control(c) => {
+                    chunk.submit(&mut group, &shared);
+                    chunk.later(Work::Control(c), 1, &shared);
+                }
+                Command::Reply(frame) => {
+                    chunk.submit(&mut group, &shared);
+                    chunk.parts.push(Part::Now(frame));
+                }
+                Command::Quit => {
+                    chunk.submit(&mut group, &shared);
+                    chunk.parts.push(Part::Now(Frame::SimpleString(Bytes::from_static(b"OK"))));
+                    chunk.last = true;
+                    break;
+                }
             }
-            Err(RequestError::Protocol(why)) => {
-                Counters::add(&shared.counters.protocol_errors, 1);
-                Pending::Last(error(format!("ERR Protocol error: {why}")))
-            }
-            // The client went away, perhaps in the middle of a request.
-            Err(RequestError::Io(_)) => break,
-        };
-        let last = matches!(reply, Pending::Last(_));
-        if replies.send(reply).await.is_err() || last {
+        }
+        chunk.submit(&mut group, &shared);
+        let last = chunk.last;
+        if replies.send(chunk).await.is_err() || last || gone {
             break;
         }
     }
@@ -72,42 +134,33 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     let _ = writer.await;
 }
 
-/// The reply to a request: at once, or from the batcher.
-fn dispatch(args: &[Bytes], shared: &Shared) -> Pending {
-    let work = match command::parse(args, &shared.widths) {
-        Command::Reply(frame) => return Pending::Now(frame),
-        Command::Quit => return Pending::Last(Frame::SimpleString(Bytes::from_static(b"OK"))),
-        Command::Ops(ops, shape) => Work::Ops(ops, shape),
-        Command::Control(c) => Work::Control(c),
-    };
-    let (reply, later) = oneshot::channel();
-    match shared.requests.send(Message::Job(Job { work, reply, arrived: Instant::now() })) {
-        Ok(()) => Pending::Later(later),
-        Err(_) => Pending::Now(stopping()),
-    }
-}
-
 fn stopping() -> Frame {
     error("ERR the server is shutting down; the request was not run")
 }
 
 /// Sends replies in order, flushing whenever no further reply is ready.
-async fn write_replies(write: OwnedWriteHalf, mut pending: mpsc::Receiver<Pending>) {
+async fn write_replies(write: OwnedWriteHalf, mut pending: mpsc::Receiver<Chunk>, widths: Widths) {
     let mut out = FramedWrite::new(write, Resp2::default());
-    while let Some(reply) = pending.recv().await {
-        let (frame, last) = match reply {
-            Pending::Now(frame) => (frame, false),
-            // A batcher that stopped before running the request dropped its sender.
-            Pending::Later(rx) => (rx.await.unwrap_or_else(|_| stopping()), false),
-            Pending::Last(frame) => (frame, true),
-        };
-        if out.feed(frame).await.is_err() {
+    while let Some(chunk) = pending.recv().await {
+        for part in chunk.parts {
+            let replies = match part {
+                Part::Now(frame) => vec![frame],
+                Part::Later(rx, n) => match rx.await {
+                    Ok(outcome) => outcome.into_replies(&widths),
+                    // A batcher that stopped before running the requests dropped its sender.
+                    Err(_) => vec![stopping(); n],
+                },
+            };
+            for frame in replies {
+                if out.feed(frame).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if (chunk.last || pending.is_empty()) && SinkExt::<Frame>::flush(&mut out).await.is_err() {
             return;
         }
-        if (last || pending.is_empty()) && SinkExt::<Frame>::flush(&mut out).await.is_err() {
-            return;
-        }
-        if last {
+        if chunk.last {
             break;
         }
     }

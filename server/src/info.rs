@@ -37,7 +37,8 @@ pub(crate) struct Record {
     sizes: Histogram<u64>,
     /// Microseconds a batch took: building, the ordered call with its persists, and replies.
     batch_us: Histogram<u64>,
-    /// Microseconds from a request's arrival to its reply leaving the batcher.
+    /// Microseconds from a request's arrival at the batcher (with the requests its connection
+    /// read with it) to its outcome leaving the batcher.
     request_us: Histogram<u64>,
     pub(crate) failed: u64,
     /// Batches of reads run through the pipeline.
@@ -58,8 +59,9 @@ impl Record {
         self.batch_us.record(took.as_micros() as u64).expect("auto-resizing histogram");
     }
 
-    pub(crate) fn request(&mut self, took: Duration) {
-        self.request_us.record(took.as_micros() as u64).expect("auto-resizing histogram");
+    /// `n` requests answered `took` after their group reached the batcher.
+    pub(crate) fn requests(&mut self, took: Duration, n: usize) {
+        self.request_us.record_n(took.as_micros() as u64, n as u64).expect("auto-resizing histogram");
     }
 
     /// INFO's text for `sections` (none, `default`, `all` or `everything`: every section).

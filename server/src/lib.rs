@@ -11,6 +11,7 @@ mod command;
 mod connection;
 mod info;
 mod record;
+mod reply;
 mod request;
 
 use std::future::Future;
