@@ -14,8 +14,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 case $stage in
 tests)
   built=$(cat build-root) && mkdir -p "$built/target/release" && cp gphash "$built/target/release/"
+  # The server's tests drive it with redis-cli and redis-benchmark.
+  . "$root/scripts/redis-tools.sh"
   for t in kernels cache baseline_slab baseline_cpu growth persistence crash_images device kill typed \
-    erase_reinsert atomicity limits inspect check pipeline; do
+    erase_reinsert atomicity limits inspect check pipeline serve; do
     echo "== $t"
     ./test-$t 2>&1 | grep -E "test result|FAILED|panicked|GPU tests run|hardware" | sort -u
   done 2>&1 | tee "$out/tests.log"

@@ -18,16 +18,7 @@ waits=${WAITS:-0}
 gphash=${GPHASH:-$root/.gpu-serve/gphash}
 keys=1000000
 mkdir -p "$out"
-if ! command -v redis-benchmark >/dev/null; then
-  for f in "$root"/.gl-redis/*.deb; do
-    case $f in
-    *libssl3*) ldconfig -p | grep -q 'libssl.so.3 ' && continue ;;
-    *libatomic1*) ldconfig -p | grep -q 'libatomic.so.1 ' && continue ;;
-    esac
-    dpkg -x "$f" /
-  done
-  ldconfig
-fi
+. "$root/scripts/redis-tools.sh"
 redis-server --version | tee "$out/versions.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | tee -a "$out/versions.txt"
 nproc | tee -a "$out/versions.txt"
