@@ -7,7 +7,10 @@
 # Needs redis-benchmark and redis-server, or their Debian packages in .gl-redis/ (apt-get
 # download redis-server redis-tools libjemalloc2 liblzf1 libatomic1 libssl3), and the gphash
 # binary in .gpu-serve/ (or GPHASH). Results go to $OUT: serve-bench.csv, and serve-bench.tgz
-# with INFO after each run, the logs and the library's figures.
+# with INFO after each run, the logs and the library's figures. Knobs: REPS (3), SCALE (1:
+# requests a run divided by it), WAITS ("0": --batch-wait-us values), FSYNCS ("always
+# everysec"; empty: no redis-server), GPHASH_OPTS (more options of gphash serve) with LABEL
+# (appended to the server's name in the CSV), LIBRARY_BATCHES ("50 800 3200"; empty: none).
 set -uo pipefail
 root=$(pwd)
 final=${OUT:-/tmp/out}
@@ -45,7 +48,7 @@ bench() {
 }
 
 echo "server,pipeline,rep,test,rps,avg_ms,min_ms,p50_ms,p95_ms,p99_ms,max_ms,wall_s,rps_wall" >"$out/serve-bench.csv"
-for fsync in ${FSYNCS:-always everysec}; do
+for fsync in ${FSYNCS-always everysec}; do
   rm -rf "$dir/redis-$fsync" && mkdir -p "$dir/redis-$fsync"
   redis-server --port 6380 --dir "$dir/redis-$fsync" --appendonly yes --appendfsync $fsync --save "" \
     --daemonize yes --logfile "$out/redis-$fsync.log"
@@ -61,12 +64,12 @@ for wait in $waits; do
   rm -f "$pool"
   for p in 1 16 64; do
     # A fresh server per pipeline depth, so that its INFO describes that depth alone.
-    "$gphash" serve "$pool" --bind 127.0.0.1:6381 --batch-wait-us "$wait" >"$out/serve-w$wait-P$p.log" 2>&1 &
+    "$gphash" serve "$pool" --bind 127.0.0.1:6381 --batch-wait-us "$wait" ${GPHASH_OPTS:-} >"$out/serve-w$wait-P$p.log" 2>&1 &
     pid=$!
     until grep -q "listening on" "$out/serve-w$wait-P$p.log"; do sleep 0.2; kill -0 $pid || break; done
     # PING is answered by the connection's task without the batcher: the ceiling of the
     # clients, the network stack and the server's front end.
-    bench "gphash-w$wait" 6381 $p "set get ping_mbulk"
+    bench "gphash${LABEL:-}-w$wait" 6381 $p "set get ping_mbulk"
     redis-cli -p 6381 info >"$out/info-gphash-w$wait-P$p.txt"
     kill -TERM $pid
     wait $pid
