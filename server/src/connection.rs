@@ -29,8 +29,9 @@ use crate::request::{Limits, RequestCodec, RequestError};
 /// The most requests a connection reads before handing them on.
 const CHUNK: usize = 128;
 
-/// Chunks of one connection whose replies have not been sent: at most `CHUNK` times this many
-/// requests (1,024). A client that pipelines more waits (TCP pushes back) until replies go out.
+/// Chunks of one connection queued for the writer. With the chunk the writer is answering and
+/// the one the reader holds while it waits, a connection has at most 10 × `CHUNK` (1,280)
+/// requests without replies; a client that pipelines more waits (TCP pushes back).
 const CHUNKS_IN_FLIGHT: usize = 8;
 
 /// What a connection needs of the server.
@@ -69,11 +70,11 @@ impl Chunk {
 
     fn later(&mut self, work: Work, n: usize, shared: &Shared) {
         let (reply, later) = oneshot::channel();
-        let part = match shared.requests.send(Message::Job(Job { work, reply, arrived: Instant::now() })) {
-            Ok(()) => Part::Later(later, n),
-            Err(_) => Part::Now(stopping()),
-        };
-        self.parts.push(part);
+        match shared.requests.send(Message::Job(Job { work, reply, arrived: Instant::now() })) {
+            Ok(()) => self.parts.push(Part::Later(later, n)),
+            // The batcher has stopped: each of the n requests is told so.
+            Err(_) => self.parts.extend((0..n).map(|_| Part::Now(stopping()))),
+        }
     }
 }
 
@@ -165,4 +166,33 @@ async fn write_replies(write: OwnedWriteHalf, mut pending: mpsc::Receiver<Chunk>
         }
     }
     let _ = SinkExt::<Frame>::flush(&mut out).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{Ops, Shape};
+
+    /// Requests handed over after the batcher stopped each get their own error, so that the
+    /// replies stay in step with the requests.
+    #[test]
+    fn a_stopped_batcher_answers_every_request_of_a_group() {
+        let (requests, queue) = crossbeam_channel::unbounded();
+        drop(queue);
+        let widths = Widths::new(8, 8).unwrap();
+        let shared =
+            Shared { requests, widths, limits: Limits::default(), counters: Arc::new(Counters::default()) };
+        let mut group = Group::default();
+        for key in [&b"a"[..], b"b", b"c"] {
+            let mut ops = Ops::default();
+            ops.kinds.push(gphash::OpKind::Get);
+            widths.put_key(key, &mut ops.keys).unwrap();
+            group.push(ops, Shape::Value);
+        }
+        let mut chunk = Chunk::default();
+        chunk.submit(&mut group, &shared);
+        assert!(group.requests.is_empty(), "the group was handed over");
+        assert_eq!(chunk.parts.len(), 3);
+        assert!(chunk.parts.iter().all(|p| matches!(p, Part::Now(f) if *f == stopping())));
+    }
 }
