@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::batcher::{Job, Message, Work};
-use crate::command::{self, Command, Group, error};
+use crate::command::{self, Command, Control, Group, Ops, Shape, error};
 use crate::info::Counters;
 use crate::record::Widths;
 use crate::reply::Outcome;
@@ -46,6 +46,8 @@ pub(crate) struct Shared {
 #[derive(Default)]
 struct Chunk {
     parts: Vec<Part>,
+    /// Operations of the data commands read since the last other request, not handed over yet.
+    group: Group,
     /// The connection closes after these replies (QUIT, a protocol error).
     last: bool,
 }
@@ -59,10 +61,27 @@ enum Part {
 }
 
 impl Chunk {
-    /// Hands the operations gathered so far to the batcher; their replies come next.
-    fn submit(&mut self, group: &mut Group, shared: &Shared) {
-        if !group.requests.is_empty() {
-            let group = std::mem::take(group);
+    /// A data command: its operations join the group.
+    fn ops(&mut self, ops: Ops, shape: Shape) {
+        self.group.push(ops, shape);
+    }
+
+    /// A reply known at once, after those of the requests before it.
+    fn now(&mut self, frame: Frame, shared: &Shared) {
+        self.submit(shared);
+        self.parts.push(Part::Now(frame));
+    }
+
+    /// A question for the batcher alone (DBSIZE, INFO).
+    fn control(&mut self, control: Control, shared: &Shared) {
+        self.submit(shared);
+        self.later(Work::Control(control), 1, shared);
+    }
+
+    /// Hands the group gathered so far to the batcher; its replies come next.
+    fn submit(&mut self, shared: &Shared) {
+        if !self.group.requests.is_empty() {
+            let group = std::mem::take(&mut self.group);
             let n = group.requests.len();
             self.later(Work::Ops(group), n, shared);
         }
@@ -88,15 +107,13 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     let writer = tokio::spawn(write_replies(write, pending, shared.widths));
     while let Some(read) = requests.next().await {
         let mut chunk = Chunk::default();
-        let mut group = Group::default();
         let mut gone = false;
         for request in read {
             let args = match request {
                 Ok(args) => args,
                 Err(RequestError::Protocol(why)) => {
                     Counters::add(&shared.counters.protocol_errors, 1);
-                    chunk.submit(&mut group, &shared);
-                    chunk.parts.push(Part::Now(error(format!("ERR Protocol error: {why}"))));
+                    chunk.now(error(format!("ERR Protocol error: {why}")), &shared);
                     chunk.last = true;
                     break;
                 }
@@ -108,24 +125,17 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
             };
             Counters::add(&shared.counters.commands, 1);
             match command::parse(&args, &shared.widths) {
-                Command::Ops(ops, shape) => group.push(ops, shape),
-                Command::Control(c) => {
-                    chunk.submit(&mut group, &shared);
-                    chunk.later(Work::Control(c), 1, &shared);
-                }
-                Command::Reply(frame) => {
-                    chunk.submit(&mut group, &shared);
-                    chunk.parts.push(Part::Now(frame));
-                }
+                Command::Ops(ops, shape) => chunk.ops(ops, shape),
+                Command::Control(c) => chunk.control(c, &shared),
+                Command::Reply(frame) => chunk.now(frame, &shared),
                 Command::Quit => {
-                    chunk.submit(&mut group, &shared);
-                    chunk.parts.push(Part::Now(Frame::SimpleString(Bytes::from_static(b"OK"))));
+                    chunk.now(Frame::SimpleString(Bytes::from_static(b"OK")), &shared);
                     chunk.last = true;
                     break;
                 }
             }
         }
-        chunk.submit(&mut group, &shared);
+        chunk.submit(&shared);
         let last = chunk.last;
         if replies.send(chunk).await.is_err() || last || gone {
             break;
@@ -171,7 +181,6 @@ async fn write_replies(write: OwnedWriteHalf, mut pending: mpsc::Receiver<Chunk>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::{Ops, Shape};
 
     /// Requests handed over after the batcher stopped each get their own error, so that the
     /// replies stay in step with the requests.
@@ -182,16 +191,15 @@ mod tests {
         let widths = Widths::new(8, 8).unwrap();
         let shared =
             Shared { requests, widths, limits: Limits::default(), counters: Arc::new(Counters::default()) };
-        let mut group = Group::default();
+        let mut chunk = Chunk::default();
         for key in [&b"a"[..], b"b", b"c"] {
             let mut ops = Ops::default();
             ops.kinds.push(gphash::OpKind::Get);
             widths.put_key(key, &mut ops.keys).unwrap();
-            group.push(ops, Shape::Value);
+            chunk.ops(ops, Shape::Value);
         }
-        let mut chunk = Chunk::default();
-        chunk.submit(&mut group, &shared);
-        assert!(group.requests.is_empty(), "the group was handed over");
+        chunk.submit(&shared);
+        assert!(chunk.group.requests.is_empty(), "the group was handed over");
         assert_eq!(chunk.parts.len(), 3);
         assert!(chunk.parts.iter().all(|p| matches!(p, Part::Now(f) if *f == stopping())));
     }
