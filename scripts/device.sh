@@ -5,6 +5,7 @@
 #   scripts/device.sh figures    load-search, cache figures
 #   scripts/device.sh suite ARGS gphash bench suite ARGS (results tarred)
 #   scripts/device.sh profile ARGS  gphash bench profile ARGS, one call at a time and pipelined
+#   scripts/device.sh large      the cost of the large-pool kernels; a pool past 16 GiB
 set -uo pipefail
 stage=$1; shift
 root=$(pwd)
@@ -17,7 +18,7 @@ tests)
   # The server's tests drive it with redis-cli and redis-benchmark.
   . "$root/scripts/redis-tools.sh"
   for t in kernels cache baseline_slab baseline_cpu growth persistence crash_images device kill typed \
-    erase_reinsert atomicity limits inspect check pipeline serve; do
+    erase_reinsert atomicity limits inspect check pipeline serve beyond_16gib; do
     echo "== $t"
     ./test-$t 2>&1 | grep -E "test result|FAILED|panicked|GPU tests run|hardware" | sort -u
   done 2>&1 | tee "$out/tests.log"
@@ -31,6 +32,19 @@ figures)
 profile)
   ./gphash bench profile "$@" 2>&1 | grep -v "imported buffers" | tee "$out/profile.txt"
   ./gphash bench profile --pipeline "$@" 2>&1 | grep -v "imported buffers" | tee "$out/profile-pipelined.txt"
+  ;;
+large)
+  # Alternated runs of the same search with the kernels of small and of large pools.
+  for mode in "" --large-pool-mode "" --large-pool-mode; do
+    echo "== ${mode:-small-pool kernels}"
+    ./gphash bench load-search --keys 16777216 --reps 5 --placements zero-copy --cache-ratio 0 $mode 2>&1
+  done | grep -v "imported buffers" | tee "$out/large-mode.txt"
+  # The pool the 32-bit kernels refused: 250 M keys of 128-byte values (about 43 GiB).
+  mount -o remount,size=110G /dev/shm 2>/dev/null
+  df -h /dev/shm
+  ./gphash bench load-search --keys 250000000 --value-bytes 128 --batch 1048576 --reps 3 \
+    --placements zero-copy --cache-ratio 0 2>&1 | grep -v "imported buffers" | tee "$out/large-pool.txt"
+  nvidia-smi --query-gpu=memory.used --format=csv | tee -a "$out/large-pool.txt"
   ;;
 suite)
   ./gphash bench suite --out /tmp/gph/suite "$@" 2>&1 | grep -v "imported buffers" | tee "$out/suite.txt"

@@ -66,14 +66,13 @@ fn refresh(inv: Invocation, sg: Subgroup) {
         let cell = op_field(me, ST_CELL);
         if (state >= PUBLISHED && state - PUBLISHED == cell) {
             // The cell as the allocation stage wrote it: the value, then its checksum.
-            let at = cached_value_word(entry, id);
             var checksum = CHECKSUM_BASE;
             for (var w = 0u; w < VALUE_WORDS; w++) {
                 let v = vals_in[me * VALUE_WORDS + w];
-                cheap_store(at + w, v);
+                cheap_store(cached_value_word(entry, id, w), v);
                 checksum += checksum_term(w, v);
             }
-            cheap_store(at + VALUE_WORDS, checksum);
+            cheap_store(cached_value_word(entry, id, VALUE_WORDS), checksum);
         }
     }
     flush_tally(sg.lane);
@@ -101,7 +100,7 @@ fn fill(inv: Invocation, sg: Subgroup) {
             }
         }
         for (var w = t.lane; w < GROUP_WORDS; w += t.size) {
-            ctable_store(entry * GROUP_WORDS + w, table_load(group * GROUP_WORDS + w));
+            ctable_store(Word(entry * GROUP_WORDS + w), table_load(Word(group) * Word(GROUP_WORDS) + Word(w)));
         }
     }
     for (var first = 0u; first < GROUP_SLOTS; first += t.size) {
@@ -121,9 +120,9 @@ fn fill(inv: Invocation, sg: Subgroup) {
             published &= published - 1u;
             let cell = tile_bcast(t, state, src) - PUBLISHED;
             if (has) {
-                let at = cached_value_word(entry, group * GROUP_SLOTS + first + src);
+                let id = group * GROUP_SLOTS + first + src;
                 for (var w = t.lane; w < CELL_WORDS; w += t.size) {
-                    cheap_store(at + w, heap_load(cell * CELL_WORDS + w));
+                    cheap_store(cached_value_word(entry, id, w), heap_load(cell_word(cell, w)));
                 }
             }
         }

@@ -111,9 +111,9 @@ fn step(t: Tile, turn: Turn) -> bool {
         for (var w = t.lane; w < read_words; w += t.size) {
             var v: u32;
             if (found_entry == NONE) {
-                v = heap_load(cell * CELL_WORDS + w);
+                v = heap_load(cell_word(cell, w));
             } else {
-                v = cheap_load(cached_value_word(found_entry, found_slot) + w);
+                v = cheap_load(cached_value_word(found_entry, found_slot, w));
             }
             if (w < VALUE_WORDS) {
                 vals_out[op * VALUE_WORDS + w] = v;

@@ -9,7 +9,7 @@
 #include "common/table.wgsl"
 
 // Replaces `word` by `desired` whatever it holds; returns what it held.
-fn swap_state(word: u32, desired: u32) -> u32 {
+fn swap_state(word: Word, desired: u32) -> u32 {
     var cur = table_load(word);
     loop {
         let seen = table_cas(word, cur, desired);

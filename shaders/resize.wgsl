@@ -34,32 +34,42 @@ fn grown_bucket(b: u32) -> u32 {
     return group * GROUP_BUCKETS + level_start(d) + (index & ((1u << (LEVELS - 1u - d)) - 1u));
 }
 
-// One word of the old table per invocation (`params.n` = the old table's words).
-@compute @workgroup_size(WG)
-fn relocate(inv: Invocation) {
-    let w = op_index(inv);
-    if (w >= params.n) {
-        return;
-    }
+// Copies word `w` of the old table where it goes, if it stays.
+fn relocate_word(w: Word) {
     if (KEYS_APART == 1u && w >= SOURCE_KEYS_BASE) {
         // A key of the old key array follows its slot's bucket.
-        let id = (w - SOURCE_KEYS_BASE) / KEY_WORDS;
+        let k = w - SOURCE_KEYS_BASE;
+        let id = u32(k / Word(KEY_WORDS));
         let to = grown_bucket(id / SLOTS);
         if (to != NONE) {
-            table_store(key_word(to, id % SLOTS) + (w - SOURCE_KEYS_BASE) % KEY_WORDS, source_load(w));
+            table_store(key_word(to, id % SLOTS) + k % Word(KEY_WORDS), source_load(w));
         }
         return;
     }
-    let to = grown_bucket(w / BUCKET_WORDS);
+    let to = grown_bucket(u32(w / Word(BUCKET_WORDS)));
     if (to != NONE) {
-        table_store(to * BUCKET_WORDS + w % BUCKET_WORDS, source_load(w));
+        table_store(bucket_word(to, u32(w % Word(BUCKET_WORDS))), source_load(w));
+    }
+}
+
+// The old table's words (`SOURCE_WORDS`), with one invocation per old bucket (`params.n`):
+// invocation i copies words i, i + n, i + 2n, ..., so adjacent invocations copy adjacent words
+// and every count fits 32 bits.
+@compute @workgroup_size(WG)
+fn relocate(inv: Invocation) {
+    let i = op_index(inv);
+    if (i >= params.n) {
+        return;
+    }
+    for (var w = Word(i); w < SOURCE_WORDS; w += Word(params.n)) {
+        relocate_word(w);
     }
 }
 
 // Where the key of a slot of the old table begins.
-fn source_key_word(bucket: u32, slot: u32) -> u32 {
+fn source_key_word(bucket: u32, slot: u32) -> Word {
     if (KEYS_APART == 1u) {
-        return SOURCE_KEYS_BASE + (bucket * SLOTS + slot) * KEY_WORDS;
+        return SOURCE_KEYS_BASE + Word(bucket * SLOTS + slot) * Word(KEY_WORDS);
     }
     return key_word(bucket, slot);
 }
@@ -84,7 +94,7 @@ fn rehash(inv: Invocation, sg: Subgroup) {
         var key: array<u32, KEY_WORDS>;
         if (turn.busy) {
             for (var i = 0u; i < KEY_WORDS; i++) {
-                key[i] = source_load(source_key_word(old_bucket, turn.op % SLOTS) + i);
+                key[i] = source_load(source_key_word(old_bucket, turn.op % SLOTS) + Word(i));
             }
         }
         let loc = locate(key);

@@ -133,8 +133,8 @@ mod tests {
 
     #[test]
     fn a_heap_the_kernels_cannot_address_is_full() {
-        // 8-byte values take 3 words a cell: the heap's 2^32 words hold about 1.43 G cells.
-        let large = Geometry::new(Layout::default(), 8, 8, 10, 1_200_000_000).unwrap();
+        // Cells are named with 32 bits: a heap has fewer than 2^32 - 3 (4.29 G).
+        let large = Geometry::new(Layout::default(), 8, 8, 10, 3_600_000_000).unwrap();
         assert!(matches!(grown(&large, 7), Err(Error::HeapFull { failed: 7 })));
     }
 }

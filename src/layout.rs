@@ -155,8 +155,9 @@ pub struct Geometry {
 }
 
 impl Geometry {
-    /// Validates a configuration. Kernels index words with u32, so the table and the heap are
-    /// each limited to 2^32 words.
+    /// Validates a configuration. Kernels name slots and value cells with 32 bits: a table has
+    /// fewer than 2^32 slots and a heap fewer than 2^32 - 3 cells. Word addresses are 64 bits
+    /// where a region exceeds 2^32 words (16 GiB), on devices that have them.
     pub fn new(layout: Layout, key_bytes: u32, value_bytes: u32, top_level: u32, cells: u64) -> Result<Self> {
         layout.validate()?;
         let bad = |why: String| Err(Error::InvalidConfig(why));
@@ -184,11 +185,11 @@ impl Geometry {
     fn checked(self) -> Result<Self> {
         let (g, cells) = (self, self.cells);
         let bad = |why: String| Err(Error::InvalidConfig(why));
-        if g.table_words() > u32::MAX as u64 {
-            return bad(format!("table of {} bytes is too large", g.table_bytes()));
+        if g.slots() >= u32::MAX as u64 {
+            return bad(format!("table of {} slots: at most 2^32 - 2", g.slots()));
         }
-        if cells == 0 || cells >= (u32::MAX - PUBLISHED) as u64 || g.heap_words() > u32::MAX as u64 {
-            return bad(format!("{cells} value cells: must be 1 to 2^32 - 3 and fit 16 GiB"));
+        if cells == 0 || cells >= (u32::MAX - PUBLISHED) as u64 {
+            return bad(format!("{cells} value cells: must be 1 to 2^32 - 3"));
         }
         Ok(g)
     }

@@ -29,6 +29,8 @@ fn cases() -> Vec<Case> {
         max_window_bytes,
         ..GpuOptions::default()
     };
+    // The kernels of pools over 16 GiB (64-bit word addresses, binding arrays), on small ones.
+    let wide = |o: GpuOptions| GpuOptions { large_pool_mode: true, ..o };
     vec![
         Case {
             layout: "2L-2H-8S",
@@ -48,14 +50,14 @@ fn cases() -> Vec<Case> {
             layout: "4L-2H-16S",
             key_bytes: 16,
             value_bytes: 20,
-            gpu: opts(Placement::ZeroCopy, 16, Some(64 << 10)),
+            gpu: wide(opts(Placement::ZeroCopy, 16, Some(64 << 10))),
             keys_apart: false,
         },
         Case {
             layout: "1L-2H-8S",
             key_bytes: 4,
             value_bytes: 3,
-            gpu: opts(Placement::Staged, 4, Some(64 << 10)),
+            gpu: wide(opts(Placement::Staged, 4, Some(64 << 10))),
             keys_apart: false,
         },
         Case {
@@ -78,7 +80,7 @@ fn cases() -> Vec<Case> {
             layout: "2L-2H-8S",
             key_bytes: 16,
             value_bytes: 12,
-            gpu: opts(Placement::ZeroCopy, 32, Some(64 << 10)),
+            gpu: wide(opts(Placement::ZeroCopy, 32, Some(64 << 10))),
             keys_apart: true,
         },
         Case {

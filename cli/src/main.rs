@@ -55,6 +55,10 @@ struct ExecArgs {
     /// Reads check their value's checksum; a damaged value reads as CORRUPT.
     #[arg(long, global = true)]
     verify_values: bool,
+    /// Kernels reach the pool as pools over 16 GiB need (64-bit word addresses, binding
+    /// arrays) even where it is smaller: to measure the cost.
+    #[arg(long, global = true)]
+    large_pool_mode: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -95,6 +99,7 @@ impl ExecArgs {
                     ..CacheOptions::default()
                 },
                 time_kernels: false,
+                large_pool_mode: self.large_pool_mode,
             },
             verify_values: self.verify_values,
             ..Options::default()

@@ -12,9 +12,9 @@ fn main(inv: Invocation) {
         let line = dirty[i / 16u];
         let word = i % 16u;
         if (line >= params.table_line_base && line - params.table_line_base < params.table_lines) {
-            staging[i] = table_load((line - params.table_line_base) * 16u + word);
+            staging[i] = table_load(Word(line - params.table_line_base) * Word(16u) + Word(word));
         } else {
-            staging[i] = heap_load((line - params.heap_line_base) * 16u + word);
+            staging[i] = heap_load(Word(line - params.heap_line_base) * Word(16u) + Word(word));
         }
     }
 }

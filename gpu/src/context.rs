@@ -37,6 +37,12 @@ pub struct DeviceInfo {
     pub timestamps: bool,
     /// Nanoseconds per timestamp tick (0 without timestamps).
     pub timestamp_period: f32,
+    /// Kernels may use 64-bit integers (`wgpu::Features::SHADER_INT64`, enabled where the
+    /// adapter has it): regions over 16 GiB need them for their word addresses.
+    pub int64: bool,
+    /// Storage buffers one binding array may hold, indexed non-uniformly (0: no binding arrays
+    /// of storage buffers): pools needing more windows than `max_storage_buffers` use them.
+    pub binding_arrays: u32,
 }
 
 impl DeviceInfo {
@@ -95,8 +101,18 @@ impl Gpu {
         }
         // Timestamps are wanted, never required: only profiles use them.
         let timestamps = adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
-        let features = wgpu::Features::SUBGROUP
-            | if timestamps { wgpu::Features::TIMESTAMP_QUERY } else { wgpu::Features::empty() };
+        // 64-bit integers and binding arrays likewise: only large pools need them.
+        let int64 = adapter.features().contains(wgpu::Features::SHADER_INT64);
+        let arrays = wgpu::Features::BUFFER_BINDING_ARRAY
+            | wgpu::Features::STORAGE_RESOURCE_BINDING_ARRAY
+            | wgpu::Features::SAMPLED_TEXTURE_AND_STORAGE_BUFFER_ARRAY_NON_UNIFORM_INDEXING;
+        let has_arrays = adapter.features().contains(arrays);
+        let wanted = [
+            (timestamps, wgpu::Features::TIMESTAMP_QUERY),
+            (int64, wgpu::Features::SHADER_INT64),
+            (has_arrays, arrays),
+        ];
+        let features = wanted.into_iter().filter(|w| w.0).fold(wgpu::Features::SUBGROUP, |f, w| f | w.1);
         let limits = adapter.limits();
         let ext = ash::ext::external_memory_host::NAME;
         // SAFETY: the hal adapter is only used to query capabilities and to open the device
@@ -148,6 +164,8 @@ impl Gpu {
             max_storage_buffers: limits.max_storage_buffers_per_shader_stage,
             timestamps,
             timestamp_period: if timestamps { queue.get_timestamp_period() } else { 0.0 },
+            int64,
+            binding_arrays: if has_arrays { limits.max_binding_array_elements_per_shader_stage } else { 0 },
         };
         log::info!("gphash device: {info:?}");
         Ok(Gpu { device, queue, info })

@@ -75,44 +75,92 @@ pub fn download_words(gpu: &Gpu, buffer: &wgpu::Buffer, words: u64) -> Result<Ve
     Ok(out)
 }
 
-/// The bind group layout of a kernel configuration: the uniform parameters at binding 0, then
-/// storage buffers up to `bindings` (read-only where `read_only` says the shaders declare them
-/// so).
-pub fn bind_group_layout(
-    dev: &wgpu::Device,
-    label: &str,
-    (bindings, read_only): (u32, impl Fn(u32) -> bool),
-) -> wgpu::BindGroupLayout {
-    let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..bindings)
-        .map(|i| wgpu::BindGroupLayoutEntry {
-            binding: i,
+/// One binding of a kernel configuration: the parameters at binding 0, storage buffers after
+/// it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Binding {
+    /// A uniform buffer (the parameters, unless the group has binding arrays, which wgpu does
+    /// not allow beside a uniform: they are then a read-only storage buffer).
+    pub uniform: bool,
+    /// The shaders declare it read-only.
+    pub read_only: bool,
+    /// A binding array of this many buffers (`None`: one buffer).
+    pub array: Option<u32>,
+}
+
+impl Binding {
+    /// Bindings 0 (a uniform) to `count - 1`, each one buffer, read-only where `read_only`
+    /// says.
+    pub fn plain(count: u32, read_only: impl Fn(u32) -> bool) -> Vec<Binding> {
+        (0..count).map(|i| Binding { uniform: i == 0, read_only: read_only(i), array: None }).collect()
+    }
+
+    /// Buffers the binding takes.
+    fn buffers(self) -> usize {
+        self.array.unwrap_or(1) as usize
+    }
+}
+
+/// The bind group layout of a kernel configuration's `bindings` (binding 0 the uniform).
+pub fn bind_group_layout(dev: &wgpu::Device, label: &str, bindings: &[Binding]) -> wgpu::BindGroupLayout {
+    let entries: Vec<wgpu::BindGroupLayoutEntry> = bindings
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupLayoutEntry {
+            binding: i as u32,
             visibility: wgpu::ShaderStages::COMPUTE,
             ty: wgpu::BindingType::Buffer {
-                ty: match i {
-                    0 => wgpu::BufferBindingType::Uniform,
-                    _ => wgpu::BufferBindingType::Storage { read_only: read_only(i) },
+                ty: match b.uniform {
+                    true => wgpu::BufferBindingType::Uniform,
+                    false => wgpu::BufferBindingType::Storage { read_only: b.read_only },
                 },
                 has_dynamic_offset: false,
                 min_binding_size: None,
             },
-            count: None,
+            count: b.array.map(|n| std::num::NonZeroU32::new(n).expect("a binding array holds a buffer")),
         })
         .collect();
     dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(label), entries: &entries })
 }
 
-/// A bind group of `layout` binding `resources` (whole buffers or ranges), in order from
-/// binding 0.
+/// A bind group of `layout` (made from `bindings`) binding `resources` (whole buffers or
+/// ranges), in order from binding 0: a binding array takes as many in a row as it holds.
 pub fn bind_group<'a>(
     dev: &wgpu::Device,
     label: &str,
-    layout: &wgpu::BindGroupLayout,
+    (layout, bindings): (&wgpu::BindGroupLayout, &[Binding]),
     resources: impl IntoIterator<Item = wgpu::BindingResource<'a>>,
 ) -> wgpu::BindGroup {
-    let entries: Vec<wgpu::BindGroupEntry> = resources
+    let mut resources = resources.into_iter();
+    let taken: Vec<Vec<wgpu::BindingResource>> =
+        bindings.iter().map(|b| resources.by_ref().take(b.buffers()).collect()).collect();
+    assert!(resources.next().is_none(), "{label}: more resources than bindings");
+    let arrays: Vec<Vec<wgpu::BufferBinding>> = taken
+        .iter()
+        .zip(bindings)
+        .map(|(r, b)| match b.array {
+            None => Vec::new(),
+            Some(_) => r
+                .iter()
+                .map(|r| match r {
+                    wgpu::BindingResource::Buffer(b) => b.clone(),
+                    _ => panic!("{label}: a binding array of buffers holds buffers"),
+                })
+                .collect(),
+        })
+        .collect();
+    let entries: Vec<wgpu::BindGroupEntry> = taken
         .into_iter()
+        .zip(bindings)
+        .zip(&arrays)
         .enumerate()
-        .map(|(i, resource)| wgpu::BindGroupEntry { binding: i as u32, resource })
+        .map(|(i, ((mut r, b), array))| wgpu::BindGroupEntry {
+            binding: i as u32,
+            resource: match b.array {
+                None => r.pop().unwrap_or_else(|| panic!("{label}: binding {i} has no resource")),
+                Some(_) => wgpu::BindingResource::BufferArray(array),
+            },
+        })
         .collect();
     dev.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(label), layout, entries: &entries })
 }
@@ -127,12 +175,13 @@ pub fn storage_buffer(dev: &wgpu::Device, label: &str, size: u64) -> wgpu::Buffe
     })
 }
 
-/// A uniform buffer for a kernel parameter block `P`.
+/// A buffer for a kernel parameter block `P`: uniform, or read-only storage beside binding
+/// arrays (see [`Binding::uniform`]).
 pub fn params_buffer<P>(dev: &wgpu::Device, label: &str) -> wgpu::Buffer {
     dev.create_buffer(&wgpu::BufferDescriptor {
         label: Some(label),
         size: std::mem::size_of::<P>() as u64,
-        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
     })
 }
@@ -182,11 +231,17 @@ pub fn build_pipelines<K: KernelEntry + Send>(
     source: impl Fn(K) -> Result<String> + Sync,
 ) -> Result<Pipelines<K>> {
     let dev = &gpu.device;
+    // A layout the device refuses (binding arrays beyond its limits) is named here, not as an
+    // invalid layout in every pipeline.
+    let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
     let pl = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
         label: None,
         bind_group_layouts: &[Some(layout)],
         immediate_size: 0,
     });
+    if let Some(e) = pollster::block_on(scope.pop()) {
+        return Err(Error::Gpu(format!("the kernels' bindings: {e}")));
+    }
     // Each kernel compiles on its own thread (error scopes are per thread): an engine's start
     // waits for the slowest kernel, not for their sum.
     let build = |k: K| -> Result<wgpu::ComputePipeline> {
@@ -557,7 +612,7 @@ fn release_imports_to(gpu: &Gpu, guard: &ImportGuard, alive: usize) {
 /// Refuses a configuration of `bindings` bindings (the uniform included) for `what` with more
 /// storage bindings than the device allows.
 pub fn check_bindings(what: &str, bindings: u32, info: &DeviceInfo) -> Result<()> {
-    let storage = bindings - 1;
+    let storage = bindings.saturating_sub(1);
     if storage > info.max_storage_buffers {
         return Err(Error::InvalidConfig(format!(
             "{what} needs {storage} storage bindings; {} allows {}",

@@ -64,6 +64,36 @@ impl Windows {
     }
 }
 
+/// How the kernels reach a pool's regions. A word address (the prelude's `Word`) of 32 bits
+/// reaches 2^32 words (16 GiB) a region; 64 bits any size, on devices with
+/// `wgpu::Features::SHADER_INT64`. A region's windows are a binding each, as many as the
+/// device allows storage bindings, or one binding array (`BUFFER_BINDING_ARRAY` and
+/// `STORAGE_RESOURCE_BINDING_ARRAY`), as many as it allows array elements.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// `Word` is `u64`, not `u32`.
+    pub wide: bool,
+    /// Each region's windows are one binding array.
+    pub arrays: bool,
+}
+
+impl Reach {
+    /// The WGSL type of a word address.
+    pub fn word_type(self) -> &'static str {
+        if self.wide { "u64" } else { "u32" }
+    }
+
+    /// `v` as a WGSL literal of that type.
+    pub fn word(self, v: u64) -> String {
+        if self.wide { format!("{v}lu") } else { format!("{v}u") }
+    }
+
+    /// The directives the top of a source with these windows needs.
+    pub fn enables(self) -> &'static str {
+        if self.arrays { "enable wgpu_binding_array;\n" } else { "" }
+    }
+}
+
 /// The constants of a prelude: those of every table, which the shared files use (`WG`, `TILE`,
 /// `KEY_WORDS`; `VALUE_WORDS`, a value's words in batch buffers, and `CELL_WORDS`, the words
 /// of a heap cell: the value, then its checksum when the table keeps one), then the table's
@@ -87,6 +117,15 @@ pub fn write_consts(
     }
 }
 
+/// `bindings` with its parameters a read-only storage buffer where `reach` has binding arrays,
+/// which wgpu does not allow beside a uniform buffer.
+pub fn params_binding(bindings: &str, reach: Reach) -> String {
+    match reach.arrays {
+        true => bindings.replace("var<uniform> params", "var<storage, read> params"),
+        false => bindings.to_string(),
+    }
+}
+
 /// The bindings of a batch, the same for every table: its parameters (a `Params` struct each
 /// table's prelude declares), its operations and their results.
 pub const BATCH_BINDINGS: &str = "
@@ -100,57 +139,94 @@ pub const BATCH_BINDINGS: &str = "
 
 /// The bindings of read-write regions split in windows (name, whether its words are atomic,
 /// windows), from binding `first` on, and their accessors: `{name}_load`, `{name}_store`, and
-/// for atomic regions `{name}_cas_weak`. Returns the next free binding.
-pub fn write_windows(s: &mut String, first: u32, regions: &[(&str, bool, Windows)]) -> u32 {
+/// for atomic regions `{name}_cas_weak`, which take a `Word` address (declared here, as `reach`
+/// says). Returns the next free binding.
+pub fn write_windows(s: &mut String, first: u32, regions: &[(&str, bool, Windows)], reach: Reach) -> u32 {
+    writeln!(s, "alias Word = {};", reach.word_type()).unwrap();
+    if reach.arrays {
+        s.push_str(
+            "struct Words {\n    w: array<u32>,\n}\nstruct AtomicWords {\n    w: array<atomic<u32>>,\n}\n",
+        );
+    }
     let mut binding = first;
     for &(name, atomic, w) in regions {
-        let ty = if atomic { "atomic<u32>" } else { "u32" };
-        for i in 0..w.count {
-            writeln!(s, "@group(0) @binding({binding}) var<storage, read_write> {name}_w{i}: array<{ty}>;")
-                .unwrap();
-            binding += 1;
-        }
+        binding = declare_windows(s, binding, name, (atomic, false), w, reach);
     }
     for &(name, atomic, w) in regions {
-        let f = |sig: &str, body: &str| (format!("{name}_{sig}"), body.replace("{r}", &format!("{name}_w")));
         let fns = if atomic {
             vec![
-                f("load(a: u32) -> u32", "return atomicLoad(&{r}{i}[{a}]);"),
-                f("store(a: u32, v: u32)", "atomicStore(&{r}{i}[{a}], v); return;"),
-                f(
-                    "cas_weak(a: u32, expected: u32, v: u32) -> vec2<u32>",
-                    "let r = atomicCompareExchangeWeak(&{r}{i}[{a}], expected, v); return vec2<u32>(r.old_value, u32(r.exchanged));",
+                ("load(a: Word) -> u32", "return atomicLoad(&{word});"),
+                ("store(a: Word, v: u32)", "atomicStore(&{word}, v); return;"),
+                (
+                    "cas_weak(a: Word, expected: u32, v: u32) -> vec2<u32>",
+                    "let r = atomicCompareExchangeWeak(&{word}, expected, v); return vec2<u32>(r.old_value, u32(r.exchanged));",
                 ),
             ]
         } else {
             vec![
-                f("load(a: u32) -> u32", "return {r}{i}[{a}];"),
-                f("store(a: u32, v: u32)", "{r}{i}[{a}] = v; return;"),
+                ("load(a: Word) -> u32", "return {word};"),
+                ("store(a: Word, v: u32)", "{word} = v; return;"),
             ]
         };
         for (sig, body) in fns {
-            accessor(s, &sig, &body, w);
+            accessor(s, &format!("{name}_{sig}"), body, (name, w), reach);
         }
     }
     binding
 }
 
-/// A function that routes word address `a` to its window: `body` with `{i}` the window and
-/// `{a}` the address inside it.
-pub fn accessor(s: &mut String, signature: &str, body: &str, w: Windows) {
-    let inner = |i: u32| {
-        let a = if w.count == 1 { "a".to_string() } else { format!("a & {}u", w.words() - 1) };
-        body.replace("{i}", &i.to_string()).replace("{a}", &a)
+/// Declares the windows of region `name` from binding `binding` on (their words atomic, the
+/// region read-only); returns the next free binding.
+pub fn declare_windows(
+    s: &mut String,
+    binding: u32,
+    name: &str,
+    (atomic, read_only): (bool, bool),
+    w: Windows,
+    reach: Reach,
+) -> u32 {
+    let access = if read_only { "read" } else { "read_write" };
+    if reach.arrays {
+        let ty = if atomic { "AtomicWords" } else { "Words" };
+        let decl = format!("var<storage, {access}> {name}_w: binding_array<{ty}, {}>;", w.count);
+        writeln!(s, "@group(0) @binding({binding}) {decl}").unwrap();
+        return binding + 1;
+    }
+    let ty = if atomic { "atomic<u32>" } else { "u32" };
+    for i in 0..w.count {
+        writeln!(s, "@group(0) @binding({}) var<storage, {access}> {name}_w{i}: array<{ty}>;", binding + i)
+            .unwrap();
+    }
+    binding + w.count
+}
+
+/// A function that routes word address `a` (a `Word`) to its window of region `name`: `body`
+/// with `{word}` the word in its window.
+pub fn accessor(s: &mut String, signature: &str, body: &str, (name, w): (&str, Windows), reach: Reach) {
+    let inner = match (w.count, reach.wide) {
+        (1, false) => "a".to_string(),
+        (1, true) => "u32(a)".to_string(),
+        (_, false) => format!("a & {}u", w.words() - 1),
+        (_, true) => format!("u32(a & {}lu)", w.words() - 1),
     };
     writeln!(s, "fn {signature} {{").unwrap();
-    if w.count == 1 {
-        writeln!(s, "    {}", inner(0)).unwrap();
+    if reach.arrays {
+        let word = format!("{name}_w[u32(a >> {}u)].w[{inner}]", w.shift);
+        writeln!(s, "    {}", body.replace("{word}", &word)).unwrap();
+    } else if w.count == 1 {
+        writeln!(s, "    {}", body.replace("{word}", &format!("{name}_w0[{inner}]"))).unwrap();
     } else {
-        writeln!(s, "    switch (a >> {}u) {{", w.shift).unwrap();
+        writeln!(s, "    switch (u32(a >> {}u)) {{", w.shift).unwrap();
         for i in 1..w.count {
-            writeln!(s, "        case {i}u: {{ {} }}", inner(i)).unwrap();
+            writeln!(
+                s,
+                "        case {i}u: {{ {} }}",
+                body.replace("{word}", &format!("{name}_w{i}[{inner}]"))
+            )
+            .unwrap();
         }
-        writeln!(s, "        default: {{ {} }}", inner(0)).unwrap();
+        writeln!(s, "        default: {{ {} }}", body.replace("{word}", &format!("{name}_w0[{inner}]")))
+            .unwrap();
         writeln!(s, "    }}").unwrap();
     }
     writeln!(s, "}}").unwrap();
@@ -257,12 +333,18 @@ fn declarations(src: &str) -> HashSet<String> {
     names
 }
 
-/// Parses and validates the source `src` of `file` with naga, as wgpu will; the error names
-/// the file.
+/// Parses and validates the source `src` of `file` with naga, as wgpu will (64-bit integers and
+/// binding arrays allowed, as a wide [`Reach`] needs them); the error names the file.
 pub fn check(file: &str, src: &str) -> Result<naga::Module> {
     let module = naga::front::wgsl::parse_str(src)
         .map_err(|e| Error::Shader(format!("{file}: {}", e.emit_to_string(src))))?;
-    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SUBGROUP)
+    use naga::valid::Capabilities as C;
+    let caps = C::SUBGROUP
+        | C::SHADER_INT64
+        | C::BUFFER_BINDING_ARRAY
+        | C::STORAGE_BUFFER_BINDING_ARRAY
+        | C::STORAGE_BUFFER_BINDING_ARRAY_NON_UNIFORM_INDEXING;
+    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
         .validate(&module)
         .map_err(|e| Error::Shader(format!("{file}: {}", e.emit_to_string(src))))?;
     Ok(module)

@@ -114,6 +114,17 @@ fn anon_path() -> PathBuf {
     PathBuf::from("<anonymous memory>")
 }
 
+/// An anonymous pool's memory. It takes RAM as it is written (`MAP_NORESERVE`): a large pool
+/// of which a little is used costs that little, where an up-front reservation would refuse any
+/// pool larger than RAM and swap.
+fn map_anon(bytes: u64) -> Result<MmapMut> {
+    MmapOptions::new()
+        .len(to_usize(bytes)?)
+        .no_reserve_swap()
+        .map_anon()
+        .map_err(io_err(&anon_path(), "mmap"))
+}
+
 /// Which lock an opener takes on the pool's file.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Lock {
@@ -399,7 +410,7 @@ impl Pool {
         let limit = opts.max_bytes.map(|m| m - m % REGION_ALIGN);
         check_limit(total, limit)?;
         let Some(path) = path else {
-            let map = MmapMut::map_anon(to_usize(total)?).map_err(io_err(&anon_path(), "mmap"))?;
+            let map = map_anon(total)?;
             let pool = Pool {
                 map,
                 file: None,
@@ -933,7 +944,7 @@ impl Pool {
             _ => {
                 // Anonymous memory or a private view (or a pool without its file, which
                 // cannot happen): copy.
-                let mut map = MmapMut::map_anon(to_usize(new)?).map_err(io_err(&anon_path(), "mmap"))?;
+                let mut map = map_anon(new)?;
                 map[..old as usize].copy_from_slice(&self.map[..old as usize]);
                 self.map = map;
             }

@@ -6,7 +6,7 @@
 // uses: INSERTING, KEY_WORDS, LEVELS, LOCATION_SEEDS, NONE, SLOTS, Tile, bucket_load, cache_entry
 // uses: cached_word, candidate_bucket, count, ctable_cas, ctable_load, ctable_store, fp_word
 // uses: hash_key, key_word, state_word, table_cas, table_load, table_store, tile_add, tile_ballot
-// uses: tile_min, top_bucket
+// uses: Word, tile_min, top_bucket
 
 struct Located {
     tops: array<u32, HASHES>,     // top-level bucket per hash location
@@ -40,7 +40,7 @@ fn key_at(key: array<u32, KEY_WORDS>, entry: u32, bucket: u32, slot: u32) -> boo
     for (var i = 0u; i < KEY_WORDS; i++) {
         var w: u32;
         if (entry == NONE) {
-            w = table_load(key_word(bucket, slot) + i);
+            w = table_load(key_word(bucket, slot) + Word(i));
         } else {
             w = ctable_load(cached_word(entry, bucket, 2u * SLOTS + slot * KEY_WORDS + i));
         }
@@ -183,7 +183,7 @@ fn claim(t: Tile, wanted: bool, loc: Located, key: array<u32, KEY_WORDS>, chosen
         // Key words and fingerprint in one store instruction across the tile.
         for (var w = t.lane; w <= KEY_WORDS; w += t.size) {
             if (w < KEY_WORDS) {
-                table_store(key_word(bucket, slot) + w, key[w]);
+                table_store(key_word(bucket, slot) + Word(w), key[w]);
             } else {
                 table_store(fp_word(bucket, slot), loc.fp);
             }

@@ -1,7 +1,7 @@
 // Table addressing. Twins: src/layout.rs (Geometry::candidate and the word offsets) and
 // src/hash.rs (top_bucket).
 // uses: BUCKET_WORDS, CACHE_ENTRIES, CELL_WORDS, GROUP_BUCKETS, GROUP_SLOTS, GROUP_WORDS, HASHES
-// uses: KEYS_APART, KEYS_BASE, KEY_WORDS, LEVELS, NONE, SLOTS, TOP_LEVEL, cache_map
+// uses: KEYS_APART, KEYS_BASE, KEY_WORDS, LEVELS, NONE, SLOTS, TOP_LEVEL, Word, cache_map
 // uses: ctable_cas_weak, ctable_load, table_load
 
 // The TOP_LEVEL high bits; two shifts keep each amount below 32 when TOP_LEVEL is 0.
@@ -20,27 +20,33 @@ fn candidate_bucket(tops: array<u32, HASHES>, c: u32) -> u32 {
     return group * GROUP_BUCKETS + level_start + local;
 }
 
-fn fp_word(bucket: u32, slot: u32) -> u32 {
-    return bucket * BUCKET_WORDS + slot;
+// Word `w` of bucket `bucket` (bucket indices, like slot ids, fit 32 bits; word addresses are
+// `Word`s, 64 bits in tables over 16 GiB).
+fn bucket_word(bucket: u32, w: u32) -> Word {
+    return Word(bucket) * Word(BUCKET_WORDS) + Word(w);
 }
 
-fn state_word(bucket: u32, slot: u32) -> u32 {
-    return bucket * BUCKET_WORDS + SLOTS + slot;
+fn fp_word(bucket: u32, slot: u32) -> Word {
+    return bucket_word(bucket, slot);
 }
 
-fn key_word(bucket: u32, slot: u32) -> u32 {
+fn state_word(bucket: u32, slot: u32) -> Word {
+    return bucket_word(bucket, SLOTS + slot);
+}
+
+fn key_word(bucket: u32, slot: u32) -> Word {
     if (KEYS_APART == 1u) {
-        return KEYS_BASE + (bucket * SLOTS + slot) * KEY_WORDS;
+        return KEYS_BASE + Word(bucket * SLOTS + slot) * Word(KEY_WORDS);
     }
-    return bucket * BUCKET_WORDS + 2u * SLOTS + slot * KEY_WORDS;
+    return bucket_word(bucket, 2u * SLOTS + slot * KEY_WORDS);
 }
 
-fn state_word_of_id(id: u32) -> u32 {
+fn state_word_of_id(id: u32) -> Word {
     return state_word(id / SLOTS, id % SLOTS);
 }
 
 // Compare-and-swap on a cached group copy; as `table_cas`.
-fn ctable_cas(word: u32, expected: u32, desired: u32) -> u32 {
+fn ctable_cas(word: Word, expected: u32, desired: u32) -> u32 {
     var r = ctable_cas_weak(word, expected, desired);
     while (r.y == 0u && r.x == expected) {
         r = ctable_cas_weak(word, expected, desired);
@@ -63,17 +69,18 @@ fn cache_entry(group: u32) -> u32 {
 // its group when `entry` is one, else from the table.
 fn bucket_load(entry: u32, bucket: u32, w: u32) -> u32 {
     if (entry == NONE) {
-        return table_load(bucket * BUCKET_WORDS + w);
+        return table_load(bucket_word(bucket, w));
     }
     return ctable_load(cached_word(entry, bucket, w));
 }
 
 // Where word `w` of `bucket` lies in the copy of its group held by `entry`.
-fn cached_word(entry: u32, bucket: u32, w: u32) -> u32 {
-    return entry * GROUP_WORDS + (bucket % GROUP_BUCKETS) * BUCKET_WORDS + w;
+fn cached_word(entry: u32, bucket: u32, w: u32) -> Word {
+    return Word(entry * GROUP_WORDS + (bucket % GROUP_BUCKETS) * BUCKET_WORDS + w);
 }
 
-// Where the value of slot `id` (`bucket * SLOTS + slot`) lies in `entry`.
-fn cached_value_word(entry: u32, id: u32) -> u32 {
-    return (entry * GROUP_SLOTS + id % GROUP_SLOTS) * CELL_WORDS;
+// Word `w` of the value of slot `id` (`bucket * SLOTS + slot`) in `entry` (the cache lives in
+// device memory: its regions stay within 16 GiB, 32-bit offsets).
+fn cached_value_word(entry: u32, id: u32, w: u32) -> Word {
+    return Word((entry * GROUP_SLOTS + id % GROUP_SLOTS) * CELL_WORDS + w);
 }

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use gphash_gpu::resources::{
     ErrorScopes, Pipelines, PoolWindows, Residence, bind_group, bind_group_layout, build_pipelines,
-    check_bindings, download_words, map_read_after, max_window, params_buffer, read_dirty, record_passes,
-    storage_buffer, writeback_invocations,
+    download_words, map_read_after, max_window, params_buffer, read_dirty, record_passes, storage_buffer,
+    writeback_invocations,
 };
 use gphash_gpu::shader::Windows;
 use gphash_gpu::timing::PassTimer;
@@ -24,6 +24,8 @@ use crate::layout::Geometry;
 use crate::model::{Bitmap, Control};
 use crate::profile::{Laps, Profile};
 use crate::protocol::{OpState, control};
+use gphash_gpu::resources::Binding;
+use gphash_gpu::shader::Reach;
 
 /// Phase A's target invocations per dispatch: a batch smaller than this is spread over more
 /// lanes per operation (`GpuEngine::spread`). Measured on the H200 (BENCHMARKS.md).
@@ -74,6 +76,10 @@ pub struct GpuOptions {
     /// Time each kernel on the GPU (timestamp queries, where the device has them) into
     /// [`Profile::kernels`]; off by default, so batches record no timestamps.
     pub time_kernels: bool,
+    /// The kernels reach the pool as pools over 16 GiB need even where it is smaller: 64-bit
+    /// word addresses, and each region's windows as one binding array where the device has
+    /// them (see `docs/design.md`, "Pools past 16 GiB"); for tests and for measuring the cost.
+    pub large_pool_mode: bool,
 }
 
 impl Default for GpuOptions {
@@ -84,6 +90,7 @@ impl Default for GpuOptions {
             max_window_bytes: None,
             cache: CacheOptions::default(),
             time_kernels: false,
+            large_pool_mode: false,
         }
     }
 }
@@ -242,6 +249,8 @@ pub(crate) struct GpuEngine {
     control: wgpu::Buffer,
     params: wgpu::Buffer,
     layout: wgpu::BindGroupLayout,
+    /// The bindings `layout` was made from.
+    bindings: Vec<Binding>,
     pipelines: Pipelines<Kernel>,
     slots: [Slot; SLOTS],
     /// The largest batch the buffers can hold on this device.
@@ -293,8 +302,9 @@ impl GpuEngine {
             cache: CacheConfig::off(),
             source: None,
             verify_values,
+            reach: Reach::default(),
         };
-        check_bindings("the table", cfg.bindings().0, &gpu.info)?;
+        cfg.settle_reach(&gpu.info, opts.large_pool_mode)?;
         let mut laps = Laps::start("engine");
         let scopes = ErrorScopes::push(&gpu.device);
         let windows = PoolWindows::place(
@@ -312,13 +322,14 @@ impl GpuEngine {
         let cache = DeviceCache::new(&gpu, &geo, &opts.cache, cached, max_window)?;
         laps.lap("cache");
         cfg.cache = cache.config();
-        check_bindings("the table", cfg.bindings().0, &gpu.info)?;
+        cfg.settle_reach(&gpu.info, opts.large_pool_mode)?;
         let dev = &gpu.device;
         let bitmap_buf = storage_buffer(dev, "bitmap", bitmap.words.len() as u64 * 4);
         gpu.queue.write_buffer(&bitmap_buf, 0, bytemuck::cast_slice(&bitmap.words));
         let control_buf = storage_buffer(dev, "control", (control::WORDS * 4) as u64);
         let params = params_buffer::<Params>(dev, "params");
-        let layout = bind_group_layout(dev, "gphash", cfg.bindings());
+        let bindings = cfg.bindings();
+        let layout = bind_group_layout(dev, "gphash", &bindings);
         laps.lap("allocator");
         let pipelines = build_pipelines(&gpu, &layout, &Kernel::BATCH, |k| shader::source(k, &cfg))?;
         laps.lap("pipelines");
@@ -338,6 +349,7 @@ impl GpuEngine {
             control: control_buf,
             params,
             layout,
+            bindings,
             pipelines,
             slots: Default::default(),
             max_batch,
@@ -404,7 +416,7 @@ impl GpuEngine {
             .chain(self.windows.buffers().chain(&c.table).chain(&c.heap))
             .map(wgpu::Buffer::as_entire_binding);
         let resources = std::iter::once(self.params.as_entire_binding()).chain(io).chain(rest);
-        bind_group(&self.gpu.device, "gphash", &self.layout, resources)
+        bind_group(&self.gpu.device, "gphash", (&self.layout, &self.bindings), resources)
     }
 
     fn write_params(&mut self, slot: usize, n: u32) {

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use gphash_gpu::Gpu;
 use gphash_gpu::hostmem::{self, ImportGuard};
 use gphash_gpu::resources::{
-    ErrorScopes, bind_group, bind_group_layout, build_pipelines, check_bindings, dispatch, download_region,
-    import_region, map_read, max_window, release_imports, staged_reason, upload_region,
+    ErrorScopes, bind_group, bind_group_layout, build_pipelines, dispatch, download_region, import_region,
+    map_read, max_window, params_buffer, release_imports, staged_reason, upload_region,
 };
-use gphash_gpu::shader::Windows;
+use gphash_gpu::shader::{Reach, Windows};
 use host_pm::{Pool, Region};
 
 use super::engine::GpuOptions;
@@ -35,7 +35,7 @@ pub(crate) fn build(
     (new, new_region): (&Geometry, Region),
 ) -> Result<Control> {
     let window = max_window(&gpu.info, opts.max_window_bytes);
-    let cfg = KernelConfig {
+    let mut cfg = KernelConfig {
         geo: *new,
         seeds: seeds.clone(),
         tile: opts.tile,
@@ -47,11 +47,13 @@ pub(crate) fn build(
             windows: Windows::cover(old.table_words(), window),
             top_level: old.top_level,
             keys_base: old.keys_base(),
+            words: old.table_words(),
         }),
         // The resize kernels read no value.
         verify_values: false,
+        reach: Reach::default(),
     };
-    check_bindings("the table", cfg.bindings().0, &gpu.info)?;
+    cfg.settle_reach(&gpu.info, opts.large_pool_mode)?;
     let source = cfg.source.expect("set above").windows;
     let mut laps = Laps::start("growth on the GPU");
     let guard = ImportGuard::default();
@@ -82,11 +84,7 @@ pub(crate) fn build(
         })
     };
     let storage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
-    let params = buffer(
-        "params",
-        std::mem::size_of::<Params>() as u64,
-        wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-    );
+    let params = params_buffer::<Params>(dev, "params");
     let ctl = buffer("control", (control::WORDS * 4) as u64, storage);
     let readback = buffer(
         "control readback",
@@ -95,27 +93,27 @@ pub(crate) fn build(
     );
     // Bindings the resize kernels do not use.
     let (unused_ro, unused_rw) = (buffer("unused", 256, storage), buffer("unused", 256, storage));
-    let layout = bind_group_layout(dev, "resize", cfg.bindings());
+    let bindings = cfg.bindings();
+    let layout = bind_group_layout(dev, "resize", &bindings);
     let pipelines = build_pipelines(gpu, &layout, &Kernel::RESIZE, |k| shader::source(k, &cfg))?;
     laps.lap("pipelines");
     // The control block; every other buffer but the tables is unused (one dummy window each for
     // the heap and the cache).
-    let (_, read_only) = cfg.bindings();
     let control_binding = 6 + TABLE_BINDINGS.iter().position(|b| b.0 == "control").expect("bound") as u32;
     let mut entries: Vec<&wgpu::Buffer> = vec![&params];
     entries.extend((1..FIRST_WINDOW_BINDING).map(|i| match i {
         _ if i == control_binding => &ctl,
-        _ if read_only(i) => &unused_ro,
+        _ if bindings[i as usize].read_only => &unused_ro,
         _ => &unused_rw,
     }));
     entries.extend(to.iter());
     entries.extend([&unused_rw, &unused_rw, &unused_rw]);
     entries.extend(from.iter());
-    let bind = bind_group(dev, "resize", &layout, entries.iter().map(|b| b.as_entire_binding()));
+    let bind = bind_group(dev, "resize", (&layout, &bindings), entries.iter().map(|b| b.as_entire_binding()));
 
     // One submit per kernel: each reads its own invocation count from the parameters.
     let rehash_slots = old.groups() * old.layout.slots as u64;
-    for ((kernel, pipeline), n) in pipelines.iter().zip([old.table_words(), rehash_slots]) {
+    for ((kernel, pipeline), n) in pipelines.iter().zip([old.buckets(), rehash_slots]) {
         let p = Params { n: n as u32, ..Params::default() };
         gpu.queue.write_buffer(&params, 0, bytemuck::bytes_of(&p));
         let mut enc = dev.create_command_encoder(&Default::default());

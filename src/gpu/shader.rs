@@ -4,10 +4,12 @@
 
 use std::fmt::Write;
 
-use gphash_gpu::Result;
+use gphash_gpu::resources::{Binding, check_bindings};
 use gphash_gpu::shader::{
-    BATCH_BINDINGS, Files, KernelEntry, SHARED, Windows, accessor, stitch, write_consts, write_windows,
+    BATCH_BINDINGS, Files, KernelEntry, Reach, SHARED, Windows, accessor, declare_windows, params_binding,
+    stitch, write_consts, write_windows,
 };
+use gphash_gpu::{DeviceInfo, Error, Result};
 
 use crate::hash::Seeds;
 use crate::layout::Geometry;
@@ -148,6 +150,8 @@ pub(crate) struct KernelConfig {
     pub source: Option<Source>,
     /// Reads check their value's checksum (see `Options::verify_values`).
     pub verify_values: bool,
+    /// How the kernels reach the pool (see [`KernelConfig::settle_reach`]).
+    pub reach: Reach,
 }
 
 /// How the kernels see the bucket cache.
@@ -180,6 +184,8 @@ pub(crate) struct Source {
     pub top_level: u32,
     /// Word offset of its key array (keys apart).
     pub keys_base: u64,
+    /// Its words.
+    pub words: u64,
 }
 
 impl KernelConfig {
@@ -188,12 +194,62 @@ impl KernelConfig {
         self.geo.cells.div_ceil(32) as u32
     }
 
-    /// Storage bindings (and the uniform at binding 0), and whether binding `i` is read-only.
-    pub(crate) fn bindings(&self) -> (u32, impl Fn(u32) -> bool + use<>) {
-        let windows = FIRST_WINDOW_BINDING + self.windows().iter().map(|(_, _, w)| w.count).sum::<u32>();
-        let source = self.source.map_or(0, |s| s.windows.count);
+    /// The bindings in order: the parameters, the batch's and the table's buffers, then each
+    /// region's windows (a binding each, or one binding array as `reach` says).
+    pub(crate) fn bindings(&self) -> Vec<Binding> {
         let table_read_only = |i: u32| TABLE_BINDINGS.get(i.wrapping_sub(6) as usize).is_some_and(|b| b.2);
-        (windows + source, move |i| (1..=3).contains(&i) || table_read_only(i) || i >= windows)
+        let mut bindings =
+            Binding::plain(FIRST_WINDOW_BINDING, |i| (0..=3).contains(&i) || table_read_only(i));
+        bindings[0].uniform = !self.reach.arrays;
+        let regions = self.windows().map(|(_, _, w)| (w, false));
+        for (w, read_only) in regions.into_iter().chain(self.source.map(|s| (s.windows, true))) {
+            match self.reach.arrays {
+                true => bindings.push(Binding { uniform: false, read_only, array: Some(w.count) }),
+                false => {
+                    bindings.extend((0..w.count).map(|_| Binding { uniform: false, read_only, array: None }))
+                }
+            }
+        }
+        bindings
+    }
+
+    /// Chooses how the kernels reach the pool and checks that the device can: 64-bit word
+    /// addresses where a region exceeds 2^32 words (16 GiB), binding arrays where its windows
+    /// need more storage bindings than the device has; both where `large` asks for them (the
+    /// arrays where the device has them).
+    pub(crate) fn settle_reach(&mut self, info: &DeviceInfo, large: bool) -> Result<()> {
+        let words = [self.geo.table_words(), self.geo.heap_words(), self.source.map_or(0, |s| s.words)];
+        let largest = words.into_iter().max().unwrap_or(0);
+        let wide = large || largest > u32::MAX as u64;
+        if wide && !info.int64 {
+            return Err(Error::MissingFeature(format!(
+                "{} has no 64-bit integers in shaders (wgpu::Features::SHADER_INT64), which a region of \
+                 {} bytes needs: without them a table and its heap are limited to 16 GiB each",
+                info.name,
+                largest * 4
+            )));
+        }
+        self.reach = Reach { wide, arrays: false };
+        let separate = self.bindings().len() as u32 - 1;
+        let arrays = (large && info.binding_arrays > 0) || separate > info.max_storage_buffers;
+        if arrays && info.binding_arrays == 0 {
+            return Err(Error::MissingFeature(format!(
+                "the pool needs {separate} storage bindings; {} allows {} and has no binding arrays of \
+                 storage buffers (wgpu::Features::BUFFER_BINDING_ARRAY and STORAGE_RESOURCE_BINDING_ARRAY)",
+                info.name, info.max_storage_buffers
+            )));
+        }
+        let most = self.windows().iter().map(|w| w.2.count).chain(self.source.map(|s| s.windows.count)).max();
+        if arrays && most.unwrap_or(0) > info.binding_arrays {
+            return Err(Error::InvalidConfig(format!(
+                "a region of the pool needs {} windows; {} binds at most {} in an array",
+                most.unwrap_or(0),
+                info.name,
+                info.binding_arrays
+            )));
+        }
+        self.reach = Reach { wide, arrays };
+        check_bindings("the table", self.bindings().len() as u32, info)
     }
 
     /// The read-write windows in binding order: table, heap, cache copies, cache values (name,
@@ -243,8 +299,8 @@ pub(crate) struct Params {
 fn prelude(cfg: &KernelConfig) -> String {
     let g = &cfg.geo;
     let l = &g.layout;
-    let mut s = String::new();
-    let consts: [(&str, u64); 18] = [
+    let mut s = cfg.reach.enables().to_string();
+    let consts: [(&str, u64); 17] = [
         ("SLOTS", l.slots as u64),
         ("LEVELS", l.levels as u64),
         ("HASHES", l.hashes as u64),
@@ -259,7 +315,6 @@ fn prelude(cfg: &KernelConfig) -> String {
         ("BITMAP_WORDS", cfg.bitmap_words() as u64),
         ("HEAP_CELLS", g.cells),
         ("KEYS_APART", g.keys_apart as u64),
-        ("KEYS_BASE", g.keys_base()),
         ("CACHE_ENTRIES", cfg.cache.entries as u64),
         ("CACHE_COUNT", cfg.cache.count_mode as u64),
         ("VERIFY_VALUES", cfg.verify_values as u64),
@@ -286,20 +341,20 @@ struct Params {
 }
 ",
     );
-    s.push_str(BATCH_BINDINGS);
+    s.push_str(&params_binding(BATCH_BINDINGS, cfg.reach));
     for (i, (name, ty, read_only)) in TABLE_BINDINGS.iter().enumerate() {
         let access = if *read_only { "read" } else { "read_write" };
         writeln!(s, "@group(0) @binding({}) var<storage, {access}> {name}: array<{ty}>;", i + 6).unwrap();
     }
-    let mut binding = write_windows(&mut s, FIRST_WINDOW_BINDING, &cfg.windows());
+    let word = |v: u64| cfg.reach.word(v);
+    writeln!(s, "const KEYS_BASE: Word = {};", word(g.keys_base())).unwrap();
+    let binding = write_windows(&mut s, FIRST_WINDOW_BINDING, &cfg.windows(), cfg.reach);
     if let Some(src) = cfg.source {
         writeln!(s, "const SOURCE_TOP_LEVEL: u32 = {}u;", src.top_level).unwrap();
-        writeln!(s, "const SOURCE_KEYS_BASE: u32 = {}u;", src.keys_base).unwrap();
-        for i in 0..src.windows.count {
-            writeln!(s, "@group(0) @binding({binding}) var<storage, read> source_w{i}: array<u32>;").unwrap();
-            binding += 1;
-        }
-        accessor(&mut s, "source_load(a: u32) -> u32", "return source_w{i}[{a}];", src.windows);
+        writeln!(s, "const SOURCE_KEYS_BASE: Word = {};", word(src.keys_base)).unwrap();
+        writeln!(s, "const SOURCE_WORDS: Word = {};", word(src.words)).unwrap();
+        declare_windows(&mut s, binding, "source", (false, true), src.windows, cfg.reach);
+        accessor(&mut s, "source_load(a: Word) -> u32", "return {word};", ("source", src.windows), cfg.reach);
     }
     s
 }
@@ -327,8 +382,12 @@ mod tests {
             Windows::cover(geo.table_words(), geo.table_bytes().div_ceil(windows as u64).next_power_of_two());
         let heap =
             Windows::cover(geo.heap_words(), geo.heap_bytes().div_ceil(windows as u64).next_power_of_two());
-        let source =
-            Some(Source { windows: table, top_level: geo.top_level - 1, keys_base: geo.keys_base() / 2 });
+        let source = Some(Source {
+            windows: table,
+            top_level: geo.top_level - 1,
+            keys_base: geo.keys_base() / 2,
+            words: geo.table_words() / 2,
+        });
         let cache = CacheConfig { entries: 3, count_mode: 1, table: heap, heap: table };
         KernelConfig {
             seeds: Seeds::new(7, layout.hashes),
@@ -339,6 +398,7 @@ mod tests {
             cache,
             source,
             verify_values: value_bytes % 2 == 1,
+            reach: Reach { wide: windows.is_multiple_of(2), arrays: windows > 2 },
         }
     }
 

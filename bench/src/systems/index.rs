@@ -33,7 +33,14 @@ impl GpHashSystem {
     ) -> Result<GpHashSystem> {
         let options = Options {
             executor: Executor::Gpu,
-            gpu: GpuOptions { placement, tile, max_window_bytes: None, cache, time_kernels: false },
+            gpu: GpuOptions {
+                placement,
+                tile,
+                max_window_bytes: None,
+                cache,
+                time_kernels: false,
+                ..GpuOptions::default()
+            },
             device: Some(gpu.clone()),
             ..Options::default()
         };

@@ -1,11 +1,11 @@
 // Writing the pool's regions through the prelude's window accessors: a strong compare-and-swap
 // on table words, and the dirty-line list (the host persists exactly the lines listed).
-// uses: CTRL_DIRTY_COUNT, control, dirty, table_cas_weak, params.dirty_cap, params.heap_line_base
-// uses: params.table_line_base, params.track_lines
+// uses: CELL_WORDS, CTRL_DIRTY_COUNT, Word, control, dirty, table_cas_weak, params.dirty_cap
+// uses: params.heap_line_base, params.table_line_base, params.track_lines
 
 // Compare-and-swap that fails only when the word differs from `expected`; returns the word
 // seen (success iff it equals `expected`). Weak CAS may fail spuriously: retry those.
-fn table_cas(word: u32, expected: u32, desired: u32) -> u32 {
+fn table_cas(word: Word, expected: u32, desired: u32) -> u32 {
     var r = table_cas_weak(word, expected, desired);
     while (r.y == 0u && r.x == expected) {
         r = table_cas_weak(word, expected, desired);
@@ -24,17 +24,24 @@ fn mark_line(line: u32) {
     }
 }
 
-// Marks the lines holding `count` words starting at word `first` of a region.
-fn mark_words(line_base: u32, first: u32, count: u32) {
-    for (var l = first / 16u; l <= (first + count - 1u) / 16u; l++) {
+// Marks the lines holding `count` words starting at word `first` of a region (pool lines are
+// numbered with 32 bits: pools up to 256 GiB).
+fn mark_words(line_base: u32, first: Word, count: u32) {
+    let last = u32((first + Word(count) - Word(1u)) / Word(16u));
+    for (var l = u32(first / Word(16u)); l <= last; l++) {
         mark_line(line_base + l);
     }
 }
 
-fn mark_table_words(first: u32, count: u32) {
+fn mark_table_words(first: Word, count: u32) {
     mark_words(params.table_line_base, first, count);
 }
 
-fn mark_heap_words(first: u32, count: u32) {
+fn mark_heap_words(first: Word, count: u32) {
     mark_words(params.heap_line_base, first, count);
+}
+
+// Word `w` of value cell `cell` in the heap.
+fn cell_word(cell: u32, w: u32) -> Word {
+    return Word(cell) * Word(CELL_WORDS) + Word(w);
 }

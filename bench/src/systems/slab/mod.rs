@@ -67,8 +67,8 @@ use gphash::{DeviceBatch, Placement};
 use gphash::{Error, Result};
 use gphash_gpu::hostmem;
 use gphash_gpu::resources::{
-    Pipelines, PoolWindows, bind_group, bind_group_layout, build_pipelines, check_bindings, map_read,
-    max_window, params_buffer, read_dirty, record_passes, storage_buffer, writeback_invocations,
+    Binding, Pipelines, PoolWindows, bind_group, bind_group_layout, build_pipelines, check_bindings,
+    map_read, max_window, params_buffer, read_dirty, record_passes, storage_buffer, writeback_invocations,
 };
 use gphash_gpu::shader::Windows;
 
@@ -205,6 +205,8 @@ pub struct SlabSystem {
     state: wgpu::Buffer,
     params: wgpu::Buffer,
     layout: wgpu::BindGroupLayout,
+    /// The bindings `layout` was made from.
+    bindings: Vec<Binding>,
     pipelines: Pipelines<SlabKernel>,
     io: Option<Io>,
     track_lines: bool,
@@ -368,7 +370,7 @@ impl SlabSystem {
             table: Windows::cover(geo.table_words(), window),
             heap: Windows::cover(geo.heap_words(), window),
         };
-        check_bindings("the slab table", cfg.bindings().0, &gpu.info)?;
+        check_bindings("the slab table", cfg.bindings().len() as u32, &gpu.info)?;
         let windows = PoolWindows::place(
             &gpu,
             &mut pool,
@@ -382,7 +384,8 @@ impl SlabSystem {
         let dev = &gpu.device;
         let state = storage_buffer(dev, "slab state", cfg.state_words() * 4);
         let params = params_buffer::<SlabParams>(dev, "slab params");
-        let layout = bind_group_layout(dev, "slab", cfg.bindings());
+        let bindings = cfg.bindings();
+        let layout = bind_group_layout(dev, "slab", &bindings);
         let pipelines = build_pipelines(&gpu, &layout, &SlabKernel::ALL, |k| shader::source(k, &cfg))?;
         let pool_slabs_used = recovered.pool_slabs_used;
         let items = recovered.items;
@@ -395,6 +398,7 @@ impl SlabSystem {
             state,
             params,
             layout,
+            bindings,
             pipelines,
             io: None,
             track_lines,
@@ -572,7 +576,7 @@ impl SlabSystem {
         let resources = whole
             .chain(batch.bindings(self.geo.key_words(), self.geo.cell_words()))
             .chain(work.map(wgpu::Buffer::as_entire_binding));
-        bind_group(&self.gpu.device, "slab", &self.layout, resources)
+        bind_group(&self.gpu.device, "slab", (&self.layout, &self.bindings), resources)
     }
 
     fn check_batch(&self, batch: &DeviceBatch) -> Result<()> {

@@ -4,6 +4,7 @@
 
 use super::layout::{LOG_HEADER_WORDS, SlabGeometry};
 use gphash_gpu::Result;
+use gphash_gpu::resources::Binding;
 use gphash_gpu::shader::{self, BATCH_BINDINGS, Files, KernelEntry, SHARED, Windows};
 
 /// The slab kernel files.
@@ -136,9 +137,9 @@ impl SlabShaderConfig {
         self.marks() as u64 + self.geo.buckets as u64
     }
 
-    /// Storage bindings plus the uniform, and whether binding `i` is read-only.
-    pub fn bindings(&self) -> (u32, impl Fn(u32) -> bool + use<>) {
-        (FIRST_WINDOW_BINDING + self.table.count + self.heap.count, |i| (1..=3).contains(&i))
+    /// The uniform, then the storage bindings (each window its own).
+    pub fn bindings(&self) -> Vec<Binding> {
+        Binding::plain(FIRST_WINDOW_BINDING + self.table.count + self.heap.count, |i| (1..=3).contains(&i))
     }
 }
 
@@ -224,6 +225,7 @@ struct Params {
         &mut s,
         FIRST_WINDOW_BINDING,
         &[("table", true, cfg.table), ("heap", false, cfg.heap)],
+        shader::Reach::default(),
     );
     s
 }
