@@ -231,8 +231,8 @@ pub fn build_pipelines<K: KernelEntry + Send>(
     source: impl Fn(K) -> Result<String> + Sync,
 ) -> Result<Pipelines<K>> {
     let dev = &gpu.device;
-    // A layout the device refuses (binding arrays beyond its limits) is named here, not as an
-    // invalid layout in every pipeline.
+    // A bind group layout the device refused makes this layout invalid: one error here instead
+    // of one per kernel (the layout's own reason goes to the device's uncaptured-error log).
     let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
     let pl = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
         label: None,
