@@ -6,6 +6,7 @@
 #   scripts/device.sh suite ARGS gphash bench suite ARGS (results tarred)
 #   scripts/device.sh profile ARGS  gphash bench profile ARGS, one call at a time and pipelined
 #   scripts/device.sh large      the cost of the large-pool kernels; a pool past 16 GiB
+#   scripts/device.sh hugepages  searches over PCIe with the pool in 4 KiB and in 2 MiB pages
 set -uo pipefail
 stage=$1; shift
 root=$(pwd)
@@ -45,6 +46,26 @@ large)
   ./gphash bench load-search --keys 250000000 --value-bytes 128 --batch 1048576 --reps 3 \
     --placements zero-copy --cache-ratio 0 2>&1 | grep -v "imported buffers" | tee "$out/large-pool.txt"
   nvidia-smi --query-gpu=memory.used --format=csv | tee -a "$out/large-pool.txt"
+  ;;
+hugepages)
+  # Does the size of the pool's host pages limit the GPU's random requests? The same searches
+  # with the pool on /dev/shm (4 KiB pages there) and on a tmpfs mounted huge=always (2 MiB).
+  grep -H . /sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/mm/transparent_hugepage/shmem_enabled
+  mkdir -p /mnt/huge && mount -t tmpfs -o size=110G,huge=always tmpfs /mnt/huge || exit 1
+  (while sleep 5; do grep -E "^(ShmemHugePages|Shmem):" /proc/meminfo | tr '\n' ' '; echo; done) \
+    > "$out/meminfo.txt" &
+  sampler=$!
+  for cache in 0 1; do
+    for dir in /dev/shm /mnt/huge /dev/shm /mnt/huge; do
+      echo "== pool in $dir, cache ratio $cache"
+      ./gphash bench load-search --keys 16777216 --value-bytes 128 --reps 3 --placements zero-copy \
+        --cache-ratio $cache --pool-dir $dir 2>&1
+    done
+  done | grep -v "imported buffers" | tee "$out/hugepages-16m.txt"
+  ./gphash bench load-search --keys "${LARGE_KEYS:-250000000}" --value-bytes 128 --batch 1048576 --reps 3 \
+    --placements zero-copy --cache-ratio 0 --pool-dir /mnt/huge 2>&1 | grep -v "imported buffers" \
+    | tee "$out/hugepages-large.txt"
+  kill $sampler
   ;;
 suite)
   ./gphash bench suite --out /tmp/gph/suite "$@" 2>&1 | grep -v "imported buffers" | tee "$out/suite.txt"
