@@ -153,7 +153,7 @@ impl Batch {
                     // Operations that write no value have zeros in `self.values`.
                     let own = &self.values[start * vb..end * vb];
                     if padded == vb {
-                        words(own, &mut e.values);
+                        crate::bulk::refill_words(&mut e.values, own);
                     } else {
                         e.values.resize((end - start) * padded / 4, 0);
                         let values: &mut [u8] = bytemuck::cast_slice_mut(&mut e.values);
@@ -495,7 +495,7 @@ impl BatchResult {
                 let bulk = !bytes.is_empty() && padded == vb;
                 if bulk {
                     // Values of operations that are not successful reads are never handed out.
-                    self.values[start * vb..end * vb].copy_from_slice(bytes);
+                    crate::bulk::copy(&mut self.values[start * vb..end * vb], bytes);
                 }
                 let own = self.statuses[start..end].iter_mut().zip(&mut self.reads[start..end]);
                 for (j, ((&code, &kind), (status, read))) in

@@ -25,6 +25,7 @@
 //! tests use (`Options::observer`, the `testing` module). Neither is a stable API.
 
 mod batch;
+mod bulk;
 // The `testing` module re-exports the cache's CPU twins: without the feature they are unused.
 #[cfg_attr(not(feature = "testing"), allow(dead_code, unreachable_pub))]
 mod cache;

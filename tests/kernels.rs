@@ -246,6 +246,41 @@ fn odd_value_sizes_keep_their_checksums() {
     }
 }
 
+/// Batches of several MiB of values, which the host copies on all its threads (into the
+/// kernels' input, into the queue's staging memory, out of the readback, into the results):
+/// every value read back is the one written, on the GPU and on the model, in place and staged.
+#[test]
+fn batches_of_several_mib_of_values_read_back_whole() {
+    let seed = common::seed("batches_of_several_mib_of_values_read_back_whole");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = common::pool_dir();
+    let cfg = Config { value_bytes: 1000, capacity: 5000, seed: rng.random(), ..Default::default() };
+    let keys: Vec<Vec<u8>> = (0..4000u64).map(|k| common::key(k, 8)).collect();
+    let values: Vec<Vec<u8>> = keys.iter().map(|_| common::value(&mut rng, 1000)).collect();
+    let staged = GpuOptions { placement: Placement::Staged, ..GpuOptions::default() };
+    let engines = [
+        ("GPU", common::gpu_options(GpuOptions::default())),
+        ("GPU staged", common::gpu_options(staged)),
+        ("model", common::cpu_options()),
+    ];
+    for (name, opts) in engines {
+        let t = common::table(&dir, name, &cfg, &opts);
+        let mut inserts = t.batch();
+        for (k, v) in keys.iter().zip(&values) {
+            inserts.insert(k, v).unwrap();
+        }
+        let done = t.execute(&inserts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(done.statuses.iter().all(|&s| s == Status::Ok), "{name}: every insert succeeds");
+        let mut reads = t.batch();
+        keys.iter().for_each(|k| reads.get(k).unwrap());
+        let got = t.execute(&reads).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for (i, v) in values.iter().enumerate() {
+            assert_eq!(got.value(i), Some(&v[..]), "{name}: key {i}");
+        }
+        assert!(t.check().ok(), "{name}: {}", t.check());
+    }
+}
+
 /// Ordered execution equals applying the operations one by one, on heavily repeated keys.
 #[test]
 fn ordered_mode_equals_one_by_one() {

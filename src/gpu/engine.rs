@@ -530,16 +530,12 @@ impl GpuEngine {
             ctl.copy_from_slice(bytemuck::cast_slice(&bytes[..control::WORDS * 4]));
             times = timer.map(|t| t.times(&bytes[rl.timestamps as usize..rl.statuses as usize], r.passes));
             // Refilled in place: the vectors keep their allocations from batch to batch.
-            statuses.clear();
-            values.clear();
-            if r.results != Results::None {
-                let s = rl.statuses as usize;
-                statuses.extend_from_slice(bytemuck::cast_slice(&bytes[s..s + n as usize * 4]));
-            }
-            if r.results == Results::WithValues {
-                let v = rl.values as usize;
-                values.extend_from_slice(bytemuck::cast_slice(&bytes[v..v + (n as u64 * vw * 4) as usize]));
-            }
+            let (s, v) = (rl.statuses as usize, rl.values as usize);
+            let some = |on: bool, at: usize, len: usize| if on { &bytes[at..at + len] } else { &[][..] };
+            let status_bytes = some(r.results != Results::None, s, n as usize * 4);
+            let value_bytes = some(r.results == Results::WithValues, v, (n as u64 * vw * 4) as usize);
+            crate::bulk::refill_words(statuses, status_bytes);
+            crate::bulk::refill_words(values, value_bytes);
         })?;
         if r.ends_batch {
             s.device_bind = None;
@@ -680,8 +676,12 @@ impl GpuEngine {
                 let writing = Instant::now();
                 q.write_buffer(&io.kinds, 0, bytemuck::cast_slice(&e.kinds));
                 q.write_buffer(&io.keys, 0, bytemuck::cast_slice(&e.keys));
-                if !e.values.is_empty() {
-                    q.write_buffer(&io.vals_in, 0, bytemuck::cast_slice(&e.values));
+                if let Some(size) = wgpu::BufferSize::new(e.values.len() as u64 * 4) {
+                    // Into wgpu's staging memory on all host threads (`None`: refused, which
+                    // the error scope reports).
+                    if let Some(mut staging) = q.write_buffer_with(&io.vals_in, 0, size) {
+                        crate::bulk::copy_to_staging(&mut staging, bytemuck::cast_slice(&e.values));
+                    }
                 }
                 self.profile.writes += writing.elapsed();
                 // A reads-only batch ends here: its results come back with phase A's control.

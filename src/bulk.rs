@@ -1,0 +1,108 @@
+//! Bulk copies of a batch's keys, values and results on all host threads. A batch of 2^20
+//! 128-byte values moves 128 MB through each copy; one thread copies it at a few GB/s, and
+//! less into fresh pages, which it faults in one at a time (on the H200's host, 83 ms to decode
+//! such a batch's values into a new `BatchResult`: `BENCHMARKS.md`, "Host copies of large
+//! batches").
+
+use rayon::prelude::*;
+
+/// Bytes below which a copy stays on the calling thread: a task must outweigh its hand-over.
+const PARALLEL_BYTES: usize = 1 << 20;
+
+/// Bytes each task copies: whole pages, so that each task faults in pages of its own.
+const TASK_BYTES: usize = 1 << 18;
+
+/// `dst.copy_from_slice(src)`, on all host threads when it is large.
+pub(crate) fn copy(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "a bulk copy needs equal lengths");
+    if src.len() < PARALLEL_BYTES {
+        dst.copy_from_slice(src);
+        return;
+    }
+    dst.par_chunks_mut(TASK_BYTES).zip(src.par_chunks(TASK_BYTES)).for_each(|(d, s)| d.copy_from_slice(s));
+}
+
+/// `src` into wgpu's staging memory for a queue write, on all host threads when it is large.
+pub(crate) fn copy_to_staging(dst: &mut wgpu::QueueWriteBufferView, src: &[u8]) {
+    let mut view = dst.slice(..);
+    assert_eq!(view.len(), src.len(), "a bulk copy needs equal lengths");
+    if src.len() < PARALLEL_BYTES {
+        view.copy_from_slice(src);
+        return;
+    }
+    // The view's parts are not `Send` (wgpu's `WriteOnly` of a slice): the tasks write through
+    // its address.
+    let base = Staging(view.as_raw_element_ptr());
+    src.par_chunks(TASK_BYTES).enumerate().for_each(|(i, part)| {
+        let at = base.at(i * TASK_BYTES);
+        // SAFETY: the view is `src.len()` writable bytes that `view` borrows exclusively until
+        // every task is done; each task writes its own `part.len()` bytes of them, only writes,
+        // and `src` is other memory.
+        unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len()) };
+    });
+}
+
+/// The address of a staging view that [`copy_to_staging`]'s tasks write disjoint parts of.
+struct Staging(std::ptr::NonNull<u8>);
+
+// SAFETY: the tasks only write through it, each to bytes no other task touches.
+unsafe impl Sync for Staging {}
+
+impl Staging {
+    fn at(&self, offset: usize) -> *mut u8 {
+        self.0.as_ptr().wrapping_add(offset)
+    }
+}
+
+/// Replaces `dst`'s words with those whose little-endian bytes are `src` (the host is
+/// little-endian, as the device and the pool are), on all host threads when it is large; `dst`
+/// keeps its allocation and no word is written twice.
+pub(crate) fn refill_words(dst: &mut Vec<u32>, src: &[u8]) {
+    assert_eq!(src.len() % 4, 0, "whole words");
+    let words = src.len() / 4;
+    dst.clear();
+    dst.reserve(words);
+    let spare = &mut dst.spare_capacity_mut()[..words];
+    // SAFETY: `spare` is `words` u32s of `dst`'s allocation, so its bytes are `src.len()` bytes
+    // of it, and any bytes are a valid `MaybeUninit<u8>`.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast(), src.len()) };
+    if src.len() < PARALLEL_BYTES {
+        copy_into(bytes, src);
+    } else {
+        bytes.par_chunks_mut(TASK_BYTES).zip(src.par_chunks(TASK_BYTES)).for_each(|(d, s)| copy_into(d, s));
+    }
+    // SAFETY: the first `words` words were all written above (every byte of them).
+    unsafe { dst.set_len(words) };
+}
+
+fn copy_into(dst: &mut [std::mem::MaybeUninit<u8>], src: &[u8]) {
+    assert_eq!(dst.len(), src.len());
+    // SAFETY: both are `src.len()` bytes, and a `&mut` cannot overlap a `&`.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<u8>(), src.len()) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_small_and_large_slices_whole() {
+        for len in [0, 4, 1000, PARALLEL_BYTES - 4, PARALLEL_BYTES, 3 * PARALLEL_BYTES + 12] {
+            let src: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+            let mut dst = vec![0xa5; len];
+            copy(&mut dst, &src);
+            assert_eq!(dst, src, "{len} bytes");
+            // A vector that held more words, and one that held fewer, both end as `src`.
+            for before in [len / 4 + 100, 1] {
+                let mut words = vec![0xdead_beef_u32; before];
+                refill_words(&mut words, &src);
+                assert_eq!(words.len(), len / 4);
+                assert_eq!(
+                    bytemuck::cast_slice::<u32, u8>(&words),
+                    &src[..],
+                    "{len} bytes after {before} words"
+                );
+            }
+        }
+    }
+}
