@@ -1,6 +1,8 @@
 //! Batches of operations on host slices, their results, and the fold of a key's operations
 //! into one net operation for ordered execution.
 
+use rayon::prelude::*;
+
 use crate::error::{Error, Result};
 use crate::protocol::{OpKind, Status};
 
@@ -190,13 +192,21 @@ impl Batch {
         let mut groups = KeyGroups { single: vec![], repeated: vec![], ends: vec![], len: n };
         // Each operation's key hash (its top half) over its index, sorted: the operations of a
         // key are adjacent, in batch order.
-        let mut pairs: Vec<u64> = (0..u32::MAX)
-            .zip(self.keys.chunks_exact(kb))
-            .map(|(i, k)| key_hash(k) & !u64::from(u32::MAX) | u64::from(i))
-            .collect();
-        sort_by_high_halves(&mut pairs);
+        let pair = |(i, k): (usize, &[u8])| key_hash(k) & !u64::from(u32::MAX) | i as u64;
         let same_hash = |a: &u64, b: &u64| (a ^ b) >> 32 == 0;
-        if !pairs.windows(2).any(|w| same_hash(&w[0], &w[1])) {
+        // Sorted whole (the low halves are distinct), on all host threads for large batches.
+        let (pairs, distinct) = if n < PARALLEL_GROUPING {
+            let mut pairs: Vec<u64> = self.keys.chunks_exact(kb).enumerate().map(pair).collect();
+            pairs.sort_unstable();
+            let distinct = !pairs.windows(2).any(|w| same_hash(&w[0], &w[1]));
+            (pairs, distinct)
+        } else {
+            let mut pairs: Vec<u64> = self.keys.par_chunks_exact(kb).enumerate().map(pair).collect();
+            pairs.par_sort_unstable();
+            let distinct = !pairs.par_windows(2).any(|w| same_hash(&w[0], &w[1]));
+            (pairs, distinct)
+        };
+        if distinct {
             // Distinct hashes: distinct keys.
             return groups;
         }
@@ -307,37 +317,8 @@ impl KeyGroups {
     }
 }
 
-/// Sorts `pairs`, whose low halves ascend, by their high halves, keeping the low halves'
-/// order: as sorting them whole, by least-significant-digit radix sort (three 11-bit digits).
-fn sort_by_high_halves(pairs: &mut Vec<u64>) {
-    const DIGIT: u32 = 11;
-    if pairs.len() < 1 << DIGIT {
-        // Fewer pairs than a digit's counters: comparisons cost less.
-        pairs.sort_unstable();
-        return;
-    }
-    let digit = |p: u64, d: usize| (p >> (32 + DIGIT as usize * d)) as usize & ((1 << DIGIT) - 1);
-    let mut counts = vec![[0usize; 1 << DIGIT]; 3];
-    for &p in pairs.iter() {
-        for (d, count) in counts.iter_mut().enumerate() {
-            count[digit(p, d)] += 1;
-        }
-    }
-    let mut sorted = vec![0; pairs.len()];
-    for (d, count) in counts.iter_mut().enumerate() {
-        // Where each digit's pairs start.
-        let mut at = 0;
-        for c in count.iter_mut() {
-            (at, *c) = (at + *c, at);
-        }
-        for &p in pairs.iter() {
-            let slot = &mut count[digit(p, d)];
-            sorted[*slot] = p;
-            *slot += 1;
-        }
-        std::mem::swap(pairs, &mut sorted);
-    }
-}
+/// Operations from which a batch's keys are grouped on all host threads.
+const PARALLEL_GROUPING: usize = 1 << 14;
 
 /// A hash of a key that every bit of it moves, from its 8-byte words (the last one
 /// zero-padded).
@@ -609,8 +590,9 @@ mod tests {
         // Without repeats, every operation is single.
         assert_grouped_by_key(&batch(&[5, 1, 9]));
         assert_grouped_by_key(&batch(&[]));
-        // Batches sorted by comparisons and by radix, with and without repeats.
-        for (n, keys) in [(1000, 300), (5000, 2000), (5000, u64::MAX), (100_000, 60_000)] {
+        // Batches grouped on one thread and on all (PARALLEL_GROUPING), with and without repeats.
+        for (n, keys) in [(1000, 300), (5000, 2000), (5000, u64::MAX), (100_000, 60_000), (100_000, u64::MAX)]
+        {
             let mut k = 12345u64;
             let mut next = || {
                 k = k.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
