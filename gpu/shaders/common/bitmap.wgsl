@@ -27,3 +27,61 @@ fn bitmap_take(base: u32, nwords: u32, start: u32) -> u32 {
 fn bitmap_release(base: u32, i: u32) {
     bitmap_and(base + i / 32u, ~(1u << (i % 32u)));
 }
+
+// The lowest `n` set bits of `bits`.
+fn lowest_bits(bits: u32, n: u32) -> u32 {
+    var rest = bits;
+    var out = 0u;
+    for (var i = 0u; i < n && rest != 0u; i++) {
+        let low = rest & (~rest + 1u);
+        out |= low;
+        rest ^= low;
+    }
+    return out;
+}
+
+// The position of set bit `n` (from 0, lowest first) of `bits`.
+fn nth_bit(bits: u32, n: u32) -> u32 {
+    var rest = bits;
+    for (var i = 0u; i < n; i++) {
+        rest &= rest - 1u;
+    }
+    return firstTrailingBit(rest);
+}
+
+// A clear bit for every lane of the subgroup that `wants` one, the subgroup's bits adjacent
+// where they are clear: lane `lead` (one lane) sets the lowest clear bits of a word for all the
+// lanes still waiting with one atomic OR, keeps those that were clear before, and the next
+// word is tried once this one is full; lanes take the bits in the order of their lanes. Scans
+// from word `start` (the same on every lane). NONE when the bitmap is full. A subgroup
+// operation: call it from subgroup-uniform control flow.
+fn bitmap_take_run(base: u32, nwords: u32, start: u32, wants: bool, lead: bool) -> u32 {
+    let rank = subgroupExclusiveAdd(u32(wants));
+    let total = subgroupAdd(u32(wants));
+    var w = start % nwords;
+    var got = 0u;
+    var mine = NONE;
+    for (var full = 0u; got < total && full < nwords;) {
+        var taken = 0u;
+        var was_full = 0u;
+        if (lead) {
+            let want = lowest_bits(~bitmap_load(base + w), total - got);
+            if (want == 0u) {
+                was_full = 1u;
+            } else {
+                taken = want & ~bitmap_or(base + w, want);
+            }
+        }
+        taken = subgroupOr(taken);
+        let n = countOneBits(taken);
+        if (wants && rank >= got && rank < got + n) {
+            mine = w * 32u + nth_bit(taken, rank - got);
+        }
+        got += n;
+        if (subgroupOr(was_full) != 0u) {
+            w = (w + 1u) % nwords;
+            full++;
+        }
+    }
+    return mine;
+}
