@@ -1,6 +1,6 @@
 // Allocation stage, first of phase A: every operation that carries a value takes a free cell
-// of the heap (a subgroup's cells adjacent where they are free) and its value and checksum are
-// written into it. Resets the per-operation records.
+// of the heap and the tile writes the value and its checksum into it. Resets the per-operation
+// records.
 // Twin: Model::alloc in src/model.rs.
 
 #include "common/prelude.wgsl"
@@ -14,16 +14,17 @@
 fn main(inv: Invocation, sg: Subgroup) {
     let t = tile_of(sg);
     let me = op_index(inv);
-    let live = me < params.n;
-    let wants = live && writes_value(kinds[me]);
-    let cell = alloc_cells(wants, sg.lane == 0u, subgroupBroadcastFirst(me));
-    if (live) {
+    var cell = NONE;
+    if (me < params.n) {
         var phase = 0u;
-        if (wants && cell == NONE) {
-            phase = PHASE_NO_CELL;
-            count(CTRL_NO_CELL);
-        } else if (wants) {
-            tally_add(CTRL_ALLOCATED, 1u);
+        if (writes_value(kinds[me])) {
+            cell = alloc_cell(me);
+            if (cell == NONE) {
+                phase = PHASE_NO_CELL;
+                count(CTRL_NO_CELL);
+            } else {
+                tally_add(CTRL_ALLOCATED, 1u);
+            }
         }
         set_op_field(me, ST_PHASE, phase);
         set_op_field(me, ST_SLOT, NONE);

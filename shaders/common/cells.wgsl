@@ -9,11 +9,9 @@ fn bitmap_load(w: u32) -> u32 { return atomicLoad(&bitmap[w]); }
 fn bitmap_or(w: u32, bits: u32) -> u32 { return atomicOr(&bitmap[w], bits); }
 fn bitmap_and(w: u32, bits: u32) { atomicAnd(&bitmap[w], bits); }
 
-// Takes a free cell for every lane that `wants` one: a subgroup's cells are adjacent where the
-// heap has them free, so that its values are written as one run. The scan starts at a word
-// picked by hashing the subgroup's first operation `first`. A subgroup operation.
-fn alloc_cells(wants: bool, lead: bool, first: u32) -> u32 {
-    return bitmap_take_run(0u, BITMAP_WORDS, fmix(first ^ params.seed), wants, lead);
+// Takes a free cell; the scan starts at a word picked by hashing the operation.
+fn alloc_cell(op: u32) -> u32 {
+    return bitmap_take(0u, BITMAP_WORDS, fmix(op ^ params.seed));
 }
 
 // A cell beyond the heap (a damaged state word; the open after a clean close does not scan
