@@ -20,21 +20,6 @@ fn config() -> Config {
     Config { value_bytes: 65_536, capacity: 300_000, ..Config::default() }
 }
 
-/// Value cells the table references, by index.
-fn cells_in_use(t: &GpHash) -> Vec<u64> {
-    let g = t.geometry();
-    t.with_pool(|pool| {
-        let table: &[u32] = bytemuck::cast_slice(pool.region(pool.header().table_region));
-        let published = gphash::testing::layout::PUBLISHED;
-        (0..g.buckets())
-            .flat_map(|b| (0..g.layout.slots).map(move |s| (b, s)))
-            .map(|(b, s)| table[g.state_word(b, s) as usize])
-            .filter(|&state| state >= published)
-            .map(|state| (state - published) as u64)
-            .collect()
-    })
-}
-
 /// Random batches of every kind over 1,500 keys on the GPU and on the CPU model, each pool's
 /// heap past 16 GiB: the same statuses, values and contents, values written and read past
 /// 16 GiB, and both pools pass `check`.
@@ -91,15 +76,18 @@ fn records_past_16_gib_match_the_model() {
     let mut entries = [on_gpu.entries(), on_cpu.entries()];
     entries.iter_mut().for_each(|e| e.sort());
     assert!(entries[0] == entries[1], "contents differ");
+    let past_16_gib = |t: &GpHash| {
+        common::published_cells(t).iter().filter(|(_, c)| c * cell_bytes >= NARROW_BYTES).count()
+    };
     for (name, t) in [("GPU", &on_gpu), ("model", &on_cpu)] {
         let report = t.check();
         assert!(report.ok(), "{name}: {report}");
-        let far = cells_in_use(t).iter().filter(|&&c| c * cell_bytes >= NARROW_BYTES).count();
+        let far = past_16_gib(t);
         eprintln!("{name}: {} keys, {far} of their values past 16 GiB", t.len());
     }
     // The GPU's allocator starts its scan at a hash of the operation, so values land all over
     // the heap (the model's takes the lowest free cell).
-    let far = cells_in_use(&on_gpu).iter().filter(|&&c| c * cell_bytes >= NARROW_BYTES).count();
+    let far = past_16_gib(&on_gpu);
     assert!(far >= 10, "only {far} values past 16 GiB");
 }
 

@@ -208,28 +208,35 @@ pub fn gpu_table(dir: &tempfile::TempDir, config: &gphash::Config) -> gphash::Gp
     table(dir, "gpu.pool", config, &gpu_options(GpuOptions::default()))
 }
 
-/// Every published key of a table with the words of its value cell as the pool holds them
-/// (the value words, then the checksum word).
-pub fn stored_cells(t: &gphash::GpHash) -> std::collections::HashMap<Vec<u8>, Vec<u32>> {
+/// Every published key of a table with the index of its value cell.
+pub fn published_cells(t: &gphash::GpHash) -> Vec<(Vec<u8>, u64)> {
     let g = t.geometry();
+    let published = gphash::testing::layout::PUBLISHED;
     t.with_pool(|pool| {
-        let h = pool.header();
-        let table: &[u32] = bytemuck::cast_slice(pool.region(h.table_region));
-        let heap: &[u32] = bytemuck::cast_slice(pool.region(h.heap_region));
-        let cw = g.cell_words() as usize;
-        let mut cells = std::collections::HashMap::new();
+        let table: &[u32] = bytemuck::cast_slice(pool.region(pool.header().table_region));
+        let mut cells = vec![];
         for bucket in 0..g.buckets() {
             for s in 0..g.layout.slots {
                 let state = table[g.state_word(bucket, s) as usize];
-                if state >= gphash::testing::layout::PUBLISHED {
+                if state >= published {
                     let k = g.key_word(bucket, s) as usize;
                     let key: &[u8] = bytemuck::cast_slice(&table[k..k + g.key_words() as usize]);
-                    let at = (state - gphash::testing::layout::PUBLISHED) as usize * cw;
-                    cells.insert(key.to_vec(), heap[at..at + cw].to_vec());
+                    cells.push((key.to_vec(), (state - published) as u64));
                 }
             }
         }
         cells
+    })
+}
+
+/// Every published key of a table with the words of its value cell as the pool holds them
+/// (the value words, then the checksum word).
+pub fn stored_cells(t: &gphash::GpHash) -> std::collections::HashMap<Vec<u8>, Vec<u32>> {
+    let cw = t.geometry().cell_words() as usize;
+    let cells = published_cells(t);
+    t.with_pool(|pool| {
+        let heap: &[u32] = bytemuck::cast_slice(pool.region(pool.header().heap_region));
+        cells.into_iter().map(|(key, cell)| (key, heap[cell as usize * cw..][..cw].to_vec())).collect()
     })
 }
 
