@@ -193,7 +193,9 @@ pub struct Model<'g> {
 }
 
 impl Model<'_> {
-    /// Reads every candidate slot of `key` (twin of `probe` in `common/probe.wgsl`).
+    /// Reads every candidate slot of `key` (twin of `probe` in `common/probe.wgsl`, which stops
+    /// at the first hash location holding the key: a key is in at most one slot, so what it
+    /// decides from is the same).
     pub fn probe(&self, table: &[u32], key: &[u32]) -> Probe {
         let geo = self.geo;
         let (tops, fingerprint) = locate(key, self.seeds, geo.top_level);
