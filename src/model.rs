@@ -6,7 +6,7 @@
 //! GPU may produce, so for batches of distinct keys the results are identical.
 
 use crate::hash::{Seeds, locate, value_checksum};
-use crate::layout::{Candidate, EMPTY, Geometry, INSERTING, PUBLISHED};
+use crate::layout::{Candidate, EMPTY, Geometry, INSERTING, Layout, PUBLISHED};
 use std::collections::HashMap;
 
 use crate::batch::Encoded;
@@ -134,23 +134,21 @@ impl Probe {
     }
 
     /// The candidate an insertion claims: the lowest empty slot of the candidate bucket with the
-    /// most empty slots (ties: the lowest candidate bucket, i.e. first hash, top level first).
-    pub fn empty_target(&self, slots: u32) -> Option<usize> {
+    /// most empty slots in the highest level that has one (ties: the lowest candidate bucket,
+    /// i.e. first hash).
+    pub fn empty_target(&self, layout: &Layout) -> Option<usize> {
+        let (slots, levels) = (layout.slots, layout.levels as usize);
         let buckets = self.candidates.len() / slots as usize;
         let empties = |cb: usize| {
             (0..slots as usize).filter(|&s| self.states[cb * slots as usize + s] == EMPTY).count()
         };
-        let mut best = (0, 0);
-        for cb in 0..buckets {
-            let n = empties(cb);
-            if n > best.1 {
-                best = (cb, n);
-            }
-        }
-        if best.1 == 0 {
-            return None;
-        }
-        let base = best.0 * slots as usize;
+        // Candidate buckets are numbered `h * levels + level`; the best has the lowest level,
+        // then the most empty slots, then the lowest number.
+        let best = (0..buckets)
+            .map(|cb| (cb, empties(cb)))
+            .filter(|&(_, n)| n > 0)
+            .min_by_key(|&(cb, n)| (cb % levels, std::cmp::Reverse(n), cb));
+        let base = best?.0 * slots as usize;
         (base..base + slots as usize).find(|&c| self.states[c] == EMPTY)
     }
 }
@@ -193,9 +191,9 @@ pub struct Model<'g> {
 }
 
 impl Model<'_> {
-    /// Reads every candidate slot of `key` (twin of `probe` in `common/probe.wgsl`, which stops
-    /// at the first hash location holding the key: a key is in at most one slot, so what it
-    /// decides from is the same).
+    /// Reads every candidate slot of `key` (twin of `probe` in `common/probe.wgsl`, which skips
+    /// the lower levels when the top level holds the key: a key is in at most one slot, so what
+    /// it decides from is the same).
     pub fn probe(&self, table: &[u32], key: &[u32]) -> Probe {
         let geo = self.geo;
         let (tops, fingerprint) = locate(key, self.seeds, geo.top_level);
@@ -321,7 +319,7 @@ impl Model<'_> {
                     run.control[control::NEED_B] += 1;
                     return;
                 }
-                let Some(c) = probe.empty_target(slots) else {
+                let Some(c) = probe.empty_target(&self.geo.layout) else {
                     st.phase = phase::FULL;
                     run.control[control::FULL] += 1;
                     return;
@@ -431,7 +429,7 @@ impl Model<'_> {
                 let k = old.key_word(b, s) as usize;
                 let key = &from[k..k + kw];
                 let probe = self.probe(to, key);
-                let Some(c) = probe.empty_target(self.geo.layout.slots) else {
+                let Some(c) = probe.empty_target(&self.geo.layout) else {
                     failed += 1;
                     continue;
                 };
