@@ -14,11 +14,13 @@
 #include "common/probe.wgsl"
 #include "common/claims.wgsl"
 
-// Finishes an operation in this phase; a fresh cell it will not publish goes back.
-fn finish(op: u32, status: u32) {
+// Finishes an operation in this phase; a fresh cell it will not publish goes back. A get has no
+// cell, and its record may be a previous batch's (a batch of gets runs without the allocation
+// stage, which resets the records).
+fn finish(op: u32, kind: u32, status: u32) {
     statuses[op] = status;
     set_op_field(op, ST_PHASE, PHASE_DONE);
-    set_op_field(op, ST_FREE, op_field(op, ST_CELL));
+    set_op_field(op, ST_FREE, select(op_field(op, ST_CELL), NONE, kind == OP_GET));
 }
 
 // Records an access of operation `op` to `group` for the loading phases' choice of hot groups:
@@ -149,14 +151,14 @@ fn step(t: Tile, turn: Turn) -> bool {
     }
     if (kind == OP_GET) {
         if (corrupt) {
-            finish(op, STATUS_CORRUPT);
+            finish(op, kind, STATUS_CORRUPT);
         } else if (found) {
-            finish(op, STATUS_OK);
+            finish(op, kind, STATUS_OK);
         } else {
-            finish(op, STATUS_NOT_FOUND);
+            finish(op, kind, STATUS_NOT_FOUND);
         }
     } else if (found && kind == OP_INSERT) {
-        finish(op, STATUS_EXISTS);
+        finish(op, kind, STATUS_EXISTS);
     } else if (found) {
         // Lead or follower, each tells the lead what it does to the key.
         if (claimant == op) {
@@ -178,7 +180,7 @@ fn step(t: Tile, turn: Turn) -> bool {
         set_op_field(op, ST_SLOT, claimant);
         tally_add(CTRL_NEED_B, 1u);
     } else if (!wants_slot) {
-        finish(op, STATUS_NOT_FOUND);
+        finish(op, kind, STATUS_NOT_FOUND);
     } else if (chosen == NONE) {
         set_op_field(op, ST_PHASE, PHASE_FULL);
         tally_add(CTRL_FULL, 1u);
@@ -205,7 +207,9 @@ fn main(inv: Invocation, sg: Subgroup) {
     let t = tile_of(sg);
     let me = op_index(inv);
     let op = me / params.spread;
-    var pending = me % params.spread == 0u && op < params.n && op_field(op, ST_PHASE) != PHASE_NO_CELL;
+    // A get's record is not read: a batch of gets runs without the allocation stage.
+    let owned = me % params.spread == 0u && op < params.n;
+    var pending = owned && (kinds[op] == OP_GET || op_field(op, ST_PHASE) != PHASE_NO_CELL);
     loop {
         if (!subgroupAny(pending)) {
             break;

@@ -445,6 +445,15 @@ fn full_table_and_full_heap_roll_back() {
         .unwrap();
         assert!(matches!(t.execute(&many), Err(Error::HeapFull { .. })), "{name}");
         assert_same_content(t.entries(), &unchanged, name);
+        // Gets where those updates found no cell, in both batch slots: a batch of gets runs
+        // without the allocation stage that resets the records, and must not read them.
+        let gets =
+            Batch::of_kind(OpKind::Get, 8, 8, &k(4).repeat(t.geometry().cells as usize), None).unwrap();
+        for _ in 0..2 {
+            let got = t.execute(&gets).unwrap();
+            assert!(got.statuses.iter().all(|&s| s == Status::Ok), "{name}: {:?}", got.statuses);
+            assert!((0..gets.len()).all(|i| got.value(i) == Some(&k(4)[..])), "{name}");
+        }
         assert!(t.check().ok());
         // Still usable.
         assert_eq!(t.delete(&k(3)).unwrap(), vec![Status::Ok]);

@@ -116,6 +116,8 @@ struct Slot {
     device_bind: Option<wgpu::BindGroup>,
     /// Operations in the batch.
     n: u32,
+    /// The batch only reads (gets): phase A alone, no allocation stage, nothing written.
+    read_only: bool,
     running: Option<Running>,
     statuses: Vec<u32>,
     values: Vec<u32>,
@@ -455,11 +457,14 @@ impl GpuEngine {
         let io = s.io.as_ref().expect("reserved");
         let dev = &self.gpu.device;
         let mut enc = dev.create_command_encoder(&Default::default());
-        if kernels.contains(&Kernel::PhaseA) {
+        // Gets never register in the claim registry.
+        if kernels.contains(&Kernel::PhaseA) && !s.read_only {
             enc.clear_buffer(&io.claims, 0, None);
         }
         let bind = s.device_bind.as_ref().unwrap_or(&io.bind);
-        let writeback = (self.windows.staged() && kernels.iter().any(|k| k.writes_pool()))
+        // Phase A of a batch of gets claims nothing: nothing to write back.
+        let writes = kernels.iter().any(|&k| k.writes_pool() && !(k == Kernel::PhaseA && s.read_only));
+        let writeback = (self.windows.staged() && writes)
             .then(|| (self.pipelines.get(Kernel::Writeback), writeback_invocations(io.dirty_cap)));
         let timer = self.timer.as_ref();
         let passes = record_passes(
@@ -668,7 +673,11 @@ impl GpuEngine {
         if self.cache.batch_starts(n as u64, std::mem::take(&mut self.busy)) {
             kernels = self.cache_kernels(false)?;
         }
-        kernels.extend([Kernel::Alloc, Kernel::PhaseA]);
+        // A batch of gets allocates nothing and writes nothing: phase A alone (it does not read
+        // the records the allocation stage resets for gets).
+        let read_only = matches!(batch, Input::Host(e) if e.read_only());
+        self.slots[slot].read_only = read_only;
+        kernels.extend(if read_only { &[Kernel::PhaseA][..] } else { &[Kernel::Alloc, Kernel::PhaseA] });
         let io = self.slots[slot].io.as_ref().expect("reserved");
         let (results, device_bind) = match batch {
             Input::Host(e) => {
