@@ -227,9 +227,13 @@ impl fmt::Display for CacheStatus {
 }
 
 /// The groups a loading phase caches: up to `k` of them. LFU and LRU take the groups with the
-/// highest counts (ties: the lower group), never a group that was not accessed; Random draws
-/// `k` groups uniformly.
-pub(crate) fn select(policy: Policy, counts: &[u32], k: usize, seed: u64) -> Vec<u32> {
+/// highest counts (ties: the lower group), then, when `spare` asks for it, groups that were not
+/// counted (the lowest first) while entries are left: accesses are sampled, so an uncounted
+/// group may still be in use. Only a whole load asked for by the caller takes them: a periodic
+/// phase loads in slices between batches, and copying every cold group there slowed YCSB on the
+/// H200 (BENCHMARKS.md). `plan` never lets an uncounted group displace a cached one. Random
+/// draws `k` groups uniformly.
+pub(crate) fn select(policy: Policy, counts: &[u32], k: usize, seed: u64, spare: bool) -> Vec<u32> {
     let k = k.min(counts.len());
     match policy {
         Policy::Random => sample(counts.len(), k, seed),
@@ -239,6 +243,11 @@ pub(crate) fn select(policy: Policy, counts: &[u32], k: usize, seed: u64) -> Vec
             if hot.len() > k {
                 hot.select_nth_unstable_by(k, order);
                 hot.truncate(k);
+            }
+            if spare {
+                let cold = (0..counts.len() as u32).filter(|&g| counts[g as usize] == 0);
+                let room = k - hot.len();
+                hot.extend(cold.take(room));
             }
             hot
         }
@@ -448,26 +457,33 @@ mod tests {
     use crate::layout::Layout;
 
     #[test]
-    fn lfu_takes_the_most_counted_groups_and_never_cold_ones() {
+    fn lfu_takes_the_most_counted_groups_then_cold_ones_when_asked() {
         let counts = [0, 5, 1, 9, 5, 0, 2];
-        let mut got = select(Policy::Lfu, &counts, 3, 0);
+        let mut got = select(Policy::Lfu, &counts, 3, 0, true);
         got.sort();
         assert_eq!(got, vec![1, 3, 4]);
-        let mut all = select(Policy::Lru, &counts, 10, 0);
+        let mut counted = select(Policy::Lru, &counts, 10, 0, false);
+        counted.sort();
+        assert_eq!(counted, vec![1, 2, 3, 4, 6]);
+        // Room for six: the five counted groups, then the lowest uncounted one.
+        let mut six = select(Policy::Lru, &counts, 6, 0, true);
+        six.sort();
+        assert_eq!(six, vec![0, 1, 2, 3, 4, 6]);
+        let mut all = select(Policy::Lfu, &counts, 10, 0, true);
         all.sort();
-        assert_eq!(all, vec![1, 2, 3, 4, 6]);
+        assert_eq!(all, (0..7).collect::<Vec<u32>>());
     }
 
     #[test]
     fn random_draws_distinct_groups_reproducibly() {
         let counts = vec![0; 100];
-        let a = select(Policy::Random, &counts, 20, 3);
+        let a = select(Policy::Random, &counts, 20, 3, false);
         let mut distinct = a.clone();
         distinct.sort();
         distinct.dedup();
         assert_eq!(distinct.len(), 20);
-        assert_eq!(a, select(Policy::Random, &counts, 20, 3));
-        assert_ne!(a, select(Policy::Random, &counts, 20, 4));
+        assert_eq!(a, select(Policy::Random, &counts, 20, 3, false));
+        assert_ne!(a, select(Policy::Random, &counts, 20, 4, false));
     }
 
     #[test]
@@ -475,12 +491,12 @@ mod tests {
         // 3 of 10 groups over 6000 seeds: each group about 1800 times, every one of them drawn.
         let mut times = [0u32; 10];
         for seed in 0..6000 {
-            for g in select(Policy::Random, &[0; 10], 3, seed) {
+            for g in select(Policy::Random, &[0; 10], 3, seed, false) {
                 times[g as usize] += 1;
             }
         }
         assert!(times.iter().all(|&t| (1600..2000).contains(&t)), "{times:?}");
-        let all = select(Policy::Random, &[0; 10], 10, 1);
+        let all = select(Policy::Random, &[0; 10], 10, 1, false);
         assert_eq!(all.iter().collect::<std::collections::HashSet<_>>().len(), 10);
     }
 

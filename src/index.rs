@@ -560,7 +560,8 @@ impl GpHash {
     }
 
     /// Runs a whole loading phase of the bucket cache now: the hot groups so far are cached
-    /// when this returns (the cache then stays frozen until its next period).
+    /// when this returns, and the entries they leave take groups no access was counted in
+    /// (the cache then stays frozen until its next period).
     pub fn load_cache(&self) -> Result<()> {
         let mut s = self.state();
         let t = Instant::now();

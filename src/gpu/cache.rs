@@ -194,14 +194,14 @@ impl DeviceCache {
     }
 
     /// Starts a loading phase: picks the hot groups from `counts` (downloaded by the caller;
-    /// empty for the random policy) and plans their fills; `elapsed` is what reading the counts
-    /// took.
-    pub(crate) fn start_load(&mut self, counts: &[u32], elapsed: Duration) {
+    /// empty for the random policy), and for a `whole` load uncounted groups for the spare
+    /// entries, and plans their fills; `elapsed` is what reading the counts took.
+    pub(crate) fn start_load(&mut self, counts: &[u32], elapsed: Duration, whole: bool) {
         let t = Instant::now();
         let seed = self.opts.seed ^ self.stats.loads.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let counts: Vec<u32> =
             if counts.is_empty() { vec![0; self.groups as usize] } else { counts.to_vec() };
-        let chosen = cache::select(self.opts.policy, &counts, self.cfg.entries as usize, seed);
+        let chosen = cache::select(self.opts.policy, &counts, self.cfg.entries as usize, seed, whole);
         let lfu = (self.opts.policy == Policy::Lfu).then_some(&counts[..]);
         self.fills = cache::plan(&self.owner_host, &chosen, self.groups, lfu);
         self.done = 0;

@@ -605,7 +605,7 @@ impl GpuEngine {
             let started = Instant::now();
             let counts =
                 if self.cache.counts_accesses() { self.cache.download_counts(&self.gpu)? } else { vec![] };
-            self.cache.start_load(&counts, started.elapsed());
+            self.cache.start_load(&counts, started.elapsed(), whole);
             if self.cfg.cache.count_mode == crate::cache::Policy::Lfu.count_mode() {
                 kernels.push(Kernel::CacheDecay);
             }
