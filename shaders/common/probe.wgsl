@@ -1,6 +1,6 @@
-// One-shot probe: the lanes of a tile read all candidate slots of one key at once, those of
-// cached groups from device memory first (BktCache), the others from the table only when the
-// cached groups do not hold the key.
+// The probe of one key by its tile: the lanes read the candidate slots of cached groups from
+// device memory first (BktCache), then the table's top-level candidates, then its lower levels,
+// each round only when the rounds before did not find the key.
 // Twin: Model::probe in src/model.rs.
 // uses: CANDIDATES, CANDIDATE_BUCKETS, CTRL_CACHE_STALE, EMPTY, FINGERPRINT_SEED, HASHES
 // uses: INSERTING, KEY_WORDS, LEVELS, LOCATION_SEEDS, NONE, SLOTS, Tile, bucket_load, cache_entry

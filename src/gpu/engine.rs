@@ -440,7 +440,6 @@ impl GpuEngine {
             pad1: 0,
         };
         self.gpu.queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
-        self.gpu.queue.write_buffer(&self.control, 0, &[0u8; control::WORDS * 4]);
     }
 
     /// Writes the parameters of a submit for the batch in `slot`; records `kernels` (one compute
@@ -457,6 +456,9 @@ impl GpuEngine {
         let io = s.io.as_ref().expect("reserved");
         let dev = &self.gpu.device;
         let mut enc = dev.create_command_encoder(&Default::default());
+        // The control block starts at zero: cleared on the GPU (a queue write would stage a
+        // buffer of its own).
+        enc.clear_buffer(&self.control, 0, None);
         // Gets never register in the claim registry.
         if kernels.contains(&Kernel::PhaseA) && !s.read_only {
             enc.clear_buffer(&io.claims, 0, None);
