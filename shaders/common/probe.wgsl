@@ -133,7 +133,7 @@ fn table_group_reads(loc: Located, found_entry: u32) -> u32 {
 // when every candidate is taken. Lower levels, whose buckets each serve two buckets of the level
 // above, are an overflow: filled only when the key's upper buckets are, they keep room for the
 // keys whose upper buckets fill first (2L-2H-8S first fails at a load of about 0.90 instead of
-// 0.85, and searches find most keys in their top-level buckets). The same on every lane.
+// 0.81-0.86, and searches find most keys in their top-level buckets). The same on every lane.
 fn choose_empty(t: Tile, p: LaneProbe) -> u32 {
     var best_bucket = 0u;
     var best_empty = 0u;

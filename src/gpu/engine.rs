@@ -464,8 +464,8 @@ impl GpuEngine {
             enc.clear_buffer(&io.claims, 0, None);
         }
         let bind = s.device_bind.as_ref().unwrap_or(&io.bind);
-        // Phase A of a batch of gets claims nothing: nothing to write back.
-        let writes = kernels.iter().any(|&k| k.writes_pool() && !(k == Kernel::PhaseA && s.read_only));
+        // A batch of gets claims nothing: nothing to write back.
+        let writes = !s.read_only && kernels.iter().any(|k| k.writes_pool());
         let writeback = (self.windows.staged() && writes)
             .then(|| (self.pipelines.get(Kernel::Writeback), writeback_invocations(io.dirty_cap)));
         let timer = self.timer.as_ref();
