@@ -48,14 +48,16 @@ fn main() -> Result<(), Box<dyn Error>> {
         values: &values_buf,
         statuses: &statuses,
         found: &found,
+        reads_only: false,
     };
     map.index().execute_device(&batch)?;
     // The host API sees them.
     assert_eq!(map.len(), n as u64);
     assert_eq!(map.get(&keys[3])?, Some(values[3]));
 
-    // Read them back into `found`, on the device. Copied to the host here only to check them.
-    map.index().execute_device(&DeviceBatch { kinds: &gets, ..batch })?;
+    // Read them back into `found`, on the device: a batch of gets only, which says so, runs as
+    // one kernel. Copied to the host here only to check them.
+    map.index().execute_device(&DeviceBatch { kinds: &gets, reads_only: true, ..batch })?;
     let status_codes: Vec<u32> = read_back(&gpu, &statuses)?;
     assert!(status_codes.iter().all(|&s| s == Status::Ok as u32));
     assert_eq!(read_back::<u64>(&gpu, &found)?, values);

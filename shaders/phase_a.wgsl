@@ -16,9 +16,12 @@
 
 // Finishes an operation in this phase; a fresh cell it will not publish goes back. A get has no
 // cell, and its record may be a previous batch's (a batch of gets runs without the allocation
-// stage, which resets the records).
+// stage, which resets the records, and without phase B, which would read them: it writes none).
 fn finish(op: u32, kind: u32, status: u32) {
     statuses[op] = status;
+    if (params.reads_only == 1u) {
+        return;
+    }
     set_op_field(op, ST_PHASE, PHASE_DONE);
     set_op_field(op, ST_FREE, select(op_field(op, ST_CELL), NONE, kind == OP_GET));
 }
@@ -197,19 +200,29 @@ fn step(t: Tile, turn: Turn) -> bool {
     return true;
 }
 
-// The dispatch has `params.spread` invocations per operation (a power of two up to TILE), and
-// the lanes whose invocation index is a multiple of it own one operation each: a tile serves its
-// lanes' operations one at a time, so a small batch is spread out to one operation per tile and
-// fills the GPU. Each operation has exactly one owner whatever the mapping of invocations to
-// lanes.
+// The dispatch has `params.spread` invocations per operation (a power of two up to the tile's
+// width), and the lanes whose invocation index is a multiple of it own one operation each: a
+// tile serves its lanes' operations one at a time, so a small batch is spread out to one
+// operation per tile and fills the GPU. Tiles are `params.tile` lanes wide: wide for small
+// batches (each probe's candidates read at once), narrow for large ones (more operations' reads
+// in flight per subgroup). Each operation has exactly one owner whatever the mapping of
+// invocations to lanes.
 @compute @workgroup_size(WG)
 fn main(inv: Invocation, sg: Subgroup) {
-    let t = tile_of(sg);
+    let t = tile_of_width(sg, params.tile);
     let me = op_index(inv);
     let op = me / params.spread;
-    // A get's record is not read: a batch of gets runs without the allocation stage.
+    // A get's record is not read: a batch of gets runs without the allocation stage. Anything
+    // else in a batch declared reads-only is not run, only counted (the host refuses the batch).
     let owned = me % params.spread == 0u && op < params.n;
-    var pending = owned && (kinds[op] == OP_GET || op_field(op, ST_PHASE) != PHASE_NO_CELL);
+    var pending = false;
+    if (owned) {
+        let is_get = kinds[op] == OP_GET;
+        if (!is_get && params.reads_only == 1u) {
+            count(CTRL_REFUSED);
+        }
+        pending = is_get || (params.reads_only == 0u && op_field(op, ST_PHASE) != PHASE_NO_CELL);
+    }
     loop {
         if (!subgroupAny(pending)) {
             break;

@@ -21,6 +21,10 @@ pub struct DeviceBatch<'a> {
     /// Output: `ceil(value_bytes / 4)` words per operation, the values gets found (zeros for a
     /// verified read whose status is [`crate::Status::Corrupt`]; untouched for other statuses).
     pub found: &'a wgpu::Buffer,
+    /// The caller's word that every operation is a get: the batch then runs as one kernel
+    /// (no allocation stage, no second phase, nothing persisted). An operation that is not a
+    /// get is not run, and the call returns [`crate::Error::NotReadsOnly`] (its gets did run).
+    pub reads_only: bool,
 }
 
 impl<'a> DeviceBatch<'a> {
@@ -48,6 +52,11 @@ impl<'a> DeviceBatch<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The batch's buffers: kinds, keys, values, statuses, found.
+    pub(crate) fn buffers(&self) -> [&'a wgpu::Buffer; 5] {
+        [self.kinds, self.keys, self.values, self.statuses, self.found]
     }
 
     /// The batch's buffers as the kernels bind them (`kinds`, `keys`, `values`, `statuses`,

@@ -38,9 +38,13 @@ impl Input<'_> {
         self.len() == 0
     }
 
-    /// Whether every operation is known to be a read (device batches are never assumed so).
+    /// Whether every operation is a read: checked on the host for host batches, declared by
+    /// the caller for device batches (the kernel refuses anything else in them).
     pub(crate) fn read_only(&self) -> bool {
-        matches!(self, Input::Host(e) if e.read_only())
+        match self {
+            Input::Host(e) => e.read_only(),
+            Input::Device(d) => d.reads_only,
+        }
     }
 }
 

@@ -124,6 +124,13 @@ pub enum Error {
         /// The most the engine takes.
         max: u64,
     },
+    /// A device batch declared reads-only ([`crate::DeviceBatch::reads_only`]) held operations
+    /// that are not gets. They were not run; its gets were (reading changes nothing).
+    #[error("a reads-only device batch held {count} operations that are not gets: they were not run")]
+    NotReadsOnly {
+        /// Operations that are not gets.
+        count: u64,
+    },
     /// The engine returned a result that cannot be right: a status code that is not one, or a
     /// status that contradicts the state of its key read earlier in the same call (a defect,
     /// or a device returning wrong results). The index is poisoned.

@@ -1137,6 +1137,7 @@ impl State {
             Error::MissingFeature(_)
             | Error::InvalidConfig(_)
             | Error::BatchTooLarge { .. }
+            | Error::NotReadsOnly { .. }
             | Error::CorruptValues { .. } => {}
             _ => {
                 self.poisoned.get_or_insert_with(|| e.to_string());
@@ -1199,6 +1200,9 @@ impl State {
     fn end(&mut self, slot: usize, batch: Input) -> Result<()> {
         loop {
             let a = self.settle(slot, batch.read_only())?;
+            if a[control::REFUSED] > 0 {
+                return Err(Error::NotReadsOnly { count: a[control::REFUSED] as u64 });
+            }
             let (full, no_cell) = (a[control::FULL], a[control::NO_CELL]);
             if full == 0 && no_cell == 0 {
                 let (publish, allocated) = (a[control::NEED_B] > 0, a[control::ALLOCATED] > 0);

@@ -161,6 +161,8 @@ pub(crate) mod control {
     pub(crate) const CACHE_FILLED: usize = 12;
     /// Value cells the allocation stage took (phase B must release those not published).
     pub(crate) const ALLOCATED: usize = 13;
+    /// Operations of a reads-only batch that are not gets: not run (the host refuses the batch).
+    pub(crate) const REFUSED: usize = 14;
     /// Words in the block.
     pub(crate) const WORDS: usize = 16;
 }

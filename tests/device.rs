@@ -37,7 +37,7 @@ fn device_batches_match_the_host_api() {
         dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: None,
             contents: bytemuck::cast_slice(contents),
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
         })
     };
     let n = 2000u32;
@@ -55,6 +55,7 @@ fn device_batches_match_the_host_api() {
         values: &values_buf,
         statuses: &statuses,
         found: &found,
+        reads_only: false,
     };
     t.execute_device(&batch).unwrap();
     assert!(read(dev, queue, &statuses).iter().all(|&s| s == Status::Ok as u32));
@@ -69,6 +70,48 @@ fn device_batches_match_the_host_api() {
     assert!(read(dev, queue, &statuses).iter().all(|&s| s == Status::Ok as u32));
     assert_eq!(read(dev, queue, &found), words(&values));
     assert_eq!(t.len(), n as u64);
+    assert!(t.check().ok());
+
+    // The same gets, declared reads-only (phase A alone, kept bind group): the same results,
+    // twice over the same buffers.
+    for _ in 0..2 {
+        let clear = vec![0u8; n as usize * 16];
+        queue.write_buffer(&found, 0, &clear);
+        queue.write_buffer(&statuses, 0, &clear[..n as usize * 4]);
+        t.execute_device(&DeviceBatch { reads_only: true, ..batch }).unwrap();
+        assert!(read(dev, queue, &statuses).iter().all(|&s| s == Status::Ok as u32));
+        assert_eq!(read(dev, queue, &found), words(&values));
+    }
+    // A reads-only batch that holds other operations: they are not run, the call says how many,
+    // and the gets among them ran.
+    let mut mixed = vec![OpKind::Get as u32; n as usize];
+    let absent: Vec<u8> = (n as u64..2 * n as u64).flat_map(|k| common::key(k, 8)).collect();
+    let mixed_keys = {
+        let mut k = keys.clone();
+        for i in (0..n as usize).step_by(4) {
+            mixed[i] = [OpKind::Insert, OpKind::Delete, OpKind::Upsert][i / 4 % 3] as u32;
+            k[i * 8..i * 8 + 8].copy_from_slice(&absent[i * 8..i * 8 + 8]);
+        }
+        k
+    };
+    let (mixed_kinds, mixed_keys) = (buffer(&mixed), buffer(&words(&mixed_keys)));
+    queue.write_buffer(&statuses, 0, &vec![0u8; n as usize * 4]);
+    let bad = DeviceBatch { kinds: &mixed_kinds, keys: &mixed_keys, reads_only: true, ..batch };
+    match t.execute_device(&bad) {
+        Err(Error::NotReadsOnly { count }) => assert_eq!(count, n as u64 / 4),
+        other => panic!("a reads-only batch with writes gave {other:?}"),
+    }
+    let got = read(dev, queue, &statuses);
+    for (i, &s) in got.iter().enumerate() {
+        let want = if i % 4 == 0 { 0 } else { Status::Ok as u32 };
+        assert_eq!(s, want, "operation {i}: status");
+    }
+    assert_eq!(t.len(), n as u64, "nothing was written");
+    let (absent_now, present_now) = (t.get(&absent).unwrap(), t.get(&keys).unwrap());
+    for i in 0..n as usize {
+        assert_eq!(absent_now.value(i), None, "no insert or upsert took effect");
+        assert_eq!(present_now.value(i), Some(&values[i * 16..i * 16 + 16]), "no delete took effect");
+    }
     assert!(t.check().ok());
 
     // A buffer too small for the batch is refused before anything runs.

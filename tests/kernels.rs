@@ -189,6 +189,44 @@ fn gpu_matches_model_on_random_batches() {
     }
 }
 
+/// Batches large enough that phase A narrows its tiles below the configured width (4 lanes
+/// serving their lanes' operations in turns, while the other kernels keep 32-lane tiles), every
+/// kind of operation: the same results and table as the model.
+#[test]
+fn gpu_matches_model_on_large_batches() {
+    let seed = common::seed("gpu_matches_model_on_large_batches");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = common::pool_dir();
+    let cfg = Config { value_bytes: 8, capacity: 160_000, seed: rng.random(), ..Default::default() };
+    let wide = GpuOptions { placement: Placement::ZeroCopy, tile: 32, ..GpuOptions::default() };
+    let gpu = common::table(&dir, "g", &cfg, &common::gpu_options(wide));
+    let cpu = common::table(&dir, "c", &cfg, &common::cpu_options());
+    let mut oracle = Oracle::default();
+    let space = 100_000;
+    // 2^17 / 70,000 rounds to one invocation per operation: 4-lane tiles, 4 operations each.
+    for (round, n) in [70_000usize, 40_000, 70_000].into_iter().enumerate() {
+        let mut batch = gpu.batch();
+        for k in sample(&mut rng, space, n) {
+            let kind = common::random_kind(&mut rng);
+            let v = common::value(&mut rng, 8);
+            batch.push(kind, &common::key(k as u64, 8), kind.writes_value().then_some(&v[..])).unwrap();
+        }
+        let want = oracle.run(&batch);
+        let g = gpu.execute(&batch).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let c = cpu.execute(&batch).unwrap();
+        for (i, (status, value)) in want.iter().enumerate() {
+            let what = format!("round {round} op {i} ({:?})", batch.op(i).0);
+            assert_eq!((g.statuses[i], g.value(i)), (*status, value.as_deref()), "{what}: GPU");
+            assert_eq!((c.statuses[i], c.value(i)), (*status, value.as_deref()), "{what}: model");
+        }
+        for (name, t) in [("GPU", &gpu), ("model", &cpu)] {
+            assert_same_content(t.entries(), &oracle.map, &format!("round {round} {name}"));
+            assert_eq!(t.len(), oracle.map.len() as u64, "round {round} {name}: item count");
+        }
+        assert!(gpu.check().ok(), "round {round}: {}", gpu.check());
+    }
+}
+
 /// The value cells of every key (value words, then the checksum word the allocation stage
 /// computed) are the same in the GPU's pool and in the CPU model's.
 fn assert_same_cells(gpu: &gphash::GpHash, cpu: &gphash::GpHash, what: &str) {

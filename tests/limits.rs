@@ -152,6 +152,7 @@ fn a_device_batch_too_large_is_refused() {
         values: &values,
         statuses: &statuses,
         found: &found,
+        reads_only: false,
     };
     match t.execute_device(&batch) {
         Err(Error::BatchTooLarge { len, max: m }) => assert_eq!((len, m), (n as u64, max as u64)),

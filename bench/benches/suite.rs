@@ -39,6 +39,7 @@ fn main() -> gphash::Result<()> {
         pool_dir: dir.clone(),
         cpu_threads: 2,
         cache: CacheOptions { period: 4096, ..CacheOptions::default() },
+        tile: 32,
         reps: 2,
     };
     println!("# {} ({})", gpu.info.name, gpu.info.driver);

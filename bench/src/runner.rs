@@ -21,6 +21,7 @@ use gphash::Batch;
 use gphash::CacheOptions;
 use gphash::Config;
 use gphash::Gpu;
+use gphash::GpuOptions;
 use gphash::Placement;
 use gphash::{Error, Result};
 use gphash::{OpKind, Status};
@@ -143,6 +144,8 @@ pub struct Suite {
     pub cpu_threads: usize,
     /// The bucket cache of `gphash-zc`.
     pub cache: CacheOptions,
+    /// Lanes that serve one operation in the gphash systems (`naive` has 1).
+    pub tile: u32,
     /// Runs of each workload at each batch size (the table restored in between, untimed); the
     /// record is the median run, with the slowest and fastest rates. The load runs once.
     pub reps: usize,
@@ -238,6 +241,15 @@ impl Record {
     }
 }
 
+/// The settings of the gphash systems that a suite chooses.
+#[derive(Clone, Copy, Debug)]
+struct Tuning {
+    /// The bucket cache of `gphash-zc`.
+    cache: CacheOptions,
+    /// Lanes per operation (`naive` has 1).
+    tile: u32,
+}
+
 /// A system of the suite, made for one key width, and the pool file it made.
 #[allow(clippy::too_many_arguments)]
 fn create(
@@ -248,7 +260,7 @@ fn create(
     value_bytes: u32,
     capacity: u64,
     cpu_threads: usize,
-    cache: CacheOptions,
+    Tuning { cache, tile }: Tuning,
 ) -> Result<(Box<dyn System>, Option<PathBuf>)> {
     let path = dir.join(format!("{}-{key_bytes}.pool", kind.name()));
     let gphash = |placement, tile, cache, keys_apart| -> Result<(Box<dyn System>, Option<PathBuf>)> {
@@ -259,12 +271,12 @@ fn create(
     };
     let off = CacheOptions::off();
     match kind {
-        SystemKind::ZeroCopy => gphash(Placement::ZeroCopy, 32, cache, false),
-        SystemKind::NoCache => gphash(Placement::ZeroCopy, 32, off, false),
-        SystemKind::Staged => gphash(Placement::Staged, 32, off, false),
-        SystemKind::Volatile => gphash(Placement::Volatile, 32, off, false),
+        SystemKind::ZeroCopy => gphash(Placement::ZeroCopy, tile, cache, false),
+        SystemKind::NoCache => gphash(Placement::ZeroCopy, tile, off, false),
+        SystemKind::Staged => gphash(Placement::Staged, tile, off, false),
+        SystemKind::Volatile => gphash(Placement::Volatile, tile, off, false),
         SystemKind::Naive => gphash(Placement::ZeroCopy, 1, off, false),
-        SystemKind::KeysApart => gphash(Placement::ZeroCopy, 32, off, true),
+        SystemKind::KeysApart => gphash(Placement::ZeroCopy, tile, off, true),
         SystemKind::Slab => {
             let config = SlabConfig::new(key_bytes, value_bytes, capacity);
             let options = SlabOptions { placement: Placement::ZeroCopy, ..SlabOptions::default() };
@@ -400,11 +412,12 @@ pub fn run(
     let dir = crate::basic::pool_dir(&suite.pool_dir)?;
     let capacity = suite.records + largest_insert_run(suite) + 1024;
     let (records, vb) = (suite.records, suite.value_bytes);
+    let tuning = Tuning { cache: suite.cache, tile: suite.tile };
     for &key_bytes in &suite.key_bytes {
         for &kind in &suite.systems {
             let cpu_threads = suite.cpu_threads;
             let (mut system, pool) =
-                create(kind, gpu, dir.path(), key_bytes, vb, capacity, cpu_threads, suite.cache)?;
+                create(kind, gpu, dir.path(), key_bytes, vb, capacity, cpu_threads, tuning)?;
             let kb = key_bytes as usize;
             let mut report_runs = |workload: &str, batch: usize, runs: &[Measured], setting: &str| {
                 let mut rs: Vec<Record> = runs
@@ -479,9 +492,9 @@ pub fn run_traces(
     let to_batch = |ops: &[Op]| trace_batch(ops, key_bytes as usize, value_bytes as usize, 0);
     for &kind in systems {
         let capacity = load.len() as u64 + inserts;
-        let cache = CacheOptions::default();
+        let tuning = Tuning { cache: CacheOptions::default(), tile: GpuOptions::default().tile };
         let (mut system, pool) =
-            create(kind, gpu, dir.path(), key_bytes, value_bytes, capacity, cpu_threads, cache)?;
+            create(kind, gpu, dir.path(), key_bytes, value_bytes, capacity, cpu_threads, tuning)?;
         let setting = system.setting();
         for (name, ops) in [("trace-load", load), ("trace-run", run_ops)] {
             let chunks = ops.chunks(batch.max(1)).map(|c| (c.to_vec(), c.len() as u64));

@@ -32,6 +32,7 @@ fn repeated_runs_report_the_median_with_min_and_max() {
         pool_dir: dir.path().to_path_buf(),
         cpu_threads: 2,
         cache: CacheOptions::default(),
+        tile: 32,
         reps: 3,
     };
     let mut heard = 0;

@@ -512,6 +512,7 @@ fn suite(a: &SuiteArgs, options: &Options) -> gphash::Result<()> {
         pool_dir: a.dir.pool_dir.clone(),
         cpu_threads: threads(a.cpu_threads),
         cache: options.gpu.cache,
+        tile: options.gpu.tile,
         reps: a.reps,
     };
     println!("# {} ({}), {} host threads", gpu.info.name, gpu.info.driver, suite.cpu_threads);

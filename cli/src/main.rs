@@ -36,7 +36,8 @@ struct ExecArgs {
     /// Zero-copy (the GPU works on the pool in place) or staged (a device copy).
     #[arg(long, global = true, value_enum, default_value_t = PlacementArg::Auto)]
     placement: PlacementArg,
-    /// Lanes that serve one operation (4, 8, 16 or 32).
+    /// Lanes that serve one operation (1, 2, 4, 8, 16 or 32): the widest tile, which phase A
+    /// narrows down to 4 lanes for large batches.
     #[arg(long, global = true, default_value_t = 32)]
     tile: u32,
     /// Bucket cache in device memory, as a fraction of the table's groups (0: none; 1: all).

@@ -32,6 +32,7 @@ const CTRL_CACHE_REFRESHED: u32 = 10u;
 const CTRL_CACHE_STALE: u32 = 11u;
 const CTRL_CACHE_FILLED: u32 = 12u;
 const CTRL_ALLOCATED: u32 = 13u;
+const CTRL_REFUSED: u32 = 14u;
 const CTRL_WORDS: u32 = 16u;
 
 // Per-operation record (8 words), twin of `OpState`.

@@ -18,6 +18,7 @@ use host_pm::{Pool, Region};
 use super::cache::DeviceCache;
 use super::shader::{self, CacheConfig, Kernel, KernelConfig, Params};
 use crate::cache::{CacheOptions, CacheStatus, Snapshot};
+use crate::device_batch::DeviceBatch;
 use crate::engine::{Engine, Input, MAX_BATCH, Mode, Phase, Report, Written};
 use crate::error::{Error, Result};
 use crate::layout::Geometry;
@@ -30,6 +31,10 @@ use gphash_gpu::shader::Reach;
 /// Phase A's target invocations per dispatch: a batch smaller than this is spread over more
 /// lanes per operation (`GpuEngine::spread`). Measured on the H200 (BENCHMARKS.md).
 const SPREAD_INVOCATIONS: u64 = 1 << 17;
+
+/// Phase A's narrowest tile (for large batches): 4 lanes cover the at most 128 candidate slots
+/// of a layout in 32 passes, the most a lane's bit mask of empty candidates holds.
+const NARROWEST_TILE: u32 = 4;
 
 /// Where the table lives while the GPU works on it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -65,8 +70,9 @@ impl From<Placement> for gphash_gpu::Placement {
 pub struct GpuOptions {
     /// Zero-copy or staged.
     pub placement: Placement,
-    /// Lanes per operation (a power of two up to 32; 1 is the `naive` baseline: one
-    /// invocation per operation, no subgroup cooperation).
+    /// Lanes per operation: a power of two up to 32 (1 is the `naive` baseline: one
+    /// invocation per operation, no subgroup cooperation). Phase A takes it as its widest tile
+    /// and narrows its tiles down to 4 lanes for large batches (`GpuEngine::phase_a_lanes`).
     pub tile: u32,
     /// Largest storage window in bytes (default: the device's binding limit).
     pub max_window_bytes: Option<u64>,
@@ -112,8 +118,11 @@ const SLOTS: usize = 2;
 #[derive(Default)]
 struct Slot {
     io: Option<BatchBuffers>,
-    /// The bind group of a device-buffer batch (`None`: the host batch buffers).
-    device_bind: Option<wgpu::BindGroup>,
+    /// The bind group of the last device-buffer batch, kept for the next one with the same
+    /// buffers and length (`None`: the host batch buffers).
+    device_bind: Option<DeviceBind>,
+    /// Whether the running batch is a device batch (bound by `device_bind`).
+    device: bool,
     /// Operations in the batch.
     n: u32,
     /// The batch only reads (gets): phase A alone, no allocation stage, nothing written.
@@ -121,6 +130,20 @@ struct Slot {
     running: Option<Running>,
     statuses: Vec<u32>,
     values: Vec<u32>,
+}
+
+/// The bind group of a device batch and what it binds: the batch's buffers (kinds, keys,
+/// values, statuses, found) and length.
+struct DeviceBind {
+    buffers: [wgpu::Buffer; 5],
+    len: u32,
+    group: wgpu::BindGroup,
+}
+
+impl DeviceBind {
+    fn binds(&self, d: &DeviceBatch) -> bool {
+        self.len == d.len && self.buffers.iter().zip(d.buffers()).all(|(a, b)| a == b)
+    }
 }
 
 /// A submit in flight, to be taken by `GpuEngine::collect`.
@@ -132,8 +155,6 @@ struct Running {
     passes: u32,
     /// Whether the staged write-back gather ran after the kernels.
     writeback: bool,
-    /// Whether the submit ends the batch (phase B or a rollback).
-    ends_batch: bool,
     submitted: Instant,
 }
 
@@ -388,6 +409,8 @@ impl GpuEngine {
             [&opstate, &dirty, &staging, &claims],
         );
         scopes.pop(|| format!("the buffers of a batch of {cap} operations"))?;
+        // A kept device bind group binds the working buffers replaced here.
+        self.slots[slot].device_bind = None;
         self.slots[slot].io = Some(BatchBuffers {
             cap,
             dirty_cap: sizes.dirty_cap,
@@ -425,6 +448,7 @@ impl GpuEngine {
         let io = self.slots[slot].io.as_ref().expect("reserved");
         self.seq = self.seq.wrapping_add(1);
         let (table_line_base, heap_line_base, table_lines) = self.windows.lines();
+        let (tile, spread) = self.phase_a_lanes(n);
         let p = Params {
             n,
             seed: self.seq.wrapping_mul(0x9E37_79B9),
@@ -436,8 +460,10 @@ impl GpuEngine {
             track_lines: self.track_lines as u32,
             stamp: self.batches,
             count_every: self.cache.count_every(),
-            spread: self.spread(n),
-            pad1: 0,
+            spread,
+            reads_only: self.slots[slot].read_only as u32,
+            tile,
+            ..Params::default()
         };
         self.gpu.queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
     }
@@ -446,7 +472,7 @@ impl GpuEngine {
     /// pass each, so wgpu orders them with barriers), the write-back gather in staged mode, and
     /// the copies of the control block and, when asked, the results; submits without waiting
     /// (`collect` waits).
-    fn submit(&mut self, slot: usize, kernels: &[Kernel], results: Results, ends_batch: bool) -> Result<()> {
+    fn submit(&mut self, slot: usize, kernels: &[Kernel], results: Results) -> Result<()> {
         let scopes = ErrorScopes::push(&self.gpu.device);
         let started = Instant::now();
         let n = self.slots[slot].n;
@@ -463,7 +489,10 @@ impl GpuEngine {
         if kernels.contains(&Kernel::PhaseA) && !s.read_only {
             enc.clear_buffer(&io.claims, 0, None);
         }
-        let bind = s.device_bind.as_ref().unwrap_or(&io.bind);
+        let bind = match &s.device_bind {
+            Some(d) if s.device => &d.group,
+            _ => &io.bind,
+        };
         // A batch of gets claims nothing: nothing to write back.
         let writes = !s.read_only && kernels.iter().any(|k| k.writes_pool());
         let writeback = (self.windows.staged() && writes)
@@ -507,7 +536,6 @@ impl GpuEngine {
             results,
             passes,
             writeback: writeback.is_some(),
-            ends_batch,
             submitted,
         });
         Ok(())
@@ -544,9 +572,6 @@ impl GpuEngine {
             crate::bulk::refill_words(statuses, status_bytes);
             crate::bulk::refill_words(values, value_bytes);
         })?;
-        if r.ends_batch {
-            s.device_bind = None;
-        }
         let done = Instant::now();
         let p = &mut self.profile;
         p.wait += mapped - r.submitted;
@@ -623,22 +648,27 @@ impl GpuEngine {
     fn invocations(&self, k: Kernel, n: u32) -> u64 {
         match k {
             Kernel::CacheFill => self.fills as u64 * self.cfg.tile as u64,
-            Kernel::PhaseA => n as u64 * self.spread(n) as u64,
+            Kernel::PhaseA => n as u64 * self.phase_a_lanes(n).1 as u64,
             Kernel::CacheDecay => self.cfg.geo.groups(),
             _ => n as u64,
         }
     }
 
-    /// Phase A's invocations per operation for a batch of `n`: enough that the dispatch has
-    /// about [`SPREAD_INVOCATIONS`] (a tile serves the operations of its lanes one at a time,
-    /// so a small batch with one operation per lane leaves most of the GPU idle), at most a
-    /// tile's lanes (one operation per tile; a tile is at most a subgroup wide), at least 1 (one
-    /// operation per lane: large batches keep the GPU full that way, and spreading them more was
-    /// slower on the H200).
-    fn spread(&self, n: u32) -> u32 {
-        let want = (SPREAD_INVOCATIONS / n.max(1) as u64).max(1) as u32;
-        let tile = self.cfg.tile.min(self.gpu.info.subgroup_sizes.1.max(1));
-        want.next_power_of_two().min(tile)
+    /// Phase A's tile width and invocations per operation for a batch of `n`. The dispatch
+    /// gets about [`SPREAD_INVOCATIONS`] invocations (a tile serves the operations of its lanes
+    /// one at a time, so a small batch with one operation per lane leaves most of the GPU
+    /// idle): `want` per operation. Tiles are `want` lanes wide, at least [`NARROWEST_TILE`]
+    /// and at most the configured tile and the subgroup: a small batch gets one wide tile per
+    /// operation (its probe reads every candidate at once), a large one narrow tiles serving
+    /// their lanes' operations in turns (more operations' reads in flight per subgroup: 2.8x
+    /// the throughput of 32-lane tiles for batches of 2^20 gets in device memory on the H100,
+    /// BENCHMARKS.md). The spread is `want`, at most the tile (one operation per tile), at
+    /// least 1 (one operation per lane).
+    fn phase_a_lanes(&self, n: u32) -> (u32, u32) {
+        let want = (SPREAD_INVOCATIONS / n.max(1) as u64).max(1).next_power_of_two() as u32;
+        let widest = self.cfg.tile.min(self.gpu.info.subgroup_sizes.1.max(1));
+        let tile = want.max(NARROWEST_TILE).min(widest);
+        (tile, want.min(tile))
     }
 
     /// The kernels that end a batch: phase B (when `publish`) or a rollback, the release of
@@ -677,11 +707,11 @@ impl GpuEngine {
         }
         // A batch of gets allocates nothing and writes nothing: phase A alone (it does not read
         // the records the allocation stage resets for gets).
-        let read_only = matches!(batch, Input::Host(e) if e.read_only());
+        let read_only = batch.read_only();
         self.slots[slot].read_only = read_only;
         kernels.extend(if read_only { &[Kernel::PhaseA][..] } else { &[Kernel::Alloc, Kernel::PhaseA] });
         let io = self.slots[slot].io.as_ref().expect("reserved");
-        let (results, device_bind) = match batch {
+        let results = match batch {
             Input::Host(e) => {
                 let q = &self.gpu.queue;
                 let writing = Instant::now();
@@ -696,16 +726,21 @@ impl GpuEngine {
                 }
                 self.profile.writes += writing.elapsed();
                 // A reads-only batch ends here: its results come back with phase A's control.
-                (if e.read_only() { Results::WithValues } else { Results::None }, None)
+                if e.read_only() { Results::WithValues } else { Results::None }
             }
             Input::Device(d) => {
-                let work = [&io.opstate, &io.dirty, &io.staging, &io.claims];
-                (Results::None, Some(self.bind_group(d.bindings(kw, vw), work)))
+                if !self.slots[slot].device_bind.as_ref().is_some_and(|b| b.binds(d)) {
+                    let work = [&io.opstate, &io.dirty, &io.staging, &io.claims];
+                    let group = self.bind_group(d.bindings(kw, vw), work);
+                    let buffers = d.buffers().map(Clone::clone);
+                    self.slots[slot].device_bind = Some(DeviceBind { buffers, len: d.len, group });
+                }
+                Results::None
             }
         };
-        self.slots[slot].device_bind = device_bind;
+        self.slots[slot].device = matches!(batch, Input::Device(_));
         scopes.pop(|| format!("the input of a batch of {n} operations"))?;
-        let submitted = self.submit(slot, &kernels, results, false);
+        let submitted = self.submit(slot, &kernels, results);
         self.fills = 0;
         submitted
     }
@@ -728,14 +763,14 @@ impl Engine for GpuEngine {
         let started = Instant::now();
         let submitted = match phase {
             Phase::A => self.start_a(slot, batch),
-            Phase::Rollback => self.submit(slot, &self.closing(phase), Results::None, true),
+            Phase::Rollback => self.submit(slot, &self.closing(phase), Results::None),
             Phase::B { .. } => {
                 let results = match batch {
                     Input::Host(e) if e.has_reads() => Results::WithValues,
                     Input::Host(_) => Results::Statuses,
                     Input::Device(_) => Results::None,
                 };
-                self.submit(slot, &self.closing(phase), results, true)
+                self.submit(slot, &self.closing(phase), results)
             }
         };
         self.busy += started.elapsed();
@@ -786,9 +821,10 @@ impl Engine for GpuEngine {
         }
         self.reserve(0, 1)?;
         self.slots[0].n = 0;
+        self.slots[0].device = false;
         let kernels = self.cache_kernels(true)?;
         let started = Instant::now();
-        let report = self.submit(0, &kernels, Results::None, false).and_then(|()| self.collect_control(0));
+        let report = self.submit(0, &kernels, Results::None).and_then(|()| self.collect_control(0));
         self.cache.loaded_for(started.elapsed());
         self.fills = 0;
         self.cache.record(&report?);

@@ -291,8 +291,15 @@ pub(crate) struct Params {
     /// Phase A's invocations per operation (a power of two up to the tile); see
     /// `GpuEngine::spread`.
     pub spread: u32,
+    /// 1: every operation of the batch is a get (phase A alone: no allocation stage, no phase
+    /// B); an operation that is not a get is not run but counted in `CTRL_REFUSED`.
+    pub reads_only: u32,
+    /// Lanes of phase A's tiles (`GpuEngine::phase_a_lanes`).
+    pub tile: u32,
     /// Padding to the uniform's 16-byte size.
     pub pad1: u32,
+    pub pad2: u32,
+    pub pad3: u32,
 }
 
 /// The generated prelude: constants, bindings and window accessors.
@@ -337,7 +344,11 @@ struct Params {
     stamp: u32,            // the batch's number (LRU access stamps)
     count_every: u32,      // the cache counts one access in this many (0: none)
     spread: u32,           // phase A's invocations per operation
+    reads_only: u32,       // 1: a batch of gets only (phase A alone; anything else is refused)
+    tile: u32,             // lanes of phase A's tiles
     pad1: u32,
+    pad2: u32,
+    pad3: u32,
 }
 ",
     );
@@ -490,6 +501,7 @@ mod tests {
             ("CTRL_CACHE_STALE", control::CACHE_STALE as u32),
             ("CTRL_CACHE_FILLED", control::CACHE_FILLED as u32),
             ("CTRL_ALLOCATED", control::ALLOCATED as u32),
+            ("CTRL_REFUSED", control::REFUSED as u32),
             ("CTRL_WORDS", control::WORDS as u32),
             ("ST_PHASE", word(offset_of!(OpState, phase))),
             ("ST_SLOT", word(offset_of!(OpState, slot))),
@@ -531,7 +543,11 @@ mod tests {
             stamp,
             count_every,
             spread,
+            reads_only,
+            tile,
             pad1,
+            pad2,
+            pad3,
         });
         assert_eq!(gphash_gpu::shader::wgsl_layout(&module, "Params"), Some(rust));
     }

@@ -105,6 +105,8 @@ pub struct DeviceOps {
     statuses: wgpu::Buffer,
     found: wgpu::Buffer,
     value_bytes: usize,
+    /// Every operation is a get (the batch says so to the index: phase A alone).
+    reads_only: bool,
 }
 
 impl DeviceOps {
@@ -134,6 +136,7 @@ impl DeviceOps {
             statuses: init("statuses", &vec![0; n]),
             found: init("found", &vec![0; n * cell_words]),
             value_bytes: batch.value_bytes(),
+            reads_only: encoded.read_only(),
         }
     }
 
@@ -163,6 +166,7 @@ impl DeviceOps {
         enc.clear_buffer(&self.statuses, 0, Some((n as u64 * 4).next_multiple_of(4).max(4)));
         gpu.queue.submit([enc.finish()]);
         self.len = n as u32;
+        self.reads_only = encoded.read_only();
     }
 
     /// `batch` uploaded into the buffers kept in `slot` (made there by the first call).
@@ -185,6 +189,7 @@ impl DeviceOps {
             values: &self.values,
             statuses: &self.statuses,
             found: &self.found,
+            reads_only: self.reads_only,
         }
     }
 

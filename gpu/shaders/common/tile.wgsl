@@ -17,7 +17,13 @@ struct Subgroup {
 }
 
 fn tile_of(sg: Subgroup) -> Tile {
-    let size = min(TILE, sg.size);
+    return tile_of_width(sg, TILE);
+}
+
+// Tiles of `width` lanes (a power of two; at most TILE and the subgroup's size): a kernel whose
+// width is chosen per dispatch.
+fn tile_of_width(sg: Subgroup, width: u32) -> Tile {
+    let size = min(min(width, TILE), sg.size);
     return Tile(size, sg.lane & ~(size - 1u), sg.lane & (size - 1u));
 }
 
