@@ -507,6 +507,6 @@ fn full_table_and_full_heap_roll_back() {
 fn subgroup_sizes_4_to_128() {
     common::rerun_at_subgroup_sizes(
         &["gpu_matches_model", "ordered_mode", "same_key_storms", "full_table", "odd_value_sizes"],
-        5,
+        6,
     );
 }

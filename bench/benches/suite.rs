@@ -34,12 +34,13 @@ fn main() -> gphash::Result<()> {
         macro_ops: 4096,
         batches: vec![1024],
         load_batch: 4096,
-        distribution: None,
+        distributions: vec![None],
         seed: 42,
         pool_dir: dir.clone(),
         cpu_threads: 2,
         cache: CacheOptions { period: 4096, ..CacheOptions::default() },
         tile: 32,
+        keep_pools: false,
         reps: 2,
     };
     println!("# {} ({})", gpu.info.name, gpu.info.driver);

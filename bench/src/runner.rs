@@ -134,8 +134,8 @@ pub struct Suite {
     pub batches: Vec<usize>,
     /// Batch size of the load.
     pub load_batch: usize,
-    /// Key distribution (`None`: each workload's default).
-    pub distribution: Option<Distribution>,
+    /// Key distributions, each workload run under every one (`None`: the workload's default).
+    pub distributions: Vec<Option<Distribution>>,
     /// Seed of the workloads.
     pub seed: u64,
     /// Directory of the pools.
@@ -149,6 +149,9 @@ pub struct Suite {
     /// Runs of each workload at each batch size (the table restored in between, untimed); the
     /// record is the median run, with the slowest and fastest rates. The load runs once.
     pub reps: usize,
+    /// Leave the gphash systems' pools in a directory of `pool_dir` (for `gphash check`)
+    /// instead of removing each after its runs.
+    pub keep_pools: bool,
 }
 
 /// One measured (system, workload, key width, batch size).
@@ -434,17 +437,24 @@ pub fn run(
             let to_batch = |ops: &[Op]| batch_of(ops, kb, vb as usize, suite.seed);
             let m = measure(&mut *system, gpu, loaded, &to_batch, Status::Ok, false, progress)?;
             report_runs("load", suite.load_batch, &[m], &system.setting());
-            for &workload in suite.workloads.iter().filter(|w| **w != Workload::Load) {
+            let runs_of = suite.workloads.iter().filter(|w| **w != Workload::Load);
+            for (&workload, &distribution) in
+                runs_of.flat_map(|w| suite.distributions.iter().map(move |d| (w, d)))
+            {
                 // The same operations at every batch size; updates write values of their own.
                 let seed = suite.seed ^ crate::ycsb::fnv64(workload as u64 + 1);
                 let to_batch = |ops: &[Op]| batch_of(ops, kb, vb as usize, seed);
                 let negative = workload == Workload::NegativeSearch;
                 let expect = if negative { Status::NotFound } else { Status::Ok };
+                let name = match distribution {
+                    Some(d) if suite.distributions.len() > 1 => format!("{workload} {d}"),
+                    _ => workload.to_string(),
+                };
                 for &batch in &suite.batches {
                     let mut runs = vec![];
                     for _ in 0..suite.reps.max(1) {
                         let ops = ops_of(suite, workload);
-                        let mut g = Generator::new(workload, suite.distribution, records, ops, seed)?;
+                        let mut g = Generator::new(workload, distribution, records, ops, seed)?;
                         let mut deleted = vec![];
                         let run = batches(&mut g, batch, &mut deleted);
                         runs.push(measure(&mut *system, gpu, run, &to_batch, expect, negative, progress)?);
@@ -457,16 +467,19 @@ pub fn run(
                         );
                         restore(&mut *system, gpu, &undo, suite.load_batch, kb, vb as usize, suite.seed)?;
                     }
-                    report_runs(&workload.to_string(), batch, &runs, &system.setting());
+                    report_runs(&name, batch, &runs, &system.setting());
                 }
             }
             drop(system);
-            if let Some(p) = pool {
+            if let Some(p) = pool.filter(|_| !suite.keep_pools) {
                 // Pools are large: each goes before the next system makes its own.
                 std::fs::remove_file(&p)
                     .map_err(|source| Error::Io { what: format!("removing {}", p.display()), source })?;
             }
         }
+    }
+    if suite.keep_pools {
+        println!("# pools kept in {}", dir.keep().display());
     }
     Ok(out)
 }

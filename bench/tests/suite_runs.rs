@@ -4,7 +4,7 @@
 
 use gphash::{CacheOptions, Gpu};
 use gphash_bench::runner::{self, Suite, SystemKind};
-use gphash_bench::ycsb::Workload;
+use gphash_bench::ycsb::{Distribution, Workload};
 
 #[test]
 fn repeated_runs_report_the_median_with_min_and_max() {
@@ -27,12 +27,13 @@ fn repeated_runs_report_the_median_with_min_and_max() {
         macro_ops: 1024,
         batches: vec![256],
         load_batch: 1024,
-        distribution: None,
+        distributions: vec![None],
         seed: 7,
         pool_dir: dir.path().to_path_buf(),
         cpu_threads: 2,
         cache: CacheOptions::default(),
         tile: 32,
+        keep_pools: false,
         reps: 3,
     };
     let mut heard = 0;
@@ -47,4 +48,52 @@ fn repeated_runs_report_the_median_with_min_and_max() {
         assert_eq!(r.unexpected, 0, "{what}");
         assert!(r.line().contains("(3)") || r.reps == 1, "{what}: {}", r.line());
     }
+}
+
+/// Every workload runs under each distribution given (named after it), and kept pools are left
+/// for `gphash check`: consistent, with the loaded records.
+#[test]
+fn distributions_each_run_and_kept_pools_check() {
+    let gpu = match Gpu::new() {
+        Ok(g) => g,
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true and no GPU: {e}"),
+        Err(e) => {
+            eprintln!("\n**********\nWARNING: no GPU ({e}): the suite runner is NOT tested\n**********\n");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let suite = Suite {
+        workloads: vec![Workload::C, Workload::A],
+        systems: vec![SystemKind::ZeroCopy],
+        key_bytes: vec![8],
+        value_bytes: 16,
+        records: 2048,
+        micro_ops: 512,
+        macro_ops: 1024,
+        batches: vec![256],
+        load_batch: 1024,
+        distributions: vec![Some(Distribution::Uniform), Some(Distribution::default())],
+        seed: 7,
+        pool_dir: dir.path().to_path_buf(),
+        cpu_threads: 2,
+        cache: CacheOptions::default(),
+        tile: 8,
+        reps: 1,
+        keep_pools: true,
+    };
+    let records = runner::run(&suite, &gpu, &[], &|_| {}, &mut |_| {}).unwrap();
+    let names: Vec<&str> = records.iter().map(|r| r.workload.as_str()).collect();
+    assert_eq!(names, ["load", "c uniform", "c zipf:0.99", "a uniform", "a zipf:0.99"]);
+    assert!(records.iter().all(|r| r.unexpected == 0), "{records:?}");
+    let kept: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(kept.len(), 1, "one directory of kept pools: {kept:?}");
+    let pool = kept[0].join("gphash-zc-8.pool");
+    let t = gphash::GpHash::open(
+        &pool,
+        &gphash::Options { executor: gphash::Executor::Cpu, ..Default::default() },
+    )
+    .unwrap();
+    assert_eq!(t.len(), 2048);
+    assert!(t.check().ok(), "{}", t.check());
 }

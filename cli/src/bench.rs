@@ -176,9 +176,13 @@ pub(crate) struct SuiteArgs {
     /// Batch size of the load.
     #[arg(long, default_value_t = 1 << 16)]
     load_batch: usize,
-    /// Key distribution instead of each workload's default (zipf:0.99, uniform, latest).
+    /// Key distributions instead of each workload's default (zipf:0.99, uniform, latest):
+    /// every workload runs under each one given.
+    #[arg(long, value_delimiter = ',')]
+    distribution: Vec<Distribution>,
+    /// Keep the gphash systems' pools (closed) in a directory of --pool-dir, for `gphash check`.
     #[arg(long)]
-    distribution: Option<Distribution>,
+    keep_pools: bool,
     /// Seed of the workloads.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -507,13 +511,17 @@ fn suite(a: &SuiteArgs, options: &Options) -> gphash::Result<()> {
         macro_ops: a.macro_ops,
         batches: batches.clone(),
         load_batch: a.load_batch,
-        distribution: a.distribution,
+        distributions: match a.distribution.as_slice() {
+            [] => vec![None],
+            given => given.iter().copied().map(Some).collect(),
+        },
         seed: a.seed,
         pool_dir: a.dir.pool_dir.clone(),
         cpu_threads: threads(a.cpu_threads),
         cache: options.gpu.cache,
         tile: options.gpu.tile,
         reps: a.reps,
+        keep_pools: a.keep_pools,
     };
     println!("# {} ({}), {} host threads", gpu.info.name, gpu.info.driver, suite.cpu_threads);
     let ceilings = match a.ceiling_mib {
