@@ -16,7 +16,8 @@
 //! The results are those of applying the batch's operations one by one in batch order: each
 //! operation goes to the thread that owns its key (a hash of the key, independent of the map's
 //! own), and each thread applies its operations in batch order. Operations on different keys
-//! commute, so any interleaving of the threads gives the batch-order results. Keys are held
+//! commute, so any interleaving of the threads gives the batch-order results. A batch that
+//! only reads is cut into one run of consecutive operations per thread instead ([`Plan`]). Keys are held
 //! inline (up to 32 bytes, zero-padded: the key width is fixed per table), values as boxed
 //! word slices of the value width.
 
@@ -258,30 +259,15 @@ impl<M: HostMap> Table<M> {
             ops.push(kind);
         }
         let threads = self.pool.current_num_threads();
-        // Owner of each operation: its key's thread, by a hash of its own.
-        let mut owners = vec![0u16; n];
-        let chunk = n.div_ceil(threads).max(1);
-        self.pool.install(|| {
-            rayon::scope(|s| {
-                for (c, owned) in owners.chunks_mut(chunk).enumerate() {
-                    s.spawn(move |_| {
-                        for (j, o) in owned.iter_mut().enumerate() {
-                            let i = c * chunk + j;
-                            *o = owner(&keys[i * kw..(i + 1) * kw], threads);
-                        }
-                    });
-                }
-            })
-        });
+        let plan = Plan::new(&self.pool, &ops, keys, kw, threads);
         let mut statuses = vec![0u32; n];
         let mut found = vec![0u32; n * vw];
         let (out_s, out_f) = (as_atomic(&mut statuses), as_atomic(&mut found));
-        let (map, owners, ops) = (&self.map, &owners, &ops);
+        let (map, ops, plan) = (&self.map, &ops, &plan);
         self.pool.broadcast(|ctx| {
-            let me = ctx.index() as u16;
             let session = map.session();
             let mut read = vec![0u32; vw];
-            for (i, _) in owners.iter().enumerate().filter(|&(_, &o)| o == me) {
+            for i in plan.of(ctx.index()) {
                 let mut key = [0u32; KEY_WORDS];
                 key[..kw].copy_from_slice(&keys[i * kw..(i + 1) * kw]);
                 let value = || &values[i * vw..(i + 1) * vw];
@@ -307,6 +293,66 @@ impl<M: HostMap> Table<M> {
             }
         });
         Ok((statuses, found))
+    }
+}
+
+/// Which operations each thread applies. A batch that only reads is cut into one run of
+/// consecutive operations per thread (reads of a key commute). Otherwise each operation goes
+/// to the thread that owns its key, in batch order, so that the operations of a key apply one
+/// by one: the owners are computed on all threads, then the operations are listed owner by
+/// owner (a counting sort), so that each thread walks only its own.
+enum Plan {
+    Runs { n: usize, threads: usize },
+    Owned { order: Vec<u32>, starts: Vec<usize> },
+}
+
+impl Plan {
+    fn new(pool: &rayon::ThreadPool, ops: &[OpKind], keys: &[u32], kw: usize, threads: usize) -> Plan {
+        let n = ops.len();
+        if ops.iter().all(|&k| k == OpKind::Get) {
+            return Plan::Runs { n, threads };
+        }
+        let mut owners = vec![0u16; n];
+        let chunk = n.div_ceil(threads).max(1);
+        pool.install(|| {
+            rayon::scope(|s| {
+                for (c, owned) in owners.chunks_mut(chunk).enumerate() {
+                    s.spawn(move |_| {
+                        for (j, o) in owned.iter_mut().enumerate() {
+                            let i = c * chunk + j;
+                            *o = owner(&keys[i * kw..(i + 1) * kw], threads);
+                        }
+                    });
+                }
+            })
+        });
+        let mut starts = vec![0usize; threads + 1];
+        for &o in &owners {
+            starts[o as usize + 1] += 1;
+        }
+        for t in 0..threads {
+            starts[t + 1] += starts[t];
+        }
+        let mut next = starts.clone();
+        let mut order = vec![0u32; n];
+        for (i, &o) in owners.iter().enumerate() {
+            order[next[o as usize]] = i as u32;
+            next[o as usize] += 1;
+        }
+        Plan::Owned { order, starts }
+    }
+
+    /// The operations of thread `t`, in batch order.
+    fn of(&self, t: usize) -> Box<dyn Iterator<Item = usize> + '_> {
+        match self {
+            Plan::Runs { n, threads } => {
+                let chunk = n.div_ceil(*threads);
+                Box::new((t * chunk).min(*n)..((t + 1) * chunk).min(*n))
+            }
+            Plan::Owned { order, starts } => {
+                Box::new(order[starts[t]..starts[t + 1]].iter().map(|&i| i as usize))
+            }
+        }
     }
 }
 
