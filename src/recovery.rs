@@ -4,7 +4,6 @@
 //! rebuilds the volatile value allocator from the published slots. The check verifies every
 //! invariant of the table without changing anything.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -278,82 +277,184 @@ impl fmt::Display for CheckReport {
 /// it, and whose regions fit `geo`: [`crate::GpHash::geometry_of`] checked them): each
 /// published key sits in one of its own candidate slots with its own fingerprint, no key is
 /// published twice, value cells are in range, not shared and hold their checksum, and a
-/// cleanly closed pool holds no INSERTING slot.
+/// cleanly closed pool holds no INSERTING slot. On all host threads, with one bit per cell and
+/// no map of keys: a second copy of a key can only be in its own candidate slots.
 pub fn check(pool: &Pool, geo: &Geometry, header: &Header) -> CheckReport {
-    let seeds = Seeds::new(header.table.seed, geo.layout.hashes);
-    let table: &[u32] = bytemuck::cast_slice(pool.region(header.table_region));
-    let heap: &[u32] = bytemuck::cast_slice(pool.region(header.heap_region));
-    let (vw, cw) = (geo.value_words() as usize, geo.cell_words() as usize);
-    let kw = geo.key_words() as usize;
     let mut report = CheckReport { slots: geo.slots(), ..Default::default() };
     check_resize_record(geo, header, &mut report);
-    let mut keys: HashMap<&[u32], Candidate> = HashMap::new();
-    let mut cells: HashMap<u64, Candidate> = HashMap::new();
-    for bucket in 0..geo.buckets() {
-        for s in 0..geo.layout.slots {
-            let here = Candidate { bucket, slot: s };
-            let mut bad = |what: String| report.violations.push(Violation { at: Some(here), what });
-            let state = table[geo.state_word(bucket, s) as usize];
-            if state == INSERTING {
-                report.claims += 1;
-                if header.clean_shutdown {
-                    bad("INSERTING slot in a cleanly closed pool".into());
-                }
-                continue;
-            }
-            if state < PUBLISHED {
-                continue;
-            }
-            report.items += 1;
-            let k = geo.key_word(bucket, s) as usize;
-            let key = &table[k..k + kw];
-            let (tops, fp) = locate(key, &seeds, geo.top_level);
-            if table[geo.fp_word(bucket, s) as usize] != fp {
-                bad(format!(
-                    "fingerprint {:#x} is not the key's {fp:#x}",
-                    table[geo.fp_word(bucket, s) as usize]
-                ));
-            }
-            if !(0..geo.layout.candidates()).any(|c| geo.candidate(&tops, c) == here) {
-                bad(format!("key {key:x?} is not in one of its candidate buckets"));
-            }
-            if let Some(first) = keys.insert(key, here) {
-                bad(format!("key {key:x?} is also published at bucket {} slot {}", first.bucket, first.slot));
-            }
-            let cell = (state - PUBLISHED) as u64;
-            if cell >= geo.cells {
-                bad(format!("value cell {cell} beyond the heap of {} cells", geo.cells));
-            } else if let Some(first) = cells.insert(cell, here) {
-                bad(format!(
-                    "value cell {cell} also referenced by bucket {} slot {}",
-                    first.bucket, first.slot
-                ));
-            } else {
-                let at = cell as usize * cw;
-                let (stored, want) = (heap[at + vw], value_checksum(&heap[at..at + vw]));
-                if stored != want {
-                    bad(format!(
-                        "value cell {cell}: checksum {stored:#010x} is not its value's {want:#010x}"
-                    ));
-                }
-            }
-        }
+    let scan = CheckScan {
+        geo,
+        seeds: Seeds::new(header.table.seed, geo.layout.hashes),
+        table: bytemuck::cast_slice(pool.region(header.table_region)),
+        heap: bytemuck::cast_slice(pool.region(header.heap_region)),
+        clean: header.clean_shutdown,
+        used: Bitmap::new(geo.cells).words.into_iter().map(AtomicU32::new).collect(),
+    };
+    // Buckets in tasks on all host threads, their findings joined in bucket order.
+    let tasks = geo.buckets().div_ceil(SCAN_TASK_BUCKETS as u64);
+    let parts: Vec<Checked> =
+        (0..tasks).into_par_iter().map(|t| scan.buckets(t * SCAN_TASK_BUCKETS as u64)).collect();
+    let mut found = Checked::default();
+    for part in parts {
+        found.items += part.items;
+        found.claims += part.claims;
+        found.findings.extend(part.findings);
+        found.shared.extend(part.shared);
     }
+    if !found.shared.is_empty() {
+        scan.attribute_shared_cells(&mut found);
+    }
+    report.items = found.items;
+    report.claims = found.claims;
+    report.violations.extend(found.findings.into_iter().map(|(v, _)| v));
+    let used = Bitmap::from_words(scan.used.into_iter().map(AtomicU32::into_inner).collect());
     if header.clean_shutdown && !header.closed.saved.is_empty() {
-        check_saved(pool, geo, header, &cells, &mut report);
+        check_saved(pool, geo, header, &used, &mut report);
     }
     report
 }
 
+/// What [`check`] reads, and the cells it has seen referenced.
+struct CheckScan<'a> {
+    geo: &'a Geometry,
+    seeds: Seeds,
+    table: &'a [u32],
+    heap: &'a [u32],
+    clean: bool,
+    used: Vec<AtomicU32>,
+}
+
+/// What a task of [`check`] found: violations in slot order, each with the value cell it is
+/// about (a range or checksum finding, which a cell that several slots reference changes), and
+/// the cells it found already referenced by another slot.
+#[derive(Default)]
+struct Checked {
+    items: u64,
+    claims: u64,
+    findings: Vec<(Violation, Option<u64>)>,
+    shared: Vec<u64>,
+}
+
+impl CheckScan<'_> {
+    /// The key published at `here`, its candidates and fingerprint, if it is published there.
+    fn published(&self, here: Candidate) -> Option<(&[u32], u32)> {
+        let g = self.geo;
+        let state = self.table[g.state_word(here.bucket, here.slot) as usize];
+        (state >= PUBLISHED).then(|| {
+            let k = g.key_word(here.bucket, here.slot) as usize;
+            (&self.table[k..k + g.key_words() as usize], state)
+        })
+    }
+
+    /// Checks the [`SCAN_TASK_BUCKETS`] buckets from `first`.
+    fn buckets(&self, first: u64) -> Checked {
+        let g = self.geo;
+        let mut out = Checked::default();
+        for bucket in first..(first + SCAN_TASK_BUCKETS as u64).min(g.buckets()) {
+            for slot in 0..g.layout.slots {
+                let here = Candidate { bucket, slot };
+                let mut bad =
+                    |what: String, cell| out.findings.push((Violation { at: Some(here), what }, cell));
+                let state = self.table[g.state_word(bucket, slot) as usize];
+                if state == INSERTING {
+                    out.claims += 1;
+                    if self.clean {
+                        bad("INSERTING slot in a cleanly closed pool".into(), None);
+                    }
+                    continue;
+                }
+                let Some((key, state)) = self.published(here) else { continue };
+                out.items += 1;
+                let (tops, fp) = locate(key, &self.seeds, g.top_level);
+                let stored_fp = self.table[g.fp_word(bucket, slot) as usize];
+                if stored_fp != fp {
+                    bad(format!("fingerprint {stored_fp:#x} is not the key's {fp:#x}"), None);
+                }
+                // One pass over the candidates: whether `here` is one, and the last one before
+                // it that holds the same key (a key is published in its candidate slots only).
+                let (mut placed, mut before) = (false, None);
+                let slots = g.layout.slots;
+                let buckets =
+                    (0..g.layout.candidates() / slots).map(|cb| g.candidate(&tops, cb * slots).bucket);
+                for c in buckets.flat_map(|bucket| (0..slots).map(move |slot| Candidate { bucket, slot })) {
+                    placed |= c == here;
+                    let same = || {
+                        self.table[g.fp_word(c.bucket, c.slot) as usize] == fp
+                            && self.published(c).is_some_and(|(k, _)| k == key)
+                    };
+                    if c < here && before.is_none_or(|b| c > b) && same() {
+                        before = Some(c);
+                    }
+                }
+                if !placed {
+                    bad(format!("key {key:x?} is not in one of its candidate buckets"), None);
+                } else if let Some(before) = before {
+                    let at = format!("bucket {} slot {}", before.bucket, before.slot);
+                    bad(format!("key {key:x?} is also published at {at}"), None);
+                }
+                let cell = (state - PUBLISHED) as u64;
+                if cell >= g.cells {
+                    bad(format!("value cell {cell} beyond the heap of {} cells", g.cells), Some(cell));
+                    continue;
+                }
+                let bit = 1 << (cell % 32);
+                if self.used[(cell / 32) as usize].fetch_or(bit, Ordering::Relaxed) & bit != 0 {
+                    out.shared.push(cell);
+                }
+                if let Some(why) = self.checksum_fault(cell) {
+                    bad(why, Some(cell));
+                }
+            }
+        }
+        out
+    }
+
+    /// Why the checksum of value cell `cell` is wrong, if it is.
+    fn checksum_fault(&self, cell: u64) -> Option<String> {
+        let (vw, cw) = (self.geo.value_words() as usize, self.geo.cell_words() as usize);
+        let at = cell as usize * cw;
+        let (stored, want) = (self.heap[at + vw], value_checksum(&self.heap[at..at + vw]));
+        (stored != want)
+            .then(|| format!("value cell {cell}: checksum {stored:#010x} is not its value's {want:#010x}"))
+    }
+
+    /// Cells that several slots reference (a corruption, so rare): the first slot in table
+    /// order keeps its cell's checksum finding, each later one is told the slot before it.
+    fn attribute_shared_cells(&self, found: &mut Checked) {
+        let shared: std::collections::HashSet<u64> = found.shared.iter().copied().collect();
+        found.findings.retain(|(_, cell)| !cell.is_some_and(|c| shared.contains(&c)));
+        let mut last: std::collections::HashMap<u64, Candidate> = Default::default();
+        let g = self.geo;
+        for bucket in 0..g.buckets() {
+            for slot in 0..g.layout.slots {
+                let here = Candidate { bucket, slot };
+                let Some(cell) = self.published(here).map(|(_, state)| (state - PUBLISHED) as u64) else {
+                    continue;
+                };
+                if !shared.contains(&cell) {
+                    continue;
+                }
+                let what = match last.insert(cell, here) {
+                    Some(before) => Some(format!(
+                        "value cell {cell} also referenced by bucket {} slot {}",
+                        before.bucket, before.slot
+                    )),
+                    None => self.checksum_fault(cell),
+                };
+                if let Some(what) = what {
+                    found.findings.push((Violation { at: Some(here), what }, Some(cell)));
+                }
+            }
+        }
+        // In slot order, as the scan reports them (a stable sort keeps each slot's findings in
+        // the order they were made).
+        found.findings.sort_by_key(|(v, _)| v.at);
+    }
+}
+
 /// What a clean close saved must be what a scan finds: the key count, and the allocator's bit
 /// set for exactly the cells that published slots reference.
-fn check_saved(
-    pool: &Pool,
-    geo: &Geometry,
-    header: &Header,
-    cells: &HashMap<u64, Candidate>,
-    report: &mut CheckReport,
-) {
+fn check_saved(pool: &Pool, geo: &Geometry, header: &Header, used: &Bitmap, report: &mut CheckReport) {
     let closed = header.closed;
     let mut bad = |what: String| {
         report.violations.push(Violation { at: None, what: format!("allocator saved at close: {what}") })
@@ -371,7 +472,9 @@ fn check_saved(
     }
     let saved: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes[..words * 4]);
     let wrong = (0..geo.cells)
-        .filter(|&c| (saved[(c / 32) as usize] >> (c % 32)) & 1 != u32::from(cells.contains_key(&c)))
+        .filter(|&c| {
+            (saved[(c / 32) as usize] >> (c % 32)) & 1 != (used.words[(c / 32) as usize] >> (c % 32)) & 1
+        })
         .count();
     if wrong > 0 {
         bad(format!("{wrong} cell(s) marked otherwise than the table uses them"));
