@@ -202,10 +202,14 @@ fn map_private(file: &File, info: &FileInfo, path: &Path) -> Result<MmapMut> {
 }
 
 /// Give the file `bytes` of allocated storage so that running out of space is an error now,
-/// not a SIGBUS on a later store into a hole.
-fn allocate(file: &File, path: &Path, bytes: u64) -> Result<()> {
+/// not a SIGBUS on a later store into a hole. A tmpfs file's new pages are made on all host
+/// threads ([`populate_tmpfs`]) when there are many: `posix_fallocate` zeroes them on one.
+fn allocate(file: &File, path: &Path, bytes: u64, backend: Backend) -> Result<()> {
     let len = libc::off_t::try_from(bytes)
         .map_err(|_| PoolError::InvalidArgument(format!("{bytes} bytes is too large a file")))?;
+    if backend == Backend::Tmpfs && populate_tmpfs(file, path, bytes)? {
+        return Ok(());
+    }
     // SAFETY: plain system call on a descriptor `file` keeps open.
     let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
     let out_of_space = |e: &std::io::Error| {
@@ -222,6 +226,67 @@ fn allocate(file: &File, path: &Path, bytes: u64) -> Result<()> {
             file.set_len(bytes).map_err(|e| failed(e, "set the length of"))
         }
         e => Err(failed(std::io::Error::from_raw_os_error(e), "allocate")),
+    }
+}
+
+/// Bytes a tmpfs file must gain before [`populate_tmpfs`] runs threads for them.
+const PARALLEL_POPULATE_BYTES: u64 = if cfg!(test) { 1 << 20 } else { 256 << 20 };
+
+/// Extends the tmpfs `file` to `bytes` and makes its new pages on all host threads (each
+/// thread's range prefaulted for write, `MADV_POPULATE_WRITE`), so that a full tmpfs is an
+/// error here (`OutOfSpace`, the file back at its length) rather than a SIGBUS later. `false`
+/// (nothing changed) when the growth is small or the kernel predates `MADV_POPULATE_WRITE`
+/// (Linux 5.14): `posix_fallocate` does it then.
+fn populate_tmpfs(file: &File, path: &Path, bytes: u64) -> Result<bool> {
+    let old = file.metadata().map_err(io_err(path, "stat"))?.len();
+    if bytes < old + PARALLEL_POPULATE_BYTES {
+        return Ok(false);
+    }
+    let page = 4096u64;
+    let start = old / page * page;
+    file.set_len(bytes).map_err(|e| match e.raw_os_error() {
+        Some(libc::EFBIG) => PoolError::OutOfSpace { needed: bytes, limit: old },
+        _ => io_err(path, "set the length of")(e),
+    })?;
+    let shrink =
+        |e: PoolError| file.set_len(old).map_or_else(|t| io_err(path, "set the length of")(t), |()| e);
+    // SAFETY: as `map_file`: we hold the exclusive lock, and the range lies inside the file.
+    let map = unsafe { MmapOptions::new().offset(start).len(to_usize(bytes - start)?).map_mut(file) }
+        .map_err(io_err(path, "mmap"))
+        .map_err(shrink)?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let part = (map.len() / threads).next_multiple_of(page as usize).max(page as usize);
+    let errors: Vec<i32> = std::thread::scope(|scope| {
+        let base = map.as_ptr() as usize;
+        let parts: Vec<_> = (0..map.len())
+            .step_by(part)
+            .map(|at| {
+                let len = part.min(map.len() - at);
+                scope.spawn(move || {
+                    // SAFETY: a range of our own shared mapping, prefaulted and nothing else.
+                    let rc = unsafe {
+                        libc::madvise((base + at) as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE)
+                    };
+                    if rc == 0 {
+                        0
+                    } else {
+                        std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+                    }
+                })
+            })
+            .collect();
+        parts.into_iter().map(|t| t.join().unwrap_or(libc::EIO)).filter(|&e| e != 0).collect()
+    });
+    drop(map);
+    match errors.first() {
+        None => Ok(true),
+        // Unknown advice: an older kernel.
+        Some(&libc::EINVAL) => file.set_len(old).map(|()| false).map_err(io_err(path, "set the length of")),
+        // A page the tmpfs had no room for.
+        Some(&libc::EFAULT | &libc::ENOMEM | &libc::ENOSPC) => {
+            Err(shrink(PoolError::OutOfSpace { needed: bytes, limit: old }))
+        }
+        Some(&e) => Err(shrink(io_err(path, "populate")(std::io::Error::from_raw_os_error(e)))),
     }
 }
 
@@ -478,7 +543,7 @@ impl Pool {
             .checked_next_multiple_of(info.granule)
             .ok_or_else(|| PoolError::InvalidArgument(format!("pool size {total} is too large")))?;
         check_limit(total, limit)?;
-        allocate(&file, path, total)?;
+        allocate(&file, path, total, info.backend)?;
         let map = map_file(&file, total, path)?;
         Pool::assemble(map, file, path, info, total, limit, h).format()
     }
@@ -934,7 +999,7 @@ impl Pool {
                 self.persist_span(old, new)?;
             }
             (Backend::Tmpfs | Backend::File, Some(file), Some(path)) if !self.private => {
-                allocate(file, path, new)?;
+                allocate(file, path, new, self.backend)?;
                 if self.backend == Backend::File {
                     // The new length must be durable before a header can point past the old one.
                     file.sync_data().map_err(io_err(path, "sync"))?;
@@ -1140,6 +1205,28 @@ mod tests {
             std::fs::remove_file(&path).unwrap();
             assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no temporary file is left");
         }
+    }
+
+    /// A tmpfs file grown by more than [`PARALLEL_POPULATE_BYTES`] gets its pages on all host
+    /// threads: every byte allocated (its blocks counted), reading as zeros, earlier bytes kept.
+    #[test]
+    fn tmpfs_growth_is_populated_in_parallel() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let path = dir.path().join("grown");
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path).unwrap();
+        allocate(&file, &path, 4096, Backend::Tmpfs).unwrap();
+        std::fs::write(&path, [7u8; 4096]).unwrap();
+        let bytes = 4096 + 3 * PARALLEL_POPULATE_BYTES + 12_288;
+        assert!(populate_tmpfs(&file, &path, bytes).unwrap(), "a large growth is populated");
+        let meta = file.metadata().unwrap();
+        assert_eq!(meta.len(), bytes);
+        assert!(meta.blocks() * 512 >= bytes, "{} of {bytes} bytes allocated", meta.blocks() * 512);
+        let map = map_file(&file, bytes, &path).unwrap();
+        assert!(map[..4096].iter().all(|&b| b == 7));
+        assert!(map[4096..].iter().all(|&b| b == 0));
+        assert!(!populate_tmpfs(&file, &path, bytes + 4096).unwrap(), "a small growth is left to fallocate");
+        assert_eq!(file.metadata().unwrap().len(), bytes, "and changes nothing");
     }
 
     #[test]
