@@ -29,7 +29,7 @@ use gphash_gpu::resources::Binding;
 use gphash_gpu::shader::Reach;
 
 /// Phase A's target invocations per dispatch: a batch smaller than this is spread over more
-/// lanes per operation (`GpuEngine::spread`). Measured on the H200 (BENCHMARKS.md).
+/// lanes per operation (`GpuEngine::phase_a_lanes`). Measured on the H200 (BENCHMARKS.md).
 const SPREAD_INVOCATIONS: u64 = 1 << 17;
 
 /// Phase A's narrowest tile (for large batches): 4 lanes cover the at most 128 candidate slots

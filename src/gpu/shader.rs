@@ -288,8 +288,8 @@ pub(crate) struct Params {
     pub stamp: u32,
     /// Phase A counts one access in this many for the cache (0: none); see [`crate::cache::counted`].
     pub count_every: u32,
-    /// Phase A's invocations per operation (a power of two up to the tile); see
-    /// `GpuEngine::spread`.
+    /// Phase A's invocations per operation (a power of two up to its tile); see
+    /// `GpuEngine::phase_a_lanes`.
     pub spread: u32,
     /// 1: every operation of the batch is a get (phase A alone: no allocation stage, no phase
     /// B); an operation that is not a get is not run but counted in `CTRL_REFUSED`.
