@@ -7,6 +7,8 @@
 #   scripts/device.sh profile ARGS  gphash bench profile ARGS, one call at a time and pipelined
 #   scripts/device.sh large      the cost of the large-pool kernels; a pool past 16 GiB
 #   scripts/device.sh hugepages  searches over PCIe with the pool in 4 KiB and in 2 MiB pages
+#   scripts/device.sh past-gpu-memory  a 150 GiB pool on a 256 GiB host, then gphash check
+#   scripts/device.sh widths     phase A's tile width per batch against fixed widths
 set -uo pipefail
 stage=$1; shift
 root=$(pwd)
@@ -70,5 +72,36 @@ hugepages)
 suite)
   ./gphash bench suite --out /tmp/gph/suite "$@" 2>&1 | grep -v "imported buffers" | tee "$out/suite.txt"
   tar czf "$out/suite.tgz" -C /tmp/gph suite
+  ;;
+past-gpu-memory)
+  # Issue 13, item 4, on a machine with 256 GiB of RAM: 150 M records of 1 KiB values (a heap
+  # of 152.6 GiB), loaded, searched and updated under both distributions, the GPU memory in use
+  # sampled, then `gphash check` of the kept pool.
+  mount -o remount,size=240G /dev/shm && df -h /dev/shm
+  (while sleep 2; do nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits | tr '\n' ' '; echo; done) \
+    > "$out/smi.txt" 2>&1 &
+  sampler=$!
+  SECONDS=0
+  ./gphash bench suite --key-bytes 8 --value-bytes 1024 --records "${RECORDS:-150000000}" --macro-ops 4194304 \
+    --batches 65536 --workloads c,a --distribution uniform,zipf:0.99 --reps 1 --systems gphash-zc \
+    --ceiling-mib 0 --keep-pools --pool-dir /dev/shm --out /tmp/gph/large 2>&1 | grep -v "^\[" | tee "$out/large.txt"
+  echo "suite: $SECONDS s" | tee -a "$out/large.txt"
+  kill $sampler
+  awk '{for (i = 2; i <= NF; i += 2) if ($i + 0 > m) m = $i + 0} END {print "most GPU memory in use:", m, "MiB"}' \
+    "$out/smi.txt" | tee -a "$out/large.txt"
+  pool=$(ls /dev/shm/.tmp*/gphash-zc-8.pool | head -1)
+  ls -l "$pool" | tee -a "$out/large.txt"
+  SECONDS=0
+  ./gphash check "$pool" 2>&1 | tail -4 | tee -a "$out/large.txt"
+  echo "check: exit ${PIPESTATUS[0]} in $SECONDS s" | tee -a "$out/large.txt"
+  ;;
+widths)
+  # Phase A's tile width: the shipped choice per batch against fixed widths (--tile 1, 2 and 4
+  # cap it there), volatile C with 8-byte values up to the engine's largest batch.
+  for t in 32 4 2 1 32 4 2 1; do
+    ./gphash --tile $t bench suite --key-bytes 8 --value-bytes 8 --records 16777216 --macro-ops 8388608 \
+      --distribution uniform --ceiling-mib 0 --reps 5 --workloads c --systems gphash-volatile,gphash-staged \
+      --batches 65536,1048576,4194304 --out /tmp/gph/widths 2>/dev/null | grep -E "^ *gphash" | sed "s/^/tile $t /"
+  done | tee "$out/widths.txt"
   ;;
 esac
