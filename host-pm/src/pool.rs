@@ -255,7 +255,9 @@ fn populate_tmpfs(file: &File, path: &Path, bytes: u64) -> Result<bool> {
         .map_err(io_err(path, "mmap"))
         .map_err(shrink)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let part = (map.len() / threads).next_multiple_of(page as usize).max(page as usize);
+    // Whole 2 MiB pages each, so that hugetlbfs (2 MiB pages, read as tmpfs) takes them too;
+    // any other page size refuses the advice, and `posix_fallocate` does it.
+    let part = (map.len() / threads).next_multiple_of(2 << 20).max(2 << 20);
     let errors: Vec<i32> = std::thread::scope(|scope| {
         let base = map.as_ptr() as usize;
         let parts: Vec<_> = (0..map.len())
