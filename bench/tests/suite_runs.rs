@@ -6,20 +6,23 @@ use gphash::{CacheOptions, Gpu};
 use gphash_bench::runner::{self, Suite, SystemKind};
 use gphash_bench::ycsb::{Distribution, Workload};
 
-#[test]
-fn repeated_runs_report_the_median_with_min_and_max() {
-    let gpu = match Gpu::new() {
-        Ok(g) => g,
+/// The device, or `None` with a loud warning where there is none (a failure under `CI=true`).
+fn gpu() -> Option<std::sync::Arc<Gpu>> {
+    match Gpu::new() {
+        Ok(g) => Some(g),
         Err(e) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true and no GPU: {e}"),
         Err(e) => {
             eprintln!("\n**********\nWARNING: no GPU ({e}): the suite runner is NOT tested\n**********\n");
-            return;
+            None
         }
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let suite = Suite {
+    }
+}
+
+/// A small suite of C and A on `systems`, its pools in `dir`.
+fn small_suite(systems: Vec<SystemKind>, dir: &std::path::Path) -> Suite {
+    Suite {
         workloads: vec![Workload::C, Workload::A],
-        systems: vec![SystemKind::ZeroCopy, SystemKind::CpuMap],
+        systems,
         key_bytes: vec![8],
         value_bytes: 16,
         records: 2048,
@@ -29,13 +32,20 @@ fn repeated_runs_report_the_median_with_min_and_max() {
         load_batch: 1024,
         distributions: vec![None],
         seed: 7,
-        pool_dir: dir.path().to_path_buf(),
+        pool_dir: dir.to_path_buf(),
         cpu_threads: 2,
         cache: CacheOptions::default(),
         tile: 32,
         keep_pools: false,
         reps: 3,
-    };
+    }
+}
+
+#[test]
+fn repeated_runs_report_the_median_with_min_and_max() {
+    let Some(gpu) = gpu() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let suite = small_suite(vec![SystemKind::ZeroCopy, SystemKind::CpuMap], dir.path());
     let mut heard = 0;
     let records = runner::run(&suite, &gpu, &[], &|_| {}, &mut |_| heard += 1).unwrap();
     assert_eq!(records.len(), 2 * 3, "load, C and A for each system");
@@ -54,33 +64,14 @@ fn repeated_runs_report_the_median_with_min_and_max() {
 /// for `gphash check`: consistent, with the loaded records.
 #[test]
 fn distributions_each_run_and_kept_pools_check() {
-    let gpu = match Gpu::new() {
-        Ok(g) => g,
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true and no GPU: {e}"),
-        Err(e) => {
-            eprintln!("\n**********\nWARNING: no GPU ({e}): the suite runner is NOT tested\n**********\n");
-            return;
-        }
-    };
+    let Some(gpu) = gpu() else { return };
     let dir = tempfile::tempdir().unwrap();
     let suite = Suite {
-        workloads: vec![Workload::C, Workload::A],
-        systems: vec![SystemKind::ZeroCopy],
-        key_bytes: vec![8],
-        value_bytes: 16,
-        records: 2048,
-        micro_ops: 512,
-        macro_ops: 1024,
-        batches: vec![256],
-        load_batch: 1024,
         distributions: vec![Some(Distribution::Uniform), Some(Distribution::default())],
-        seed: 7,
-        pool_dir: dir.path().to_path_buf(),
-        cpu_threads: 2,
-        cache: CacheOptions::default(),
         tile: 8,
         reps: 1,
         keep_pools: true,
+        ..small_suite(vec![SystemKind::ZeroCopy], dir.path())
     };
     let records = runner::run(&suite, &gpu, &[], &|_| {}, &mut |_| {}).unwrap();
     let names: Vec<&str> = records.iter().map(|r| r.workload.as_str()).collect();
