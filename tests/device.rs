@@ -124,3 +124,10 @@ fn device_batches_match_the_host_api() {
     let c = common::table(&dir, "c", &cfg, &common::cpu_options());
     assert!(matches!(c.execute_device(&batch), Err(Error::MissingFeature(_))));
 }
+
+/// Re-runs the device-batch test (reads-only batches and their refusals among them) at the
+/// subgroup sizes lavapipe can be given.
+#[test]
+fn subgroup_sizes_4_to_128() {
+    common::rerun_at_subgroup_sizes(&["device_batches_match_the_host_api"], 1);
+}
