@@ -3,8 +3,9 @@
 // registry and claims the lowest empty slot of the key's least-loaded candidate bucket
 // (EMPTY -> INSERTING), then writes fingerprint and key; later operations on that key join it,
 // so a key is claimed at most once per batch. Nothing published changes in this phase, so every
-// lookup sees the state before the batch.
-// Twin: Model::phase_a in src/model.rs.
+// lookup sees the state before the batch. A batch of gets runs `search` instead: the lookups
+// alone, with nothing of the claims in its registers.
+// Twin: Model::phase_a in src/model.rs (for both entry points).
 
 #include "common/prelude.wgsl"
 #include "common/protocol.wgsl"
@@ -15,13 +16,9 @@
 #include "common/claims.wgsl"
 
 // Finishes an operation in this phase; a fresh cell it will not publish goes back. A get has no
-// cell, and its record may be a previous batch's (a batch of gets runs without the allocation
-// stage, which resets the records, and without phase B, which would read them: it writes none).
+// cell.
 fn finish(op: u32, kind: u32, status: u32) {
     statuses[op] = status;
-    if (params.reads_only == 1u) {
-        return;
-    }
     set_op_field(op, ST_PHASE, PHASE_DONE);
     set_op_field(op, ST_FREE, select(op_field(op, ST_CELL), NONE, kind == OP_GET));
 }
@@ -62,6 +59,79 @@ fn note(op: u32, loc: Located, target_slot: u32, target_entry: u32, table_reads:
     tally_add(CTRL_CACHE_VALUES_SAVED, u32(cached_value));
 }
 
+// Where the tile found its key (the same on every lane): `slot` and `entry` are NONE when it
+// did not.
+struct Hit {
+    found: bool,
+    slot: u32,
+    state: u32,
+    entry: u32,
+}
+
+fn tile_hit(t: Tile, p: LaneProbe) -> Hit {
+    let lanes = tile_ballot(t, p.found_slot != NONE);
+    let src = select(0u, firstTrailingBit(lanes), lanes != 0u);
+    return Hit(lanes != 0u, tile_bcast(t, p.found_slot, src), tile_bcast(t, p.found_state, src),
+        tile_bcast(t, p.found_entry, src));
+}
+
+// What a get read: its value (not when the state word is damaged), and whether the value is
+// damaged (a state word beyond the heap, or a checksum that fails); the same on every lane.
+struct Read {
+    value: bool,
+    corrupt: bool,
+}
+
+// The value of the tile's get `op`, which found its key when `found_get`, into the batch's output:
+// consecutive lanes, one request per cell (none for a cached group). A damaged value is not
+// handed out: zeros instead.
+fn read_value(t: Tile, found_get: bool, op: u32, hit: Hit) -> Read {
+    // A published cell beyond the heap is a damaged state word: the read reports CORRUPT.
+    let cell = hit.state - PUBLISHED;
+    let damaged = found_get && cell >= HEAP_CELLS;
+    let reads = found_get && !damaged;
+    // Verified reads fetch the checksum word too: it follows the value in the same request.
+    let read_words = VALUE_WORDS + VERIFY_VALUES;
+    var terms = 0u;
+    var stored = 0u;
+    if (reads) {
+        for (var w = t.lane; w < read_words; w += t.size) {
+            var v: u32;
+            if (hit.entry == NONE) {
+                v = heap_load(cell_word(cell, w));
+            } else {
+                v = cheap_load(cached_value_word(hit.entry, hit.slot, w));
+            }
+            if (w < VALUE_WORDS) {
+                vals_out[op * VALUE_WORDS + w] = v;
+                terms += checksum_term(w, v);
+            } else {
+                stored = v;
+            }
+        }
+    }
+    var corrupt = damaged;
+    if (VERIFY_VALUES == 1u) {
+        // The same on every lane of the tile (both sums run on every lane).
+        let sum = CHECKSUM_BASE + tile_add(t, terms);
+        let want = tile_add(t, stored);
+        corrupt = corrupt || (reads && sum != want);
+    }
+    if (corrupt) {
+        for (var w = t.lane; w < VALUE_WORDS; w += t.size) {
+            vals_out[op * VALUE_WORDS + w] = 0u;
+        }
+    }
+    return Read(reads, corrupt);
+}
+
+fn get_status(found: bool, r: Read) -> u32 {
+    if (r.corrupt) {
+        return STATUS_CORRUPT;
+    }
+    return select(STATUS_NOT_FOUND, STATUS_OK, found);
+}
+
 // One attempt at the tile's operation; false when it must be retried (a lost claim race).
 fn step(t: Tile, turn: Turn) -> bool {
     let op = turn.op;
@@ -73,13 +143,11 @@ fn step(t: Tile, turn: Turn) -> bool {
     }
     let loc = locate(key);
     let p = probe(t, turn.busy, key, loc);
-
-    let found_lanes = tile_ballot(t, p.found_slot != NONE);
-    let found = found_lanes != 0u;
-    let src = select(0u, firstTrailingBit(found_lanes), found);
-    let found_slot = tile_bcast(t, p.found_slot, src);
-    let found_state = tile_bcast(t, p.found_state, src);
-    let found_entry = tile_bcast(t, p.found_entry, src);
+    let hit = tile_hit(t, p);
+    let found = hit.found;
+    let found_slot = hit.slot;
+    let found_state = hit.state;
+    let found_entry = hit.entry;
 
     let new_key = turn.busy && !found && (kind == OP_INSERT || kind == OP_UPSERT);
     // The first operation on a key registers (a key is found by all operations of the batch or
@@ -102,64 +170,20 @@ fn step(t: Tile, turn: Turn) -> bool {
     }
     let bucket = candidate_bucket(loc.tops, chosen);
     let slot = chosen % SLOTS;
-
-    // A published cell beyond the heap is a damaged state word: the read reports CORRUPT.
-    let cell = found_state - PUBLISHED;
-    let damaged = turn.busy && found && kind == OP_GET && cell >= HEAP_CELLS;
-    let read_value = turn.busy && found && kind == OP_GET && !damaged;
-    // Verified reads fetch the checksum word too: it follows the value in the same request.
-    let read_words = VALUE_WORDS + VERIFY_VALUES;
-    var terms = 0u;
-    var stored = 0u;
-    if (read_value) {
-        // The value, with consecutive lanes: one request per cell (none for a cached group).
-        for (var w = t.lane; w < read_words; w += t.size) {
-            var v: u32;
-            if (found_entry == NONE) {
-                v = heap_load(cell_word(cell, w));
-            } else {
-                v = cheap_load(cached_value_word(found_entry, found_slot, w));
-            }
-            if (w < VALUE_WORDS) {
-                vals_out[op * VALUE_WORDS + w] = v;
-                terms += checksum_term(w, v);
-            } else {
-                stored = v;
-            }
-        }
-    }
-    var corrupt = damaged;
-    if (VERIFY_VALUES == 1u) {
-        // The same on every lane of the tile (both sums run on every lane).
-        let sum = CHECKSUM_BASE + tile_add(t, terms);
-        let want = tile_add(t, stored);
-        corrupt = corrupt || (read_value && sum != want);
-    }
-    if (corrupt) {
-        // A damaged value is not handed out: zeros instead.
-        for (var w = t.lane; w < VALUE_WORDS; w += t.size) {
-            vals_out[op * VALUE_WORDS + w] = 0u;
-        }
-    }
+    let r = read_value(t, turn.busy && found && kind == OP_GET, op, hit);
 
     if (!turn.leader) {
         return true;
     }
     if (found) {
-        note(op, loc, found_slot, found_entry, table_group_reads(loc, found_entry), read_value && found_entry != NONE);
+        note(op, loc, found_slot, found_entry, table_group_reads(loc, found_entry), r.value && found_entry != NONE);
     } else if (won) {
         note(op, loc, bucket * SLOTS + slot, candidate_entry(loc, chosen), table_group_reads(loc, NONE), false);
     } else if (!wants_slot || chosen == NONE) {
         note(op, loc, NONE, NONE, table_group_reads(loc, NONE), false);
     }
     if (kind == OP_GET) {
-        if (corrupt) {
-            finish(op, kind, STATUS_CORRUPT);
-        } else if (found) {
-            finish(op, kind, STATUS_OK);
-        } else {
-            finish(op, kind, STATUS_NOT_FOUND);
-        }
+        finish(op, kind, get_status(found, r));
     } else if (found && kind == OP_INSERT) {
         finish(op, kind, STATUS_EXISTS);
     } else if (found) {
@@ -212,16 +236,9 @@ fn main(inv: Invocation, sg: Subgroup) {
     let t = tile_of_width(sg, params.tile);
     let me = op_index(inv);
     let op = me / params.spread;
-    // A get's record is not read: a batch of gets runs without the allocation stage. Anything
-    // else in a batch declared reads-only is not run, only counted (the host refuses the batch).
-    let owned = me % params.spread == 0u && op < params.n;
     var pending = false;
-    if (owned) {
-        let is_get = kinds[op] == OP_GET;
-        if (!is_get && params.reads_only == 1u) {
-            count(CTRL_REFUSED);
-        }
-        pending = is_get || (params.reads_only == 0u && op_field(op, ST_PHASE) != PHASE_NO_CELL);
+    if (me % params.spread == 0u && op < params.n) {
+        pending = kinds[op] == OP_GET || op_field(op, ST_PHASE) != PHASE_NO_CELL;
     }
     loop {
         if (!subgroupAny(pending)) {
@@ -230,6 +247,42 @@ fn main(inv: Invocation, sg: Subgroup) {
         let turn = take_turn(t, pending, op);
         let done = step(t, turn);
         if (turn.leader && done) {
+            pending = false;
+        }
+    }
+    flush_tally(sg.lane);
+}
+
+// A batch of gets: `main`'s lookups alone, spread the same way. It runs without the allocation
+// stage and writes no per-operation record (nothing reads them: no phase B follows). An
+// operation that is not a get is not run, only counted (the host refuses the batch).
+@compute @workgroup_size(WG)
+fn search(inv: Invocation, sg: Subgroup) {
+    let t = tile_of_width(sg, params.tile);
+    let me = op_index(inv);
+    let op = me / params.spread;
+    var pending = false;
+    if (me % params.spread == 0u && op < params.n) {
+        pending = kinds[op] == OP_GET;
+        if (!pending) {
+            count(CTRL_REFUSED);
+        }
+    }
+    loop {
+        if (!subgroupAny(pending)) {
+            break;
+        }
+        let turn = take_turn(t, pending, op);
+        var key: array<u32, KEY_WORDS>;
+        if (turn.busy) {
+            key = load_key(turn.op);
+        }
+        let loc = locate(key);
+        let hit = tile_hit(t, probe(t, turn.busy, key, loc));
+        let r = read_value(t, turn.busy && hit.found, turn.op, hit);
+        if (turn.leader) {
+            note(turn.op, loc, hit.slot, hit.entry, table_group_reads(loc, hit.entry), r.value && hit.entry != NONE);
+            statuses[turn.op] = get_status(hit.found, r);
             pending = false;
         }
     }

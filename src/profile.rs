@@ -54,9 +54,10 @@ pub struct KernelTimes {
 
 impl KernelTimes {
     /// The kernels of batches, as the GPU engine names them.
-    pub const NAMES: [&'static str; 9] = [
+    pub const NAMES: [&'static str; 10] = [
         "alloc",
         "phase_a",
+        "search",
         "phase_b",
         "free_cells",
         "rollback",

@@ -125,7 +125,7 @@ struct Slot {
     device: bool,
     /// Operations in the batch.
     n: u32,
-    /// The batch only reads (gets): phase A alone, no allocation stage, nothing written.
+    /// The batch only reads (gets): the search kernel alone, no allocation stage, nothing written.
     read_only: bool,
     running: Option<Running>,
     statuses: Vec<u32>,
@@ -461,7 +461,6 @@ impl GpuEngine {
             stamp: self.batches,
             count_every: self.cache.count_every(),
             spread,
-            reads_only: self.slots[slot].read_only as u32,
             tile,
             ..Params::default()
         };
@@ -485,8 +484,8 @@ impl GpuEngine {
         // The control block starts at zero: cleared on the GPU (a queue write would stage a
         // buffer of its own).
         enc.clear_buffer(&self.control, 0, None);
-        // Gets never register in the claim registry.
-        if kernels.contains(&Kernel::PhaseA) && !s.read_only {
+        // Gets never register in the claim registry: a batch of them runs `Search`.
+        if kernels.contains(&Kernel::PhaseA) {
             enc.clear_buffer(&io.claims, 0, None);
         }
         let bind = match &s.device_bind {
@@ -648,7 +647,7 @@ impl GpuEngine {
     fn invocations(&self, k: Kernel, n: u32) -> u64 {
         match k {
             Kernel::CacheFill => self.fills as u64 * self.cfg.tile as u64,
-            Kernel::PhaseA => n as u64 * self.phase_a_lanes(n).1 as u64,
+            Kernel::PhaseA | Kernel::Search => n as u64 * self.phase_a_lanes(n).1 as u64,
             Kernel::CacheDecay => self.cfg.geo.groups(),
             _ => n as u64,
         }
@@ -705,11 +704,10 @@ impl GpuEngine {
         if self.cache.batch_starts(n as u64, std::mem::take(&mut self.busy)) {
             kernels = self.cache_kernels(false)?;
         }
-        // A batch of gets allocates nothing and writes nothing: phase A alone (it does not read
-        // the records the allocation stage resets for gets).
+        // A batch of gets allocates nothing and writes nothing: its lookups alone.
         let read_only = batch.read_only();
         self.slots[slot].read_only = read_only;
-        kernels.extend(if read_only { &[Kernel::PhaseA][..] } else { &[Kernel::Alloc, Kernel::PhaseA] });
+        kernels.extend(if read_only { &[Kernel::Search][..] } else { &[Kernel::Alloc, Kernel::PhaseA] });
         let io = self.slots[slot].io.as_ref().expect("reserved");
         let results = match batch {
             Input::Host(e) => {

@@ -55,6 +55,8 @@ pub(crate) enum Kernel {
     Alloc,
     /// Phase A: look up, claim.
     PhaseA,
+    /// Phase A of a batch of gets: the lookups alone.
+    Search,
     /// Phase B: swing, delete, resolve, publish.
     PhaseB,
     /// After phase B: release replaced and unused cells.
@@ -77,9 +79,10 @@ pub(crate) enum Kernel {
 
 impl Kernel {
     /// The kernels of batches.
-    pub(crate) const BATCH: [Kernel; 9] = [
+    pub(crate) const BATCH: [Kernel; 10] = [
         Kernel::Alloc,
         Kernel::PhaseA,
+        Kernel::Search,
         Kernel::PhaseB,
         Kernel::FreeCells,
         Kernel::Rollback,
@@ -108,7 +111,7 @@ impl KernelEntry for Kernel {
     fn file(self) -> &'static str {
         match self {
             Kernel::Alloc => "alloc.wgsl",
-            Kernel::PhaseA => "phase_a.wgsl",
+            Kernel::PhaseA | Kernel::Search => "phase_a.wgsl",
             Kernel::PhaseB => "phase_b.wgsl",
             Kernel::FreeCells | Kernel::Rollback => "release.wgsl",
             Kernel::Writeback => "writeback.wgsl",
@@ -119,6 +122,7 @@ impl KernelEntry for Kernel {
 
     fn entry(self) -> &'static str {
         match self {
+            Kernel::Search => "search",
             Kernel::FreeCells => "free_cells",
             Kernel::Rollback => "rollback",
             Kernel::Relocate => "relocate",
@@ -291,12 +295,10 @@ pub(crate) struct Params {
     /// Phase A's invocations per operation (a power of two up to its tile); see
     /// `GpuEngine::phase_a_lanes`.
     pub spread: u32,
-    /// 1: every operation of the batch is a get (phase A alone: no allocation stage, no phase
-    /// B); an operation that is not a get is not run but counted in `CTRL_REFUSED`.
-    pub reads_only: u32,
     /// Lanes of phase A's tiles (`GpuEngine::phase_a_lanes`).
     pub tile: u32,
     /// Padding to the uniform's 16-byte size.
+    pub pad0: u32,
     pub pad1: u32,
     pub pad2: u32,
     pub pad3: u32,
@@ -344,8 +346,8 @@ struct Params {
     stamp: u32,            // the batch's number (LRU access stamps)
     count_every: u32,      // the cache counts one access in this many (0: none)
     spread: u32,           // phase A's invocations per operation
-    reads_only: u32,       // 1: a batch of gets only (phase A alone; anything else is refused)
     tile: u32,             // lanes of phase A's tiles
+    pad0: u32,
     pad1: u32,
     pad2: u32,
     pad3: u32,
@@ -543,8 +545,8 @@ mod tests {
             stamp,
             count_every,
             spread,
-            reads_only,
             tile,
+            pad0,
             pad1,
             pad2,
             pad3,
