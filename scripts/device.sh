@@ -9,6 +9,7 @@
 #   scripts/device.sh hugepages  searches over PCIe with the pool in 4 KiB and in 2 MiB pages
 #   scripts/device.sh past-gpu-memory  a 150 GiB pool on a 256 GiB host, then gphash check
 #   scripts/device.sh widths     phase A's tile width per batch against fixed widths
+#   scripts/device.sh device-profile  the ceilings, then where device batches' time goes
 set -uo pipefail
 stage=$1; shift
 root=$(pwd)
@@ -94,6 +95,13 @@ past-gpu-memory)
   SECONDS=0
   ./gphash check "$pool" 2>&1 | tail -4 | tee -a "$out/large.txt"
   echo "check: exit ${PIPESTATUS[0]} in $SECONDS s" | tee -a "$out/large.txt"
+  ;;
+device-profile)
+  # Issue 12's volatile targets: the device's ceilings and round trips, then device batches
+  # (execute_device on a volatile table) profiled kernel by kernel up to 2^22 operations.
+  ./gphash bench ceilings 2>&1 | tee "$out/ceilings.txt"
+  ./gphash bench profile --device --volatile --keys 16777216 --batches 4096,65536,1048576,4194304 \
+    --reps 5 --rounds 2 "$@" 2>&1 | tee "$out/device-profile.txt"
   ;;
 widths)
   # Phase A's tile width: the shipped choice per batch against fixed widths (--tile 1, 2 and 4

@@ -10,10 +10,14 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use gphash::{Activity, Batch, Config, Executor, GpHash, Gpu, KernelTimes, OpKind, Options, Profile, Result};
+use gphash::{
+    Activity, Batch, Config, Error, Executor, GpHash, Gpu, KernelTimes, OpKind, Options, Placement, Profile,
+    Result,
+};
 
 use crate::basic::{key, spread};
 use crate::ceiling::{self, RoundTrip};
+use crate::systems::DeviceOps;
 use crate::ycsb::Uniform;
 
 /// What to profile.
@@ -43,6 +47,9 @@ pub struct ProfileBench {
     /// Run a whole loading phase of the bucket cache after loading the keys (no-op without a
     /// cache), so that the batches measure a loaded cache.
     pub load_cache: bool,
+    /// Run the batches as [`gphash::DeviceBatch`]es (`execute_device`): their inputs are
+    /// uploaded to device buffers before the timing and their results stay there.
+    pub device: bool,
 }
 
 /// One repetition: its batches' wall time and what the index's counters say of it.
@@ -213,6 +220,11 @@ impl ProfileBench {
             gpu: gphash::GpuOptions { time_kernels: true, ..options.gpu.clone() },
             ..options.clone()
         };
+        if self.device && (gpu.is_none() || self.pipeline) {
+            return Err(Error::InvalidConfig(
+                "device batches need a GPU and run one call at a time (no --pipeline)".into(),
+            ));
+        }
         let (reps, rounds) = (self.reps.max(1), self.rounds.max(1));
         let inserted: u64 = self.batches.iter().map(|&b| (b * reps * rounds) as u64).sum();
         let dir = crate::basic::pool_dir(&self.pool_dir)?;
@@ -223,7 +235,9 @@ impl ProfileBench {
             capacity: self.keys + inserted,
             ..Config::default()
         };
-        let index = GpHash::create(Some(&dir.path().join("profile.pool")), &config, &options)?;
+        // A volatile table has no pool file.
+        let path = (options.gpu.placement != Placement::Volatile).then(|| dir.path().join("profile.pool"));
+        let index = GpHash::create(path.as_deref(), &config, &options)?;
         let load = 1 << 16;
         for start in (0..self.keys).step_by(load) {
             let end = (start + load as u64).min(self.keys);
@@ -263,9 +277,24 @@ impl ProfileBench {
                             }
                         })
                         .collect::<Result<Vec<_>>>()?;
+                    let uploaded: Vec<DeviceOps> = match &gpu {
+                        Some(g) if self.device => {
+                            let ops = batches.iter().map(|b| DeviceOps::new(g, b)).collect();
+                            // The buffers' contents reach the device with the next submit: an
+                            // empty one, waited for, so that the timed batches do not carry it.
+                            g.queue.submit([]);
+                            g.wait()?;
+                            ops
+                        }
+                        _ => vec![],
+                    };
                     let before = index.activity();
                     let t = Instant::now();
-                    if self.pipeline {
+                    if self.device {
+                        for ops in &uploaded {
+                            index.execute_device(&ops.batch())?;
+                        }
+                    } else if self.pipeline {
                         // Each batch's keys are distinct: `execute` and `execute_ordered` agree.
                         let mut p = index.pipeline();
                         for b in batches {

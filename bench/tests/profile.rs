@@ -21,7 +21,7 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|held| held.into_inner())
 }
 
-fn profile(placement: Placement, pipeline: bool) -> Vec<Measured> {
+fn profile(placement: Placement, pipeline: bool, device: bool) -> Vec<Measured> {
     let dir = common::pool_dir();
     let bench = ProfileBench {
         keys: 3000,
@@ -35,6 +35,7 @@ fn profile(placement: Placement, pipeline: bool) -> Vec<Measured> {
         pool_dir: dir.path().into(),
         pipeline,
         load_cache: false,
+        device,
     };
     let options = common::gpu_options(GpuOptions { placement, ..GpuOptions::default() });
     let mut reported = 0;
@@ -125,7 +126,7 @@ fn kernel_times_within(p: &Profile, submits: u64) {
 #[test]
 fn pipelined_profile_measures_every_batch() {
     let _alone = alone();
-    for m in profile(Placement::Auto, true) {
+    for m in profile(Placement::Auto, true, false) {
         assert_eq!(m.reps.len(), 3);
         for r in &m.reps {
             let p = &r.profile;
@@ -181,13 +182,13 @@ fn round_trip_shape() {
 #[test]
 fn stages_add_up_zero_copy() {
     let _alone = alone();
-    check(&profile(Placement::Auto, false));
+    check(&profile(Placement::Auto, false, false));
 }
 
 #[test]
 fn stages_add_up_staged() {
     let _alone = alone();
-    let measured = profile(Placement::Staged, false);
+    let measured = profile(Placement::Staged, false, false);
     check(&measured);
     if common::gpu().is_some() {
         // Staged inserts read back the lines they wrote with their contents.
@@ -198,4 +199,61 @@ fn stages_add_up_staged() {
                 .all(|m| m.reps.iter().all(|r| r.profile.lines > Duration::ZERO))
         );
     }
+}
+
+/// Device batches (a volatile table): inputs are already on the device, so the host neither
+/// encodes nor decodes; the engine's stages and the kernels account for the wall time.
+#[test]
+fn device_batches_have_no_host_stages() {
+    let _alone = alone();
+    if common::gpu().is_none() {
+        return;
+    }
+    for m in profile(Placement::Volatile, false, true) {
+        assert_eq!(m.reps.len(), 3);
+        for r in &m.reps {
+            let p = &r.profile;
+            assert_eq!(
+                (p.encode, p.fold, p.decode, r.host),
+                (Duration::ZERO, Duration::ZERO, Duration::ZERO, Duration::ZERO),
+                "{m}"
+            );
+            assert!(p.submit > Duration::ZERO && p.wait > Duration::ZERO, "{m}");
+            let (wall, accounted) = (r.wall.as_secs_f64(), r.accounted().as_secs_f64());
+            assert!(
+                accounted <= wall && wall - accounted <= 0.1 * wall,
+                "stages {accounted} s of {wall} s:\n{m}"
+            );
+            if common::gpu().is_some_and(|g| g.info.timestamps) {
+                let submits = if m.workload == "search" { 1 } else { 2 };
+                kernel_times_within(p, submits * m.rounds as u64);
+            }
+        }
+    }
+}
+
+/// Device batches need a GPU and run one call at a time.
+#[test]
+fn device_batches_are_not_pipelined() {
+    let _alone = alone();
+    if common::gpu().is_none() {
+        return;
+    }
+    let dir = common::pool_dir();
+    let bench = ProfileBench {
+        keys: 10,
+        batches: vec![4],
+        reps: 1,
+        rounds: 1,
+        key_bytes: 8,
+        value_bytes: 8,
+        seed: 7,
+        floor_reps: 1,
+        pool_dir: dir.path().into(),
+        pipeline: true,
+        load_cache: false,
+        device: true,
+    };
+    let err = bench.run(&common::gpu_options(GpuOptions::default()), &mut |_| {}).unwrap_err();
+    assert!(err.to_string().contains("one call at a time"), "{err}");
 }

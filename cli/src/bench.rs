@@ -81,6 +81,14 @@ pub(crate) struct ProfileArgs {
     /// measure a loaded cache (set --cache-period high to keep later phases out).
     #[arg(long)]
     load_cache: bool,
+    /// Run the batches as device batches (`execute_device`): inputs uploaded to device
+    /// buffers before the timing, results left there.
+    #[arg(long)]
+    device: bool,
+    /// A volatile table in device memory, nothing persisted (the upper bound; in place of
+    /// --placement).
+    #[arg(long)]
+    volatile: bool,
     #[command(flatten)]
     dir: PoolDir,
 }
@@ -385,6 +393,7 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
                 pool_dir: a.dir.pool_dir.clone(),
                 pipeline: a.pipeline,
                 load_cache: a.load_cache,
+                device: a.device,
             };
             println!(
                 "# {} keys of {} bytes, {}-byte values, loaded; {}",
@@ -393,11 +402,18 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
                 a.value_bytes,
                 if a.pipeline {
                     "pipelined batches (two in flight; stages overlap, so they may add up to more than the wall time)"
+                } else if a.device {
+                    "device batches (execute_device: inputs uploaded before the timing, results left on the device)"
                 } else {
                     "execute_ordered batches, one call at a time"
                 }
             );
-            bench.run(options, &mut |m| println!("{m}"))?;
+            let mut options = options.clone();
+            if a.volatile {
+                options.gpu.placement = Placement::Volatile;
+                println!("# a volatile table in device memory, nothing persisted");
+            }
+            bench.run(&options, &mut |m| println!("{m}"))?;
             Ok(())
         }
         Bench::Fill(a) => {
