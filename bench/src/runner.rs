@@ -470,7 +470,8 @@ pub fn run(
                     report_runs(&name, batch, &runs, &system.setting());
                 }
             }
-            drop(system);
+            // A kept pool is closed cleanly, as a user's would be.
+            system.close()?;
             if let Some(p) = pool.filter(|_| !suite.keep_pools) {
                 // Pools are large: each goes before the next system makes its own.
                 std::fs::remove_file(&p)

@@ -61,7 +61,7 @@ fn repeated_runs_report_the_median_with_min_and_max() {
 }
 
 /// Every workload runs under each distribution given (named after it), and kept pools are left
-/// for `gphash check`: consistent, with the loaded records.
+/// for `gphash check`: closed cleanly, consistent, with the loaded records.
 #[test]
 fn distributions_each_run_and_kept_pools_check() {
     let Some(gpu) = gpu() else { return };
@@ -86,5 +86,6 @@ fn distributions_each_run_and_kept_pools_check() {
     )
     .unwrap();
     assert_eq!(t.len(), 2048);
+    assert!(t.stats().recovery.clean_shutdown, "the kept pool was closed cleanly");
     assert!(t.check().ok(), "{}", t.check());
 }

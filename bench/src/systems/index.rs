@@ -99,6 +99,10 @@ impl System for GpHashSystem {
         self.index.execute_device(batch)
     }
 
+    fn close(self: Box<Self>) -> Result<()> {
+        self.index.close()
+    }
+
     fn len(&self) -> u64 {
         self.index.len()
     }

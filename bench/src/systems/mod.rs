@@ -86,6 +86,11 @@ pub trait System {
     fn settle(&mut self, _batch: &DeviceBatch) -> Result<()> {
         Ok(())
     }
+    /// Closes the system's pool cleanly where it has one (dropping it leaves the pool as a
+    /// crash would).
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
     /// Published keys.
     fn len(&self) -> u64;
     /// Whether the table is empty.
