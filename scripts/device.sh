@@ -10,6 +10,7 @@
 #   scripts/device.sh past-gpu-memory  a 150 GiB pool on a 256 GiB host, then gphash check
 #   scripts/device.sh widths     phase A's tile width per batch against fixed widths
 #   scripts/device.sh device-profile  the ceilings, then where device batches' time goes
+#   scripts/device.sh side-by-side    every YCSB workload and distribution, gphash against the host maps
 set -uo pipefail
 stage=$1; shift
 root=$(pwd)
@@ -102,6 +103,16 @@ device-profile)
   ./gphash bench ceilings 2>&1 | tee "$out/ceilings.txt"
   ./gphash bench profile --device --volatile --keys 16777216 --batches 4096,65536,1048576,4194304 \
     --reps 5 --rounds 2 "$@" 2>&1 | tee "$out/device-profile.txt"
+  ;;
+side-by-side)
+  # Issue 12's table: YCSB A, B, C, D, F (and the load) under both distributions, 128-byte
+  # values, gphash (cache 0.2, no cache, volatile) against the persistent CPU table and the
+  # concurrent maps on all host threads; then gphash-zc with every group cached.
+  S="--key-bytes 8 --value-bytes 128 --records 16777216 --macro-ops 4194304 --batches 65536 --workloads a,b,c,d,f --distribution uniform,zipf:0.99 --reps 3"
+  ./gphash bench suite $S --systems gphash-zc,gphash-nocache,gphash-volatile,cpu,cpu-map,cpu-map-dashmap,cpu-map-papaya \
+    --out /tmp/gph/sbs 2>&1 | grep -v "imported buffers" | tee "$out/side-by-side.txt"
+  ./gphash bench suite $S --systems gphash-zc --cache-ratio 1 --ceiling-mib 0 --out /tmp/gph/sbs1 2>&1 \
+    | grep -v "imported buffers" | tee "$out/side-by-side-cache1.txt"
   ;;
 widths)
   # Phase A's tile width: the shipped choice per batch against fixed widths (--tile 1, 2 and 4
