@@ -101,8 +101,9 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// The GPU and the CPU model run the same batches of distinct keys: their statuses, the
-/// values they read and their contents equal the oracle's, the value cells in their pools
+/// The GPU and the CPU model run the same batches of distinct keys, each followed by a batch
+/// of gets alone (the search kernel): their statuses, the values they read and their contents
+/// equal the oracle's, the value cells in their pools
 /// (checksum words included) are the same for each key, and every invariant holds.
 #[test]
 fn gpu_matches_model_on_random_batches() {
@@ -155,6 +156,20 @@ fn gpu_matches_model_on_random_batches() {
                 );
                 assert_eq!(g.value(i), value.as_deref(), "{what} round {round} op {i}: GPU value");
                 assert_eq!(c.value(i), value.as_deref(), "{what} round {round} op {i}: model value");
+            }
+            // A batch of gets alone runs the search kernel: keys of the space, found or not.
+            let mut gets = gpu.batch();
+            for k in sample(&mut rng, space, n) {
+                gets.push(OpKind::Get, &common::key(k as u64, case.key_bytes as usize), None).unwrap();
+            }
+            let want = oracle.run(&gets);
+            let g = gpu.execute(&gets).unwrap_or_else(|e| panic!("{what} round {round} gets: {e}"));
+            let c = cpu.execute(&gets).unwrap();
+            for (i, (status, value)) in want.iter().enumerate() {
+                assert_eq!(g.statuses[i], *status, "{what} round {round} get {i}: GPU");
+                assert_eq!(c.statuses[i], *status, "{what} round {round} get {i}: model");
+                assert_eq!(g.value(i), value.as_deref(), "{what} round {round} get {i}: GPU value");
+                assert_eq!(c.value(i), value.as_deref(), "{what} round {round} get {i}: model value");
             }
             for (name, t) in [("GPU", &mut gpu), ("model", &mut cpu)] {
                 if case.gpu.placement == Placement::Volatile && name == "GPU" {
