@@ -231,20 +231,30 @@ fn step(t: Tile, turn: Turn) -> bool {
 // batches (each probe's candidates read at once), narrow for large ones (more operations' reads
 // in flight per subgroup). Each operation has exactly one owner whatever the mapping of
 // invocations to lanes.
+struct Owned {
+    op: u32,     // the operation of this invocation's lane
+    owns: bool,  // the lane owns it (the first of its invocations, within the batch)
+}
+
+fn owned(inv: Invocation) -> Owned {
+    let me = op_index(inv);
+    let op = me / params.spread;
+    return Owned(op, me % params.spread == 0u && op < params.n);
+}
+
 @compute @workgroup_size(WG)
 fn main(inv: Invocation, sg: Subgroup) {
     let t = tile_of_width(sg, params.tile);
-    let me = op_index(inv);
-    let op = me / params.spread;
+    let o = owned(inv);
     var pending = false;
-    if (me % params.spread == 0u && op < params.n) {
-        pending = kinds[op] == OP_GET || op_field(op, ST_PHASE) != PHASE_NO_CELL;
+    if (o.owns) {
+        pending = kinds[o.op] == OP_GET || op_field(o.op, ST_PHASE) != PHASE_NO_CELL;
     }
     loop {
         if (!subgroupAny(pending)) {
             break;
         }
-        let turn = take_turn(t, pending, op);
+        let turn = take_turn(t, pending, o.op);
         let done = step(t, turn);
         if (turn.leader && done) {
             pending = false;
@@ -259,11 +269,10 @@ fn main(inv: Invocation, sg: Subgroup) {
 @compute @workgroup_size(WG)
 fn search(inv: Invocation, sg: Subgroup) {
     let t = tile_of_width(sg, params.tile);
-    let me = op_index(inv);
-    let op = me / params.spread;
+    let o = owned(inv);
     var pending = false;
-    if (me % params.spread == 0u && op < params.n) {
-        pending = kinds[op] == OP_GET;
+    if (o.owns) {
+        pending = kinds[o.op] == OP_GET;
         if (!pending) {
             count(CTRL_REFUSED);
         }
@@ -272,7 +281,7 @@ fn search(inv: Invocation, sg: Subgroup) {
         if (!subgroupAny(pending)) {
             break;
         }
-        let turn = take_turn(t, pending, op);
+        let turn = take_turn(t, pending, o.op);
         var key: array<u32, KEY_WORDS>;
         if (turn.busy) {
             key = load_key(turn.op);

@@ -125,8 +125,6 @@ struct Slot {
     device: bool,
     /// Operations in the batch.
     n: u32,
-    /// The batch only reads (gets): the search kernel alone, no allocation stage, nothing written.
-    read_only: bool,
     running: Option<Running>,
     statuses: Vec<u32>,
     values: Vec<u32>,
@@ -492,8 +490,8 @@ impl GpuEngine {
             Some(d) if s.device => &d.group,
             _ => &io.bind,
         };
-        // A batch of gets claims nothing: nothing to write back.
-        let writes = !s.read_only && kernels.iter().any(|k| k.writes_pool());
+        // A batch of gets (`Search`) claims nothing: nothing to write back.
+        let writes = kernels.iter().any(|k| k.writes_pool());
         let writeback = (self.windows.staged() && writes)
             .then(|| (self.pipelines.get(Kernel::Writeback), writeback_invocations(io.dirty_cap)));
         let timer = self.timer.as_ref();
@@ -705,9 +703,7 @@ impl GpuEngine {
             kernels = self.cache_kernels(false)?;
         }
         // A batch of gets allocates nothing and writes nothing: its lookups alone.
-        let read_only = batch.read_only();
-        self.slots[slot].read_only = read_only;
-        kernels.extend(if read_only { &[Kernel::Search][..] } else { &[Kernel::Alloc, Kernel::PhaseA] });
+        kernels.extend(if batch.read_only() { &[Kernel::Search][..] } else { &[Kernel::Alloc, Kernel::PhaseA] });
         let io = self.slots[slot].io.as_ref().expect("reserved");
         let results = match batch {
             Input::Host(e) => {
