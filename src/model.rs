@@ -61,11 +61,19 @@ impl Bitmap {
     /// An allocator with every cell free.
     pub fn new(cells: u64) -> Self {
         let mut words = vec![0u32; cells.div_ceil(32) as usize];
-        let tail = (cells % 32) as u32;
-        if tail != 0 {
-            *words.last_mut().unwrap() = !0u32 << tail;
+        if let Some(last) = words.last_mut() {
+            *last = Bitmap::past_cells(cells);
         }
         Bitmap { words, cursor: 0 }
+    }
+
+    /// The bits of the last word that lie past the last of `cells` cells: an allocator keeps
+    /// them set, so that they are never handed out.
+    pub fn past_cells(cells: u64) -> u32 {
+        match (cells % 32) as u32 {
+            0 => 0,
+            tail => !0u32 << tail,
+        }
     }
 
     /// The allocator whose bitmap words are `words` (as the GPU engine holds them).
@@ -76,11 +84,8 @@ impl Bitmap {
     /// The same allocator over a heap grown from `cells` to `grown` cells (the new ones free).
     pub fn grown(mut self, cells: u64, grown: u64) -> Self {
         let fresh = Bitmap::new(grown);
-        let tail = (cells % 32) as u32;
-        if tail != 0 {
-            // The bits past the old last cell are cells now.
-            *self.words.last_mut().expect("a heap has cells") &= !(!0u32 << tail);
-        }
+        // The bits past the old last cell are cells now.
+        *self.words.last_mut().expect("a heap has cells") &= !Bitmap::past_cells(cells);
         self.words.extend_from_slice(&fresh.words[self.words.len()..]);
         let last = self.words.len() - 1;
         self.words[last] |= fresh.words[last];

@@ -86,11 +86,7 @@ fn saved_bitmap(pool: &Pool, geo: &Geometry, rec: &mut Recovery) -> Option<Bitma
         log::warn!("the allocator saved at close is too small for {} cells: the table is scanned", geo.cells);
         return None;
     }
-    // The bits past the last cell, which an allocator keeps set.
-    let past = match (geo.cells % 32) as u32 {
-        0 => 0,
-        tail => !0u32 << tail,
-    };
+    let past = Bitmap::past_cells(geo.cells);
     let last = u32::from_le_bytes(bytes[len - 4..len].try_into().expect("a heap has cells"));
     if last & past != past || items > geo.slots() {
         log::warn!("the allocator saved at close does not fit the table: the table is scanned");
