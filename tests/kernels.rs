@@ -9,7 +9,7 @@ mod common;
 use std::collections::{HashMap, HashSet};
 
 use common::oracle::{Oracle, assert_same_content};
-use gphash::{Batch, Config, Error, GpuOptions, Layout, OpKind, Placement, Status};
+use gphash::{Batch, Config, Error, GpHash, GpuOptions, Layout, OpKind, Placement, Status};
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
@@ -101,6 +101,19 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// Runs `batch` on the GPU table and on the model: every status and value read equals the
+/// oracle's (which applies the batch too).
+fn same_as_oracle(gpu: &GpHash, cpu: &GpHash, oracle: &mut Oracle, batch: &Batch, what: &str) {
+    let want = oracle.run(batch);
+    let g = gpu.execute(batch).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let c = cpu.execute(batch).unwrap();
+    for (i, (status, value)) in want.iter().enumerate() {
+        let what = format!("{what} op {i} ({:?})", batch.op(i).0);
+        assert_eq!((g.statuses[i], g.value(i)), (*status, value.as_deref()), "{what}: GPU");
+        assert_eq!((c.statuses[i], c.value(i)), (*status, value.as_deref()), "{what}: model");
+    }
+}
+
 /// The GPU and the CPU model run the same batches of distinct keys, each followed by a batch
 /// of gets alone (the search kernel): their statuses, the values they read and their contents
 /// equal the oracle's, the value cells in their pools
@@ -143,34 +156,13 @@ fn gpu_matches_model_on_random_batches() {
                     )
                     .unwrap();
             }
-            let want = oracle.run(&batch);
-            let g = gpu.execute(&batch).unwrap_or_else(|e| panic!("{what} round {round}: {e}"));
-            let c = cpu.execute(&batch).unwrap();
-            for (i, (status, value)) in want.iter().enumerate() {
-                assert_eq!(g.statuses[i], *status, "{what} round {round} op {i} ({:?}): GPU", batch.op(i).0);
-                assert_eq!(
-                    c.statuses[i],
-                    *status,
-                    "{what} round {round} op {i} ({:?}): model",
-                    batch.op(i).0
-                );
-                assert_eq!(g.value(i), value.as_deref(), "{what} round {round} op {i}: GPU value");
-                assert_eq!(c.value(i), value.as_deref(), "{what} round {round} op {i}: model value");
-            }
+            same_as_oracle(&gpu, &cpu, &mut oracle, &batch, &format!("{what} round {round}"));
             // A batch of gets alone runs the search kernel: keys of the space, found or not.
             let mut gets = gpu.batch();
             for k in sample(&mut rng, space, n) {
                 gets.push(OpKind::Get, &common::key(k as u64, case.key_bytes as usize), None).unwrap();
             }
-            let want = oracle.run(&gets);
-            let g = gpu.execute(&gets).unwrap_or_else(|e| panic!("{what} round {round} gets: {e}"));
-            let c = cpu.execute(&gets).unwrap();
-            for (i, (status, value)) in want.iter().enumerate() {
-                assert_eq!(g.statuses[i], *status, "{what} round {round} get {i}: GPU");
-                assert_eq!(c.statuses[i], *status, "{what} round {round} get {i}: model");
-                assert_eq!(g.value(i), value.as_deref(), "{what} round {round} get {i}: GPU value");
-                assert_eq!(c.value(i), value.as_deref(), "{what} round {round} get {i}: model value");
-            }
+            same_as_oracle(&gpu, &cpu, &mut oracle, &gets, &format!("{what} round {round} gets"));
             for (name, t) in [("GPU", &mut gpu), ("model", &mut cpu)] {
                 if case.gpu.placement == Placement::Volatile && name == "GPU" {
                     // Its pool is never written: read every key of the space through the GPU.
@@ -226,14 +218,7 @@ fn gpu_matches_model_on_large_batches() {
             let v = common::value(&mut rng, 8);
             batch.push(kind, &common::key(k as u64, 8), kind.writes_value().then_some(&v[..])).unwrap();
         }
-        let want = oracle.run(&batch);
-        let g = gpu.execute(&batch).unwrap_or_else(|e| panic!("round {round}: {e}"));
-        let c = cpu.execute(&batch).unwrap();
-        for (i, (status, value)) in want.iter().enumerate() {
-            let what = format!("round {round} op {i} ({:?})", batch.op(i).0);
-            assert_eq!((g.statuses[i], g.value(i)), (*status, value.as_deref()), "{what}: GPU");
-            assert_eq!((c.statuses[i], c.value(i)), (*status, value.as_deref()), "{what}: model");
-        }
+        same_as_oracle(&gpu, &cpu, &mut oracle, &batch, &format!("round {round}"));
         for (name, t) in [("GPU", &gpu), ("model", &cpu)] {
             assert_same_content(t.entries(), &oracle.map, &format!("round {round} {name}"));
             assert_eq!(t.len(), oracle.map.len() as u64, "round {round} {name}: item count");
