@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use gphash::Gpu;
 use gphash::{Error, Result};
 use gphash_gpu::hostmem::{self, ImportGuard};
-use gphash_gpu::resources::{dispatch, map_read, release_imports, scoped, single_pipeline};
+use gphash_gpu::resources::{dispatch, map_read, release_imports, scoped, shader_module, single_pipeline};
 use gphash_gpu::shader::{self, Files, SHARED};
 
 use crate::basic::spread;
@@ -159,12 +159,8 @@ impl<'a> Bench<'a> {
         // Stitched before the error scope opens: a failure returns with no scope left open.
         let sources = [source("ceiling.wgsl")?, source("ceiling_cas.wgsl")?];
         let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
-        let [main, cas] = sources.map(|src| {
-            dev.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some("ceiling"),
-                source: wgpu::ShaderSource::Wgsl(src.into()),
-            })
-        });
+        // Compiled as gphash's kernels are, so that the ceilings hold them to the same code.
+        let [main, cas] = sources.map(|src| shader_module(dev, "ceiling", src));
         let pipelines = [
             ("seq_read", &main),
             ("seq_write", &main),

@@ -201,14 +201,32 @@ impl<K: KernelEntry> Pipelines<K> {
     }
 }
 
+/// A shader module of gphash's own WGSL, with wgpu's bounds checks but without its loop
+/// bounding: wgpu gives every loop a 64-bit iteration counter that breaks it at 2^64 rounds, a
+/// guard for untrusted shaders that costs these kernels 8-17% of their time on the H200
+/// (BENCHMARKS.md, "Kernels without wgpu's loop bounding"). Every loop of gphash's kernels ends:
+/// over constant bounds, over a batch, or retrying a CAS that another operation won.
+pub fn shader_module(dev: &wgpu::Device, label: &str, wgsl: String) -> wgpu::ShaderModule {
+    let checks =
+        wgpu::ShaderRuntimeChecks { force_loop_bounding: false, ..wgpu::ShaderRuntimeChecks::checked() };
+    // SAFETY: the only check turned off is loop bounding, and gphash's loops terminate (above);
+    // reads and writes stay bounds-checked.
+    unsafe {
+        dev.create_shader_module_trusted(
+            wgpu::ShaderModuleDescriptor {
+                label: Some(label),
+                source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+            },
+            checks,
+        )
+    }
+}
+
 /// Compiles one WGSL kernel (entry point `main`) with the bind group layout wgpu derives from
 /// it; a validation error names `label`.
 pub fn single_pipeline(dev: &wgpu::Device, label: &str, wgsl: String) -> Result<wgpu::ComputePipeline> {
     let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
-    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some(label),
-        source: wgpu::ShaderSource::Wgsl(wgsl.into()),
-    });
+    let module = shader_module(dev, label, wgsl);
     let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: Some(label),
         layout: None,
@@ -247,10 +265,7 @@ pub fn build_pipelines<K: KernelEntry + Send>(
     let build = |k: K| -> Result<wgpu::ComputePipeline> {
         let src = source(k)?;
         let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(k.file()),
-            source: wgpu::ShaderSource::Wgsl(src.into()),
-        });
+        let module = shader_module(dev, k.file(), src);
         let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(k.entry()),
             layout: Some(&pl),
