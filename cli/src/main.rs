@@ -57,7 +57,8 @@ struct ExecArgs {
     #[arg(long, global = true)]
     verify_values: bool,
     /// Kernels reach the pool as pools over 16 GiB need (64-bit word addresses, binding
-    /// arrays) even where it is smaller: to measure the cost.
+    /// arrays, the 256-byte dirty lines of a 1 TiB pool) even where it is smaller: to measure
+    /// the cost.
     #[arg(long, global = true)]
     large_pool_mode: bool,
 }

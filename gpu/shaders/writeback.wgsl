@@ -7,14 +7,15 @@
 
 @compute @workgroup_size(WG)
 fn main(inv: Invocation) {
-    let total = min(atomicLoad(&control[CTRL_DIRTY_COUNT]), params.dirty_cap) * 16u;
-    for (var i = op_index(inv); i < total; i += invocations(inv)) {
-        let line = dirty[i / 16u];
-        let word = i % 16u;
+    let words = params.line_words;
+    let total = Word(min(atomicLoad(&control[CTRL_DIRTY_COUNT]), params.dirty_cap)) * Word(words);
+    for (var i = Word(op_index(inv)); i < total; i += Word(invocations(inv))) {
+        let line = dirty[i / Word(words)];
+        let word = u32(i % Word(words));
         if (line >= params.table_line_base && line - params.table_line_base < params.table_lines) {
-            staging[i] = table_load(Word(line - params.table_line_base) * Word(16u) + Word(word));
+            staging[i] = table_load(Word(line - params.table_line_base) * Word(words) + Word(word));
         } else {
-            staging[i] = heap_load(Word(line - params.heap_line_base) * Word(16u) + Word(word));
+            staging[i] = heap_load(Word(line - params.heap_line_base) * Word(words) + Word(word));
         }
     }
 }

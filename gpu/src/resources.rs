@@ -354,6 +354,18 @@ pub struct RegionWindows {
     pub buffers: Vec<wgpu::Buffer>,
 }
 
+/// The largest dirty line: 64 KiB, the alignment of every region, so that a line never
+/// straddles two regions nor ends past one.
+pub const MAX_LINE_SHIFT: u32 = 10;
+
+/// The dirty lines of a pool of `bytes` are `64 << shift` bytes: the kernels number them with
+/// 32 bits, so 64-byte lines reach 256 GiB, and each doubling of the line doubles the reach
+/// (1 TiB with 256-byte lines, up to 256 TiB with lines of 64 KiB).
+pub fn line_shift(bytes: u64) -> u32 {
+    let lines = bytes.div_ceil(64).max(1);
+    (u64::BITS - (lines - 1).leading_zeros()).saturating_sub(32)
+}
+
 /// A pool's table and heap regions as storage windows: imported zero-copy where the placement
 /// and the pool allow it and the driver agrees, device copies otherwise (staged, or volatile
 /// where asked).
@@ -364,19 +376,27 @@ pub struct PoolWindows {
     pub table: RegionWindows,
     /// The heap region.
     pub heap: RegionWindows,
+    /// The kernels list dirty lines of `64 << line_shift` bytes (see [`line_shift`]).
+    pub line_shift: u32,
     guard: ImportGuard,
 }
 
 impl PoolWindows {
-    /// Binds the table and the heap, each `(region, windows, words in use, label)`.
+    /// Binds the table and the heap, each `(region, windows, words in use, label)`, with dirty
+    /// lines as large as the regions' reach needs and at least `64 << min_line_shift` bytes.
     pub fn place(
         gpu: &Gpu,
         pool: &mut Pool,
         placement: Placement,
         [table, heap]: [(Region, Windows, u64, &str); 2],
+        min_line_shift: u32,
     ) -> Result<Self> {
-        if table.0.end() / 64 > u32::MAX as u64 || heap.0.end() / 64 > u32::MAX as u64 {
-            return Err(Error::InvalidConfig("pools beyond 256 GiB are not supported".into()));
+        let line_shift = line_shift(table.0.end().max(heap.0.end())).max(min_line_shift);
+        if line_shift > MAX_LINE_SHIFT {
+            return Err(Error::InvalidConfig(format!(
+                "pools beyond {} TiB are not supported",
+                (64u64 << MAX_LINE_SHIFT << 32) >> 40
+            )));
         }
         let guard = ImportGuard::default();
         let imported = match staged_reason(pool, placement) {
@@ -405,6 +425,7 @@ impl PoolWindows {
             residence,
             table: RegionWindows { region: table.0, windows: table.1, buffers: t },
             heap: RegionWindows { region: heap.0, windows: heap.1, buffers: h },
+            line_shift,
             guard,
         })
     }
@@ -430,11 +451,16 @@ impl PoolWindows {
         self.table.buffers.iter().chain(&self.heap.buffers)
     }
 
-    /// Pool offsets of the table and the heap, and the table's size, in 64-byte lines (the
+    /// Bytes of a dirty line.
+    pub fn line_bytes(&self) -> u64 {
+        64 << self.line_shift
+    }
+
+    /// Pool offsets of the table and the heap, and the table's size, in dirty lines (the
     /// kernels' `table_line_base`, `heap_line_base`, `table_lines`).
     pub fn lines(&self) -> (u32, u32, u32) {
-        let (t, h) = (self.table.region, self.heap.region);
-        ((t.offset / 64) as u32, (h.offset / 64) as u32, (t.bytes / 64) as u32)
+        let (t, h, line) = (self.table.region, self.heap.region, self.line_bytes());
+        ((t.offset / line) as u32, (h.offset / line) as u32, (t.bytes / line) as u32)
     }
 
     /// Staged: copies both regions back into the pool mapping whole.
@@ -455,19 +481,20 @@ impl PoolWindows {
     }
 }
 
-/// The dirty list of a submit: copies its first `count` lines (and, staged, their contents
-/// gathered in `staging`) into `readback` at `at`, then writes the contents into the pool
-/// mapping (staged) and returns the line numbers.
+/// The dirty list of a submit: copies its first `count` lines of `64 << line_shift` bytes (and,
+/// staged, their contents gathered in `staging`) into `readback` at `at`, then writes the
+/// contents into the pool mapping (staged) and returns the pool's 64-byte lines they cover.
 pub fn read_dirty(
     gpu: &Gpu,
     (dirty, staging): (&wgpu::Buffer, Option<&wgpu::Buffer>),
     readback: &wgpu::Buffer,
-    at: u64,
-    count: u32,
+    (at, count): (u64, u32),
+    line_shift: u32,
     pool: &mut Pool,
 ) -> Result<Vec<u64>> {
+    let line = 64usize << line_shift;
     let list_bytes = (count as u64 * 4).next_multiple_of(256);
-    let data_bytes = if staging.is_some() { count as u64 * 64 } else { 0 };
+    let data_bytes = if staging.is_some() { count as u64 * line as u64 } else { 0 };
     // Checked before anything is written into the pool mapping.
     scoped(&gpu.device, "reading the dirty lines back", || {
         let mut enc = gpu.device.create_command_encoder(&Default::default());
@@ -477,20 +504,26 @@ pub fn read_dirty(
         }
         gpu.queue.submit([enc.finish()]);
     })?;
-    let mut lines = Vec::with_capacity(count as usize);
+    let mut lines = Vec::with_capacity((count as usize) << line_shift);
     let dst = pool.bytes_mut();
     map_read(gpu, readback, at..at + list_bytes + data_bytes, |bytes| {
         let list: &[u32] = bytemuck::cast_slice(&bytes[..count as usize * 4]);
         let data = &bytes[list_bytes as usize..];
-        for (i, &line) in list.iter().enumerate() {
+        for (i, &listed) in list.iter().enumerate() {
             if staging.is_some() {
-                let at = line as usize * 64;
-                dst[at..at + 64].copy_from_slice(&data[i * 64..i * 64 + 64]);
+                let at = listed as usize * line;
+                dst[at..at + line].copy_from_slice(&data[i * line..(i + 1) * line]);
             }
-            lines.push(line as u64);
+            lines.extend(pool_lines(listed, line_shift));
         }
     })?;
     Ok(lines)
+}
+
+/// The pool's 64-byte lines that dirty line `listed` of `64 << line_shift` bytes covers.
+fn pool_lines(listed: u32, line_shift: u32) -> std::ops::Range<u64> {
+    let first = (listed as u64) << line_shift;
+    first..first + (1 << line_shift)
 }
 
 /// Imports every window of a region of the pool mapping; `Err` says why the driver refused.
@@ -635,4 +668,36 @@ pub fn check_bindings(what: &str, bindings: u32, info: &DeviceInfo) -> Result<()
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 64-byte lines up to 256 GiB, each doubling of the pool past it a doubling of the line.
+    #[test]
+    fn lines_widen_past_256_gib() {
+        assert_eq!(line_shift(0), 0);
+        assert_eq!(line_shift(1 << 20), 0);
+        assert_eq!(line_shift(256 << 30), 0);
+        assert_eq!(line_shift((256 << 30) + 1), 1);
+        assert_eq!(line_shift(512 << 30), 1);
+        assert_eq!(line_shift(1 << 40), 2);
+        assert_eq!(line_shift(256 << 40), MAX_LINE_SHIFT);
+        assert_eq!(line_shift((256 << 40) + 1), MAX_LINE_SHIFT + 1);
+        for shift in 0..=MAX_LINE_SHIFT {
+            let bytes = 64u64 << shift << 32;
+            assert_eq!(line_shift(bytes), shift, "{bytes} bytes");
+            // Every dirty line of such a pool is numbered with 32 bits.
+            assert!((bytes - 1) / (64 << shift) <= u32::MAX as u64);
+        }
+    }
+
+    /// A dirty line covers the pool's 64-byte lines of its bytes, and no other.
+    #[test]
+    fn a_dirty_line_covers_its_pool_lines() {
+        assert_eq!(pool_lines(7, 0), 7..8);
+        assert_eq!(pool_lines(7, 2), 28..32);
+        assert_eq!(pool_lines(u32::MAX, 2), (u32::MAX as u64) * 4..(u32::MAX as u64 + 1) * 4);
+    }
 }

@@ -83,8 +83,9 @@ pub struct GpuOptions {
     /// [`Profile::kernels`]; off by default, so batches record no timestamps.
     pub time_kernels: bool,
     /// The kernels reach the pool as pools over 16 GiB need even where it is smaller: 64-bit
-    /// word addresses, and each region's windows as one binding array where the device has
-    /// them (see `docs/design.md`, "Pools past 16 GiB"); for tests and for measuring the cost.
+    /// word addresses, each region's windows as one binding array where the device has them,
+    /// and the 256-byte dirty lines of a 1 TiB pool (see `docs/design.md`, "Pools past
+    /// 16 GiB"); for tests and for measuring the cost.
     pub large_pool_mode: bool,
 }
 
@@ -186,14 +187,20 @@ struct ReadbackLayout {
 }
 
 impl ReadbackLayout {
-    fn new(cap: u64, dirty_cap: u64, value_words: u64, staged: bool, timestamp_bytes: u64) -> Self {
+    fn new(
+        cap: u64,
+        dirty_cap: u64,
+        value_words: u64,
+        staged_line: Option<u64>,
+        timestamp_bytes: u64,
+    ) -> Self {
         let up = |x: u64| x.div_ceil(256) * 256;
         let timestamps = 256;
         let statuses = timestamps + up(timestamp_bytes);
         let values = statuses + up(cap * 4);
         let lines = values + up(cap * value_words * 4);
         let staging = lines + up(dirty_cap * 4);
-        let total = staging + if staged { dirty_cap * 64 } else { 0 };
+        let total = staging + dirty_cap * staged_line.unwrap_or(0);
         ReadbackLayout { timestamps, statuses, values, lines, total }
     }
 }
@@ -207,7 +214,8 @@ struct BatchSizes {
 }
 
 impl BatchSizes {
-    fn new(cap: u64, geo: &Geometry, staged: bool, timestamp_bytes: u64) -> Self {
+    /// `staged_line`: the bytes of a dirty line that the write-back copies (none unless staged).
+    fn new(cap: u64, geo: &Geometry, staged_line: Option<u64>, timestamp_bytes: u64) -> Self {
         let (kw, vw, cw) = (geo.key_words() as u64, geo.value_words() as u64, geo.cell_words() as u64);
         // Lines one operation can write in one phase: its cell, then fingerprint, state and key.
         let per_op = cw / 16 + kw / 16 + 8;
@@ -224,11 +232,11 @@ impl BatchSizes {
                 ("vals_out", cap * vw * 4),
                 ("opstate", cap * OpState::WORDS * 4),
                 ("dirty", lines * 4),
-                ("staging", if staged { lines * 64 } else { 16 }),
+                ("staging", staged_line.map_or(16, |line| lines * line)),
                 // The claim registry, at most half full.
                 ("claims", cap * 2 * 4),
             ],
-            readback: ReadbackLayout::new(cap, lines, vw, staged, timestamp_bytes),
+            readback: ReadbackLayout::new(cap, lines, vw, staged_line, timestamp_bytes),
         }
     }
 
@@ -240,13 +248,27 @@ impl BatchSizes {
     }
 }
 
+/// Dirty lines of 256 bytes (shift 2) under `GpuOptions::large_pool_mode`, as a pool of 1 TiB
+/// has them: the tests cover the coarse lines on small pools.
+const LARGE_POOL_MODE_LINE_SHIFT: u32 = 2;
+
+/// The bytes of a dirty line that the staged write-back copies (none unless staged).
+fn staged_line(windows: &PoolWindows) -> Option<u64> {
+    windows.staged().then(|| windows.line_bytes())
+}
+
 /// The largest batch whose buffers the device can hold: a power of two (the claim registry
 /// is indexed by a mask) no larger than [`MAX_BATCH`].
-fn largest_batch(geo: &Geometry, staged: bool, timestamp_bytes: u64, info: &DeviceInfo) -> Result<u32> {
+fn largest_batch(
+    geo: &Geometry,
+    staged_line: Option<u64>,
+    timestamp_bytes: u64,
+    info: &DeviceInfo,
+) -> Result<u32> {
     (0..=MAX_BATCH.trailing_zeros())
         .rev()
         .map(|shift| 1u32 << shift)
-        .find(|&cap| BatchSizes::new(cap as u64, geo, staged, timestamp_bytes).fit(info))
+        .find(|&cap| BatchSizes::new(cap as u64, geo, staged_line, timestamp_bytes).fit(info))
         .ok_or_else(|| {
             Error::InvalidConfig(format!(
                 "{}-byte values: the buffers of even one operation exceed what {} can bind",
@@ -336,6 +358,7 @@ impl GpuEngine {
                 (table_region, cfg.table, geo.table_words(), "table"),
                 (heap_region, cfg.heap, geo.heap_words(), "heap"),
             ],
+            if opts.large_pool_mode { LARGE_POOL_MODE_LINE_SHIFT } else { 0 },
         )?;
         // Only a table in host memory gains from a copy of its hot groups in device memory.
         laps.lap("windows");
@@ -357,7 +380,7 @@ impl GpuEngine {
         let track_lines = windows.tracks_lines(pool.persist_mode());
         // A submit runs each batch kernel at most once.
         let timer = if opts.time_kernels { PassTimer::new(&gpu, Kernel::BATCH.len() as u32)? } else { None };
-        let max_batch = largest_batch(&geo, windows.staged(), timestamp_bytes(&timer), &gpu.info)?;
+        let max_batch = largest_batch(&geo, staged_line(&windows), timestamp_bytes(&timer), &gpu.info)?;
         gpu.queue.submit([]);
         scopes.pop(|| "creating the engine".into())?;
         laps.lap("rest");
@@ -390,8 +413,12 @@ impl GpuEngine {
             return Ok(());
         }
         let cap = n.next_power_of_two().max(256).min(self.max_batch);
-        let sizes =
-            BatchSizes::new(cap as u64, &self.cfg.geo, self.windows.staged(), timestamp_bytes(&self.timer));
+        let sizes = BatchSizes::new(
+            cap as u64,
+            &self.cfg.geo,
+            staged_line(&self.windows),
+            timestamp_bytes(&self.timer),
+        );
         let scopes = ErrorScopes::push(&self.gpu.device);
         let dev = &self.gpu.device;
         let [kinds, keys, vals_in, statuses, vals_out, opstate, dirty, staging, claims] =
@@ -454,6 +481,7 @@ impl GpuEngine {
             table_line_base,
             heap_line_base,
             table_lines,
+            line_words: 16 << self.windows.line_shift,
             claims_mask: (io.claims.size() / 4 - 1) as u32,
             track_lines: self.track_lines as u32,
             stamp: self.batches,
@@ -607,7 +635,14 @@ impl GpuEngine {
         }
         let staging = self.windows.staged().then_some(&io.staging);
         let started = Instant::now();
-        let lines = read_dirty(&self.gpu, (&io.dirty, staging), &io.readback, io.layout.lines, count, pool);
+        let lines = read_dirty(
+            &self.gpu,
+            (&io.dirty, staging),
+            &io.readback,
+            (io.layout.lines, count),
+            self.windows.line_shift,
+            pool,
+        );
         self.profile.lines += started.elapsed();
         Ok(Written::Lines(lines?))
     }
@@ -703,7 +738,11 @@ impl GpuEngine {
             kernels = self.cache_kernels(false)?;
         }
         // A batch of gets allocates nothing and writes nothing: its lookups alone.
-        kernels.extend(if batch.read_only() { &[Kernel::Search][..] } else { &[Kernel::Alloc, Kernel::PhaseA] });
+        kernels.extend(if batch.read_only() {
+            &[Kernel::Search][..]
+        } else {
+            &[Kernel::Alloc, Kernel::PhaseA]
+        });
         let io = self.slots[slot].io.as_ref().expect("reserved");
         let results = match batch {
             Input::Host(e) => {

@@ -278,12 +278,15 @@ pub(crate) struct Params {
     pub seed: u32,
     /// Entries the dirty list holds.
     pub dirty_cap: u32,
-    /// Pool offset of the table region, in 64-byte lines.
+    /// Pool offset of the table region, in dirty lines (64 bytes up to 256 GiB; see
+    /// `gphash_gpu::resources::line_shift`).
     pub table_line_base: u32,
-    /// Pool offset of the heap region, in 64-byte lines.
+    /// Pool offset of the heap region, in dirty lines.
     pub heap_line_base: u32,
-    /// Lines of the table region.
+    /// Dirty lines of the table region.
     pub table_lines: u32,
+    /// Words of a dirty line (16 << the line shift).
+    pub line_words: u32,
     /// Entries of the claim registry - 1 (a power of two).
     pub claims_mask: u32,
     /// 1: record dirty lines; 0: the host only fences.
@@ -298,7 +301,6 @@ pub(crate) struct Params {
     /// Lanes of phase A's tiles (`GpuEngine::phase_a_lanes`).
     pub tile: u32,
     /// Padding to the uniform's 16-byte size.
-    pub pad0: u32,
     pub pad1: u32,
     pub pad2: u32,
     pub pad3: u32,
@@ -338,16 +340,16 @@ struct Params {
     n: u32,                // operations in the batch
     seed: u32,             // varies per batch (allocator start words)
     dirty_cap: u32,        // entries the dirty list holds
-    table_line_base: u32,  // pool offset of the table region, in 64-byte lines
-    heap_line_base: u32,   // pool offset of the heap region, in 64-byte lines
-    table_lines: u32,      // lines of the table region
+    table_line_base: u32,  // pool offset of the table region, in dirty lines
+    heap_line_base: u32,   // pool offset of the heap region, in dirty lines
+    table_lines: u32,      // dirty lines of the table region
+    line_words: u32,       // words of a dirty line (16: 64 bytes, up to 256 GiB pools)
     claims_mask: u32,      // entries of the claim registry - 1 (a power of two)
     track_lines: u32,      // 1: record dirty lines (the host persists them); 0: it only fences
     stamp: u32,            // the batch's number (LRU access stamps)
     count_every: u32,      // the cache counts one access in this many (0: none)
     spread: u32,           // phase A's invocations per operation
     tile: u32,             // lanes of phase A's tiles
-    pad0: u32,
     pad1: u32,
     pad2: u32,
     pad3: u32,
@@ -540,13 +542,13 @@ mod tests {
             table_line_base,
             heap_line_base,
             table_lines,
+            line_words,
             claims_mask,
             track_lines,
             stamp,
             count_every,
             spread,
             tile,
-            pad0,
             pad1,
             pad2,
             pad3,

@@ -1,7 +1,7 @@
 // Writing the pool's regions through the prelude's window accessors: a strong compare-and-swap
 // on table words, and the dirty-line list (the host persists exactly the lines listed).
 // uses: CELL_WORDS, CTRL_DIRTY_COUNT, Word, control, dirty, table_cas_weak, params.dirty_cap
-// uses: params.heap_line_base, params.table_line_base, params.track_lines
+// uses: params.heap_line_base, params.line_words, params.table_line_base, params.track_lines
 
 // Compare-and-swap that fails only when the word differs from `expected`; returns the word
 // seen (success iff it equals `expected`). Weak CAS may fail spuriously: retry those.
@@ -13,7 +13,7 @@ fn table_cas(word: Word, expected: u32, desired: u32) -> u32 {
     return r.x;
 }
 
-// Appends one pool cache line to the dirty list.
+// Appends one dirty line (64 bytes, or more in pools past 256 GiB) to the dirty list.
 fn mark_line(line: u32) {
     if (params.track_lines == 0u) {
         return;
@@ -24,11 +24,12 @@ fn mark_line(line: u32) {
     }
 }
 
-// Marks the lines holding `count` words starting at word `first` of a region (pool lines are
-// numbered with 32 bits: pools up to 256 GiB).
+// Marks the dirty lines holding `count` words starting at word `first` of a region (numbered
+// with 32 bits: lines of `params.line_words` words reach 2^32 of them).
 fn mark_words(line_base: u32, first: Word, count: u32) {
-    let last = u32((first + Word(count) - Word(1u)) / Word(16u));
-    for (var l = u32(first / Word(16u)); l <= last; l++) {
+    let line = Word(params.line_words);
+    let last = u32((first + Word(count) - Word(1u)) / line);
+    for (var l = u32(first / line); l <= last; l++) {
         mark_line(line_base + l);
     }
 }

@@ -379,6 +379,7 @@ impl SlabSystem {
                 (table_region, cfg.table, geo.table_words(), "slab table"),
                 (heap_region, cfg.heap, geo.heap_words(), "slab heap"),
             ],
+            0,
         )?;
         let track_lines = windows.tracks_lines(pool.persist_mode());
         let dev = &gpu.device;
@@ -549,7 +550,7 @@ impl SlabSystem {
         let dev = &self.gpu.device;
         let storage = |label, size| storage_buffer(dev, label, size);
         let staged = self.windows.staged();
-        let staging_bytes = if staged { dirty_cap as u64 * 64 } else { 0 };
+        let staging_bytes = if staged { dirty_cap as u64 * self.windows.line_bytes() } else { 0 };
         self.io = Some(Io {
             cap,
             dirty_cap,
@@ -600,8 +601,8 @@ impl SlabSystem {
             table_line_base,
             heap_line_base,
             table_lines,
+            line_words: 16 << self.windows.line_shift,
             reads_only: reads_only as u32,
-            pad0: 0,
             pad1: 0,
             pad2: 0,
         };
@@ -670,7 +671,14 @@ impl SlabSystem {
         }
         let staging = self.windows.staged().then_some(&io.staging);
         let pool = self.pool.as_mut().expect("open");
-        let lines = read_dirty(&self.gpu, (&io.dirty, staging), &io.readback, RB_DIRTY, count, pool)?;
+        let lines = read_dirty(
+            &self.gpu,
+            (&io.dirty, staging),
+            &io.readback,
+            (RB_DIRTY, count),
+            self.windows.line_shift,
+            pool,
+        )?;
         Ok(pool.persist_lines(&lines)?)
     }
 

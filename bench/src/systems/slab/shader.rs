@@ -157,19 +157,19 @@ pub struct SlabParams {
     pub claims_mask: u32,
     /// 1: record dirty lines; 0: the host only fences.
     pub track_lines: u32,
-    /// Pool offset of the table region, in 64-byte lines.
+    /// Pool offset of the table region, in dirty lines.
     pub table_line_base: u32,
-    /// Pool offset of the heap region, in 64-byte lines.
+    /// Pool offset of the heap region, in dirty lines.
     pub heap_line_base: u32,
-    /// Lines of the table region.
+    /// Dirty lines of the table region.
     pub table_lines: u32,
+    /// Words of a dirty line (16: 64 bytes, up to 256 GiB pools).
+    pub line_words: u32,
     /// 1: the probe serves reads only (before the undo log is durable).
     pub reads_only: u32,
     /// Padding to 16 bytes (single fields, as WGSL's uniform arrays need a 16-byte stride).
-    pub pad0: u32,
-    /// See `pad0`.
     pub pad1: u32,
-    /// See `pad0`.
+    /// See `pad1`.
     pub pad2: u32,
 }
 
@@ -202,11 +202,11 @@ struct Params {
     dirty_cap: u32,        // entries the dirty list holds
     claims_mask: u32,      // entries of the claim registry - 1
     track_lines: u32,      // 1: record dirty lines
-    table_line_base: u32,  // pool offset of the table region, in 64-byte lines
-    heap_line_base: u32,   // pool offset of the heap region, in 64-byte lines
-    table_lines: u32,      // lines of the table region
+    table_line_base: u32,  // pool offset of the table region, in dirty lines
+    heap_line_base: u32,   // pool offset of the heap region, in dirty lines
+    table_lines: u32,      // dirty lines of the table region
+    line_words: u32,       // words of a dirty line
     reads_only: u32,       // 1: the probe serves reads only
-    pad0: u32,
     pad1: u32,
     pad2: u32,
 }
@@ -315,8 +315,8 @@ mod tests {
             table_line_base,
             heap_line_base,
             table_lines,
+            line_words,
             reads_only,
-            pad0,
             pad1,
             pad2,
         });
