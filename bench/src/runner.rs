@@ -364,7 +364,7 @@ const WARM_UP: Duration = Duration::from_millis(500);
 fn measure(
     system: &mut dyn System,
     gpu: &Gpu,
-    batches: impl Iterator<Item = (Vec<Op>, u64)>,
+    mut batches: impl Iterator<Item = (Vec<Op>, u64)>,
     to_batch: &dyn Fn(&[Op]) -> Batch,
     expect: Status,
     negative: bool,
@@ -373,22 +373,23 @@ fn measure(
     let table = TrafficTable::of(system);
     let mut m = Measured { transactions: 0, latencies: vec![], traffic: Traffic::default(), unexpected: 0 };
     let mut uploaded: Vec<DeviceOps> = vec![];
-    let mut batches = batches.peekable();
-    while let Some((first, _)) = batches.peek() {
-        let first = to_batch(first);
+    while let Some(head) = batches.next() {
+        let first = to_batch(&head.0);
         // Kind, key, value in and out, status.
         let op_bytes = 8 + first.key_bytes() + 2 * first.value_bytes();
         let room = (GROUP_BYTES / (first.len().max(1) * op_bytes)).max(1);
-        let group: Vec<(Vec<Op>, u64)> = batches.by_ref().take(room).collect();
+        let group: Vec<(Vec<Op>, u64)> =
+            std::iter::once(head).chain(batches.by_ref().take(room - 1)).collect();
         for (i, (ops, _)) in group.iter().enumerate() {
-            let batch = to_batch(ops);
+            let batch = if i == 0 { None } else { Some(to_batch(ops)) };
+            let batch = batch.as_ref().unwrap_or(&first);
             match uploaded.get_mut(i) {
-                Some(d) => d.load(gpu, &batch),
-                None => uploaded.push(DeviceOps::new(gpu, &batch)),
+                Some(d) => d.load(gpu, batch),
+                None => uploaded.push(DeviceOps::new(gpu, batch)),
             }
         }
         gpu.wait()?;
-        warm_up(system, gpu, &to_batch(&group[0].0))?;
+        warm_up(system, gpu, &first)?;
         for device in &uploaded[..group.len()] {
             system.stage(&device.batch())?;
             let t = Instant::now();
