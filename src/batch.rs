@@ -231,6 +231,14 @@ impl Batch {
         groups
     }
 
+    /// Whether `ops`, the operations of one key in batch order, start with an upsert and
+    /// delete nothing: the key then exists after the first and ends with the last value
+    /// written, whatever it held before.
+    pub(crate) fn overwrites(&self, ops: &[u32]) -> bool {
+        self.kinds[ops[0] as usize] == OpKind::Upsert
+            && ops.iter().all(|&i| self.kinds[i as usize] != OpKind::Delete)
+    }
+
     /// Applies `ops`, the operations of one key in batch order, one by one from the key's
     /// value before them (`before`, `None` when absent): writes each one's result into
     /// `result`, and returns the one operation that takes the key from `before` to its final
@@ -665,6 +673,21 @@ mod tests {
                         }
                     };
                     assert_eq!(after, state, "{seq:?} from {before:?}: net {net:?}");
+                    if b.overwrites(&ops) {
+                        // Folded without the key's state (as absent): the same results, and a
+                        // net insert of what the key ends with, which the index runs as an upsert.
+                        let mut blind = BatchResult::new(b.len(), 4);
+                        let net = b.fold_key(&ops, None, &mut blind).expect("an overwritten key changes");
+                        let got: Vec<_> = (0..b.len())
+                            .map(|i| (blind.statuses[i], blind.value(i).map(<[u8]>::to_vec)))
+                            .collect();
+                        assert_eq!(got, want, "{seq:?} from {before:?}, folded blind");
+                        assert_eq!(
+                            (net.kind, Some(b.op(net.value).2.to_vec())),
+                            (Insert, state.clone()),
+                            "{seq:?}"
+                        );
+                    }
                 }
             }
         }

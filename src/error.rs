@@ -63,7 +63,9 @@ pub enum Error {
     },
     /// With [`crate::Options::verify_values`], a key that an ordered (or split) call changes
     /// holds a value that fails its checksum: the call would have to compute its results from
-    /// that value, so it is refused before anything runs (`gphash check` names the slot).
+    /// that value, so it is refused before anything runs (`gphash check` names the slot). A
+    /// call of one engine batch that upserts such a key first and never deletes it needs
+    /// nothing of the old value: it runs.
     #[error(
         "{keys} key(s) of the call hold a value that fails its checksum; the call was not applied (`gphash check` names them)"
     )]

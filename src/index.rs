@@ -660,7 +660,8 @@ impl GpHash {
     /// Runs a batch with the results of applying its operations one by one, in order.
     ///
     /// A key that several operations share and some of them change is read first (one
-    /// read-only engine batch for all of them); its operations are applied on the host from
+    /// read-only engine batch for all of them; not a key the call upserts first and never
+    /// deletes, when it fits one engine batch: such a key's results do not depend on it); its operations are applied on the host from
     /// that state, which gives their results, and the engine applies only their net effect (an
     /// insert, an update, a delete, or nothing), in one engine batch with the other operations;
     /// a key the batch only reads runs its reads as they are. A batch that only reads runs
@@ -956,7 +957,12 @@ impl State {
         // A key only read needs neither its state nor a fold: its reads all see one value
         // (nothing in the call changes it) and run as they are.
         let only_reads = |ops: &[u32]| ops.iter().all(|&i| batch.op(i as usize).0 == OpKind::Get);
-        let firsts = groups.repeated().filter(|ops| !only_reads(ops)).map(|ops| ops[0] as usize);
+        // Nor does a key that the call overwrites first and never deletes, where nothing may
+        // need undoing (one engine batch, which rolls back whole): every result follows from
+        // its first upsert, and the key ends with the last value written, whatever it held.
+        let blind = |ops: &[u32]| !split && batch.overwrites(ops);
+        let firsts =
+            groups.repeated().filter(|ops| !only_reads(ops) && !blind(ops)).map(|ops| ops[0] as usize);
         let changes = |&i: &usize| split && batch.op(i).0 != OpKind::Get;
         let before = self.read_states(batch, firsts.chain(groups.single().filter(changes)))?;
         let t = Instant::now();
@@ -964,6 +970,12 @@ impl State {
         for ops in groups.repeated() {
             if only_reads(ops) {
                 plan.extend(ops.iter().map(|&i| Planned::own(batch, i as usize)));
+            } else if blind(ops) {
+                // Folded as if the key were absent, which gives the same results after its
+                // first upsert; its net effect is then an insert of the last value, which an
+                // upsert makes right whatever the key held.
+                let net = batch.fold_key(ops, None, result).map(|p| Planned { kind: OpKind::Upsert, ..p });
+                plan.extend(net);
             } else {
                 plan.extend(batch.fold_key(ops, before.of(ops[0] as usize), result));
             }

@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::oracle::{Oracle, assert_same_content};
-use gphash::{Batch, Config, Error, GpHash, GpuOptions, OpKind, Options, Placement};
+use gphash::{Batch, Config, Error, GpHash, GpuOptions, OpKind, Options, Placement, Status};
 use host_pm::PoolError;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -200,24 +200,34 @@ fn ordered_batches_equal_a_sequential_map() {
     }
 }
 
-/// The engine batches of an ordered call: one read of the repeated keys and one batch with
-/// every key once (no longer one batch per repetition).
+/// The engine batches of an ordered call: one read of the repeated keys whose results depend
+/// on what they held, and one batch with every key once (no longer one batch per repetition).
+/// Keys that the call overwrites first and never deletes need no read: such a call takes one
+/// engine batch.
 #[test]
 fn ordered_batches_take_two_engine_batches() {
     let dir = common::pool_dir();
     for (name, options) in executors() {
         let t = common::table(&dir, name, &Config { capacity: 1000, ..Default::default() }, &options);
-        let mut batch = t.batch();
-        for i in 0..50u64 {
-            batch.upsert(&common::key(i % 3, 8), &i.to_le_bytes()).unwrap();
-            batch.insert(&common::key(100 + i, 8), &i.to_le_bytes()).unwrap();
-        }
-        let before = t.stats().activity.batches;
-        t.execute_ordered(&batch).unwrap();
-        assert_eq!(t.stats().activity.batches - before, 2, "{name}");
-        for k in 0..3 {
-            let last = (0..50u64).filter(|i| i % 3 == k).max().unwrap();
-            assert_eq!(t.get(&common::key(k, 8)).unwrap().value(0), Some(&last.to_le_bytes()[..]), "{name}");
+        t.insert(&common::key(1, 8), &99u64.to_le_bytes()).unwrap();
+        // Keys 0 to 2 repeated: upserted first (blind), or, for key 2 in the second call,
+        // updated first (its result depends on whether it exists: read first).
+        for (call, first_of_key_2, engine_batches) in [(0u64, OpKind::Upsert, 1), (1, OpKind::Update, 2)] {
+            let mut batch = t.batch();
+            for i in 0..50u64 {
+                let kind = if i == 2 { first_of_key_2 } else { OpKind::Upsert };
+                batch.push(kind, &common::key(i % 3, 8), Some(&(1000 * call + i).to_le_bytes())).unwrap();
+                batch.insert(&common::key(100 * (call + 1) + i, 8), &i.to_le_bytes()).unwrap();
+            }
+            let before = t.stats().activity.batches;
+            let got = t.execute_ordered(&batch).unwrap();
+            assert_eq!(t.stats().activity.batches - before, engine_batches, "{name}, call {call}");
+            assert!(got.statuses.iter().all(|&s| s == Status::Ok), "{name}, call {call}: {:?}", got.statuses);
+            for k in 0..3 {
+                let last = 1000 * call + (0..50u64).filter(|i| i % 3 == k).max().unwrap();
+                let value = t.get(&common::key(k, 8)).unwrap();
+                assert_eq!(value.value(0), Some(&last.to_le_bytes()[..]), "{name}, call {call}");
+            }
         }
     }
 }

@@ -286,11 +286,11 @@ fn a_flipped_value_byte_is_caught_by_check_and_verified_reads() {
                 off => panic!("{name}: {off}"),
             }
         }
-        // An ordered call that changes the damaged key cannot compute its results from the
-        // damaged value: it is refused whole, and the index stays usable.
+        // An ordered call that reads, then changes the damaged key cannot compute its results
+        // from the damaged value: it is refused whole, and the index stays usable.
         let mut call = t.batch();
-        call.upsert(&damaged, &healthy).unwrap();
         call.get(&damaged).unwrap();
+        call.upsert(&damaged, &healthy).unwrap();
         call.upsert(&healthy, &damaged).unwrap();
         match t.execute_ordered(&call) {
             Err(gphash::Error::CorruptValues { keys: 1 }) => {}
@@ -350,4 +350,21 @@ fn a_flipped_value_byte_is_caught_by_check_and_verified_reads() {
             "{flag:?}"
         );
     }
+
+    // An ordered call that upserts the damaged key first needs none of its old value (every
+    // result follows from the upsert): it runs, and the new value replaces the damaged one.
+    let t =
+        GpHash::open(&path, &Options { verify_values: true, ..common::gpu_options(GpuOptions::default()) })
+            .unwrap();
+    let mut call = t.batch();
+    call.upsert(&damaged, &flipped).unwrap();
+    call.get(&damaged).unwrap();
+    call.upsert(&damaged, &healthy).unwrap();
+    let r = t.execute_ordered(&call).unwrap();
+    assert_eq!(r.statuses, vec![Status::Ok; 3]);
+    assert_eq!(r.value(1), Some(&flipped[..]), "the read sees the first upsert");
+    let r = t.get(&both).unwrap();
+    assert_eq!(r.statuses, vec![Status::Ok, Status::Ok], "repaired");
+    assert_eq!(r.value(0), Some(&healthy[..]));
+    assert!(t.check().ok(), "{}", t.check());
 }
