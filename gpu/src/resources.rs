@@ -451,9 +451,14 @@ impl PoolWindows {
         self.table.buffers.iter().chain(&self.heap.buffers)
     }
 
+    /// Words of a dirty line (the kernels' `Params::line_words`).
+    pub fn line_words(&self) -> u32 {
+        16 << self.line_shift
+    }
+
     /// Bytes of a dirty line.
     pub fn line_bytes(&self) -> u64 {
-        64 << self.line_shift
+        self.line_words() as u64 * 4
     }
 
     /// Pool offsets of the table and the heap, and the table's size, in dirty lines (the

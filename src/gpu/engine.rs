@@ -481,7 +481,7 @@ impl GpuEngine {
             table_line_base,
             heap_line_base,
             table_lines,
-            line_words: 16 << self.windows.line_shift,
+            line_words: self.windows.line_words(),
             claims_mask: (io.claims.size() / 4 - 1) as u32,
             track_lines: self.track_lines as u32,
             stamp: self.batches,

@@ -601,7 +601,7 @@ impl SlabSystem {
             table_line_base,
             heap_line_base,
             table_lines,
-            line_words: 16 << self.windows.line_shift,
+            line_words: self.windows.line_words(),
             reads_only: reads_only as u32,
             pad1: 0,
             pad2: 0,
