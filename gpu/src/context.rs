@@ -32,6 +32,8 @@ pub struct DeviceInfo {
     pub max_buffer: u64,
     /// Storage buffers one shader stage may bind.
     pub max_storage_buffers: u32,
+    /// Bytes of immediates (push constants) a pipeline may have: the kernels' parameters.
+    pub max_immediates: u32,
     /// Compute passes can write timestamps (`wgpu::Features::TIMESTAMP_QUERY`, enabled where
     /// the adapter has it): GPU time per kernel.
     pub timestamps: bool,
@@ -99,6 +101,14 @@ impl Gpu {
                 ainfo.name
             )));
         }
+        // The kernels' parameters are immediates (Vulkan's push constants, which every Vulkan
+        // device has; wgpu asks for the feature).
+        if !adapter.features().contains(wgpu::Features::IMMEDIATES) {
+            return Err(Error::MissingFeature(format!(
+                "adapter {} has no immediates (push constants, wgpu::Features::IMMEDIATES)",
+                ainfo.name
+            )));
+        }
         // Timestamps are wanted, never required: only profiles use them.
         let timestamps = adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
         // 64-bit integers and binding arrays likewise: only large pools need them.
@@ -112,7 +122,10 @@ impl Gpu {
             (int64, wgpu::Features::SHADER_INT64),
             (has_arrays, arrays),
         ];
-        let features = wanted.into_iter().filter(|w| w.0).fold(wgpu::Features::SUBGROUP, |f, w| f | w.1);
+        let features = wanted
+            .into_iter()
+            .filter(|w| w.0)
+            .fold(wgpu::Features::SUBGROUP | wgpu::Features::IMMEDIATES, |f, w| f | w.1);
         let limits = adapter.limits();
         let ext = ash::ext::external_memory_host::NAME;
         // SAFETY: the hal adapter is only used to query capabilities and to open the device
@@ -162,6 +175,7 @@ impl Gpu {
             max_binding: limits.max_storage_buffer_binding_size.min(i32::MAX as u64),
             max_buffer: limits.max_buffer_size,
             max_storage_buffers: limits.max_storage_buffers_per_shader_stage,
+            max_immediates: limits.max_immediate_size,
             timestamps,
             timestamp_period: if timestamps { queue.get_timestamp_period() } else { 0.0 },
             int64,

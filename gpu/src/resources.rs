@@ -75,13 +75,11 @@ pub fn download_words(gpu: &Gpu, buffer: &wgpu::Buffer, words: u64) -> Result<Ve
     Ok(out)
 }
 
-/// One binding of a kernel configuration: the parameters at binding 0, storage buffers after
-/// it.
+/// One binding of a kernel configuration: a storage buffer, or a binding array of them. The
+/// kernels' parameters are immediates (push constants), not a binding: writing them at a
+/// submit allocates nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Binding {
-    /// A uniform buffer (the parameters, unless the group has binding arrays, which wgpu does
-    /// not allow beside a uniform: they are then a read-only storage buffer).
-    pub uniform: bool,
     /// The shaders declare it read-only.
     pub read_only: bool,
     /// A binding array of this many buffers (`None`: one buffer).
@@ -89,10 +87,9 @@ pub struct Binding {
 }
 
 impl Binding {
-    /// Bindings 0 (a uniform) to `count - 1`, each one buffer, read-only where `read_only`
-    /// says.
+    /// Bindings 0 to `count - 1`, each one buffer, read-only where `read_only` says.
     pub fn plain(count: u32, read_only: impl Fn(u32) -> bool) -> Vec<Binding> {
-        (0..count).map(|i| Binding { uniform: i == 0, read_only: read_only(i), array: None }).collect()
+        (0..count).map(|i| Binding { read_only: read_only(i), array: None }).collect()
     }
 
     /// Buffers the binding takes.
@@ -101,7 +98,7 @@ impl Binding {
     }
 }
 
-/// The bind group layout of a kernel configuration's `bindings` (binding 0 the uniform).
+/// The bind group layout of a kernel configuration's `bindings`.
 pub fn bind_group_layout(dev: &wgpu::Device, label: &str, bindings: &[Binding]) -> wgpu::BindGroupLayout {
     let entries: Vec<wgpu::BindGroupLayoutEntry> = bindings
         .iter()
@@ -110,10 +107,7 @@ pub fn bind_group_layout(dev: &wgpu::Device, label: &str, bindings: &[Binding]) 
             binding: i as u32,
             visibility: wgpu::ShaderStages::COMPUTE,
             ty: wgpu::BindingType::Buffer {
-                ty: match b.uniform {
-                    true => wgpu::BufferBindingType::Uniform,
-                    false => wgpu::BufferBindingType::Storage { read_only: b.read_only },
-                },
+                ty: wgpu::BufferBindingType::Storage { read_only: b.read_only },
                 has_dynamic_offset: false,
                 min_binding_size: None,
             },
@@ -175,17 +169,6 @@ pub fn storage_buffer(dev: &wgpu::Device, label: &str, size: u64) -> wgpu::Buffe
     })
 }
 
-/// A buffer for a kernel parameter block `P`: uniform, or read-only storage beside binding
-/// arrays (see [`Binding::uniform`]).
-pub fn params_buffer<P>(dev: &wgpu::Device, label: &str) -> wgpu::Buffer {
-    dev.create_buffer(&wgpu::BufferDescriptor {
-        label: Some(label),
-        size: std::mem::size_of::<P>() as u64,
-        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    })
-}
-
 /// Compiled kernels.
 pub struct Pipelines<K>(Vec<(K, wgpu::ComputePipeline)>);
 
@@ -241,21 +224,28 @@ pub fn single_pipeline(dev: &wgpu::Device, label: &str, wgsl: String) -> Result<
     }
 }
 
-/// Compiles `kernels`, `source` giving each one's WGSL; a validation error names the kernel.
+/// Compiles `kernels`, `source` giving each one's WGSL, with `immediates` bytes of immediates
+/// (their parameters, a `var<immediate>` of that size); a validation error names the kernel.
 pub fn build_pipelines<K: KernelEntry + Send>(
     gpu: &Gpu,
-    layout: &wgpu::BindGroupLayout,
+    (layout, immediates): (&wgpu::BindGroupLayout, u32),
     kernels: &[K],
     source: impl Fn(K) -> Result<String> + Sync,
 ) -> Result<Pipelines<K>> {
     let dev = &gpu.device;
+    if immediates > gpu.info.max_immediates {
+        return Err(Error::MissingFeature(format!(
+            "the kernels take {immediates} bytes of parameters as immediates; {} allows {}",
+            gpu.info.name, gpu.info.max_immediates
+        )));
+    }
     // A bind group layout the device refused makes this layout invalid: one error here instead
     // of one per kernel (the layout's own reason goes to the device's uncaptured-error log).
     let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
     let pl = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
         label: None,
         bind_group_layouts: &[Some(layout)],
-        immediate_size: 0,
+        immediate_size: immediates,
     });
     if let Some(e) = pollster::block_on(scope.pop()) {
         return Err(Error::Gpu(format!("the kernels' bindings: {e}")));
@@ -288,11 +278,11 @@ pub fn build_pipelines<K: KernelEntry + Send>(
 }
 
 /// Records a compute pass of `invocations` invocations for each pipeline, in order (wgpu puts
-/// barriers between passes), each writing its timestamps where a `timer` is given; returns the
-/// number of passes.
+/// barriers between passes), each with `immediates` (the kernels' parameters) and writing its
+/// timestamps where a `timer` is given; returns the number of passes.
 pub fn record_passes<'a>(
     enc: &mut wgpu::CommandEncoder,
-    bind: &wgpu::BindGroup,
+    (bind, immediates): (&wgpu::BindGroup, &[u8]),
     passes: impl IntoIterator<Item = (&'a wgpu::ComputePipeline, u64)>,
     timer: Option<&PassTimer>,
 ) -> u32 {
@@ -304,6 +294,7 @@ pub fn record_passes<'a>(
         });
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, bind, &[]);
+        pass.set_immediates(0, immediates);
         dispatch(&mut pass, invocations);
         recorded += 1;
     }
@@ -662,10 +653,9 @@ fn release_imports_to(gpu: &Gpu, guard: &ImportGuard, alive: usize) {
     log::error!("{} imported buffers still alive after their owner was dropped", guard.live() - alive);
 }
 
-/// Refuses a configuration of `bindings` bindings (the uniform included) for `what` with more
-/// storage bindings than the device allows.
-pub fn check_bindings(what: &str, bindings: u32, info: &DeviceInfo) -> Result<()> {
-    let storage = bindings.saturating_sub(1);
+/// Refuses a configuration of `storage` storage bindings for `what` when the device allows
+/// fewer.
+pub fn check_bindings(what: &str, storage: u32, info: &DeviceInfo) -> Result<()> {
     if storage > info.max_storage_buffers {
         return Err(Error::InvalidConfig(format!(
             "{what} needs {storage} storage bindings; {} allows {}",

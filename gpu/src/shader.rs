@@ -117,24 +117,15 @@ pub fn write_consts(
     }
 }
 
-/// `bindings` with its parameters a read-only storage buffer where `reach` has binding arrays,
-/// which wgpu does not allow beside a uniform buffer.
-pub fn params_binding(bindings: &str, reach: Reach) -> String {
-    match reach.arrays {
-        true => bindings.replace("var<uniform> params", "var<storage, read> params"),
-        false => bindings.to_string(),
-    }
-}
-
 /// The bindings of a batch, the same for every table: its parameters (a `Params` struct each
-/// table's prelude declares), its operations and their results.
+/// table's prelude declares, passed as immediates), its operations and their results.
 pub const BATCH_BINDINGS: &str = "
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> kinds: array<u32>;
-@group(0) @binding(2) var<storage, read> keys: array<u32>;
-@group(0) @binding(3) var<storage, read> vals_in: array<u32>;
-@group(0) @binding(4) var<storage, read_write> statuses: array<u32>;
-@group(0) @binding(5) var<storage, read_write> vals_out: array<u32>;
+var<immediate> params: Params;
+@group(0) @binding(0) var<storage, read> kinds: array<u32>;
+@group(0) @binding(1) var<storage, read> keys: array<u32>;
+@group(0) @binding(2) var<storage, read> vals_in: array<u32>;
+@group(0) @binding(3) var<storage, read_write> statuses: array<u32>;
+@group(0) @binding(4) var<storage, read_write> vals_out: array<u32>;
 ";
 
 /// The bindings of read-write regions split in windows (name, whether its words are atomic,
@@ -333,13 +324,14 @@ fn declarations(src: &str) -> HashSet<String> {
     names
 }
 
-/// Parses and validates the source `src` of `file` with naga, as wgpu will (64-bit integers and
-/// binding arrays allowed, as a wide [`Reach`] needs them); the error names the file.
+/// Parses and validates the source `src` of `file` with naga, as wgpu will (immediates, 64-bit
+/// integers and binding arrays allowed, as a wide [`Reach`] needs them); the error names the file.
 pub fn check(file: &str, src: &str) -> Result<naga::Module> {
     let module = naga::front::wgsl::parse_str(src)
         .map_err(|e| Error::Shader(format!("{file}: {}", e.emit_to_string(src))))?;
     use naga::valid::Capabilities as C;
     let caps = C::SUBGROUP
+        | C::IMMEDIATES
         | C::SHADER_INT64
         | C::BUFFER_BINDING_ARRAY
         | C::STORAGE_BUFFER_BINDING_ARRAY

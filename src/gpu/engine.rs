@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use gphash_gpu::resources::{
     ErrorScopes, Pipelines, PoolWindows, Residence, bind_group, bind_group_layout, build_pipelines,
-    download_words, map_read_after, max_window, params_buffer, read_dirty, record_passes, storage_buffer,
+    download_words, map_read_after, max_window, read_dirty, record_passes, storage_buffer,
     writeback_invocations,
 };
 use gphash_gpu::shader::Windows;
@@ -290,7 +290,6 @@ pub(crate) struct GpuEngine {
     cache: DeviceCache,
     bitmap: wgpu::Buffer,
     control: wgpu::Buffer,
-    params: wgpu::Buffer,
     layout: wgpu::BindGroupLayout,
     /// The bindings `layout` was made from.
     bindings: Vec<Binding>,
@@ -371,11 +370,11 @@ impl GpuEngine {
         let bitmap_buf = storage_buffer(dev, "bitmap", bitmap.words.len() as u64 * 4);
         gpu.queue.write_buffer(&bitmap_buf, 0, bytemuck::cast_slice(&bitmap.words));
         let control_buf = storage_buffer(dev, "control", (control::WORDS * 4) as u64);
-        let params = params_buffer::<Params>(dev, "params");
         let bindings = cfg.bindings();
         let layout = bind_group_layout(dev, "gphash", &bindings);
         laps.lap("allocator");
-        let pipelines = build_pipelines(&gpu, &layout, &Kernel::BATCH, |k| shader::source(k, &cfg))?;
+        let pipelines =
+            build_pipelines(&gpu, (&layout, Params::BYTES), &Kernel::BATCH, |k| shader::source(k, &cfg))?;
         laps.lap("pipelines");
         let track_lines = windows.tracks_lines(pool.persist_mode());
         // A submit runs each batch kernel at most once.
@@ -391,7 +390,6 @@ impl GpuEngine {
             cache,
             bitmap: bitmap_buf,
             control: control_buf,
-            params,
             layout,
             bindings,
             pipelines,
@@ -465,16 +463,17 @@ impl GpuEngine {
             .chain([&c.map, &c.owner, &c.counts, &c.plan])
             .chain(self.windows.buffers().chain(&c.table).chain(&c.heap))
             .map(wgpu::Buffer::as_entire_binding);
-        let resources = std::iter::once(self.params.as_entire_binding()).chain(io).chain(rest);
+        let resources = io.into_iter().chain(rest);
         bind_group(&self.gpu.device, "gphash", (&self.layout, &self.bindings), resources)
     }
 
-    fn write_params(&mut self, slot: usize, n: u32) {
+    /// The parameters of a submit for the batch of `n` in `slot` (each submit has its own seed).
+    fn params(&mut self, slot: usize, n: u32) -> Params {
         let io = self.slots[slot].io.as_ref().expect("reserved");
         self.seq = self.seq.wrapping_add(1);
         let (table_line_base, heap_line_base, table_lines) = self.windows.lines();
         let (tile, spread) = self.phase_a_lanes(n);
-        let p = Params {
+        Params {
             n,
             seed: self.seq.wrapping_mul(0x9E37_79B9),
             dirty_cap: io.dirty_cap,
@@ -488,20 +487,18 @@ impl GpuEngine {
             count_every: self.cache.count_every(),
             spread,
             tile,
-            ..Params::default()
-        };
-        self.gpu.queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
+        }
     }
 
-    /// Writes the parameters of a submit for the batch in `slot`; records `kernels` (one compute
-    /// pass each, so wgpu orders them with barriers), the write-back gather in staged mode, and
+    /// Records `kernels` for the batch in `slot` (one compute pass each, so wgpu orders them
+    /// with barriers; the parameters are immediates), the write-back gather in staged mode, and
     /// the copies of the control block and, when asked, the results; submits without waiting
     /// (`collect` waits).
     fn submit(&mut self, slot: usize, kernels: &[Kernel], results: Results) -> Result<()> {
         let scopes = ErrorScopes::push(&self.gpu.device);
         let started = Instant::now();
         let n = self.slots[slot].n;
-        self.write_params(slot, n);
+        let params = self.params(slot, n);
         let written = Instant::now();
         let s = &self.slots[slot];
         let io = s.io.as_ref().expect("reserved");
@@ -525,7 +522,7 @@ impl GpuEngine {
         let timer = self.timer.as_ref();
         let passes = record_passes(
             &mut enc,
-            bind,
+            (bind, bytemuck::bytes_of(&params)),
             kernels.iter().map(|&k| (self.pipelines.get(k), self.invocations(k, n))).chain(writeback),
             timer,
         );

@@ -8,14 +8,15 @@ use gphash_gpu::Gpu;
 use gphash_gpu::hostmem::{self, ImportGuard};
 use gphash_gpu::resources::{
     ErrorScopes, bind_group, bind_group_layout, build_pipelines, dispatch, download_region, import_region,
-    map_read, max_window, params_buffer, release_imports, staged_reason, upload_region,
+    map_read, max_window, release_imports, staged_reason, upload_region,
 };
 use gphash_gpu::shader::{Reach, Windows};
 use host_pm::{Pool, Region};
 
 use super::engine::GpuOptions;
 use super::shader::{
-    self, CacheConfig, FIRST_WINDOW_BINDING, Kernel, KernelConfig, Params, Source, TABLE_BINDINGS,
+    self, BATCH_BUFFERS, CacheConfig, FIRST_WINDOW_BINDING, Kernel, KernelConfig, Params, Source,
+    TABLE_BINDINGS,
 };
 use crate::error::Result;
 use crate::hash::Seeds;
@@ -84,7 +85,6 @@ pub(crate) fn build(
         })
     };
     let storage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
-    let params = params_buffer::<Params>(dev, "params");
     let ctl = buffer("control", (control::WORDS * 4) as u64, storage);
     let readback = buffer(
         "control readback",
@@ -95,32 +95,35 @@ pub(crate) fn build(
     let (unused_ro, unused_rw) = (buffer("unused", 256, storage), buffer("unused", 256, storage));
     let bindings = cfg.bindings();
     let layout = bind_group_layout(dev, "resize", &bindings);
-    let pipelines = build_pipelines(gpu, &layout, &Kernel::RESIZE, |k| shader::source(k, &cfg))?;
+    let pipelines =
+        build_pipelines(gpu, (&layout, Params::BYTES), &Kernel::RESIZE, |k| shader::source(k, &cfg))?;
     laps.lap("pipelines");
     // The control block; every other buffer but the tables is unused (one dummy window each for
     // the heap and the cache).
-    let control_binding = 6 + TABLE_BINDINGS.iter().position(|b| b.0 == "control").expect("bound") as u32;
-    let mut entries: Vec<&wgpu::Buffer> = vec![&params];
-    entries.extend((1..FIRST_WINDOW_BINDING).map(|i| match i {
-        _ if i == control_binding => &ctl,
-        _ if bindings[i as usize].read_only => &unused_ro,
-        _ => &unused_rw,
-    }));
+    let control_binding =
+        BATCH_BUFFERS + TABLE_BINDINGS.iter().position(|b| b.0 == "control").expect("bound") as u32;
+    let mut entries: Vec<&wgpu::Buffer> = (0..FIRST_WINDOW_BINDING)
+        .map(|i| match i {
+            _ if i == control_binding => &ctl,
+            _ if bindings[i as usize].read_only => &unused_ro,
+            _ => &unused_rw,
+        })
+        .collect();
     entries.extend(to.iter());
     entries.extend([&unused_rw, &unused_rw, &unused_rw]);
     entries.extend(from.iter());
     let bind = bind_group(dev, "resize", (&layout, &bindings), entries.iter().map(|b| b.as_entire_binding()));
 
-    // One submit per kernel: each reads its own invocation count from the parameters.
+    // One submit per kernel, each with its own invocation count in the parameters.
     let rehash_slots = old.groups() * old.layout.slots as u64;
     for ((kernel, pipeline), n) in pipelines.iter().zip([old.buckets(), rehash_slots]) {
         let p = Params { n: n as u32, ..Params::default() };
-        gpu.queue.write_buffer(&params, 0, bytemuck::bytes_of(&p));
         let mut enc = dev.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &bind, &[]);
+            pass.set_immediates(0, bytemuck::bytes_of(&p));
             dispatch(&mut pass, n);
         }
         if *kernel == Kernel::Rehash {

@@ -6,16 +6,19 @@ use std::fmt::Write;
 
 use gphash_gpu::resources::{Binding, check_bindings};
 use gphash_gpu::shader::{
-    BATCH_BINDINGS, Files, KernelEntry, Reach, SHARED, Windows, accessor, declare_windows, params_binding,
-    stitch, write_consts, write_windows,
+    BATCH_BINDINGS, Files, KernelEntry, Reach, SHARED, Windows, accessor, declare_windows, stitch,
+    write_consts, write_windows,
 };
 use gphash_gpu::{DeviceInfo, Error, Result};
 
 use crate::hash::Seeds;
 use crate::layout::Geometry;
 
-/// gphash's storage buffers after the batch's ([`BATCH_BINDINGS`], 1 to 5), in binding order
-/// from 6: name, WGSL element type, read-only. Windows of the table, the heap, the cache's group
+/// Bindings of a batch's buffers ([`BATCH_BINDINGS`], 0 to 4).
+pub(crate) const BATCH_BUFFERS: u32 = 5;
+
+/// gphash's storage buffers after the batch's, in binding order from [`BATCH_BUFFERS`]: name,
+/// WGSL element type, read-only. Windows of the table, the heap, the cache's group
 /// copies and the cache's values (and, for resize kernels, the old table) follow them.
 pub(crate) const TABLE_BINDINGS: [(&str, &str, bool); 10] = [
     ("opstate", "atomic<u32>", false),
@@ -32,7 +35,7 @@ pub(crate) const TABLE_BINDINGS: [(&str, &str, bool); 10] = [
 ];
 
 /// Binding of the first table window.
-pub(crate) const FIRST_WINDOW_BINDING: u32 = 6 + TABLE_BINDINGS.len() as u32;
+pub(crate) const FIRST_WINDOW_BINDING: u32 = BATCH_BUFFERS + TABLE_BINDINGS.len() as u32;
 
 /// gphash's kernel files, and the code only they share (`shaders/common/`).
 const KERNELS: Files = &[
@@ -198,20 +201,18 @@ impl KernelConfig {
         self.geo.cells.div_ceil(32) as u32
     }
 
-    /// The bindings in order: the parameters, the batch's and the table's buffers, then each
-    /// region's windows (a binding each, or one binding array as `reach` says).
+    /// The bindings in order: the batch's and the table's buffers, then each region's windows
+    /// (a binding each, or one binding array as `reach` says).
     pub(crate) fn bindings(&self) -> Vec<Binding> {
-        let table_read_only = |i: u32| TABLE_BINDINGS.get(i.wrapping_sub(6) as usize).is_some_and(|b| b.2);
-        let mut bindings =
-            Binding::plain(FIRST_WINDOW_BINDING, |i| (0..=3).contains(&i) || table_read_only(i));
-        bindings[0].uniform = !self.reach.arrays;
+        let table_read_only =
+            |i: u32| TABLE_BINDINGS.get(i.wrapping_sub(BATCH_BUFFERS) as usize).is_some_and(|b| b.2);
+        // Kinds, keys and input values are read-only.
+        let mut bindings = Binding::plain(FIRST_WINDOW_BINDING, |i| i < 3 || table_read_only(i));
         let regions = self.windows().map(|(_, _, w)| (w, false));
         for (w, read_only) in regions.into_iter().chain(self.source.map(|s| (s.windows, true))) {
             match self.reach.arrays {
-                true => bindings.push(Binding { uniform: false, read_only, array: Some(w.count) }),
-                false => {
-                    bindings.extend((0..w.count).map(|_| Binding { uniform: false, read_only, array: None }))
-                }
+                true => bindings.push(Binding { read_only, array: Some(w.count) }),
+                false => bindings.extend((0..w.count).map(|_| Binding { read_only, array: None })),
             }
         }
         bindings
@@ -234,7 +235,7 @@ impl KernelConfig {
             )));
         }
         self.reach = Reach { wide, arrays: false };
-        let separate = self.bindings().len() as u32 - 1;
+        let separate = self.bindings().len() as u32;
         let arrays = (large && info.binding_arrays > 0) || separate > info.max_storage_buffers;
         if arrays && info.binding_arrays == 0 {
             return Err(Error::MissingFeature(format!(
@@ -268,7 +269,7 @@ impl KernelConfig {
     }
 }
 
-/// Parameters of one dispatch (binding 0); twin of `Params` in the generated prelude.
+/// Parameters of one dispatch (immediates); twin of `Params` in the generated prelude.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub(crate) struct Params {
@@ -300,10 +301,11 @@ pub(crate) struct Params {
     pub spread: u32,
     /// Lanes of phase A's tiles (`GpuEngine::phase_a_lanes`).
     pub tile: u32,
-    /// Padding to the uniform's 16-byte size.
-    pub pad1: u32,
-    pub pad2: u32,
-    pub pad3: u32,
+}
+
+impl Params {
+    /// Bytes of the immediates that carry them.
+    pub(crate) const BYTES: u32 = std::mem::size_of::<Params>() as u32;
 }
 
 /// The generated prelude: constants, bindings and window accessors.
@@ -350,16 +352,14 @@ struct Params {
     count_every: u32,      // the cache counts one access in this many (0: none)
     spread: u32,           // phase A's invocations per operation
     tile: u32,             // lanes of phase A's tiles
-    pad1: u32,
-    pad2: u32,
-    pad3: u32,
 }
 ",
     );
-    s.push_str(&params_binding(BATCH_BINDINGS, cfg.reach));
+    s.push_str(BATCH_BINDINGS);
     for (i, (name, ty, read_only)) in TABLE_BINDINGS.iter().enumerate() {
         let access = if *read_only { "read" } else { "read_write" };
-        writeln!(s, "@group(0) @binding({}) var<storage, {access}> {name}: array<{ty}>;", i + 6).unwrap();
+        let binding = BATCH_BUFFERS + i as u32;
+        writeln!(s, "@group(0) @binding({binding}) var<storage, {access}> {name}: array<{ty}>;").unwrap();
     }
     let word = |v: u64| cfg.reach.word(v);
     writeln!(s, "const KEYS_BASE: Word = {};", word(g.keys_base())).unwrap();
@@ -531,7 +531,7 @@ mod tests {
         }
     }
 
-    /// The uniform the host writes has the layout the kernels read: same fields, offsets, size.
+    /// The immediates the host writes have the layout the kernels read: same fields, offsets, size.
     #[test]
     fn params_layout_matches_wgsl() {
         let module = validate(Kernel::PhaseA, &config("2L-2H-8S", 8, 8, 1)).unwrap();
@@ -549,9 +549,6 @@ mod tests {
             count_every,
             spread,
             tile,
-            pad1,
-            pad2,
-            pad3,
         });
         assert_eq!(gphash_gpu::shader::wgsl_layout(&module, "Params"), Some(rust));
     }

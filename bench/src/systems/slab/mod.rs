@@ -68,7 +68,7 @@ use gphash::{Error, Result};
 use gphash_gpu::hostmem;
 use gphash_gpu::resources::{
     Binding, Pipelines, PoolWindows, bind_group, bind_group_layout, build_pipelines, check_bindings,
-    map_read, max_window, params_buffer, read_dirty, record_passes, storage_buffer, writeback_invocations,
+    map_read, max_window, read_dirty, record_passes, storage_buffer, writeback_invocations,
 };
 use gphash_gpu::shader::Windows;
 
@@ -203,7 +203,8 @@ pub struct SlabSystem {
     windows: PoolWindows,
     /// Control words, allocator bitmaps and bucket marks (bound as `control`).
     state: wgpu::Buffer,
-    params: wgpu::Buffer,
+    /// The parameters of the next submits (immediates).
+    params: SlabParams,
     layout: wgpu::BindGroupLayout,
     /// The bindings `layout` was made from.
     bindings: Vec<Binding>,
@@ -384,10 +385,11 @@ impl SlabSystem {
         let track_lines = windows.tracks_lines(pool.persist_mode());
         let dev = &gpu.device;
         let state = storage_buffer(dev, "slab state", cfg.state_words() * 4);
-        let params = params_buffer::<SlabParams>(dev, "slab params");
         let bindings = cfg.bindings();
         let layout = bind_group_layout(dev, "slab", &bindings);
-        let pipelines = build_pipelines(&gpu, &layout, &SlabKernel::ALL, |k| shader::source(k, &cfg))?;
+        let pipelines = build_pipelines(&gpu, (&layout, SlabParams::BYTES), &SlabKernel::ALL, |k| {
+            shader::source(k, &cfg)
+        })?;
         let pool_slabs_used = recovered.pool_slabs_used;
         let items = recovered.items;
         let mut system = SlabSystem {
@@ -397,7 +399,7 @@ impl SlabSystem {
             cfg,
             windows,
             state,
-            params,
+            params: SlabParams::default(),
             layout,
             bindings,
             pipelines,
@@ -570,12 +572,12 @@ impl SlabSystem {
 
     fn bind_group(&self, batch: &DeviceBatch) -> wgpu::BindGroup {
         let io = self.io.as_ref().expect("reserved");
-        let whole = [&self.params].into_iter().map(wgpu::Buffer::as_entire_binding);
         let work = [&io.opstate, &self.state, &io.claims, &io.dirty, &io.staging]
             .into_iter()
             .chain(self.windows.buffers());
-        let resources = whole
-            .chain(batch.bindings(self.geo.key_words(), self.geo.cell_words()))
+        let resources = batch
+            .bindings(self.geo.key_words(), self.geo.cell_words())
+            .into_iter()
             .chain(work.map(wgpu::Buffer::as_entire_binding));
         bind_group(&self.gpu.device, "slab", (&self.layout, &self.bindings), resources)
     }
@@ -589,10 +591,11 @@ impl SlabSystem {
         Ok(())
     }
 
-    fn write_params(&mut self, n: u32, reads_only: bool) {
+    /// Sets the parameters of the next submits.
+    fn set_params(&mut self, n: u32, reads_only: bool) {
         let io = self.io.as_ref().expect("reserved");
         let (table_line_base, heap_line_base, table_lines) = self.windows.lines();
-        let p = SlabParams {
+        self.params = SlabParams {
             n,
             seq: self.seq,
             dirty_cap: io.dirty_cap,
@@ -603,10 +606,7 @@ impl SlabSystem {
             table_lines,
             line_words: self.windows.line_words(),
             reads_only: reads_only as u32,
-            pad1: 0,
-            pad2: 0,
         };
-        self.gpu.queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
     }
 
     /// The next batch sequence; the bucket marks restart when it wraps.
@@ -635,7 +635,7 @@ impl SlabSystem {
             .staged()
             .then(|| (self.pipelines.get(SlabKernel::Gather), writeback_invocations(io.dirty_cap)));
         let passes = kernels.iter().map(|&k| (self.pipelines.get(k), n as u64));
-        record_passes(&mut enc, bind, passes.chain(gather), None);
+        record_passes(&mut enc, (bind, bytemuck::bytes_of(&self.params)), passes.chain(gather), None);
         enc.copy_buffer_to_buffer(&self.state, 0, &io.readback, 0, CONTROL_WORDS as u64 * 4);
         let mut cmds = vec![enc.finish()];
         if !self.windows.staged() {
@@ -727,7 +727,7 @@ impl SlabSystem {
         }
         self.reserve(n);
         self.next_seq();
-        self.write_params(n, true);
+        self.set_params(n, true);
         let bind = self.bind_group(batch);
 
         // (1) New values into fresh cells, the touched chains into the log, and the reads (they
@@ -757,7 +757,7 @@ impl SlabSystem {
         self.write_log_header(&[layout::LOG_VALID, logged, self.seq, layout::log_check(logged, self.seq)])?;
 
         // (2) Rounds, in place.
-        self.write_params(n, false);
+        self.set_params(n, false);
         let (mut published, mut deleted, mut new_slabs) = (0u64, 0u64, 0u64);
         for round in 0.. {
             let c = self.submit(&bind, &[SlabKernel::Probe, SlabKernel::Commit], n)?;

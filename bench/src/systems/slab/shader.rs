@@ -17,7 +17,7 @@ const KERNELS: Files = &[
 ];
 
 /// The first binding of the table windows; heap windows follow them.
-pub const FIRST_WINDOW_BINDING: u32 = 11;
+pub const FIRST_WINDOW_BINDING: u32 = 10;
 /// Control words at the start of the `state` buffer, bound as `control` (twin: `C_*` in
 /// `slab_common.wgsl`).
 pub const CONTROL_WORDS: u32 = 16;
@@ -137,13 +137,13 @@ impl SlabShaderConfig {
         self.marks() as u64 + self.geo.buckets as u64
     }
 
-    /// The uniform, then the storage bindings (each window its own).
+    /// The storage bindings (each window its own); kinds, keys and input values read-only.
     pub fn bindings(&self) -> Vec<Binding> {
-        Binding::plain(FIRST_WINDOW_BINDING + self.table.count + self.heap.count, |i| (1..=3).contains(&i))
+        Binding::plain(FIRST_WINDOW_BINDING + self.table.count + self.heap.count, |i| i < 3)
     }
 }
 
-/// Parameters of one dispatch (binding 0); twin of `Params` in the generated prelude.
+/// Parameters of one dispatch (immediates); twin of `Params` in the generated prelude.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SlabParams {
@@ -167,10 +167,11 @@ pub struct SlabParams {
     pub line_words: u32,
     /// 1: the probe serves reads only (before the undo log is durable).
     pub reads_only: u32,
-    /// Padding to 16 bytes (single fields, as WGSL's uniform arrays need a 16-byte stride).
-    pub pad1: u32,
-    /// See `pad1`.
-    pub pad2: u32,
+}
+
+impl SlabParams {
+    /// Bytes of the immediates that carry them.
+    pub const BYTES: u32 = std::mem::size_of::<SlabParams>() as u32;
 }
 
 fn prelude(cfg: &SlabShaderConfig) -> String {
@@ -207,18 +208,16 @@ struct Params {
     table_lines: u32,      // dirty lines of the table region
     line_words: u32,       // words of a dirty line
     reads_only: u32,       // 1: the probe serves reads only
-    pad1: u32,
-    pad2: u32,
 }
 ",
     );
     s.push_str(BATCH_BINDINGS);
     s.push_str(
-        "@group(0) @binding(6) var<storage, read_write> opstate: array<atomic<u32>>;
-@group(0) @binding(7) var<storage, read_write> control: array<atomic<u32>>;  // the state buffer
-@group(0) @binding(8) var<storage, read_write> claims: array<atomic<u32>>;
-@group(0) @binding(9) var<storage, read_write> dirty: array<u32>;
-@group(0) @binding(10) var<storage, read_write> staging: array<u32>;
+        "@group(0) @binding(5) var<storage, read_write> opstate: array<atomic<u32>>;
+@group(0) @binding(6) var<storage, read_write> control: array<atomic<u32>>;  // the state buffer
+@group(0) @binding(7) var<storage, read_write> claims: array<atomic<u32>>;
+@group(0) @binding(8) var<storage, read_write> dirty: array<u32>;
+@group(0) @binding(9) var<storage, read_write> staging: array<u32>;
 ",
     );
     shader::write_windows(
@@ -302,7 +301,7 @@ mod tests {
         assert!((ctl::MUTATING as u32) < CONTROL_WORDS);
     }
 
-    /// The uniform the host writes has the layout the kernels read: same fields, offsets, size.
+    /// The immediates the host writes have the layout the kernels read: same fields, offsets, size.
     #[test]
     fn params_layout_matches_wgsl() {
         let module = validate(SlabKernel::Probe, &config(8, 8, 1, 10, 32)).unwrap();
@@ -317,8 +316,6 @@ mod tests {
             table_lines,
             line_words,
             reads_only,
-            pad1,
-            pad2,
         });
         assert_eq!(shader::wgsl_layout(&module, "Params"), Some(rust));
     }
