@@ -12,18 +12,21 @@
 use host_pm::{Pool, Region};
 
 use crate::error::{Error, Result};
-use crate::layout::Geometry;
+use crate::layout::{Geometry, MAX_CELLS};
 use crate::placement::{place, region_bytes};
 use crate::profile::Laps;
 use crate::resize::copy_on_all_threads;
 
-/// The geometry of `geo`'s table with its heap grown by a quarter, or `HeapFull` (naming
-/// `failed` operations) when the kernels cannot address that many cells.
+/// The geometry of `geo`'s table with its heap grown by a quarter, or to the most cells the
+/// kernels address ([`MAX_CELLS`], more than the table's slots); `HeapFull` (naming `failed`
+/// operations) when it has them already.
 pub(crate) fn grown(geo: &Geometry, failed: u64) -> Result<Geometry> {
-    geo.with_cells(geo.cells + geo.cells / 4 + 1024).map_err(|e| {
-        log::info!("the heap cannot grow: {e}");
-        Error::HeapFull { failed }
-    })
+    let cells = (geo.cells + geo.cells / 4 + 1024).min(MAX_CELLS);
+    if cells <= geo.cells {
+        log::info!("the heap cannot grow: it has the {MAX_CELLS} cells the kernels address");
+        return Err(Error::HeapFull { failed });
+    }
+    geo.with_cells(cells)
 }
 
 /// Grows the heap of `geo`'s table in `pool` to `new`'s cells (see the module docs).
@@ -132,9 +135,14 @@ mod tests {
     }
 
     #[test]
-    fn a_heap_the_kernels_cannot_address_is_full() {
-        // Cells are named with 32 bits: a heap has fewer than 2^32 - 3 (4.29 G).
+    fn a_heap_grows_to_the_cells_the_kernels_address_then_is_full() {
+        // Cells are named with 32 bits: a heap of 3.6 G cells grows to 2^32 - 4, not by a
+        // quarter, and no further.
         let large = Geometry::new(Layout::default(), 8, 8, 10, 3_600_000_000).unwrap();
-        assert!(matches!(grown(&large, 7), Err(Error::HeapFull { failed: 7 })));
+        let largest = grown(&large, 7).unwrap();
+        assert_eq!(largest.cells, MAX_CELLS);
+        assert_eq!(MAX_CELLS, (1 << 32) - 4);
+        assert!(matches!(grown(&largest, 7), Err(Error::HeapFull { failed: 7 })));
+        assert!(largest.with_cells(MAX_CELLS + 1).is_err());
     }
 }

@@ -35,6 +35,11 @@ pub(crate) const EMPTY: u32 = 0;
 pub(crate) const INSERTING: u32 = 1;
 /// State words at or above this value are published: `state - PUBLISHED` is the value cell.
 pub const PUBLISHED: u32 = 2;
+/// Most value cells a heap has: a state word names its cell with 32 bits, above the states of
+/// an empty and a claimed slot, and short of `u32::MAX` (`NONE` in the kernels). Never fewer
+/// than a table's slots: a table has fewer than 2^32 - 2 (its slots are numbered with 32 bits
+/// too), so its heap can always hold a value for every slot it has.
+pub const MAX_CELLS: u64 = (u32::MAX - PUBLISHED) as u64 - 1;
 /// Largest number of candidate slots per key (`L * H * S`) the kernels support.
 pub(crate) const MAX_CANDIDATES: u32 = 128;
 /// Fewest candidate slots per key a table may have: with fewer, keys collide while the table
@@ -156,7 +161,7 @@ pub struct Geometry {
 
 impl Geometry {
     /// Validates a configuration. Kernels name slots and value cells with 32 bits: a table has
-    /// fewer than 2^32 slots and a heap fewer than 2^32 - 3 cells. Word addresses are 64 bits
+    /// fewer than 2^32 - 1 slots and a heap at most [`MAX_CELLS`] (2^32 - 4) cells. Word addresses are 64 bits
     /// where a region exceeds 2^32 words (16 GiB), on devices that have them.
     pub fn new(layout: Layout, key_bytes: u32, value_bytes: u32, top_level: u32, cells: u64) -> Result<Self> {
         layout.validate()?;
@@ -188,8 +193,8 @@ impl Geometry {
         if g.slots() >= u32::MAX as u64 {
             return bad(format!("table of {} slots: at most 2^32 - 2", g.slots()));
         }
-        if cells == 0 || cells >= (u32::MAX - PUBLISHED) as u64 {
-            return bad(format!("{cells} value cells: must be 1 to 2^32 - 3"));
+        if cells == 0 || cells > MAX_CELLS {
+            return bad(format!("{cells} value cells: must be 1 to {MAX_CELLS} (2^32 - 4)"));
         }
         Ok(g)
     }
@@ -415,6 +420,27 @@ mod tests {
         for ok in ["1L-1H-8S", "1L-2H-4S", "2L-2H-4S", "1L-2H-8S", "3L-2H-4S"] {
             assert!(ok.parse::<Layout>().is_ok(), "{ok}");
         }
+    }
+
+    /// Every table the kernels can number has no more slots than a heap can have cells, so a
+    /// heap grown to [`MAX_CELLS`] holds a value for every slot.
+    #[test]
+    fn the_largest_table_of_every_layout_has_no_more_slots_than_cells() {
+        let mut layouts = 0;
+        for (levels, hashes, slots) in
+            (1..=6).flat_map(|l| (1..=8).flat_map(move |h| (1..=32).map(move |s| (l, h, s))))
+        {
+            let layout = Layout { levels, hashes, slots };
+            if layout.validate().is_err() {
+                continue;
+            }
+            layouts += 1;
+            let largest = (0..=30).rev().find_map(|top| Geometry::new(layout, 8, 8, top, 1).ok());
+            let largest = largest.unwrap_or_else(|| panic!("{layout}: no table at all"));
+            assert!(largest.slots() <= MAX_CELLS, "{layout}: {} slots", largest.slots());
+            assert!(largest.with_cells(MAX_CELLS).is_ok(), "{layout}");
+        }
+        assert!(layouts > 100, "{layouts} layouts");
     }
 
     #[test]

@@ -65,7 +65,7 @@ pub use gpu::engine::{GpuOptions, Placement};
 pub use host_pm::{Backend, PersistMode, Pool, PoolError};
 pub use index::{Activity, Config, Executor, GpHash, MAX_BATCH, Options, Pipeline, Stats};
 pub use inspect::{Inspection, inspect};
-pub use layout::{Candidate, Geometry, Layout, TARGET_LOAD};
+pub use layout::{Candidate, Geometry, Layout, MAX_CELLS, TARGET_LOAD};
 pub use profile::{KernelTimes, Profile};
 pub use protocol::{OpKind, Status};
 pub use recovery::{CheckReport, Recovery, Violation, check};
