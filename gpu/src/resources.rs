@@ -5,7 +5,7 @@ use host_pm::{Backend, PersistMode, Pool, Region};
 
 use super::context::{DeviceInfo, Gpu};
 use super::hostmem::{self, ImportGuard};
-use super::shader::{KernelEntry, WORKGROUP, Windows};
+use super::shader::{BATCH_BUFFERS, KernelEntry, WORKGROUP, Windows};
 use super::timing::PassTimer;
 use crate::error::{Error, Result};
 // Kept reachable here, beside the resources they guard.
@@ -117,6 +117,12 @@ pub fn bind_group_layout(dev: &wgpu::Device, label: &str, bindings: &[Binding]) 
     dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(label), entries: &entries })
 }
 
+/// The layout of a batch's bind group ([`crate::shader::BATCH_BINDINGS`]).
+pub fn batch_layout(dev: &wgpu::Device) -> (wgpu::BindGroupLayout, Vec<Binding>) {
+    let bindings = Binding::plain(BATCH_BUFFERS, |i| i < 3);
+    (bind_group_layout(dev, "batch", &bindings), bindings)
+}
+
 /// A bind group of `layout` (made from `bindings`) binding `resources` (whole buffers or
 /// ranges), in order from binding 0: a binding array takes as many in a row as it holds.
 pub fn bind_group<'a>(
@@ -224,11 +230,12 @@ pub fn single_pipeline(dev: &wgpu::Device, label: &str, wgsl: String) -> Result<
     }
 }
 
-/// Compiles `kernels`, `source` giving each one's WGSL, with `immediates` bytes of immediates
-/// (their parameters, a `var<immediate>` of that size); a validation error names the kernel.
+/// Compiles `kernels`, `source` giving each one's WGSL, with bind groups of `layouts` (the
+/// table's, then the batch's) and `immediates` bytes of immediates (their parameters, a
+/// `var<immediate>` of that size); a validation error names the kernel.
 pub fn build_pipelines<K: KernelEntry + Send>(
     gpu: &Gpu,
-    (layout, immediates): (&wgpu::BindGroupLayout, u32),
+    (layouts, immediates): (&[&wgpu::BindGroupLayout], u32),
     kernels: &[K],
     source: impl Fn(K) -> Result<String> + Sync,
 ) -> Result<Pipelines<K>> {
@@ -244,7 +251,7 @@ pub fn build_pipelines<K: KernelEntry + Send>(
     let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
     let pl = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
         label: None,
-        bind_group_layouts: &[Some(layout)],
+        bind_group_layouts: &layouts.iter().map(|&l| Some(l)).collect::<Vec<_>>(),
         immediate_size: immediates,
     });
     if let Some(e) = pollster::block_on(scope.pop()) {
@@ -278,11 +285,12 @@ pub fn build_pipelines<K: KernelEntry + Send>(
 }
 
 /// Records a compute pass of `invocations` invocations for each pipeline, in order (wgpu puts
-/// barriers between passes), each with `immediates` (the kernels' parameters) and writing its
-/// timestamps where a `timer` is given; returns the number of passes.
+/// barriers between passes), each with bind groups `binds` (0, 1, ...) and `immediates` (the
+/// kernels' parameters), and writing its timestamps where a `timer` is given; returns the
+/// number of passes.
 pub fn record_passes<'a>(
     enc: &mut wgpu::CommandEncoder,
-    (bind, immediates): (&wgpu::BindGroup, &[u8]),
+    (binds, immediates): (&[&wgpu::BindGroup], &[u8]),
     passes: impl IntoIterator<Item = (&'a wgpu::ComputePipeline, u64)>,
     timer: Option<&PassTimer>,
 ) -> u32 {
@@ -293,7 +301,9 @@ pub fn record_passes<'a>(
             timestamp_writes: timer.and_then(|t| t.writes(recorded)),
         });
         pass.set_pipeline(pipeline);
-        pass.set_bind_group(0, bind, &[]);
+        for (i, &bind) in binds.iter().enumerate() {
+            pass.set_bind_group(i as u32, bind, &[]);
+        }
         pass.set_immediates(0, immediates);
         dispatch(&mut pass, invocations);
         recorded += 1;

@@ -118,15 +118,24 @@ pub fn write_consts(
 }
 
 /// The bindings of a batch, the same for every table: its parameters (a `Params` struct each
-/// table's prelude declares, passed as immediates), its operations and their results.
+/// table's prelude declares, passed as immediates), then its operations and their results in
+/// bind group [`BATCH_GROUP`].
 pub const BATCH_BINDINGS: &str = "
 var<immediate> params: Params;
-@group(0) @binding(0) var<storage, read> kinds: array<u32>;
-@group(0) @binding(1) var<storage, read> keys: array<u32>;
-@group(0) @binding(2) var<storage, read> vals_in: array<u32>;
-@group(0) @binding(3) var<storage, read_write> statuses: array<u32>;
-@group(0) @binding(4) var<storage, read_write> vals_out: array<u32>;
+@group(1) @binding(0) var<storage, read> kinds: array<u32>;
+@group(1) @binding(1) var<storage, read> keys: array<u32>;
+@group(1) @binding(2) var<storage, read> vals_in: array<u32>;
+@group(1) @binding(3) var<storage, read_write> statuses: array<u32>;
+@group(1) @binding(4) var<storage, read_write> vals_out: array<u32>;
 ";
+
+/// The bind group of a batch's buffers, apart from the table's (group 0): a batch in buffers of
+/// its own (a device batch) gets a bind group of these five, not of the table's dozens.
+pub const BATCH_GROUP: u32 = 1;
+
+/// Buffers in the batch's bind group: kinds, keys and input values (read-only), statuses and
+/// found values.
+pub const BATCH_BUFFERS: u32 = 5;
 
 /// The bindings of read-write regions split in windows (name, whether its words are atomic,
 /// windows), from binding `first` on, and their accessors: `{name}_load`, `{name}_store`, and

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gphash_gpu::resources::{
-    ErrorScopes, Pipelines, PoolWindows, Residence, bind_group, bind_group_layout, build_pipelines,
-    download_words, map_read_after, max_window, read_dirty, record_passes, storage_buffer,
+    ErrorScopes, Pipelines, PoolWindows, Residence, batch_layout, bind_group, bind_group_layout,
+    build_pipelines, download_words, map_read_after, max_window, read_dirty, record_passes, storage_buffer,
     writeback_invocations,
 };
 use gphash_gpu::shader::Windows;
@@ -131,7 +131,7 @@ struct Slot {
     values: Vec<u32>,
 }
 
-/// The bind group of a device batch and what it binds: the batch's buffers (kinds, keys,
+/// The batch bind group of a device batch and what it binds: the batch's buffers (kinds, keys,
 /// values, statuses, found) and length.
 struct DeviceBind {
     buffers: [wgpu::Buffer; 5],
@@ -167,12 +167,14 @@ struct BatchBuffers {
     vals_in: wgpu::Buffer,
     statuses: wgpu::Buffer,
     vals_out: wgpu::Buffer,
-    opstate: wgpu::Buffer,
     dirty: wgpu::Buffer,
     staging: wgpu::Buffer,
     claims: wgpu::Buffer,
     readback: wgpu::Buffer,
+    /// The table's bind group with these working buffers.
     bind: wgpu::BindGroup,
+    /// The batch bind group of these operation buffers (host batches).
+    io_bind: wgpu::BindGroup,
 }
 
 /// Offsets inside the readback buffer.
@@ -290,9 +292,10 @@ pub(crate) struct GpuEngine {
     cache: DeviceCache,
     bitmap: wgpu::Buffer,
     control: wgpu::Buffer,
-    layout: wgpu::BindGroupLayout,
-    /// The bindings `layout` was made from.
-    bindings: Vec<Binding>,
+    /// The table's bind group layout (group 0) and the bindings it was made from.
+    layout: (wgpu::BindGroupLayout, Vec<Binding>),
+    /// The batch's (group 1).
+    batch_layout: (wgpu::BindGroupLayout, Vec<Binding>),
     pipelines: Pipelines<Kernel>,
     slots: [Slot; SLOTS],
     /// The largest batch the buffers can hold on this device.
@@ -371,10 +374,12 @@ impl GpuEngine {
         gpu.queue.write_buffer(&bitmap_buf, 0, bytemuck::cast_slice(&bitmap.words));
         let control_buf = storage_buffer(dev, "control", (control::WORDS * 4) as u64);
         let bindings = cfg.bindings();
-        let layout = bind_group_layout(dev, "gphash", &bindings);
+        let layout = (bind_group_layout(dev, "gphash", &bindings), bindings);
+        let batch_layout = batch_layout(dev);
         laps.lap("allocator");
+        let layouts = [&layout.0, &batch_layout.0];
         let pipelines =
-            build_pipelines(&gpu, (&layout, Params::BYTES), &Kernel::BATCH, |k| shader::source(k, &cfg))?;
+            build_pipelines(&gpu, (&layouts, Params::BYTES), &Kernel::BATCH, |k| shader::source(k, &cfg))?;
         laps.lap("pipelines");
         let track_lines = windows.tracks_lines(pool.persist_mode());
         // A submit runs each batch kernel at most once.
@@ -391,7 +396,7 @@ impl GpuEngine {
             bitmap: bitmap_buf,
             control: control_buf,
             layout,
-            bindings,
+            batch_layout,
             pipelines,
             slots: Default::default(),
             max_batch,
@@ -427,13 +432,11 @@ impl GpuEngine {
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let bind = self.bind_group(
+        let bind = self.bind_group([&opstate, &dirty, &staging, &claims]);
+        let io_bind = self.batch_bind_group(
             [&kinds, &keys, &vals_in, &statuses, &vals_out].map(wgpu::Buffer::as_entire_binding),
-            [&opstate, &dirty, &staging, &claims],
         );
         scopes.pop(|| format!("the buffers of a batch of {cap} operations"))?;
-        // A kept device bind group binds the working buffers replaced here.
-        self.slots[slot].device_bind = None;
         self.slots[slot].io = Some(BatchBuffers {
             cap,
             dirty_cap: sizes.dirty_cap,
@@ -443,19 +446,19 @@ impl GpuEngine {
             vals_in,
             statuses,
             vals_out,
-            opstate,
             dirty,
             staging,
             claims,
             readback,
             bind,
+            io_bind,
         });
         Ok(())
     }
 
-    /// The bind group of a batch: its operation buffers (`kinds`, `keys`, `vals_in`,
-    /// `statuses`, `vals_out`) and working buffers (`opstate`, `dirty`, `staging`, `claims`).
-    fn bind_group(&self, io: [wgpu::BindingResource; 5], work: [&wgpu::Buffer; 4]) -> wgpu::BindGroup {
+    /// The table's bind group with a slot's working buffers (`opstate`, `dirty`, `staging`,
+    /// `claims`).
+    fn bind_group(&self, work: [&wgpu::Buffer; 4]) -> wgpu::BindGroup {
         let [opstate, dirty, staging, claims] = work;
         let c = &self.cache;
         let rest = [opstate, &self.control, dirty, &self.bitmap, staging, claims]
@@ -463,8 +466,13 @@ impl GpuEngine {
             .chain([&c.map, &c.owner, &c.counts, &c.plan])
             .chain(self.windows.buffers().chain(&c.table).chain(&c.heap))
             .map(wgpu::Buffer::as_entire_binding);
-        let resources = io.into_iter().chain(rest);
-        bind_group(&self.gpu.device, "gphash", (&self.layout, &self.bindings), resources)
+        bind_group(&self.gpu.device, "gphash", (&self.layout.0, &self.layout.1), rest)
+    }
+
+    /// The batch bind group of a batch's operation buffers (`kinds`, `keys`, `vals_in`,
+    /// `statuses`, `vals_out`).
+    fn batch_bind_group(&self, io: [wgpu::BindingResource; 5]) -> wgpu::BindGroup {
+        bind_group(&self.gpu.device, "batch", (&self.batch_layout.0, &self.batch_layout.1), io)
     }
 
     /// The parameters of a submit for the batch of `n` in `slot` (each submit has its own seed).
@@ -511,9 +519,9 @@ impl GpuEngine {
         if kernels.contains(&Kernel::PhaseA) {
             enc.clear_buffer(&io.claims, 0, None);
         }
-        let bind = match &s.device_bind {
+        let batch_bind = match &s.device_bind {
             Some(d) if s.device => &d.group,
-            _ => &io.bind,
+            _ => &io.io_bind,
         };
         // A batch of gets (`Search`) claims nothing: nothing to write back.
         let writes = kernels.iter().any(|k| k.writes_pool());
@@ -522,7 +530,7 @@ impl GpuEngine {
         let timer = self.timer.as_ref();
         let passes = record_passes(
             &mut enc,
-            (bind, bytemuck::bytes_of(&params)),
+            (&[&io.bind, batch_bind], bytemuck::bytes_of(&params)),
             kernels.iter().map(|&k| (self.pipelines.get(k), self.invocations(k, n))).chain(writeback),
             timer,
         );
@@ -760,8 +768,7 @@ impl GpuEngine {
             }
             Input::Device(d) => {
                 if !self.slots[slot].device_bind.as_ref().is_some_and(|b| b.binds(d)) {
-                    let work = [&io.opstate, &io.dirty, &io.staging, &io.claims];
-                    let group = self.bind_group(d.bindings(kw, vw), work);
+                    let group = self.batch_bind_group(d.bindings(kw, vw));
                     let buffers = d.buffers().map(Clone::clone);
                     self.slots[slot].device_bind = Some(DeviceBind { buffers, len: d.len, group });
                 }

@@ -15,8 +15,7 @@ use host_pm::{Pool, Region};
 
 use super::engine::GpuOptions;
 use super::shader::{
-    self, BATCH_BUFFERS, CacheConfig, FIRST_WINDOW_BINDING, Kernel, KernelConfig, Params, Source,
-    TABLE_BINDINGS,
+    self, CacheConfig, FIRST_WINDOW_BINDING, Kernel, KernelConfig, Params, Source, TABLE_BINDINGS,
 };
 use crate::error::Result;
 use crate::hash::Seeds;
@@ -95,13 +94,13 @@ pub(crate) fn build(
     let (unused_ro, unused_rw) = (buffer("unused", 256, storage), buffer("unused", 256, storage));
     let bindings = cfg.bindings();
     let layout = bind_group_layout(dev, "resize", &bindings);
+    // The resize kernels use no batch buffers: the table's bind group alone.
     let pipelines =
-        build_pipelines(gpu, (&layout, Params::BYTES), &Kernel::RESIZE, |k| shader::source(k, &cfg))?;
+        build_pipelines(gpu, (&[&layout], Params::BYTES), &Kernel::RESIZE, |k| shader::source(k, &cfg))?;
     laps.lap("pipelines");
     // The control block; every other buffer but the tables is unused (one dummy window each for
     // the heap and the cache).
-    let control_binding =
-        BATCH_BUFFERS + TABLE_BINDINGS.iter().position(|b| b.0 == "control").expect("bound") as u32;
+    let control_binding = TABLE_BINDINGS.iter().position(|b| b.0 == "control").expect("bound") as u32;
     let mut entries: Vec<&wgpu::Buffer> = (0..FIRST_WINDOW_BINDING)
         .map(|i| match i {
             _ if i == control_binding => &ctl,

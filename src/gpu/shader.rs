@@ -6,20 +6,18 @@ use std::fmt::Write;
 
 use gphash_gpu::resources::{Binding, check_bindings};
 use gphash_gpu::shader::{
-    BATCH_BINDINGS, Files, KernelEntry, Reach, SHARED, Windows, accessor, declare_windows, stitch,
-    write_consts, write_windows,
+    BATCH_BINDINGS, BATCH_BUFFERS, Files, KernelEntry, Reach, SHARED, Windows, accessor, declare_windows,
+    stitch, write_consts, write_windows,
 };
 use gphash_gpu::{DeviceInfo, Error, Result};
 
 use crate::hash::Seeds;
 use crate::layout::Geometry;
 
-/// Bindings of a batch's buffers ([`BATCH_BINDINGS`], 0 to 4).
-pub(crate) const BATCH_BUFFERS: u32 = 5;
-
-/// gphash's storage buffers after the batch's, in binding order from [`BATCH_BUFFERS`]: name,
-/// WGSL element type, read-only. Windows of the table, the heap, the cache's group
-/// copies and the cache's values (and, for resize kernels, the old table) follow them.
+/// gphash's storage buffers in bind group 0 (the batch's are group 1, [`BATCH_BINDINGS`]), in
+/// binding order from 0: name, WGSL element type, read-only. Windows of the table, the heap,
+/// the cache's group copies and the cache's values (and, for resize kernels, the old table)
+/// follow them.
 pub(crate) const TABLE_BINDINGS: [(&str, &str, bool); 10] = [
     ("opstate", "atomic<u32>", false),
     ("control", "atomic<u32>", false),
@@ -35,7 +33,7 @@ pub(crate) const TABLE_BINDINGS: [(&str, &str, bool); 10] = [
 ];
 
 /// Binding of the first table window.
-pub(crate) const FIRST_WINDOW_BINDING: u32 = BATCH_BUFFERS + TABLE_BINDINGS.len() as u32;
+pub(crate) const FIRST_WINDOW_BINDING: u32 = TABLE_BINDINGS.len() as u32;
 
 /// gphash's kernel files, and the code only they share (`shaders/common/`).
 const KERNELS: Files = &[
@@ -201,13 +199,10 @@ impl KernelConfig {
         self.geo.cells.div_ceil(32) as u32
     }
 
-    /// The bindings in order: the batch's and the table's buffers, then each region's windows
-    /// (a binding each, or one binding array as `reach` says).
+    /// The bindings of group 0 in order: the table's buffers, then each region's windows (a
+    /// binding each, or one binding array as `reach` says).
     pub(crate) fn bindings(&self) -> Vec<Binding> {
-        let table_read_only =
-            |i: u32| TABLE_BINDINGS.get(i.wrapping_sub(BATCH_BUFFERS) as usize).is_some_and(|b| b.2);
-        // Kinds, keys and input values are read-only.
-        let mut bindings = Binding::plain(FIRST_WINDOW_BINDING, |i| i < 3 || table_read_only(i));
+        let mut bindings = Binding::plain(FIRST_WINDOW_BINDING, |i| TABLE_BINDINGS[i as usize].2);
         let regions = self.windows().map(|(_, _, w)| (w, false));
         for (w, read_only) in regions.into_iter().chain(self.source.map(|s| (s.windows, true))) {
             match self.reach.arrays {
@@ -235,7 +230,7 @@ impl KernelConfig {
             )));
         }
         self.reach = Reach { wide, arrays: false };
-        let separate = self.bindings().len() as u32;
+        let separate = self.bindings().len() as u32 + BATCH_BUFFERS;
         let arrays = (large && info.binding_arrays > 0) || separate > info.max_storage_buffers;
         if arrays && info.binding_arrays == 0 {
             return Err(Error::MissingFeature(format!(
@@ -254,7 +249,7 @@ impl KernelConfig {
             )));
         }
         self.reach = Reach { wide, arrays };
-        check_bindings("the table", self.bindings().len() as u32, info)
+        check_bindings("the table", self.bindings().len() as u32 + BATCH_BUFFERS, info)
     }
 
     /// The read-write windows in binding order: table, heap, cache copies, cache values (name,
@@ -358,8 +353,7 @@ struct Params {
     s.push_str(BATCH_BINDINGS);
     for (i, (name, ty, read_only)) in TABLE_BINDINGS.iter().enumerate() {
         let access = if *read_only { "read" } else { "read_write" };
-        let binding = BATCH_BUFFERS + i as u32;
-        writeln!(s, "@group(0) @binding({binding}) var<storage, {access}> {name}: array<{ty}>;").unwrap();
+        writeln!(s, "@group(0) @binding({i}) var<storage, {access}> {name}: array<{ty}>;").unwrap();
     }
     let word = |v: u64| cfg.reach.word(v);
     writeln!(s, "const KEYS_BASE: Word = {};", word(g.keys_base())).unwrap();

@@ -67,10 +67,10 @@ use gphash::{DeviceBatch, Placement};
 use gphash::{Error, Result};
 use gphash_gpu::hostmem;
 use gphash_gpu::resources::{
-    Binding, Pipelines, PoolWindows, bind_group, bind_group_layout, build_pipelines, check_bindings,
-    map_read, max_window, read_dirty, record_passes, storage_buffer, writeback_invocations,
+    Binding, Pipelines, PoolWindows, batch_layout, bind_group, bind_group_layout, build_pipelines,
+    check_bindings, map_read, max_window, read_dirty, record_passes, storage_buffer, writeback_invocations,
 };
-use gphash_gpu::shader::Windows;
+use gphash_gpu::shader::{BATCH_BUFFERS, Windows};
 
 /// A new slab table's shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -205,9 +205,10 @@ pub struct SlabSystem {
     state: wgpu::Buffer,
     /// The parameters of the next submits (immediates).
     params: SlabParams,
-    layout: wgpu::BindGroupLayout,
-    /// The bindings `layout` was made from.
-    bindings: Vec<Binding>,
+    /// The table's bind group layout (group 0) and the bindings it was made from.
+    layout: (wgpu::BindGroupLayout, Vec<Binding>),
+    /// The batch's (group 1).
+    batch_layout: (wgpu::BindGroupLayout, Vec<Binding>),
     pipelines: Pipelines<SlabKernel>,
     io: Option<Io>,
     track_lines: bool,
@@ -371,7 +372,7 @@ impl SlabSystem {
             table: Windows::cover(geo.table_words(), window),
             heap: Windows::cover(geo.heap_words(), window),
         };
-        check_bindings("the slab table", cfg.bindings().len() as u32, &gpu.info)?;
+        check_bindings("the slab table", cfg.bindings().len() as u32 + BATCH_BUFFERS, &gpu.info)?;
         let windows = PoolWindows::place(
             &gpu,
             &mut pool,
@@ -386,8 +387,10 @@ impl SlabSystem {
         let dev = &gpu.device;
         let state = storage_buffer(dev, "slab state", cfg.state_words() * 4);
         let bindings = cfg.bindings();
-        let layout = bind_group_layout(dev, "slab", &bindings);
-        let pipelines = build_pipelines(&gpu, (&layout, SlabParams::BYTES), &SlabKernel::ALL, |k| {
+        let layout = (bind_group_layout(dev, "slab", &bindings), bindings);
+        let batch_layout = batch_layout(dev);
+        let layouts = [&layout.0, &batch_layout.0];
+        let pipelines = build_pipelines(&gpu, (&layouts, SlabParams::BYTES), &SlabKernel::ALL, |k| {
             shader::source(k, &cfg)
         })?;
         let pool_slabs_used = recovered.pool_slabs_used;
@@ -401,7 +404,7 @@ impl SlabSystem {
             state,
             params: SlabParams::default(),
             layout,
-            bindings,
+            batch_layout,
             pipelines,
             io: None,
             track_lines,
@@ -570,16 +573,19 @@ impl SlabSystem {
         });
     }
 
-    fn bind_group(&self, batch: &DeviceBatch) -> wgpu::BindGroup {
+    /// The bind groups of `batch`: the table's with the working buffers, and the batch's.
+    fn bind_groups(&self, batch: &DeviceBatch) -> [wgpu::BindGroup; 2] {
         let io = self.io.as_ref().expect("reserved");
         let work = [&io.opstate, &self.state, &io.claims, &io.dirty, &io.staging]
             .into_iter()
-            .chain(self.windows.buffers());
-        let resources = batch
-            .bindings(self.geo.key_words(), self.geo.cell_words())
-            .into_iter()
-            .chain(work.map(wgpu::Buffer::as_entire_binding));
-        bind_group(&self.gpu.device, "slab", (&self.layout, &self.bindings), resources)
+            .chain(self.windows.buffers())
+            .map(wgpu::Buffer::as_entire_binding);
+        let ops = batch.bindings(self.geo.key_words(), self.geo.cell_words());
+        let dev = &self.gpu.device;
+        [
+            bind_group(dev, "slab", (&self.layout.0, &self.layout.1), work),
+            bind_group(dev, "slab batch", (&self.batch_layout.0, &self.batch_layout.1), ops),
+        ]
     }
 
     fn check_batch(&self, batch: &DeviceBatch) -> Result<()> {
@@ -623,7 +629,7 @@ impl SlabSystem {
 
     /// Records `kernels` (a compute pass each, so wgpu orders them with barriers), the staged
     /// gather, and the copy of the control words; submits, waits, returns the control words.
-    fn submit(&mut self, bind: &wgpu::BindGroup, kernels: &[SlabKernel], n: u32) -> Result<Control> {
+    fn submit(&mut self, binds: &[wgpu::BindGroup; 2], kernels: &[SlabKernel], n: u32) -> Result<Control> {
         let io = self.io.as_ref().expect("reserved");
         let mut enc = self.gpu.device.create_command_encoder(&Default::default());
         enc.clear_buffer(&self.state, 0, Some(CONTROL_WORDS as u64 * 4));
@@ -635,7 +641,8 @@ impl SlabSystem {
             .staged()
             .then(|| (self.pipelines.get(SlabKernel::Gather), writeback_invocations(io.dirty_cap)));
         let passes = kernels.iter().map(|&k| (self.pipelines.get(k), n as u64));
-        record_passes(&mut enc, (bind, bytemuck::bytes_of(&self.params)), passes.chain(gather), None);
+        let binds = [&binds[0], &binds[1]];
+        record_passes(&mut enc, (&binds, bytemuck::bytes_of(&self.params)), passes.chain(gather), None);
         enc.copy_buffer_to_buffer(&self.state, 0, &io.readback, 0, CONTROL_WORDS as u64 * 4);
         let mut cmds = vec![enc.finish()];
         if !self.windows.staged() {
@@ -728,7 +735,7 @@ impl SlabSystem {
         self.reserve(n);
         self.next_seq();
         self.set_params(n, true);
-        let bind = self.bind_group(batch);
+        let bind = self.bind_groups(batch);
 
         // (1) New values into fresh cells, the touched chains into the log, and the reads (they
         // see the table before the batch: a valid order puts them first).

@@ -17,7 +17,7 @@ const KERNELS: Files = &[
 ];
 
 /// The first binding of the table windows; heap windows follow them.
-pub const FIRST_WINDOW_BINDING: u32 = 10;
+pub const FIRST_WINDOW_BINDING: u32 = 5;
 /// Control words at the start of the `state` buffer, bound as `control` (twin: `C_*` in
 /// `slab_common.wgsl`).
 pub const CONTROL_WORDS: u32 = 16;
@@ -137,9 +137,9 @@ impl SlabShaderConfig {
         self.marks() as u64 + self.geo.buckets as u64
     }
 
-    /// The storage bindings (each window its own); kinds, keys and input values read-only.
+    /// The storage bindings of group 0 (each window its own; the batch's are group 1).
     pub fn bindings(&self) -> Vec<Binding> {
-        Binding::plain(FIRST_WINDOW_BINDING + self.table.count + self.heap.count, |i| i < 3)
+        Binding::plain(FIRST_WINDOW_BINDING + self.table.count + self.heap.count, |_| false)
     }
 }
 
@@ -213,11 +213,11 @@ struct Params {
     );
     s.push_str(BATCH_BINDINGS);
     s.push_str(
-        "@group(0) @binding(5) var<storage, read_write> opstate: array<atomic<u32>>;
-@group(0) @binding(6) var<storage, read_write> control: array<atomic<u32>>;  // the state buffer
-@group(0) @binding(7) var<storage, read_write> claims: array<atomic<u32>>;
-@group(0) @binding(8) var<storage, read_write> dirty: array<u32>;
-@group(0) @binding(9) var<storage, read_write> staging: array<u32>;
+        "@group(0) @binding(0) var<storage, read_write> opstate: array<atomic<u32>>;
+@group(0) @binding(1) var<storage, read_write> control: array<atomic<u32>>;  // the state buffer
+@group(0) @binding(2) var<storage, read_write> claims: array<atomic<u32>>;
+@group(0) @binding(3) var<storage, read_write> dirty: array<u32>;
+@group(0) @binding(4) var<storage, read_write> staging: array<u32>;
 ",
     );
     shader::write_windows(
