@@ -1,5 +1,5 @@
 // Allocation stage, first of phase A: every operation that carries a value takes a free cell
-// of the heap (in runs of whole free words where it can, `alloc_run`) and the tile writes the value and its checksum into it. Resets the per-operation
+// of the heap and the tile writes the value and its checksum into it. Resets the per-operation
 // records.
 // Twin: Model::alloc in src/model.rs.
 
@@ -14,14 +14,11 @@
 fn main(inv: Invocation, sg: Subgroup) {
     let t = tile_of(sg);
     let me = op_index(inv);
-    let want = me < params.n && writes_value(kinds[me]);
-    var cell = alloc_run(me, want, sg.lane);
+    var cell = NONE;
     if (me < params.n) {
         var phase = 0u;
-        if (want) {
-            if (cell == NONE) {
-                cell = alloc_cell(me);
-            }
+        if (writes_value(kinds[me])) {
+            cell = alloc_cell(me);
             if (cell == NONE) {
                 phase = PHASE_NO_CELL;
                 count(CTRL_NO_CELL);

@@ -302,9 +302,6 @@ pub(crate) struct GpuEngine {
     max_batch: u32,
     track_lines: bool,
     seq: u32,
-    /// The bitmap word where the next allocation stage's runs of cells start: it moves on past
-    /// each batch's words, so that batch after batch takes the heap's free words in turn.
-    cell_word: u32,
     /// Batches started (the LRU stamp).
     batches: u32,
     /// Fills of the cache slice in the current submit.
@@ -405,7 +402,6 @@ impl GpuEngine {
             max_batch,
             track_lines,
             seq: 0,
-            cell_word: 0,
             batches: 0,
             fills: 0,
             busy: Duration::ZERO,
@@ -499,7 +495,6 @@ impl GpuEngine {
             count_every: self.cache.count_every(),
             spread,
             tile,
-            cell_word: self.cell_word,
         }
     }
 
@@ -512,12 +507,6 @@ impl GpuEngine {
         let started = Instant::now();
         let n = self.slots[slot].n;
         let params = self.params(slot, n);
-        if kernels.contains(&Kernel::Alloc) {
-            // Past the words this batch's runs may take: one per 32 operations, and the share
-            // of a word a subgroup of fewer lanes starts in.
-            let words = self.cfg.bitmap_words();
-            self.cell_word = ((self.cell_word as u64 + n.div_ceil(32) as u64 + 1) % words as u64) as u32;
-        }
         let written = Instant::now();
         let s = &self.slots[slot];
         let io = s.io.as_ref().expect("reserved");

@@ -296,8 +296,6 @@ pub(crate) struct Params {
     pub spread: u32,
     /// Lanes of phase A's tiles (`GpuEngine::phase_a_lanes`).
     pub tile: u32,
-    /// The bitmap word where the allocation stage's runs of cells start (the engine's cursor).
-    pub cell_word: u32,
 }
 
 impl Params {
@@ -349,7 +347,6 @@ struct Params {
     count_every: u32,      // the cache counts one access in this many (0: none)
     spread: u32,           // phase A's invocations per operation
     tile: u32,             // lanes of phase A's tiles
-    cell_word: u32,        // bitmap word where the allocation's runs of cells start
 }
 ",
     );
@@ -546,7 +543,6 @@ mod tests {
             count_every,
             spread,
             tile,
-            cell_word,
         });
         assert_eq!(gphash_gpu::shader::wgsl_layout(&module, "Params"), Some(rust));
     }
