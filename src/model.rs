@@ -92,6 +92,16 @@ impl Bitmap {
         self
     }
 
+    /// The summary the allocation kernels keep beside the bitmap: bit `w % 32` of word `w / 32`
+    /// set when bitmap word `w` is full (no free cell).
+    pub fn full_words(&self) -> Vec<u32> {
+        let mut full = vec![0u32; self.words.len().div_ceil(32).max(1)];
+        for (w, _) in self.words.iter().enumerate().filter(|(_, bits)| **bits == !0) {
+            full[w / 32] |= 1 << (w % 32);
+        }
+        full
+    }
+
     /// Takes a free cell.
     pub fn alloc(&mut self) -> Option<u32> {
         let n = self.words.len();

@@ -291,6 +291,8 @@ pub(crate) struct GpuEngine {
     windows: PoolWindows,
     cache: DeviceCache,
     bitmap: wgpu::Buffer,
+    /// A bit per bitmap word, set while the word is full (see `shaders/common/cells.wgsl`).
+    bitmap_full: wgpu::Buffer,
     control: wgpu::Buffer,
     /// The table's bind group layout (group 0) and the bindings it was made from.
     layout: (wgpu::BindGroupLayout, Vec<Binding>),
@@ -372,6 +374,9 @@ impl GpuEngine {
         let dev = &gpu.device;
         let bitmap_buf = storage_buffer(dev, "bitmap", bitmap.words.len() as u64 * 4);
         gpu.queue.write_buffer(&bitmap_buf, 0, bytemuck::cast_slice(&bitmap.words));
+        let full = bitmap.full_words();
+        let full_buf = storage_buffer(dev, "bitmap full", full.len() as u64 * 4);
+        gpu.queue.write_buffer(&full_buf, 0, bytemuck::cast_slice(&full));
         let control_buf = storage_buffer(dev, "control", (control::WORDS * 4) as u64);
         let bindings = cfg.bindings();
         let layout = (bind_group_layout(dev, "gphash", &bindings), bindings);
@@ -394,6 +399,7 @@ impl GpuEngine {
             windows,
             cache,
             bitmap: bitmap_buf,
+            bitmap_full: full_buf,
             control: control_buf,
             layout,
             batch_layout,
@@ -461,7 +467,7 @@ impl GpuEngine {
     fn bind_group(&self, work: [&wgpu::Buffer; 4]) -> wgpu::BindGroup {
         let [opstate, dirty, staging, claims] = work;
         let c = &self.cache;
-        let rest = [opstate, &self.control, dirty, &self.bitmap, staging, claims]
+        let rest = [opstate, &self.control, dirty, &self.bitmap, &self.bitmap_full, staging, claims]
             .into_iter()
             .chain([&c.map, &c.owner, &c.counts, &c.plan])
             .chain(self.windows.buffers().chain(&c.table).chain(&c.heap))

@@ -18,11 +18,13 @@ use crate::layout::Geometry;
 /// binding order from 0: name, WGSL element type, read-only. Windows of the table, the heap,
 /// the cache's group copies and the cache's values (and, for resize kernels, the old table)
 /// follow them.
-pub(crate) const TABLE_BINDINGS: [(&str, &str, bool); 10] = [
+pub(crate) const TABLE_BINDINGS: [(&str, &str, bool); 11] = [
     ("opstate", "atomic<u32>", false),
     ("control", "atomic<u32>", false),
     ("dirty", "u32", false),
     ("bitmap", "atomic<u32>", false),
+    // Bit w set: bitmap word w is full (`Bitmap::full_words`), so an allocation scan skips it.
+    ("bitmap_full", "atomic<u32>", false),
     ("staging", "u32", false),
     ("claims", "atomic<u32>", false),
     // BktCache: group -> entry, entry -> group, per-group access counts, a loading slice.
