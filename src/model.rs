@@ -93,24 +93,13 @@ impl Bitmap {
     }
 
     /// The summary the allocation kernels keep beside the bitmap: bit `w % 32` of word `w / 32`
-    /// set when bitmap word `w` is full (no free cell), in [`Bitmap::summary_words`] words; then
-    /// bit `s % 32` of word `s / 32` set when summary word `s` is all ones.
+    /// set when bitmap word `w` is full (no free cell).
     pub fn full_words(&self) -> Vec<u32> {
-        let set_bits = |words: &[u32], len: usize| {
-            let mut bits = vec![0u32; len];
-            for (w, _) in words.iter().enumerate().filter(|(_, word)| **word == !0) {
-                bits[w / 32] |= 1 << (w % 32);
-            }
-            bits
-        };
-        let first = set_bits(&self.words, Self::summary_words(self.words.len()));
-        let second = set_bits(&first, first.len().div_ceil(32));
-        [first, second].concat()
-    }
-
-    /// Words of the first level of the summary of a bitmap of `words` words (`FULL_WORDS`).
-    pub fn summary_words(words: usize) -> usize {
-        words.div_ceil(32).max(1)
+        let mut full = vec![0u32; self.words.len().div_ceil(32).max(1)];
+        for (w, _) in self.words.iter().enumerate().filter(|(_, bits)| **bits == !0) {
+            full[w / 32] |= 1 << (w % 32);
+        }
+        full
     }
 
     /// Takes a free cell.

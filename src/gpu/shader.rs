@@ -310,7 +310,7 @@ fn prelude(cfg: &KernelConfig) -> String {
     let g = &cfg.geo;
     let l = &g.layout;
     let mut s = cfg.reach.enables().to_string();
-    let consts: [(&str, u64); 18] = [
+    let consts: [(&str, u64); 17] = [
         ("SLOTS", l.slots as u64),
         ("LEVELS", l.levels as u64),
         ("HASHES", l.hashes as u64),
@@ -323,7 +323,6 @@ fn prelude(cfg: &KernelConfig) -> String {
         ("GROUP_SLOTS", g.group_slots()),
         ("GROUPS", g.groups()),
         ("BITMAP_WORDS", cfg.bitmap_words() as u64),
-        ("FULL_WORDS", crate::model::Bitmap::summary_words(cfg.bitmap_words() as usize) as u64),
         ("HEAP_CELLS", g.cells),
         ("KEYS_APART", g.keys_apart as u64),
         ("CACHE_ENTRIES", cfg.cache.entries as u64),
