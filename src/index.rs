@@ -661,8 +661,8 @@ impl GpHash {
     ///
     /// A key that several operations share and some of them change is read first (one
     /// read-only engine batch for all of them; not a key the call upserts first and never
-    /// deletes, when it fits one engine batch: such a key's results do not depend on it); its operations are applied on the host from
-    /// that state, which gives their results, and the engine applies only their net effect (an
+    /// deletes, when it fits one engine batch: such a key's results do not depend on it); its
+    /// operations are applied on the host from that state, which gives their results, and the engine applies only their net effect (an
     /// insert, an update, a delete, or nothing), in one engine batch with the other operations;
     /// a key the batch only reads runs its reads as they are. A batch that only reads runs
     /// as [`GpHash::execute`] runs it (every read of a key sees the same value). A batch larger

@@ -445,15 +445,18 @@ fn same_key_storms_stay_linearizable() {
     }
 }
 
+/// The GPU and the model, each with growth off.
+fn without_growth() -> [(&'static str, gphash::Options); 2] {
+    [("GPU", common::gpu_options(GpuOptions::default())), ("model", common::cpu_options())]
+        .map(|(name, opts)| (name, gphash::Options { grow: false, ..opts }))
+}
+
 /// With growth off, a batch with an insertion that finds no slot is rolled back whole; so is
 /// one whose values find no free cell. The table is unchanged and keeps working.
 #[test]
 fn full_table_and_full_heap_roll_back() {
     let dir = common::pool_dir();
-    for (name, opts) in
-        [("GPU", common::gpu_options(GpuOptions::default())), ("model", common::cpu_options())]
-    {
-        let opts = gphash::Options { grow: false, ..opts };
+    for (name, opts) in without_growth() {
         let cfg = Config { layout: "1L-1H-8S".parse::<Layout>().unwrap(), capacity: 1, ..Default::default() };
         let t = common::table(&dir, name, &cfg, &opts);
         assert_eq!(t.geometry().slots(), 8);
@@ -508,10 +511,7 @@ fn full_table_and_full_heap_roll_back() {
 #[test]
 fn cells_freed_in_full_words_are_found_again() {
     let dir = common::pool_dir();
-    for (name, opts) in
-        [("GPU", common::gpu_options(GpuOptions::default())), ("model", common::cpu_options())]
-    {
-        let opts = gphash::Options { grow: false, ..opts };
+    for (name, opts) in without_growth() {
         let cfg = Config { capacity: 20_000, seed: 3, ..Default::default() };
         let t = common::table(&dir, name, &cfg, &opts);
         let (cells, slots) = (t.geometry().cells, t.geometry().slots());

@@ -51,6 +51,10 @@ const C_MUTATING: u32 = 9u;
 fn bitmap_load(w: u32) -> u32 { return atomicLoad(&control[w]); }
 fn bitmap_or(w: u32, bits: u32) -> u32 { return atomicOr(&control[w], bits); }
 fn bitmap_and(w: u32, bits: u32) { atomicAnd(&control[w], bits); }
+// No summary of full words: SlabHash's allocator scans word by word.
+fn bitmap_full_run(w: u32) -> u32 { return 0u; }
+fn bitmap_mark_full(w: u32) {}
+fn bitmap_mark_free(w: u32) {}
 
 fn creates_key(kind: u32) -> bool {
     return kind == OP_INSERT || kind == OP_UPSERT;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use gphash_gpu::Gpu;
 use gphash_gpu::hostmem::{self, ImportGuard};
 use gphash_gpu::resources::{
-    ErrorScopes, bind_group, bind_group_layout, build_pipelines, dispatch, download_region, import_region,
-    map_read, max_window, release_imports, staged_reason, upload_region,
+    ErrorScopes, bind_group, bind_group_layout, build_pipelines, download_region, import_region, map_read,
+    max_window, record_passes, release_imports, staged_reason, upload_region,
 };
 use gphash_gpu::shader::{Reach, Windows};
 use host_pm::{Pool, Region};
@@ -118,13 +118,7 @@ pub(crate) fn build(
     for ((kernel, pipeline), n) in pipelines.iter().zip([old.buckets(), rehash_slots]) {
         let p = Params { n: n as u32, ..Params::default() };
         let mut enc = dev.create_command_encoder(&Default::default());
-        {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            pass.set_pipeline(pipeline);
-            pass.set_bind_group(0, &bind, &[]);
-            pass.set_immediates(0, bytemuck::bytes_of(&p));
-            dispatch(&mut pass, n);
-        }
+        record_passes(&mut enc, (&[&bind], bytemuck::bytes_of(&p)), [(pipeline, n)], None);
         if *kernel == Kernel::Rehash {
             enc.copy_buffer_to_buffer(&ctl, 0, &readback, 0, (control::WORDS * 4) as u64);
         }

@@ -1,15 +1,27 @@
 // Bitmap allocators: bit b of word w is entry 32 w + b, set while the entry is taken. The
 // includer says where the words live: `bitmap_load(w) -> u32`, `bitmap_or(w, bits) -> u32`
-// (returns the word before) and `bitmap_and(w, bits)`, all atomic.
-// uses: NONE, bitmap_and, bitmap_load, bitmap_or
+// (returns the word before) and `bitmap_and(w, bits)`, all atomic; and how it summarises full
+// words: `bitmap_full_run(w) -> u32`, how many words from `w` on it knows to be full (0 when
+// it keeps no summary), `bitmap_mark_full(w)` when a scan sees or makes word `w` full, and
+// `bitmap_mark_free(w)` when an entry of it is given back. Takes only set summary bits and
+// releases only clear them, never at once, so a word a summary calls full is full.
+// uses: NONE, bitmap_and, bitmap_full_run, bitmap_load, bitmap_mark_free, bitmap_mark_full, bitmap_or
 
-// Takes a clear bit of the bitmap of `nwords` words at word `base`, scanning from word `start`:
-// an atomic OR sets the lowest clear bit, which is ours if it was clear before. NONE when full.
+// Takes a clear bit of the bitmap of `nwords` words at word `base`, scanning from word `start`
+// past the words known full: an atomic OR sets the lowest clear bit, which is ours if it was
+// clear before. NONE when full.
 fn bitmap_take(base: u32, nwords: u32, start: u32) -> u32 {
     var w = start % nwords;
     for (var scanned = 0u; scanned < nwords;) {
+        let skip = min(bitmap_full_run(base + w), nwords - w);
+        if (skip > 0u) {
+            w = (w + skip) % nwords;
+            scanned += skip;
+            continue;
+        }
         let bits = bitmap_load(base + w);
         if (bits == 0xffffffffu) {
+            bitmap_mark_full(base + w);
             w = (w + 1u) % nwords;
             scanned++;
             continue;
@@ -17,6 +29,9 @@ fn bitmap_take(base: u32, nwords: u32, start: u32) -> u32 {
         let bit = firstTrailingBit(~bits);
         let before = bitmap_or(base + w, 1u << bit);
         if ((before & (1u << bit)) == 0u) {
+            if ((before | (1u << bit)) == 0xffffffffu) {
+                bitmap_mark_full(base + w);
+            }
             return w * 32u + bit;
         }
     }
@@ -26,4 +41,5 @@ fn bitmap_take(base: u32, nwords: u32, start: u32) -> u32 {
 // Gives entry `i` of the bitmap at word `base` back.
 fn bitmap_release(base: u32, i: u32) {
     bitmap_and(base + i / 32u, ~(1u << (i % 32u)));
+    bitmap_mark_free(base + i / 32u);
 }
