@@ -198,6 +198,9 @@ pub struct Filled {
     pub slots: u64,
     /// Keys inserted before the first insertion that found no slot.
     pub items: u64,
+    /// Times of the batches before the heap's first growth, and after it (the batches that
+    /// grew the heap left out): where a heap's free cells lie changes how fast inserts find them.
+    pub batch_times: [Vec<Duration>; 2],
 }
 
 impl Filled {
@@ -208,7 +211,7 @@ impl Filled {
 }
 
 /// Median, minimum and maximum.
-pub(crate) fn spread(mut xs: Vec<Duration>) -> (Duration, Duration, Duration) {
+pub fn spread(mut xs: Vec<Duration>) -> (Duration, Duration, Duration) {
     xs.sort();
     (xs[xs.len() / 2], xs[0], xs[xs.len() - 1])
 }
@@ -238,12 +241,21 @@ impl Fill {
         let slots = index.geometry().slots();
         let kb = self.key_bytes as usize;
         let mut items = 0u64;
+        let mut batch_times = [vec![], vec![]];
+        let values = vec![0; self.batch * 8];
         loop {
             let keys: Vec<u8> = (items..items + self.batch as u64).flat_map(|i| key(i, kb)).collect();
-            index.insert(&keys, &vec![0; self.batch * 8])?;
-            if index.activity().resizes > 0 {
+            let growths = index.activity().heap_growths;
+            let t = Instant::now();
+            index.insert(&keys, &values)?;
+            let spent = t.elapsed();
+            let activity = index.activity();
+            if activity.resizes > 0 {
                 // The batch that found no slot made the table grow; the load is the one before it.
-                return Ok(Filled { slots, items });
+                return Ok(Filled { slots, items, batch_times });
+            }
+            if activity.heap_growths == growths {
+                batch_times[(growths > 0) as usize].push(spent);
             }
             items += self.batch as u64;
         }

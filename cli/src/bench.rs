@@ -428,6 +428,15 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
                 }
                 .run(options)?;
                 println!("{layout:<10} load {:.4}   ({} keys in {} slots)", f.load(), f.items, f.slots);
+                let [before, after] = f.batch_times.map(|times| match times.len() {
+                    0 => "no batch".to_string(),
+                    n => {
+                        let (med, min, max) = gphash_bench::spread(times);
+                        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+                        format!("{:.2} ms ({:.2}-{:.2}; {n} batches)", ms(med), ms(min), ms(max))
+                    }
+                });
+                println!("           insert batch: {before} before the heap's first growth, {after} after");
             }
             Ok(())
         }
