@@ -14,5 +14,6 @@ pub mod traces;
 pub mod ycsb;
 
 pub use basic::{
-    Fill, Filled, LoadSearch, PersistCost, PersistFigures, ResizeFigures, ResizeRecovery, Row, key, key_bytes, spread,
+    Fill, Filled, LoadSearch, PersistCost, PersistFigures, ResizeFigures, ResizeRecovery, Row, key,
+    key_bytes, spread,
 };
