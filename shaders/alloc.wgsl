@@ -1,6 +1,6 @@
 // Allocation stage, first of phase A: every operation that carries a value takes a free cell
-// of the heap and the tile writes the value and its checksum into it. Resets the per-operation
-// records.
+// of the heap (next-fit from the allocator's cursor: `alloc_cells`), and the tile writes the
+// value and its checksum into it. Resets the per-operation records.
 // Twin: Model::alloc in src/model.rs.
 
 #include "common/prelude.wgsl"
@@ -14,11 +14,11 @@
 fn main(inv: Invocation, sg: Subgroup) {
     let t = tile_of(sg);
     let me = op_index(inv);
-    var cell = NONE;
+    let want = me < params.n && writes_value(kinds[me]);
+    let cell = alloc_cells(want, sg.lane, sg.size);
     if (me < params.n) {
         var phase = 0u;
-        if (writes_value(kinds[me])) {
-            cell = alloc_cell(me);
+        if (want) {
             if (cell == NONE) {
                 phase = PHASE_NO_CELL;
                 count(CTRL_NO_CELL);

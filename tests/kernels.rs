@@ -319,6 +319,37 @@ fn batches_of_several_mib_of_values_read_back_whole() {
     }
 }
 
+/// A batch of inserts into a heap with free words takes its cells side by side (the allocation
+/// stage's runs), and the next batch the words after them: their values stream to the pool.
+#[test]
+fn batches_of_inserts_take_neighbouring_cells() {
+    let Some(gpu) = common::gpu() else {
+        eprintln!("NOT RUN: no GPU (the model allocates one cell after another anyway)");
+        return;
+    };
+    let dir = common::pool_dir();
+    let cfg = Config { capacity: 100_000, seed: 7, ..Default::default() };
+    let t = common::gpu_table(&dir, &cfg);
+    let mut taken = HashSet::new();
+    for round in 0..2u64 {
+        let mut b = t.batch();
+        for k in 0..4096u64 {
+            b.insert(&common::key(round * 4096 + k, 8), &k.to_le_bytes()).unwrap();
+        }
+        let done = t.execute(&b).unwrap();
+        assert!(done.statuses.iter().all(|&s| s == Status::Ok));
+        let mut cells: Vec<u64> =
+            common::published_cells(&t).into_iter().map(|(_, c)| c).filter(|c| taken.insert(*c)).collect();
+        cells.sort_unstable();
+        assert_eq!(cells.len(), 4096, "round {round}");
+        // Scattered cells (one free word each, as before the runs) would leave about 4,095 gaps.
+        let gaps = cells.windows(2).filter(|w| w[1] != w[0] + 1).count();
+        let sg = gpu.info.subgroup_sizes;
+        assert!(gaps <= 16, "round {round}, subgroups {sg:?}: {gaps} gaps between the batch's cells");
+    }
+    assert!(t.check().ok(), "{}", t.check());
+}
+
 /// Ordered execution equals applying the operations one by one, on heavily repeated keys.
 #[test]
 fn ordered_mode_equals_one_by_one() {
@@ -556,7 +587,8 @@ fn subgroup_sizes_4_to_128() {
             "full_table",
             "odd_value_sizes",
             "cells_freed",
+            "batches_of_inserts",
         ],
-        7,
+        8,
     );
 }

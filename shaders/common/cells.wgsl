@@ -1,33 +1,131 @@
-// gphash's value cells: a bitmap allocator over binding `bitmap`, with a bit per bitmap word in
-// `bitmap_full` set while that word is full (`common/bitmap.wgsl`). The allocation stage only
-// sets bits and the release only clears them, in separate passes, so a set summary bit is
-// never wrong; one left clear only costs a scan a load.
-// Twins: Model::alloc (`Bitmap::full_words` for the summary) and the bitmap updates of
-// Model::rollback and the engines' free step.
-// uses: BITMAP_WORDS, HEAP_CELLS, NONE, bitmap, bitmap_full, params.seed
+// gphash's value cells: a bitmap allocator over binding `bitmap`, next-fit. Binding `allocator`
+// holds a bit per bitmap word, set while that word is full (words 0 to ALLOC_CURSOR - 1;
+// `common/bitmap.wgsl`), and the cursor (word ALLOC_CURSOR): a cell counter that subgroups
+// advance with `atomicAdd` to claim the cells they look at, so that the batches sweep the heap
+// together, each range of cells looked at once a lap. The allocation stage only sets bits and
+// the release only clears them, in separate passes, so a set summary bit is never wrong; one
+// left clear only costs a scan a load.
+// Twins: Model::alloc (`Bitmap::allocator_words` for the summary and the cursor) and the bitmap
+// updates of Model::rollback and the engines' free step.
+// uses: ALLOC_CURSOR, BITMAP_WORDS, HEAP_CELLS, NONE, allocator, bitmap
 
-#include "common/hash.wgsl"
 #include "common/bitmap.wgsl"
 
 fn bitmap_load(w: u32) -> u32 { return atomicLoad(&bitmap[w]); }
 fn bitmap_or(w: u32, bits: u32) -> u32 { return atomicOr(&bitmap[w], bits); }
 fn bitmap_and(w: u32, bits: u32) { atomicAnd(&bitmap[w], bits); }
 
-// The summary: bit w % 32 of `bitmap_full[w / 32]` set while bitmap word w is full.
+// The summary: bit w % 32 of `allocator[w / 32]` set while bitmap word w is full.
 fn bitmap_full_run(w: u32) -> u32 {
     // Summary bits from word w on (zeros shifted in past this summary word); the run of ones
     // from bit 0 is the full words from w on (firstTrailingBit(0) is ~0u: all 32).
-    let full = atomicLoad(&bitmap_full[w / 32u]) >> (w % 32u);
+    let full = atomicLoad(&allocator[w / 32u]) >> (w % 32u);
     return min(firstTrailingBit(~full), 32u - w % 32u);
 }
-fn bitmap_mark_full(w: u32) { atomicOr(&bitmap_full[w / 32u], 1u << (w % 32u)); }
-fn bitmap_mark_free(w: u32) { atomicAnd(&bitmap_full[w / 32u], ~(1u << (w % 32u))); }
+fn bitmap_mark_full(w: u32) { atomicOr(&allocator[w / 32u], 1u << (w % 32u)); }
+fn bitmap_mark_free(w: u32) { atomicAnd(&allocator[w / 32u], ~(1u << (w % 32u))); }
 
-// Takes a free cell; the scan starts at a word picked by hashing the operation and skips up to
-// 32 words the summary marks full a load: free cells may lie in one block (a heap that grew
-// by a quarter after its old cells filled), far from most starting words.
-fn alloc_cell(op: u32) -> u32 {
-    return bitmap_take(0u, BITMAP_WORDS, fmix(op ^ params.seed));
+// Claims a subgroup makes before its lanes still without a cell scan on their own: claims
+// double while they find nothing, so this covers a lap of all but the largest heaps at once.
+const MAX_CLAIMS: u32 = 24u;
+
+// Bits lo to hi - 1 of a word (lo < hi <= 32).
+fn bit_range(lo: u32, hi: u32) -> u32 {
+    return select(0xffffffffu >> (32u - (hi - lo)), 0xffffffffu, hi - lo == 32u) << lo;
+}
+
+// The `n` lowest set bits of `bits`.
+fn lowest_bits(bits: u32, n: u32) -> u32 {
+    var rest = bits;
+    for (var i = 0u; i < n; i++) {
+        rest &= rest - 1u;
+    }
+    return bits & ~rest;
+}
+
+// Takes a free cell for each lane of the subgroup with `want` set, next-fit: the subgroup
+// claims the next cells from the cursor (as many as it still needs at the density of free
+// cells it last found, doubled while it finds none; at most a word per lane), each lane looks
+// at a word of the claim, and the free cells found go to the lanes in order. A lap of the
+// counter within one pass may hand two subgroups the same cells: the `atomicOr` that takes
+// them says which are really won. Lanes left without a cell after MAX_CLAIMS claims scan on
+// their own (`bitmap_take`), which finds NONE only when the heap is full. Neighbouring
+// operations get neighbouring cells where the heap has free words (a load, a grown heap), so
+// their values reach the pool as neighbouring lines.
+// Subgroup-uniform control flow.
+fn alloc_cells(want: bool, lane: u32, lanes: u32) -> u32 {
+    var cell = NONE;
+    var claim = 0u;
+    var pos = 0u;
+    for (var tries = 0u; tries < MAX_CLAIMS; tries++) {
+        let waiting = want && cell == NONE;
+        let ballot = subgroupBallot(waiting);
+        var rank = 0u;  // waiting lanes below this one
+        var count = 0u;
+        for (var i = 0u; i < 4u; i++) {
+            let lo = i * 32u;
+            let below = select(select(0u, (1u << ((lane - lo) & 31u)) - 1u, lane > lo), 0xffffffffu, lane >= lo + 32u);
+            rank += countOneBits(ballot[i] & below);
+            count += countOneBits(ballot[i]);
+        }
+        if (count == 0u) {
+            break;
+        }
+        claim = min(max(claim, count), max(lanes - 1u, 1u) * 32u);
+        var counter = 0u;
+        if (lane == 0u) {
+            counter = atomicAdd(&allocator[ALLOC_CURSOR], claim);
+        }
+        pos = subgroupBroadcast(counter, 0u) % HEAP_CELLS;
+        let end = pos + min(claim, HEAP_CELLS - pos);
+        // This lane's word of the claim and its free cells there.
+        let w = pos / 32u + lane;
+        var free = 0u;
+        if (w <= (end - 1u) / 32u) {
+            let lo = max(pos, w * 32u) - w * 32u;
+            let hi = min(end - w * 32u, 32u);
+            free = ~atomicLoad(&bitmap[w]) & bit_range(lo, hi);
+        }
+        let found = countOneBits(free);
+        let before = subgroupExclusiveAdd(found);
+        let total = subgroupAdd(found);
+        // The waiting lanes of ranks `before` on take this word's free cells, lowest first.
+        let mine = lowest_bits(free, min(found, count - min(count, before)));
+        var won = 0u;
+        if (mine != 0u) {
+            let old = atomicOr(&bitmap[w], mine);
+            won = mine & ~old;
+            if ((old | mine) == 0xffffffffu) {
+                bitmap_mark_full(w);
+            }
+        }
+        // The lane whose word holds this lane's cell: the last with `before` at most its rank.
+        var j = 0u;
+        for (var step = lanes / 2u; step > 0u; step /= 2u) {
+            let b = subgroupShuffle(before, min(j + step, lanes - 1u));
+            if (j + step < lanes && b <= rank) {
+                j += step;
+            }
+        }
+        // Shuffled by every lane: a lane that is not waiting may be the one read from.
+        let its_before = subgroupShuffle(before, j);
+        let its_mine = subgroupShuffle(mine, j);
+        let its_won = subgroupShuffle(won, j);
+        if (waiting && rank < total) {
+            let bit = firstTrailingBit(its_mine & ~lowest_bits(its_mine, rank - its_before));
+            if ((its_won & (1u << bit)) != 0u) {
+                cell = (pos / 32u + j) * 32u + bit;
+            }
+        }
+        // Claim the rest at the density of free cells just found, a quarter more; double the
+        // claim while none is found.
+        let rest = count - min(count, total);
+        claim = select(rest * claim / max(total, 1u) + rest / 4u + 1u, claim * 2u, total == 0u);
+    }
+    if (want && cell == NONE) {
+        cell = bitmap_take(0u, BITMAP_WORDS, pos / 32u);
+    }
+    return cell;
 }
 
 // A cell beyond the heap (a damaged state word; the open after a clean close does not scan

@@ -291,8 +291,9 @@ pub(crate) struct GpuEngine {
     windows: PoolWindows,
     cache: DeviceCache,
     bitmap: wgpu::Buffer,
-    /// A bit per bitmap word, set while the word is full (see `shaders/common/cells.wgsl`).
-    bitmap_full: wgpu::Buffer,
+    /// A bit per bitmap word, set while the word is full, and the next-fit cursor (see
+    /// `shaders/common/cells.wgsl`).
+    allocator: wgpu::Buffer,
     control: wgpu::Buffer,
     /// The table's bind group layout (group 0) and the bindings it was made from.
     layout: (wgpu::BindGroupLayout, Vec<Binding>),
@@ -303,7 +304,6 @@ pub(crate) struct GpuEngine {
     /// The largest batch the buffers can hold on this device.
     max_batch: u32,
     track_lines: bool,
-    seq: u32,
     /// Batches started (the LRU stamp).
     batches: u32,
     /// Fills of the cache slice in the current submit.
@@ -374,9 +374,9 @@ impl GpuEngine {
         let dev = &gpu.device;
         let bitmap_buf = storage_buffer(dev, "bitmap", bitmap.words.len() as u64 * 4);
         gpu.queue.write_buffer(&bitmap_buf, 0, bytemuck::cast_slice(&bitmap.words));
-        let full = bitmap.full_words();
-        let full_buf = storage_buffer(dev, "bitmap full", full.len() as u64 * 4);
-        gpu.queue.write_buffer(&full_buf, 0, bytemuck::cast_slice(&full));
+        let allocator = bitmap.allocator_words();
+        let allocator_buf = storage_buffer(dev, "allocator", allocator.len() as u64 * 4);
+        gpu.queue.write_buffer(&allocator_buf, 0, bytemuck::cast_slice(&allocator));
         let control_buf = storage_buffer(dev, "control", (control::WORDS * 4) as u64);
         let bindings = cfg.bindings();
         let layout = (bind_group_layout(dev, "gphash", &bindings), bindings);
@@ -399,7 +399,7 @@ impl GpuEngine {
             windows,
             cache,
             bitmap: bitmap_buf,
-            bitmap_full: full_buf,
+            allocator: allocator_buf,
             control: control_buf,
             layout,
             batch_layout,
@@ -407,7 +407,6 @@ impl GpuEngine {
             slots: Default::default(),
             max_batch,
             track_lines,
-            seq: 0,
             batches: 0,
             fills: 0,
             busy: Duration::ZERO,
@@ -467,7 +466,7 @@ impl GpuEngine {
     fn bind_group(&self, work: [&wgpu::Buffer; 4]) -> wgpu::BindGroup {
         let [opstate, dirty, staging, claims] = work;
         let c = &self.cache;
-        let rest = [opstate, &self.control, dirty, &self.bitmap, &self.bitmap_full, staging, claims]
+        let rest = [opstate, &self.control, dirty, &self.bitmap, &self.allocator, staging, claims]
             .into_iter()
             .chain([&c.map, &c.owner, &c.counts, &c.plan])
             .chain(self.windows.buffers().chain(&c.table).chain(&c.heap))
@@ -481,15 +480,13 @@ impl GpuEngine {
         bind_group(&self.gpu.device, "batch", (&self.batch_layout.0, &self.batch_layout.1), io)
     }
 
-    /// The parameters of a submit for the batch of `n` in `slot` (each submit has its own seed).
+    /// The parameters of a submit for the batch of `n` in `slot`.
     fn params(&mut self, slot: usize, n: u32) -> Params {
         let io = self.slots[slot].io.as_ref().expect("reserved");
-        self.seq = self.seq.wrapping_add(1);
         let (table_line_base, heap_line_base, table_lines) = self.windows.lines();
         let (tile, spread) = self.phase_a_lanes(n);
         Params {
             n,
-            seed: self.seq.wrapping_mul(0x9E37_79B9),
             dirty_cap: io.dirty_cap,
             table_line_base,
             heap_line_base,

@@ -23,8 +23,9 @@ pub(crate) const TABLE_BINDINGS: [(&str, &str, bool); 11] = [
     ("control", "atomic<u32>", false),
     ("dirty", "u32", false),
     ("bitmap", "atomic<u32>", false),
-    // Bit w set: bitmap word w is full (`Bitmap::full_words`), so an allocation scan skips it.
-    ("bitmap_full", "atomic<u32>", false),
+    // The allocator's summary (bit w set: bitmap word w is full, so a scan skips it) and its
+    // next-fit cursor, word ALLOC_CURSOR (`Bitmap::allocator_words`).
+    ("allocator", "atomic<u32>", false),
     ("staging", "u32", false),
     ("claims", "atomic<u32>", false),
     // BktCache: group -> entry, entry -> group, per-group access counts, a loading slice.
@@ -272,8 +273,6 @@ impl KernelConfig {
 pub(crate) struct Params {
     /// Operations (invocations) of the dispatch.
     pub n: u32,
-    /// Varies per batch (allocator start words).
-    pub seed: u32,
     /// Entries the dirty list holds.
     pub dirty_cap: u32,
     /// Pool offset of the table region, in dirty lines (64 bytes up to 256 GiB; see
@@ -310,7 +309,7 @@ fn prelude(cfg: &KernelConfig) -> String {
     let g = &cfg.geo;
     let l = &g.layout;
     let mut s = cfg.reach.enables().to_string();
-    let consts: [(&str, u64); 17] = [
+    let consts: [(&str, u64); 18] = [
         ("SLOTS", l.slots as u64),
         ("LEVELS", l.levels as u64),
         ("HASHES", l.hashes as u64),
@@ -323,6 +322,7 @@ fn prelude(cfg: &KernelConfig) -> String {
         ("GROUP_SLOTS", g.group_slots()),
         ("GROUPS", g.groups()),
         ("BITMAP_WORDS", cfg.bitmap_words() as u64),
+        ("ALLOC_CURSOR", crate::model::Bitmap::summary_words(cfg.bitmap_words() as usize) as u64),
         ("HEAP_CELLS", g.cells),
         ("KEYS_APART", g.keys_apart as u64),
         ("CACHE_ENTRIES", cfg.cache.entries as u64),
@@ -337,7 +337,6 @@ fn prelude(cfg: &KernelConfig) -> String {
         "
 struct Params {
     n: u32,                // operations in the batch
-    seed: u32,             // varies per batch (allocator start words)
     dirty_cap: u32,        // entries the dirty list holds
     table_line_base: u32,  // pool offset of the table region, in dirty lines
     heap_line_base: u32,   // pool offset of the heap region, in dirty lines
@@ -533,7 +532,6 @@ mod tests {
         let module = validate(Kernel::PhaseA, &config("2L-2H-8S", 8, 8, 1)).unwrap();
         let rust = gphash_gpu::rust_layout!(Params {
             n,
-            seed,
             dirty_cap,
             table_line_base,
             heap_line_base,
