@@ -99,32 +99,27 @@ impl Bitmap {
 
     /// What the allocation kernels keep beside the bitmap: the summary, bit `w % 32` of word
     /// `w / 32` set when bitmap word `w` is full (no free cell); then the next-fit cursor, a
-    /// cell counter, at the roomiest part of the heap.
+    /// cell counter, where free cells are thickest: at the first word of the longest run of
+    /// words with every cell free (the tail a load left, the quarter a growth added), else at
+    /// the first word with a free cell, else 0. One pass: an open makes it for the whole heap.
     pub fn allocator_words(&self) -> Vec<u32> {
         let mut words = vec![0u32; Bitmap::summary_words(self.words.len()) + 1];
-        for (w, _) in self.words.iter().enumerate().filter(|(_, bits)| **bits == !0) {
-            words[w / 32] |= 1 << (w % 32);
-        }
-        *words.last_mut().expect("the cursor") = (self.roomiest_word() * 32) as u32;
-        words
-    }
-
-    /// Where free cells are thickest: the first word of the longest run of words with every
-    /// cell free (the tail a load left, the quarter a growth added), else the first word with a
-    /// free cell, else 0.
-    pub fn roomiest_word(&self) -> usize {
         let (mut best, mut best_len, mut run_start, mut first_free) = (0, 0, 0, None);
         for (w, &bits) in self.words.iter().enumerate() {
+            if bits == !0 {
+                words[w / 32] |= 1 << (w % 32);
+            } else if first_free.is_none() {
+                first_free = Some(w);
+            }
             if bits != 0 {
                 run_start = w + 1;
             } else if w + 1 - run_start > best_len {
                 (best, best_len) = (run_start, w + 1 - run_start);
             }
-            if bits != !0 && first_free.is_none() {
-                first_free = Some(w);
-            }
         }
-        if best_len > 0 { best } else { first_free.unwrap_or(0) }
+        let roomiest = if best_len > 0 { best } else { first_free.unwrap_or(0) };
+        *words.last_mut().expect("the cursor") = (roomiest * 32) as u32;
+        words
     }
 
     /// Takes a free cell.
@@ -522,11 +517,12 @@ mod tests {
         assert_eq!(words[..4], [!0, 0x0fff_ffff, 0xffc0, 0]);
         // Words 60-69 and 80-98 are free: the cursor goes to the longer run, in cells.
         assert_eq!(words[4], 80 * 32);
+        let cursor = |b: &Bitmap| *b.allocator_words().last().unwrap() / 32;
         bitmap.words[80..99].fill(0x10);
-        assert_eq!(bitmap.roomiest_word(), 60);
+        assert_eq!(cursor(&bitmap), 60);
         bitmap.words[60..70].fill(!0);
-        assert_eq!(bitmap.roomiest_word(), 80, "no free word: the first with a free cell");
+        assert_eq!(cursor(&bitmap), 80, "no free word: the first with a free cell");
         bitmap.words.fill(!0);
-        assert_eq!(bitmap.roomiest_word(), 0, "a full heap");
+        assert_eq!(cursor(&bitmap), 0, "a full heap");
     }
 }
