@@ -56,6 +56,11 @@ fn records_past_match_the_model(past: u64, cfg: Config, name: &str) {
         return;
     }
     let on_cpu = GpHash::create(None, &cfg, &common::cpu_options()).unwrap();
+    // Next-fit fills a fresh heap from its start: the GPU's allocator starts 200 cells before
+    // `past` instead, so that the batches' values lie on both sides of it.
+    let cell_bytes = on_cpu.geometry().cell_words() as u64 * 4;
+    let first_cell = Some((past / cell_bytes - 200) as u32);
+    let options = Options { gpu: GpuOptions { first_cell, ..options.gpu }, ..options };
     let (heap_bytes, host) = (on_cpu.geometry().heap_bytes(), host_memory());
     if !gpu.info.is_cpu() && heap_bytes > host {
         // A GPU's driver pins the memory it imports, page by page: a pool larger than the
@@ -77,7 +82,6 @@ fn records_past_match_the_model(past: u64, cfg: Config, name: &str) {
     };
     let g = on_gpu.geometry();
     assert!(g.heap_bytes() > past + (2 << 30), "heap of {} bytes", g.heap_bytes());
-    let cell_bytes = g.cell_words() as u64 * 4;
 
     let seed = common::seed(name);
     let mut rng = StdRng::seed_from_u64(seed);
@@ -113,10 +117,10 @@ fn records_past_match_the_model(past: u64, cfg: Config, name: &str) {
         let far = far_cells(t);
         eprintln!("{name}: {} keys, {far} of their values past {past} bytes", t.len());
     }
-    // The GPU's allocator starts its scan at a hash of the operation, so values land all over
-    // the heap (the model's takes the lowest free cell).
+    // The GPU's values straddle `past` (the model's take the lowest free cells).
     let far = far_cells(&on_gpu);
-    assert!(far >= 10, "only {far} values past {past} bytes");
+    let near = on_gpu.len() as usize - far;
+    assert!(far >= 10 && near >= 10, "{near} values before {past} bytes, {far} past it");
 }
 
 /// A device without 64-bit integers in shaders: a pool over 16 GiB is refused with a clear

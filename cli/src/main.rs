@@ -100,8 +100,8 @@ impl ExecArgs {
                     sample: self.cache_sample,
                     ..CacheOptions::default()
                 },
-                time_kernels: false,
                 large_pool_mode: self.large_pool_mode,
+                ..GpuOptions::default()
             },
             verify_values: self.verify_values,
             ..Options::default()

@@ -87,6 +87,11 @@ pub struct GpuOptions {
     /// and the 256-byte dirty lines of a 1 TiB pool (see `docs/design.md`, "Pools past
     /// 16 GiB"); for tests and for measuring the cost.
     pub large_pool_mode: bool,
+    /// The cell where the allocator's cursor starts, instead of the start of the bitmap's
+    /// longest free run: for tests that put values far into a heap without filling it
+    /// (feature `testing`).
+    #[cfg(feature = "testing")]
+    pub first_cell: Option<u32>,
 }
 
 impl Default for GpuOptions {
@@ -98,6 +103,8 @@ impl Default for GpuOptions {
             cache: CacheOptions::default(),
             time_kernels: false,
             large_pool_mode: false,
+            #[cfg(feature = "testing")]
+            first_cell: None,
         }
     }
 }
@@ -375,6 +382,12 @@ impl GpuEngine {
         let bitmap_buf = storage_buffer(dev, "bitmap", bitmap.words.len() as u64 * 4);
         gpu.queue.write_buffer(&bitmap_buf, 0, bytemuck::cast_slice(&bitmap.words));
         let allocator = bitmap.allocator_words();
+        #[cfg(feature = "testing")]
+        let allocator = match opts.first_cell {
+            // The cursor is the last word.
+            Some(cell) => [&allocator[..allocator.len() - 1], &[cell]].concat(),
+            None => allocator,
+        };
         let allocator_buf = storage_buffer(dev, "allocator", allocator.len() as u64 * 4);
         gpu.queue.write_buffer(&allocator_buf, 0, bytemuck::cast_slice(&allocator));
         let control_buf = storage_buffer(dev, "control", (control::WORDS * 4) as u64);
