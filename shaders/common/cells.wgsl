@@ -2,7 +2,9 @@
 // holds a bit per bitmap word, set while that word is full (words 0 to ALLOC_CURSOR - 1;
 // `common/bitmap.wgsl`), and the cursor (word ALLOC_CURSOR): a cell counter that subgroups
 // advance with `atomicAdd` to claim the cells they look at, so that the batches sweep the heap
-// together, each range of cells looked at once a lap. The allocation stage only sets bits and
+// together, each range of cells looked at by one subgroup a lap (a claim cut short at the
+// heap's end still moves the counter by its whole size: the next lap skips that many cells at
+// its start). The allocation stage only sets bits and
 // the release only clears them, in separate passes, so a set summary bit is never wrong; one
 // left clear only costs a scan a load.
 // Twins: Model::alloc (`Bitmap::allocator_words` for the summary and the cursor) and the bitmap
@@ -25,8 +27,9 @@ fn bitmap_full_run(w: u32) -> u32 {
 fn bitmap_mark_full(w: u32) { atomicOr(&allocator[w / 32u], 1u << (w % 32u)); }
 fn bitmap_mark_free(w: u32) { atomicAnd(&allocator[w / 32u], ~(1u << (w % 32u))); }
 
-// Claims a subgroup makes before its lanes still without a cell scan on their own: claims
-// double while they find nothing, so this covers a lap of all but the largest heaps at once.
+// Claims a subgroup makes before its lanes still without a cell scan on their own. A claim is
+// at most `lanes - 1` words, so one subgroup looks at no more than 24 (lanes - 1) 32 cells (23,808
+// at 32 lanes); a sweep across many full words is shared by the batch's subgroups.
 const MAX_CLAIMS: u32 = 24u;
 
 // Bits lo to hi - 1 of a word (lo < hi <= 32).
@@ -45,7 +48,8 @@ fn lowest_bits(bits: u32, n: u32) -> u32 {
 
 // Takes a free cell for each lane of the subgroup with `want` set, next-fit: the subgroup
 // claims the next cells from the cursor (as many as it still needs at the density of free
-// cells it last found, doubled while it finds none; at most a word per lane), each lane looks
+// cells it last found, doubled while it finds none; at most `lanes - 1` words, so that a claim
+// that starts inside a word spans a word per lane at most), each lane looks
 // at a word of the claim, and the free cells found go to the lanes in order. A lap of the
 // counter within one pass may hand two subgroups the same cells: the `atomicOr` that takes
 // them says which are really won. Lanes left without a cell after MAX_CLAIMS claims scan on
