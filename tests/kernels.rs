@@ -319,8 +319,8 @@ fn batches_of_several_mib_of_values_read_back_whole() {
     }
 }
 
-/// A batch of inserts into a heap with free words takes its cells side by side (the allocation
-/// stage's runs), and the next batch the words after them: their values stream to the pool.
+/// A batch of inserts into a heap with free words takes its cells side by side (next-fit
+/// claims from the allocator's cursor): their values stream to the pool.
 #[test]
 fn batches_of_inserts_take_neighbouring_cells() {
     let Some(gpu) = common::gpu() else {

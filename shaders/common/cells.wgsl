@@ -63,15 +63,8 @@ fn alloc_cells(want: bool, lane: u32, lanes: u32) -> u32 {
     var pos = 0u;
     for (var tries = 0u; tries < MAX_CLAIMS; tries++) {
         let waiting = want && cell == NONE;
-        let ballot = subgroupBallot(waiting);
-        var rank = 0u;  // waiting lanes below this one
-        var count = 0u;
-        for (var i = 0u; i < 4u; i++) {
-            let lo = i * 32u;
-            let below = select(select(0u, (1u << ((lane - lo) & 31u)) - 1u, lane > lo), 0xffffffffu, lane >= lo + 32u);
-            rank += countOneBits(ballot[i] & below);
-            count += countOneBits(ballot[i]);
-        }
+        let rank = subgroupExclusiveAdd(u32(waiting));  // waiting lanes below this one
+        let count = subgroupAdd(u32(waiting));
         if (count == 0u) {
             break;
         }
