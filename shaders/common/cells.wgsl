@@ -2,9 +2,8 @@
 // holds a bit per bitmap word, set while that word is full (words 0 to ALLOC_CURSOR - 1;
 // `common/bitmap.wgsl`), and the cursor (word ALLOC_CURSOR): a cell counter that subgroups
 // advance with `atomicAdd` to claim the cells they look at, so that the batches sweep the heap
-// together, each range of cells looked at by one subgroup a lap (a claim cut short at the
-// heap's end still moves the counter by its whole size: the next lap skips that many cells at
-// its start). The allocation stage only sets bits and
+// together, each range of cells looked at by one subgroup a lap (a claim that passes the heap's
+// end goes on from its start). The allocation stage only sets bits and
 // the release only clears them, in separate passes, so a set summary bit is never wrong; one
 // left clear only costs a scan a load.
 // Twins: Model::alloc (`Bitmap::allocator_words` for the summary and the cursor) and the bitmap
@@ -74,13 +73,21 @@ fn alloc_cells(want: bool, lane: u32, lanes: u32) -> u32 {
             counter = atomicAdd(&allocator[ALLOC_CURSOR], claim);
         }
         pos = subgroupBroadcast(counter, 0u) % HEAP_CELLS;
+        // The claim's cells from `pos` to the heap's end, then from cell 0 on (a claim cut at
+        // the end goes on at the start, never over its own first cells): a lane a word.
         let end = pos + min(claim, HEAP_CELLS - pos);
-        // This lane's word of the claim and its free cells there.
-        let w = pos / 32u + lane;
+        let words = (end - 1u) / 32u - pos / 32u + 1u;
+        let wrap = min(claim - (end - pos), pos);
+        var w = pos / 32u + lane;
+        var lo = max(pos, w * 32u) - w * 32u;
+        var hi = min(end - w * 32u, 32u);
+        if (lane >= words) {
+            w = lane - words;
+            lo = 0u;
+            hi = min(wrap - min(wrap, w * 32u), 32u);
+        }
         var free = 0u;
-        if (w <= (end - 1u) / 32u) {
-            let lo = max(pos, w * 32u) - w * 32u;
-            let hi = min(end - w * 32u, 32u);
+        if (lo < hi) {
             free = ~atomicLoad(&bitmap[w]) & bit_range(lo, hi);
         }
         let found = countOneBits(free);
@@ -108,16 +115,19 @@ fn alloc_cells(want: bool, lane: u32, lanes: u32) -> u32 {
         let its_before = subgroupShuffle(before, j);
         let its_mine = subgroupShuffle(mine, j);
         let its_won = subgroupShuffle(won, j);
+        let its_w = subgroupShuffle(w, j);
         if (waiting && rank < total) {
             let bit = firstTrailingBit(its_mine & ~lowest_bits(its_mine, rank - its_before));
             if ((its_won & (1u << bit)) != 0u) {
-                cell = (pos / 32u + j) * 32u + bit;
+                cell = its_w * 32u + bit;
             }
         }
-        // Claim the rest at the density of free cells just found, a quarter more; double the
-        // claim while none is found.
+        // Claim the rest at the density of free cells just found among those looked at (a
+        // claim wrapped past the lanes is looked at in part), a quarter more; double the claim
+        // while none is found.
+        let looked = end - pos + min(wrap, (lanes - min(lanes, words)) * 32u);
         let rest = count - min(count, total);
-        claim = select(rest * claim / max(total, 1u) + rest / 4u + 1u, claim * 2u, total == 0u);
+        claim = select(rest * looked / max(total, 1u) + rest / 4u + 1u, claim * 2u, total == 0u);
     }
     if (want && cell == NONE) {
         cell = bitmap_take(0u, BITMAP_WORDS, pos / 32u);
