@@ -15,6 +15,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::DeviceInfo;
 use crate::batch::Encoded;
 use crate::error::{Error, Result};
 use crate::layout::{Geometry, PUBLISHED};
@@ -71,8 +72,17 @@ impl FromStr for Policy {
 /// Cache settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CacheOptions {
-    /// Cached groups as a fraction of the table's groups, 0 (no cache) to 1 (all of them).
-    pub ratio: f64,
+    /// Cached groups as a fraction of the table's groups, 0 (no cache) to 1 (all of them),
+    /// within `max_bytes`. `None` (the default): all of them on a GPU with memory of its own
+    /// ([`DeviceInfo::has_own_memory`](crate::DeviceInfo::has_own_memory)), none on a CPU
+    /// device or an integrated GPU, whose device memory is the host memory the pool is
+    /// already in (there the cache only adds copies: BENCHMARKS.md, "The whole table cached").
+    pub ratio: Option<f64>,
+    /// Device memory the cache's entries may take (a group and its value cells each; the map
+    /// and access counts, 8 bytes a group, come on top). `None`: half the device's memory
+    /// ([`DeviceInfo::device_memory`](crate::DeviceInfo::device_memory)), so that a table
+    /// larger than that is cached in part rather than failing for want of memory.
+    pub max_bytes: Option<u64>,
     /// How hot groups are picked.
     pub policy: Policy,
     /// Operations between the starts of two loading phases.
@@ -90,20 +100,30 @@ pub struct CacheOptions {
 
 impl Default for CacheOptions {
     fn default() -> Self {
-        CacheOptions { ratio: 0.2, policy: Policy::Lfu, period: 1 << 22, load_share: 0.2, sample: 8, seed: 7 }
+        CacheOptions {
+            ratio: None,
+            max_bytes: None,
+            policy: Policy::Lfu,
+            period: 1 << 22,
+            load_share: 0.2,
+            sample: 8,
+            seed: 7,
+        }
     }
 }
 
 impl CacheOptions {
     /// No cache.
     pub fn off() -> Self {
-        CacheOptions { ratio: 0.0, ..CacheOptions::default() }
+        CacheOptions { ratio: Some(0.0), ..CacheOptions::default() }
     }
 
     /// Checks the ranges.
     pub fn validate(&self) -> Result<()> {
-        if !(0.0..=1.0).contains(&self.ratio) {
-            return Err(Error::InvalidConfig(format!("cache ratio {}: must be 0 to 1", self.ratio)));
+        if let Some(r) = self.ratio
+            && !(0.0..=1.0).contains(&r)
+        {
+            return Err(Error::InvalidConfig(format!("cache ratio {r}: must be 0 to 1")));
         }
         if self.period == 0 {
             return Err(Error::InvalidConfig("cache period: must be at least 1 operation".into()));
@@ -117,9 +137,12 @@ impl CacheOptions {
         Ok(())
     }
 
-    /// Entries of a cache of this ratio for a table of `groups` groups.
-    pub fn entries(&self, groups: u64) -> u32 {
-        ((groups as f64 * self.ratio).round() as u64).min(groups).min(u32::MAX as u64 - 1) as u32
+    /// Entries of the cache of a table of `groups` groups, entries of `entry_bytes` each, on
+    /// `device`.
+    pub fn entries(&self, groups: u64, entry_bytes: u64, device: &DeviceInfo) -> u32 {
+        let ratio = self.ratio.unwrap_or(if device.has_own_memory() { 1.0 } else { 0.0 });
+        let budget = self.max_bytes.unwrap_or(device.device_memory / 2) / entry_bytes.max(1);
+        ((groups as f64 * ratio).round() as u64).min(groups).min(budget).min(u32::MAX as u64 - 1) as u32
     }
 }
 
@@ -133,7 +156,7 @@ pub(crate) fn entry_words(geo: &Geometry) -> (u64, u64) {
 pub struct CacheStats {
     /// Policy.
     pub policy: Policy,
-    /// Configured ratio.
+    /// Entries over the table's groups.
     pub ratio: f64,
     /// Entries (groups it can hold).
     pub entries: u32,
@@ -525,11 +548,37 @@ mod tests {
     }
 
     #[test]
-    fn entries_follow_the_ratio() {
-        let o = CacheOptions { ratio: 0.2, ..CacheOptions::default() };
-        assert_eq!(o.entries(1000), 200);
-        assert_eq!(CacheOptions::off().entries(1000), 0);
-        assert!(CacheOptions { ratio: 1.5, ..o }.validate().is_err());
+    fn entries_follow_the_ratio_within_the_budget() {
+        let gpu = DeviceInfo {
+            name: "a GPU".into(),
+            driver: String::new(),
+            device_type: wgpu::DeviceType::DiscreteGpu,
+            subgroup_sizes: (32, 32),
+            host_import: true,
+            import_alignment: 4096,
+            max_binding: 1 << 30,
+            max_buffer: 1 << 30,
+            max_storage_buffers: 8,
+            max_immediates: 128,
+            timestamps: false,
+            timestamp_period: 0.0,
+            int64: false,
+            binding_arrays: 0,
+            device_memory: 1 << 30,
+        };
+        let cpu = DeviceInfo { device_type: wgpu::DeviceType::Cpu, ..gpu.clone() };
+        let o = CacheOptions { ratio: Some(0.2), ..CacheOptions::default() };
+        assert_eq!(o.entries(1000, 100, &gpu), 200);
+        assert_eq!(o.entries(1000, 100, &cpu), 200);
+        assert_eq!(CacheOptions::off().entries(1000, 100, &gpu), 0);
+        // By default the whole table on a GPU, within half its memory; none on a CPU device.
+        let auto = CacheOptions::default();
+        assert_eq!(auto.entries(1000, 100, &gpu), 1000);
+        assert_eq!(auto.entries(1000, 100, &DeviceInfo { device_memory: 20_000, ..gpu.clone() }), 100);
+        assert_eq!(auto.entries(1000, 100, &cpu), 0);
+        assert_eq!(CacheOptions { max_bytes: Some(30_050), ..auto }.entries(1000, 100, &gpu), 300);
+        assert_eq!(CacheOptions { max_bytes: Some(99), ..o }.entries(1000, 100, &gpu), 0);
+        assert!(CacheOptions { ratio: Some(1.5), ..o }.validate().is_err());
         assert!(CacheOptions { period: 0, ..o }.validate().is_err());
     }
 

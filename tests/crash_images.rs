@@ -13,7 +13,7 @@ mod common;
 
 use common::crash::{Content, CrashRun, assert_whole_or_absent};
 use common::oracle::Oracle;
-use gphash::{Config, GpuOptions, Options};
+use gphash::{CacheOptions, Config, GpuOptions, Options};
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
@@ -46,7 +46,13 @@ fn crash_images(pipelined: bool, what: &str) {
     // In a pipeline a result may be taken a submit after it was acknowledged, when two more
     // batches are in flight.
     let mut run = if pipelined { CrashRun::with_depth(3) } else { CrashRun::default() };
-    let options = Options { observer: Some(run.observer()), ..common::gpu_options(GpuOptions::default()) };
+    // A bucket cache on every device (by default a CPU device has none): its claims decide on
+    // the cached copy before the pool's CAS, which the images must survive.
+    let gpu = GpuOptions {
+        cache: CacheOptions { ratio: Some(0.5), ..CacheOptions::default() },
+        ..GpuOptions::default()
+    };
+    let options = Options { observer: Some(run.observer()), ..common::gpu_options(gpu) };
     let dir = common::pool_dir();
     let t =
         common::table(&dir, "run", &Config { capacity: 64, value_bytes: 12, ..Default::default() }, &options);

@@ -49,7 +49,7 @@ fn child(pool: &str, seed: u64) {
     let options = match std::env::var(EXECUTOR_ENV).as_deref() {
         // The bucket cache loads every few batches: a kill may land in a loading slice.
         Ok("gpu") => common::gpu_options(GpuOptions {
-            cache: CacheOptions { ratio: 0.3, period: 500, ..CacheOptions::default() },
+            cache: CacheOptions { ratio: Some(0.3), period: 500, ..CacheOptions::default() },
             ..GpuOptions::default()
         }),
         _ => common::cpu_options(),

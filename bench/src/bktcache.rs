@@ -226,7 +226,12 @@ impl CacheBench {
         (section, workload, dist, ratio, policy): (&str, Workload, Distribution, f64, Policy),
         index: u64,
     ) -> Result<Point> {
-        t.set_cache(CacheOptions { ratio, policy, period: u64::MAX, ..CacheOptions::default() })?;
+        t.set_cache(CacheOptions {
+            ratio: Some(ratio),
+            policy,
+            period: u64::MAX,
+            ..CacheOptions::default()
+        })?;
         let total = self.warmup + self.ops * self.reps as u64;
         let seed = self.seed ^ (index + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let mut g = Generator::new(workload, Some(dist), self.records, total, seed)?;
@@ -267,7 +272,7 @@ impl CacheBench {
     fn timeline(&self, t: &GpHash, gpu: &Gpu) -> Result<(Vec<Tick>, TimelineSummary)> {
         let policy = Policy::Lfu;
         t.set_cache(CacheOptions {
-            ratio: self.ratio,
+            ratio: Some(self.ratio),
             policy,
             period: self.period,
             ..CacheOptions::default()

@@ -40,10 +40,14 @@ struct ExecArgs {
     /// narrows down to 4 lanes for large batches.
     #[arg(long, global = true, default_value_t = 32)]
     tile: u32,
-    /// Bucket cache in device memory, as a fraction of the table's groups (0: none; 1: all).
-    /// Used when the pool is zero-copy.
-    #[arg(long, global = true, default_value_t = CacheOptions::default().ratio)]
-    cache_ratio: f64,
+    /// Bucket cache in device memory, as a fraction of the table's groups (0: none; 1: all),
+    /// within --cache-max-mib (default: all on a GPU with memory of its own, none on a CPU
+    /// device or integrated GPU). Used when the pool is zero-copy.
+    #[arg(long, global = true)]
+    cache_ratio: Option<f64>,
+    /// Device memory the cache's entries may take, in MiB (default: half the GPU's memory).
+    #[arg(long, global = true)]
+    cache_max_mib: Option<u64>,
     /// How loading phases pick the groups to cache: lfu, lru or random.
     #[arg(long, global = true, default_value_t = Policy::Lfu)]
     cache_policy: Policy,
@@ -95,6 +99,7 @@ impl ExecArgs {
                 max_window_bytes: None,
                 cache: CacheOptions {
                     ratio: self.cache_ratio,
+                    max_bytes: self.cache_max_mib.map(|m| m << 20),
                     policy: self.cache_policy,
                     period: self.cache_period,
                     sample: self.cache_sample,

@@ -259,7 +259,7 @@ fn a_flipped_value_byte_is_caught_by_check_and_verified_reads() {
     let both: Vec<u8> = [damaged.clone(), healthy.clone()].concat();
     let cached = GpuOptions {
         placement: Placement::ZeroCopy,
-        cache: CacheOptions { ratio: 1.0, policy: Policy::Random, ..CacheOptions::default() },
+        cache: CacheOptions { ratio: Some(1.0), policy: Policy::Random, ..CacheOptions::default() },
         ..GpuOptions::default()
     };
     let staged = GpuOptions { placement: Placement::Staged, ..GpuOptions::default() };

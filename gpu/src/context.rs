@@ -45,12 +45,20 @@ pub struct DeviceInfo {
     /// Storage buffers one binding array may hold, indexed non-uniformly (0: no binding arrays
     /// of storage buffers): pools needing more windows than `max_storage_buffers` use them.
     pub binding_arrays: u32,
+    /// Bytes of the device's largest device-local memory heap (on a CPU device such as
+    /// lavapipe, host memory): what the bucket cache's default budget is a share of.
+    pub device_memory: u64,
 }
 
 impl DeviceInfo {
     /// Whether this is a software rasterizer such as lavapipe.
     pub fn is_cpu(&self) -> bool {
         self.device_type == wgpu::DeviceType::Cpu
+    }
+
+    /// Whether its device memory is its own, not the host's (a discrete or virtual GPU).
+    pub fn has_own_memory(&self) -> bool {
+        matches!(self.device_type, wgpu::DeviceType::DiscreteGpu | wgpu::DeviceType::VirtualGpu)
     }
 }
 
@@ -165,6 +173,7 @@ impl Gpu {
         device.on_uncaptured_error(Arc::new(|e| log::error!("uncaptured wgpu error: {e}")));
 
         let (host_import, import_alignment) = import_support(&device);
+        let device_memory = device_memory(&device);
         let info = DeviceInfo {
             name: ainfo.name.clone(),
             driver: format!("{} {}", ainfo.driver, ainfo.driver_info).trim().to_string(),
@@ -180,6 +189,7 @@ impl Gpu {
             timestamp_period: if timestamps { queue.get_timestamp_period() } else { 0.0 },
             int64,
             binding_arrays: if has_arrays { limits.max_binding_array_elements_per_shader_stage } else { 0 },
+            device_memory,
         };
         log::info!("gphash device: {info:?}");
         Ok(Gpu { device, queue, info })
@@ -241,6 +251,25 @@ fn compute_instance() -> Result<wgpu::Instance> {
             .map_err(|e| Error::NoAdapter(format!("cannot create a Vulkan instance: {e}")))?;
     // SAFETY: `hal` is a valid Vulkan instance that wgpu takes over.
     Ok(unsafe { wgpu::Instance::from_hal::<Vulkan>(hal) })
+}
+
+/// Bytes of the largest device-local memory heap (0 where Vulkan reports none).
+fn device_memory(device: &wgpu::Device) -> u64 {
+    // SAFETY: a read-only query on live handles owned by `device`.
+    unsafe {
+        let Some(hal) = device.as_hal::<Vulkan>() else {
+            return 0;
+        };
+        let inst = hal.shared_instance().raw_instance();
+        let props = inst.get_physical_device_memory_properties(hal.raw_physical_device());
+        let heaps = &props.memory_heaps[..props.memory_heap_count as usize];
+        heaps
+            .iter()
+            .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+            .map(|h| h.size)
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 /// Whether `VK_EXT_external_memory_host` is enabled on the device, and its alignment.

@@ -5,7 +5,9 @@
 //! the hot groups, plans the fills, and then runs them in slices between batches. Each slice is
 //! recorded into the submit of a batch, before its phase A (no extra round trip), and sized so
 //! that loading adds at most `load_share` to the time of the batches it runs with: operations
-//! never stop, and none is in flight while an entry is replaced.
+//! never stop, and none is in flight while an entry is replaced. A cache with an entry for every
+//! group has nothing to choose: it loads every group in one phase from its first batch, counts
+//! no accesses, and then stays as it is.
 
 use std::time::{Duration, Instant};
 
@@ -54,7 +56,8 @@ pub(crate) struct DeviceCache {
 }
 
 impl DeviceCache {
-    /// A cache of `opts.ratio` of the table's groups (none when `enabled` is false).
+    /// A cache of `opts.ratio` of the table's groups within its budget (none when `enabled`
+    /// is false).
     pub(crate) fn new(
         gpu: &Gpu,
         geo: &Geometry,
@@ -64,7 +67,15 @@ impl DeviceCache {
     ) -> Result<Self> {
         opts.validate()?;
         let (gw, vw) = cache::entry_words(geo);
-        let mut entries = if enabled { opts.entries(geo.groups()) } else { 0 };
+        let entry_bytes = (gw + vw) * 4;
+        let mut entries = if enabled { opts.entries(geo.groups(), entry_bytes, &gpu.info) } else { 0 };
+        let unbounded = CacheOptions { max_bytes: Some(u64::MAX), ..*opts };
+        if enabled && entries < unbounded.entries(geo.groups(), entry_bytes, &gpu.info) {
+            log::info!(
+                "cache limited to {entries} entries ({} MiB of device memory)",
+                (entries as u64 * entry_bytes) >> 20
+            );
+        }
         // Kernels address each region with 32-bit word indices.
         let limit = (u32::MAX as u64 / gw.max(vw)) as u32;
         if entries > limit {
@@ -78,7 +89,7 @@ impl DeviceCache {
         } else {
             CacheConfig {
                 entries,
-                count_mode: opts.policy.count_mode(),
+                count_mode: if entries as u64 >= geo.groups() { 0 } else { opts.policy.count_mode() },
                 table: Windows::cover(entries as u64 * gw, max_window),
                 heap: Windows::cover(entries as u64 * vw, max_window),
             }
@@ -115,11 +126,12 @@ impl DeviceCache {
             done: 0,
             slice: FIRST_SLICE,
             last_slice: 0,
-            ops_since_load: 0,
+            // A cache for every group loads them from the first batch on.
+            ops_since_load: if entries as u64 >= geo.groups() { opts.period } else { 0 },
             batch_time: None,
             stats: CacheStats {
                 policy: opts.policy,
-                ratio: opts.ratio,
+                ratio: entries as f64 / geo.groups().max(1) as f64,
                 entries,
                 group_bytes: geo.group_bytes(),
                 cell_bytes: geo.cell_words() as u64 * 4,
@@ -131,6 +143,11 @@ impl DeviceCache {
     /// How the kernels see it.
     pub(crate) fn config(&self) -> CacheConfig {
         self.cfg
+    }
+
+    /// The options it was made with.
+    pub(crate) fn opts(&self) -> &CacheOptions {
+        &self.opts
     }
 
     /// Whether it has entries.
@@ -184,8 +201,18 @@ impl DeviceCache {
             }
             (_, None) => {}
         }
-        self.ops_since_load += ops;
-        self.loading() || self.ops_since_load >= self.opts.period
+        self.ops_since_load = self.ops_since_load.saturating_add(ops);
+        self.loading() || (self.ops_since_load >= self.opts.period && !self.complete())
+    }
+
+    /// Whether it has an entry for every group of the table.
+    fn holds_every_group(&self) -> bool {
+        self.cfg.entries as u64 >= self.groups
+    }
+
+    /// Whether it holds every group of the table already: no loading phase can change it.
+    fn complete(&self) -> bool {
+        self.holds_every_group() && self.stats.loads > 0 && !self.loading()
     }
 
     /// Whether a loading phase is in progress.
@@ -201,6 +228,7 @@ impl DeviceCache {
         let seed = self.opts.seed ^ self.stats.loads.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let counts: Vec<u32> =
             if counts.is_empty() { vec![0; self.groups as usize] } else { counts.to_vec() };
+        let whole = whole || self.holds_every_group();
         let chosen = cache::select(self.opts.policy, &counts, self.cfg.entries as usize, seed, whole);
         let lfu = (self.opts.policy == Policy::Lfu).then_some(&counts[..]);
         self.fills = cache::plan(&self.owner_host, &chosen, self.groups, lfu);
