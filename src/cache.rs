@@ -76,7 +76,8 @@ pub struct CacheOptions {
     /// within `max_bytes`. `None` (the default): all of them on a GPU with memory of its own
     /// ([`DeviceInfo::has_own_memory`](crate::DeviceInfo::has_own_memory)), none on a CPU
     /// device or an integrated GPU, whose device memory is the host memory the pool is
-    /// already in (there the cache only adds copies: BENCHMARKS.md, "The whole table cached").
+    /// already in (there the cache only adds copies: BENCHMARKS.md, "The whole table cached by
+    /// default").
     pub ratio: Option<f64>,
     /// Device memory the cache's entries may take (a group and its value cells each; the map
     /// and access counts, 8 bytes a group, come on top). `None`: half the device's memory
