@@ -6,11 +6,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::systems::{System, Traffic};
-use gphash::CacheOptions;
 use gphash::Geometry;
 use gphash::Gpu;
 use gphash::OpKind;
 use gphash::Result;
+use gphash::{CacheOptions, CacheStatus};
 use gphash::{Config, Executor, GpHash, Options};
 use gphash::{DeviceBatch, GpuOptions, Placement};
 
@@ -92,7 +92,13 @@ impl System for GpHashSystem {
 
     fn setting(&self) -> String {
         let s = self.index.stats();
-        format!("{} | {} | pool {:?} ({})", s.adapter.unwrap_or_default(), s.mode, s.backend, s.persist_mode)
+        let cache = match &s.cache {
+            CacheStatus::On(c) => format!("cache of {:.0}% of the groups", c.ratio * 100.0),
+            CacheStatus::Off { reason } => format!("no cache ({reason})"),
+        };
+        let (adapter, mode, backend, persist) =
+            (s.adapter.unwrap_or_default(), s.mode, s.backend, s.persist_mode);
+        format!("{adapter} | {mode} | pool {backend:?} ({persist}) | {cache}")
     }
 
     fn run(&mut self, batch: &DeviceBatch) -> Result<()> {
