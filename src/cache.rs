@@ -138,12 +138,21 @@ impl CacheOptions {
         Ok(())
     }
 
+    /// The ratio on `device`: the one asked, or the device's default.
+    pub fn ratio_on(&self, device: &DeviceInfo) -> f64 {
+        self.ratio.unwrap_or(if device.has_own_memory() { 1.0 } else { 0.0 })
+    }
+
+    /// Entries the ratio asks for a table of `groups` groups on `device`, budget aside.
+    pub fn wanted_entries(&self, groups: u64, device: &DeviceInfo) -> u64 {
+        ((groups as f64 * self.ratio_on(device)).round() as u64).min(groups)
+    }
+
     /// Entries of the cache of a table of `groups` groups, entries of `entry_bytes` each, on
-    /// `device`.
+    /// `device`: those wanted, within the budget.
     pub fn entries(&self, groups: u64, entry_bytes: u64, device: &DeviceInfo) -> u32 {
-        let ratio = self.ratio.unwrap_or(if device.has_own_memory() { 1.0 } else { 0.0 });
         let budget = self.max_bytes.unwrap_or(device.device_memory / 2) / entry_bytes.max(1);
-        ((groups as f64 * ratio).round() as u64).min(groups).min(budget).min(u32::MAX as u64 - 1) as u32
+        self.wanted_entries(groups, device).min(budget).min(u32::MAX as u64 - 1) as u32
     }
 }
 

@@ -68,9 +68,9 @@ impl DeviceCache {
         opts.validate()?;
         let (gw, vw) = cache::entry_words(geo);
         let entry_bytes = (gw + vw) * 4;
-        let mut entries = if enabled { opts.entries(geo.groups(), entry_bytes, &gpu.info) } else { 0 };
-        let unbounded = CacheOptions { max_bytes: Some(u64::MAX), ..*opts };
-        if enabled && entries < unbounded.entries(geo.groups(), entry_bytes, &gpu.info) {
+        let groups = geo.groups();
+        let mut entries = if enabled { opts.entries(groups, entry_bytes, &gpu.info) } else { 0 };
+        if enabled && (entries as u64) < opts.wanted_entries(groups, &gpu.info).min(u32::MAX as u64 - 1) {
             log::info!(
                 "cache limited to {entries} entries ({} MiB of device memory)",
                 (entries as u64 * entry_bytes) >> 20
@@ -84,12 +84,14 @@ impl DeviceCache {
             );
             entries = limit;
         }
+        // A cache for every group has nothing to choose: no counts, one phase from the first batch.
+        let every_group = entries as u64 >= groups;
         let cfg = if entries == 0 {
             CacheConfig::off()
         } else {
             CacheConfig {
                 entries,
-                count_mode: if entries as u64 >= geo.groups() { 0 } else { opts.policy.count_mode() },
+                count_mode: if every_group { 0 } else { opts.policy.count_mode() },
                 table: Windows::cover(entries as u64 * gw, max_window),
                 heap: Windows::cover(entries as u64 * vw, max_window),
             }
@@ -97,7 +99,6 @@ impl DeviceCache {
         let dev = &gpu.device;
         let storage = |label: &str, words: u64| storage_buffer(dev, label, words * 4);
         let on = entries > 0;
-        let groups = geo.groups();
         let map = storage("cache map", if on { groups } else { 4 });
         let counts = storage("cache counts", if on { groups } else { 4 });
         let owner = storage("cache owner", entries.max(4) as u64);
@@ -126,12 +127,11 @@ impl DeviceCache {
             done: 0,
             slice: FIRST_SLICE,
             last_slice: 0,
-            // A cache for every group loads them from the first batch on.
-            ops_since_load: if entries as u64 >= geo.groups() { opts.period } else { 0 },
+            ops_since_load: if every_group { opts.period } else { 0 },
             batch_time: None,
             stats: CacheStats {
                 policy: opts.policy,
-                ratio: entries as f64 / geo.groups().max(1) as f64,
+                ratio: entries as f64 / groups.max(1) as f64,
                 entries,
                 group_bytes: geo.group_bytes(),
                 cell_bytes: geo.cell_words() as u64 * 4,

@@ -847,11 +847,16 @@ impl Engine for GpuEngine {
             _ if self.cfg.geo.keys_apart => {
                 CacheStatus::Off { reason: "keys are apart from their buckets".into() }
             }
-            Residence::ZeroCopy if self.cache.opts().ratio.is_none() && !self.gpu.info.has_own_memory() => {
-                CacheStatus::Off { reason: "the device's memory is the host's, where the pool is".into() }
-            }
             Residence::ZeroCopy => {
-                CacheStatus::Off { reason: "cache ratio 0 or no device memory for it".into() }
+                let opts = self.cache.opts();
+                let reason = if opts.ratio_on(&self.gpu.info) > 0.0 {
+                    "no device memory within its budget"
+                } else if opts.ratio.is_none() {
+                    "the device's memory is the host's, where the pool is"
+                } else {
+                    "cache ratio 0"
+                };
+                CacheStatus::Off { reason: reason.into() }
             }
             _ => CacheStatus::Off { reason: "the table is in device memory already".into() },
         }
