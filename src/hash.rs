@@ -3,6 +3,9 @@
 //! The GPU has no guaranteed 64-bit integers, so everything is u32 arithmetic. A key has `H`
 //! location hashes (their high bits pick the top-level bucket, so a bucket of level `t` is
 //! always the parent of the two buckets of level `t + 1` it shares with) and one fingerprint.
+//! In tables whose locations are apart ([`crate::layout::Geometry::location_bits`]), the
+//! top-level bucket's highest bits are the location's number instead: location `h` hashes into
+//! part `h` of the table (d-left hashing, whose ties go to the first part).
 //!
 //! Value cells carry a checksum ([`value_checksum`]): a sum of one bijective mix per value
 //! word, so that a tile of lanes computes it with one shuffle reduction.
@@ -62,14 +65,22 @@ pub fn value_checksum(words: &[u32]) -> u32 {
     (0..).zip(words).fold(CHECKSUM_BASE, |sum, (i, &w)| sum.wrapping_add(checksum_term(i, w)))
 }
 
-/// Top-level bucket of a location hash: its `top_level` high bits.
-pub fn top_bucket(hash: u32, top_level: u32) -> u32 {
-    if top_level == 0 { 0 } else { hash >> (32 - top_level) }
+/// Top-level bucket of location `location`'s hash in a top level of `2^top_level` buckets
+/// whose `location_bits` highest bits name the location (0: every location hashes into the
+/// whole level): the location, then the hash's high bits.
+pub fn top_bucket(hash: u32, location: u32, top_level: u32, location_bits: u32) -> u32 {
+    let bits = top_level - location_bits;
+    let within = if bits == 0 { 0 } else { hash >> (32 - bits) };
+    let part = if location_bits == 0 { 0 } else { location };
+    (part << bits) | within
 }
 
 /// The top-level bucket of every hash location of `key`, and its fingerprint.
-pub fn locate(key: &[u32], seeds: &Seeds, top_level: u32) -> (Vec<u32>, u32) {
-    let tops = seeds.locations.iter().map(|&s| top_bucket(hash_words(key, s), top_level)).collect();
+pub fn locate(key: &[u32], seeds: &Seeds, top_level: u32, location_bits: u32) -> (Vec<u32>, u32) {
+    let tops = (0..)
+        .zip(&seeds.locations)
+        .map(|(h, &s)| top_bucket(hash_words(key, s), h, top_level, location_bits))
+        .collect();
     (tops, hash_words(key, seeds.fingerprint))
 }
 
@@ -118,13 +129,17 @@ mod tests {
 
     #[test]
     fn top_buckets_nest_across_levels() {
-        let seeds = Seeds::new(42, 2);
-        for k in 0..1000u32 {
-            let key = [k, k ^ 0xFFFF];
-            let (t10, _) = locate(&key, &seeds, 10);
-            let (t11, _) = locate(&key, &seeds, 11);
-            for h in 0..2 {
-                assert_eq!(t11[h] >> 1, t10[h], "bucket of level 10 is the parent in level 11");
+        for (hashes, bits) in [(2, 0), (2, 1), (4, 2), (3, 0)] {
+            let seeds = Seeds::new(42, hashes);
+            for k in 0..1000u32 {
+                let key = [k, k ^ 0xFFFF];
+                let (t10, _) = locate(&key, &seeds, 10, bits);
+                let (t11, _) = locate(&key, &seeds, 11, bits);
+                for h in 0..hashes as usize {
+                    assert_eq!(t11[h] >> 1, t10[h], "bucket of level 10 is the parent in level 11");
+                    // Apart, location h's buckets are the h-th part of the level.
+                    assert_eq!(t10[h] >> (10 - bits), if bits == 0 { 0 } else { h as u32 });
+                }
             }
         }
     }

@@ -383,6 +383,7 @@ pub(crate) fn new_header(
         closed: host_pm::CloseRecord::default(),
     };
     header.user[crate::layout::KEYS_APART_WORD] = geo.keys_apart as u64;
+    header.user[crate::layout::LOCATIONS_APART_WORD] = geo.locations_apart as u64;
     header
 }
 
@@ -417,13 +418,15 @@ impl GpHash {
             why,
         };
         let layout = Layout { levels: t.levels, hashes: t.hashes, slots: t.slots };
-        let apart = match h.user[crate::layout::KEYS_APART_WORD] {
-            0 => false,
-            1 => true,
-            other => return Err(incompatible(format!("unknown key placement {other}"))),
+        let flag = |word: usize, what: &str| match h.user[word] {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(incompatible(format!("unknown {what} {other}"))),
         };
+        let keys_apart = flag(crate::layout::KEYS_APART_WORD, "key placement")?;
+        let locations_apart = flag(crate::layout::LOCATIONS_APART_WORD, "placement of hash locations")?;
         let geo = Geometry::new(layout, t.key_bytes, t.value_bytes, t.top_level, h.heap_cells)
-            .and_then(|g| g.with_keys_apart(apart))
+            .and_then(|g| g.with_keys_apart(keys_apart)?.with_locations_apart(locations_apart))
             .map_err(|e| incompatible(e.to_string()))?;
         h.check_regions(geo.table_bytes(), geo.heap_bytes()).map_err(incompatible)?;
         Ok(geo)

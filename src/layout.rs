@@ -47,6 +47,9 @@ pub(crate) const MAX_CANDIDATES: u32 = 128;
 pub(crate) const MIN_CANDIDATES: u32 = 8;
 /// The pool header's user word that records where keys live (0: in their buckets, 1: apart).
 pub(crate) const KEYS_APART_WORD: usize = 0;
+/// The pool header's user word that records how hash locations share the top level (0: each
+/// hashes into all of it, as pools made before 2026-11-26 do; 1: each into a part of its own).
+pub(crate) const LOCATIONS_APART_WORD: usize = 1;
 /// Load factor the table is sized for when created with a capacity.
 pub const TARGET_LOAD: f64 = 0.75;
 
@@ -157,6 +160,9 @@ pub struct Geometry {
     /// Keys in an array of their own after the buckets, not in the buckets (the layout of the
     /// GPHash paper's predecessors, kept as an ablation: a positive search reads its key apart).
     pub keys_apart: bool,
+    /// Each hash location hashes into a part of the top level of its own, named by the top
+    /// bucket's highest bits (d-left hashing: [`Geometry::location_bits`]).
+    pub locations_apart: bool,
 }
 
 impl Geometry {
@@ -172,13 +178,11 @@ impl Geometry {
         if value_bytes == 0 || value_bytes > 65536 {
             return bad(format!("value size {value_bytes} bytes: must be 1 to 65536"));
         }
-        if top_level + 1 < layout.levels || top_level > 30 {
-            return bad(format!(
-                "top level {top_level}: must be at least levels - 1 = {} and at most 30",
-                layout.levels - 1
-            ));
-        }
-        Geometry { layout, key_bytes, value_bytes, top_level, cells, keys_apart: false }.checked()
+        // Locations apart where the level splits evenly among them: at least one bucket each.
+        let hashes = layout.hashes;
+        let locations_apart = hashes > 1 && hashes.is_power_of_two() && top_level >= hashes.ilog2();
+        Geometry { layout, key_bytes, value_bytes, top_level, cells, keys_apart: false, locations_apart }
+            .checked()
     }
 
     /// The same table with its keys in an array of their own (`apart`) or in their buckets.
@@ -186,10 +190,38 @@ impl Geometry {
         Geometry { keys_apart: apart, ..self }.checked()
     }
 
+    /// The same table with each hash location in a part of the top level of its own (`apart`)
+    /// or every location hashing into all of it.
+    pub fn with_locations_apart(self, apart: bool) -> Result<Self> {
+        Geometry { locations_apart: apart, ..self }.checked()
+    }
+
+    /// The top-level bucket's highest bits that name its hash location: log2 `H` for tables
+    /// whose locations are apart, else 0. An insertion fills the least-loaded candidate
+    /// bucket, ties going to the first; with the locations apart that is d-left hashing, and
+    /// 2L-2H-8S first finds no slot at a load of 0.913 instead of 0.896 at 25 M slots
+    /// (`docs/protocol.md`, "Locations apart").
+    pub fn location_bits(&self) -> u32 {
+        if self.locations_apart { self.layout.hashes.ilog2() } else { 0 }
+    }
+
     /// Checks the sizes the kernels can address.
     fn checked(self) -> Result<Self> {
         let (g, cells) = (self, self.cells);
         let bad = |why: String| Err(Error::InvalidConfig(why));
+        let (levels, top_level) = (g.layout.levels, g.top_level);
+        if top_level + 1 < levels || top_level > 30 {
+            return bad(format!(
+                "top level {top_level}: must be at least levels - 1 = {} and at most 30",
+                levels - 1
+            ));
+        }
+        let hashes = g.layout.hashes;
+        if g.locations_apart && !(hashes.is_power_of_two() && top_level >= hashes.ilog2()) {
+            return bad(format!(
+                "{hashes} hash locations cannot each have a part of a top level of 2^{top_level} buckets"
+            ));
+        }
         if g.slots() >= u32::MAX as u64 {
             return bad(format!("table of {} slots: at most 2^32 - 2", g.slots()));
         }
@@ -224,8 +256,7 @@ impl Geometry {
 
     /// The same table with a heap of `cells` cells.
     pub fn with_cells(&self, cells: u64) -> Result<Geometry> {
-        Geometry::new(self.layout, self.key_bytes, self.value_bytes, self.top_level, cells)?
-            .with_keys_apart(self.keys_apart)
+        Geometry { cells, ..*self }.checked()
     }
 
     /// 32-bit words of one key.
@@ -342,8 +373,7 @@ impl Geometry {
     pub fn grown(&self) -> Result<Geometry> {
         let mut g = Geometry { top_level: self.top_level + 1, ..*self };
         g.cells = self.cells.max(Self::cells_for_keys((g.slots() as f64 * TARGET_LOAD) as u64));
-        Geometry::new(g.layout, g.key_bytes, g.value_bytes, g.top_level, g.cells)?
-            .with_keys_apart(self.keys_apart)
+        g.checked()
     }
 
     /// Where bucket `bucket` of this table sits in the table one level taller, or `None` for a
@@ -481,13 +511,18 @@ mod tests {
             let old = Geometry::new(layout, 8, 8, 6, 100).unwrap();
             let new = old.grown().unwrap();
             assert_eq!(new.groups(), 2 * old.groups());
+            assert!(old.locations_apart && new.locations_apart);
             for h in (0..u32::MAX).step_by(7_654_321) {
-                let (ot, nt) = (crate::hash::top_bucket(h, 6), crate::hash::top_bucket(h, 7));
-                for c in 0..layout.candidates() / 2 {
-                    let from = old.candidate(&[ot, ot], c);
+                let tops = |g: &Geometry| {
+                    let bits = g.location_bits();
+                    [0, 1].map(|l| crate::hash::top_bucket(h.rotate_left(16 * l), l, g.top_level, bits))
+                };
+                let (ot, nt) = (tops(&old), tops(&new));
+                for c in 0..layout.candidates() {
+                    let from = old.candidate(&ot, c);
                     if let Some(to) = old.grown_bucket(from.bucket) {
                         let candidates: Vec<u64> =
-                            (0..layout.candidates()).map(|c| new.candidate(&[nt, nt], c).bucket).collect();
+                            (0..layout.candidates()).map(|c| new.candidate(&nt, c).bucket).collect();
                         assert!(
                             candidates.contains(&to),
                             "L{levels}: bucket {} moved to {to}, not a candidate",

@@ -231,7 +231,7 @@ impl Model<'_> {
     /// it decides from is the same).
     pub fn probe(&self, table: &[u32], key: &[u32]) -> Probe {
         let geo = self.geo;
-        let (tops, fingerprint) = locate(key, self.seeds, geo.top_level);
+        let (tops, fingerprint) = locate(key, self.seeds, geo.top_level, geo.location_bits());
         let kw = geo.key_words() as usize;
         let candidates: Vec<Candidate> =
             (0..geo.layout.candidates()).map(|c| geo.candidate(&tops, c)).collect();

@@ -368,7 +368,7 @@ impl CheckScan<'_> {
                 }
                 let Some((key, state)) = self.published(here) else { continue };
                 out.items += 1;
-                let (tops, fp) = locate(key, &self.seeds, g.top_level);
+                let (tops, fp) = locate(key, &self.seeds, g.top_level, g.location_bits());
                 let stored_fp = self.table[g.fp_word(bucket, slot) as usize];
                 if stored_fp != fp {
                     bad(format!("fingerprint {stored_fp:#x} is not the key's {fp:#x}"), None);

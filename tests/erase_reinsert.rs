@@ -152,7 +152,7 @@ fn words(key: &[u8]) -> Vec<u32> {
 
 /// The candidate buckets of `key` in a table of geometry `geo`.
 fn candidate_buckets(geo: &Geometry, seeds: &Seeds, key: &[u8]) -> Vec<u64> {
-    let (tops, _) = locate(&words(key), seeds, geo.top_level);
+    let (tops, _) = locate(&words(key), seeds, geo.top_level, geo.location_bits());
     (0..geo.layout.candidate_buckets()).map(|b| geo.candidate(&tops, b * geo.layout.slots).bucket).collect()
 }
 
@@ -162,7 +162,7 @@ fn candidate_buckets(geo: &Geometry, seeds: &Seeds, key: &[u8]) -> Vec<u64> {
 /// slots between them. Key numbers start at `from`.
 fn colliding_keys(geo: &Geometry, seed: u64, depth: u32, from: u64, n: usize) -> Vec<Vec<u8>> {
     let seeds = Seeds::new(seed, geo.layout.hashes);
-    let tops = |k: &[u8]| locate(&words(k), &seeds, geo.top_level + depth).0;
+    let tops = |k: &[u8]| locate(&words(k), &seeds, geo.top_level + depth, geo.location_bits()).0;
     let distinct = |k: &Vec<u8>| {
         let b = candidate_buckets(geo, &seeds, k);
         b.iter().collect::<HashSet<_>>().len() == b.len()
@@ -218,7 +218,7 @@ fn fillers(geo: &Geometry, seed: u64, colliding: &[u8], n: usize) -> Vec<Vec<u8>
 fn parting_keys(geo: &Geometry, seed: u64, n: usize) -> Vec<Vec<u8>> {
     assert_eq!(geo.layout.levels, 1, "a taller table keeps the old top level, shared by both halves");
     let seeds = Seeds::new(seed, geo.layout.hashes);
-    let tops = |k: &[u8], level| locate(&words(k), &seeds, level).0;
+    let tops = |k: &[u8], level| locate(&words(k), &seeds, level, geo.location_bits()).0;
     let first = colliding_keys(geo, seed, 1, 1, n);
     let (here, up) = (tops(&first[0], geo.top_level), tops(&first[0], geo.top_level + 1));
     let second = (1..).map(key).filter(|k| {

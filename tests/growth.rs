@@ -42,7 +42,8 @@ fn tables_grow_instead_of_failing() {
     // The last two keep keys apart from their buckets.
     let cases: [(&str, &str, Options, bool); 6] = [
         ("2L-2H-8S", "gpu zero-copy", gpu(Placement::ZeroCopy), false),
-        ("4L-2H-4S", "gpu staged", gpu(Placement::Staged), false),
+        // Three hash locations do not split the top level: each hashes into all of it.
+        ("4L-3H-4S", "gpu staged", gpu(Placement::Staged), false),
         ("1L-2H-8S", "gpu zero-copy", gpu(Placement::ZeroCopy), false),
         ("3L-2H-8S", "cpu", common::cpu_options(), false),
         ("2L-2H-8S", "gpu zero-copy, keys apart", gpu(Placement::ZeroCopy), true),
@@ -90,6 +91,8 @@ fn tables_grow_instead_of_failing() {
         let t = GpHash::open(&dir.path().join("p"), &common::cpu_options()).unwrap();
         assert_same_content(t.entries(), &oracle.map, &format!("{layout} {name} reopened"));
         assert_eq!(t.geometry().keys_apart, keys_apart, "{layout} {name}: key placement survives reopening");
+        let two = t.geometry().layout.hashes == 2;
+        assert_eq!(t.geometry().locations_apart, two, "{layout} {name}: location placement survives growth");
     }
 }
 

@@ -80,7 +80,12 @@ impl Planted {
     fn candidates(&mut self, c: Candidate) -> Vec<Candidate> {
         let key = self.key(c);
         let h = *self.pool.header();
-        let (tops, _) = locate(&key, &Seeds::new(h.table.seed, self.geo.layout.hashes), self.geo.top_level);
+        let (tops, _) = locate(
+            &key,
+            &Seeds::new(h.table.seed, self.geo.layout.hashes),
+            self.geo.top_level,
+            self.geo.location_bits(),
+        );
         (0..self.geo.layout.candidates()).map(|i| self.geo.candidate(&tops, i)).collect()
     }
 }

@@ -22,7 +22,7 @@ fn tile_passes(t: Tile) -> u32 {
 fn locate(key: array<u32, KEY_WORDS>) -> Located {
     var loc: Located;
     for (var h = 0u; h < HASHES; h++) {
-        loc.tops[h] = top_bucket(hash_key(key, LOCATION_SEEDS[h]));
+        loc.tops[h] = top_bucket(hash_key(key, LOCATION_SEEDS[h]), h);
         loc.entries[h] = cache_entry(loc.tops[h] >> (LEVELS - 1u));
     }
     loc.fp = hash_key(key, FINGERPRINT_SEED);
@@ -133,7 +133,9 @@ fn table_group_reads(loc: Located, found_entry: u32) -> u32 {
 // when every candidate is taken. Lower levels, whose buckets each serve two buckets of the level
 // above, are an overflow: filled only when the key's upper buckets are, they keep room for the
 // keys whose upper buckets fill first (2L-2H-8S first fails at a load of about 0.90 instead of
-// 0.81-0.86, and searches find most keys in their top-level buckets). The same on every lane.
+// 0.81-0.86, and searches find most keys in their top-level buckets). With each location in a
+// part of its own (LOCATION_BITS), the tie rule is d-left's "go left": 0.91-0.92. The same on
+// every lane.
 fn choose_empty(t: Tile, p: LaneProbe) -> u32 {
     var best_bucket = 0u;
     var best_empty = 0u;

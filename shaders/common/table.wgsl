@@ -1,12 +1,15 @@
 // Table addressing. Twins: src/layout.rs (Geometry::candidate and the word offsets) and
 // src/hash.rs (top_bucket).
 // uses: BUCKET_WORDS, CACHE_ENTRIES, CELL_WORDS, GROUP_BUCKETS, GROUP_SLOTS, GROUP_WORDS, HASHES
-// uses: KEYS_APART, KEYS_BASE, KEY_WORDS, LEVELS, NONE, SLOTS, TOP_LEVEL, Word, cache_map
+// uses: KEYS_APART, KEYS_BASE, KEY_WORDS, LEVELS, LOCATION_BITS, NONE, SLOTS, TOP_LEVEL, Word, cache_map
 // uses: ctable_cas_weak, ctable_load, table_load
 
-// The TOP_LEVEL high bits; two shifts keep each amount below 32 when TOP_LEVEL is 0.
-fn top_bucket(h: u32) -> u32 {
-    return (h >> 1u) >> (31u - TOP_LEVEL);
+// Location `location`'s top-level bucket: the location in the LOCATION_BITS highest bits
+// (d-left), then the hash's high bits; two shifts keep each amount below 32 when no bit is left.
+fn top_bucket(h: u32, location: u32) -> u32 {
+    let bits = TOP_LEVEL - LOCATION_BITS;
+    let part = select(0u, location, LOCATION_BITS > 0u);
+    return (part << bits) | ((h >> 1u) >> (31u - bits));
 }
 
 // Global bucket index of candidate `c` of a key whose top-level buckets are `tops`.

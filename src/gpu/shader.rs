@@ -309,7 +309,7 @@ fn prelude(cfg: &KernelConfig) -> String {
     let g = &cfg.geo;
     let l = &g.layout;
     let mut s = cfg.reach.enables().to_string();
-    let consts: [(&str, u64); 18] = [
+    let consts: [(&str, u64); 19] = [
         ("SLOTS", l.slots as u64),
         ("LEVELS", l.levels as u64),
         ("HASHES", l.hashes as u64),
@@ -325,6 +325,7 @@ fn prelude(cfg: &KernelConfig) -> String {
         ("ALLOC_CURSOR", crate::model::Bitmap::summary_words(cfg.bitmap_words() as usize) as u64),
         ("HEAP_CELLS", g.cells),
         ("KEYS_APART", g.keys_apart as u64),
+        ("LOCATION_BITS", g.location_bits() as u64),
         ("CACHE_ENTRIES", cfg.cache.entries as u64),
         ("CACHE_COUNT", cfg.cache.count_mode as u64),
         ("VERIFY_VALUES", cfg.verify_values as u64),
