@@ -81,8 +81,11 @@ pub struct CacheOptions {
     pub ratio: Option<f64>,
     /// Device memory the cache's entries may take (a group and its value cells each; the map
     /// and access counts, 8 bytes a group, come on top). `None`: half the device's memory
-    /// ([`DeviceInfo::device_memory`](crate::DeviceInfo::device_memory)), so that a table
-    /// larger than that is cached in part rather than failing for want of memory.
+    /// ([`DeviceInfo::device_memory`](crate::DeviceInfo::device_memory)), and no more than
+    /// three quarters of what the device reports free when the table opens (other processes
+    /// may hold the rest), so that a table larger than that is cached in part rather than
+    /// failing for want of memory. Should the device still run out of memory for the cache,
+    /// it is made with half the entries, down to none ([`CacheStats::limited`] says why).
     pub max_bytes: Option<u64>,
     /// How hot groups are picked.
     pub policy: Policy,
@@ -97,6 +100,10 @@ pub struct CacheOptions {
     pub sample: u32,
     /// Seed of the random policy.
     pub seed: u64,
+    /// Fault injection (feature `testing`): the device runs out of memory for any cache whose
+    /// entries take more than this many bytes.
+    #[cfg(feature = "testing")]
+    pub fail_above: Option<u64>,
 }
 
 impl Default for CacheOptions {
@@ -109,6 +116,8 @@ impl Default for CacheOptions {
             load_share: 0.2,
             sample: 8,
             seed: 7,
+            #[cfg(feature = "testing")]
+            fail_above: None,
         }
     }
 }
@@ -149,9 +158,11 @@ impl CacheOptions {
     }
 
     /// Entries of the cache of a table of `groups` groups, entries of `entry_bytes` each, on
-    /// `device`: those wanted, within the budget.
-    pub fn entries(&self, groups: u64, entry_bytes: u64, device: &DeviceInfo) -> u32 {
-        let budget = self.max_bytes.unwrap_or(device.device_memory / 2) / entry_bytes.max(1);
+    /// `device` with `available` bytes of its memory free (`None`: not reported): those
+    /// wanted, within the budget.
+    pub fn entries(&self, groups: u64, entry_bytes: u64, device: &DeviceInfo, available: Option<u64>) -> u32 {
+        let default = (device.device_memory / 2).min(available.map_or(u64::MAX, |a| a / 4 * 3));
+        let budget = self.max_bytes.unwrap_or(default) / entry_bytes.max(1);
         self.wanted_entries(groups, device).min(budget).min(u32::MAX as u64 - 1) as u32
     }
 }
@@ -172,6 +183,9 @@ pub struct CacheStats {
     pub entries: u32,
     /// Entries holding a group now.
     pub cached: u32,
+    /// Why the cache holds fewer groups than its ratio asks (a budget, the device's free
+    /// memory, or an out-of-memory error at its creation), if it does.
+    pub limited: Option<String>,
     /// Operations that found their key or claimed a slot (the hit rate's denominator).
     pub targets: u64,
     /// Of those, operations whose slot was in a cached group.
@@ -234,7 +248,11 @@ impl fmt::Display for CacheStats {
             self.load_time.as_secs_f64(),
             self.requests_saved(),
             self.bytes_saved() as f64 / 1e6
-        )
+        )?;
+        match &self.limited {
+            Some(why) => write!(f, "; limited by {why}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -578,18 +596,23 @@ mod tests {
         };
         let cpu = DeviceInfo { device_type: wgpu::DeviceType::Cpu, ..gpu.clone() };
         let o = CacheOptions { ratio: Some(0.2), ..CacheOptions::default() };
-        assert_eq!(o.entries(1000, 100, &gpu), 200);
-        assert_eq!(o.entries(1000, 100, &cpu), 200);
-        assert_eq!(CacheOptions::off().entries(1000, 100, &gpu), 0);
+        assert_eq!(o.entries(1000, 100, &gpu, None), 200);
+        assert_eq!(o.entries(1000, 100, &cpu, None), 200);
+        assert_eq!(CacheOptions::off().entries(1000, 100, &gpu, None), 0);
         // By default the whole table on a GPU, within half its memory; none on a CPU device.
         let auto = CacheOptions::default();
-        assert_eq!(auto.entries(1000, 100, &gpu), 1000);
-        assert_eq!(auto.entries(1000, 100, &DeviceInfo { device_memory: 20_000, ..gpu.clone() }), 100);
-        assert_eq!(auto.entries(1000, 100, &cpu), 0);
-        assert_eq!(CacheOptions { max_bytes: Some(30_050), ..auto }.entries(1000, 100, &gpu), 300);
-        assert_eq!(CacheOptions { max_bytes: Some(99), ..o }.entries(1000, 100, &gpu), 0);
+        assert_eq!(auto.entries(1000, 100, &gpu, None), 1000);
+        assert_eq!(auto.entries(1000, 100, &DeviceInfo { device_memory: 20_000, ..gpu.clone() }, None), 100);
+        assert_eq!(auto.entries(1000, 100, &cpu, None), 0);
+        assert_eq!(CacheOptions { max_bytes: Some(30_050), ..auto }.entries(1000, 100, &gpu, None), 300);
+        assert_eq!(CacheOptions { max_bytes: Some(99), ..o }.entries(1000, 100, &gpu, None), 0);
         assert!(CacheOptions { ratio: Some(1.5), ..o }.validate().is_err());
         assert!(CacheOptions { period: 0, ..o }.validate().is_err());
+        // Within three quarters of what the device reports free, whichever is less.
+        assert_eq!(auto.entries(1000, 100, &gpu, Some(40_000)), 300);
+        assert_eq!(auto.entries(1000, 100, &gpu, Some(1 << 40)), 1000);
+        // An explicit budget is taken as given.
+        assert_eq!(CacheOptions { max_bytes: Some(30_050), ..auto }.entries(1000, 100, &gpu, Some(0)), 300);
     }
 
     #[test]

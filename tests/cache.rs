@@ -333,6 +333,55 @@ fn a_cache_for_every_group_loads_them_from_the_first_batch() {
     assert_eq!(after.loads, 1, "{after}");
 }
 
+/// A device that runs out of memory for the cache (a GPU other processes share; injected
+/// here) gets a cache of half the entries, then half again, down to none: the table opens,
+/// its results are the oracle's, and its statistics say why the cache is smaller.
+#[test]
+fn a_cache_the_device_has_no_memory_for_is_made_smaller() {
+    let seed = common::seed("a_cache_the_device_has_no_memory_for_is_made_smaller");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = common::pool_dir();
+    let cfg =
+        Config { key_bytes: 8, value_bytes: 16, capacity: 3000, seed: rng.random(), ..Config::default() };
+    let geo = gphash::Geometry::for_capacity(cfg.layout, 8, 16, cfg.capacity).unwrap();
+    let entry_bytes = geo.group_bytes() + geo.group_slots() * geo.cell_words() as u64 * 4;
+    let most = entry_bytes * geo.groups() / 3;
+    let every = CacheOptions { ratio: Some(1.0), period: u64::MAX, ..CacheOptions::default() };
+    let short = CacheOptions { fail_above: Some(most), ..every };
+    let t = cached_table(&dir, "short", &cfg, short, 32);
+    let Some(_) = common::gpu() else { return };
+    let s = cache_stats(&t);
+    // Halved from every group until the entries fit: a quarter of the groups.
+    assert_eq!(s.entries as u64, geo.groups() / 4, "{s}");
+    assert!(s.entries as u64 * entry_bytes <= most && 2 * s.entries as u64 * entry_bytes > most, "{s}");
+    assert!(s.limited.as_deref().is_some_and(|w| w.contains("injected")), "{s}");
+    let mut oracle = Oracle::default();
+    for round in 0..4 {
+        let mut batch = t.batch();
+        for _ in 0..1500 {
+            let k = common::key(rng.random_range(0..2500), 8);
+            batch.upsert(&k, &common::value(&mut rng, 16)).unwrap();
+            batch.get(&k).unwrap();
+        }
+        let want = oracle.run(&batch);
+        let got = t.execute_ordered(&batch).unwrap();
+        for (i, (status, value)) in want.iter().enumerate() {
+            assert_eq!((got.statuses[i], got.value(i)), (*status, value.as_deref()), "round {round} op {i}");
+        }
+        assert_coherent(&t, &format!("round {round}"));
+    }
+    assert_same_content(t.entries(), &oracle.map, "after the rounds");
+    // No memory at all: no cache, and the reason says so.
+    let none = CacheOptions { fail_above: Some(0), ..every };
+    let t = common::table(&dir, "none", &cfg, &options(none, 32));
+    match t.stats().cache {
+        CacheStatus::Off { reason } => assert!(reason.contains("injected"), "{reason}"),
+        CacheStatus::On(s) => panic!("a cache with no memory: {s}"),
+    }
+    t.upsert(&common::key(1, 8), &[7; 16]).unwrap();
+    assert_eq!(t.get(&common::key(1, 8)).unwrap().value(0), Some(&[7u8; 16][..]));
+}
+
 /// A cached table that grows by several levels while its cache loads often: every key stays
 /// readable with its latest value (the engine and its cache are rebuilt at each resize, empty,
 /// and refilled by the next loading phase).

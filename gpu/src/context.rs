@@ -79,6 +79,12 @@ impl std::fmt::Debug for Gpu {
 }
 
 impl Gpu {
+    /// Bytes of device memory this process may still take from the largest device-local heap,
+    /// now (`VK_EXT_memory_budget`; `None` where the device does not report it).
+    pub fn device_memory_available(&self) -> Option<u64> {
+        device_memory_available(&self.device)
+    }
+
     /// Opens the best Vulkan adapter (or the one `GPHASH_ADAPTER` names), unchecked: `Gpu::new`
     /// (`probe.rs`) also makes sure its subgroups run the lanes they report. `Err(NoAdapter)`
     /// when none exists; `Err(MissingFeature)` when the adapter lacks subgroups.
@@ -269,6 +275,30 @@ fn device_memory(device: &wgpu::Device) -> u64 {
             .map(|h| h.size)
             .max()
             .unwrap_or(0)
+    }
+}
+
+/// Bytes the device says it can still give this process from its largest device-local heap
+/// (`VK_EXT_memory_budget`: the heap's budget less this process's use), or `None` where the
+/// device does not say.
+fn device_memory_available(device: &wgpu::Device) -> Option<u64> {
+    // SAFETY: a read-only query on live handles owned by `device`; the budget structure is
+    // chained only where the extension that defines it is enabled.
+    unsafe {
+        let hal = device.as_hal::<Vulkan>()?;
+        if !hal.enabled_device_extensions().contains(&ash::ext::memory_budget::NAME) {
+            return None;
+        }
+        let inst = hal.shared_instance().raw_instance();
+        let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
+        let mut props = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
+        inst.get_physical_device_memory_properties2(hal.raw_physical_device(), &mut props);
+        let heaps = props.memory_properties.memory_heaps;
+        let count = props.memory_properties.memory_heap_count as usize;
+        (0..count)
+            .filter(|&i| heaps[i].flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+            .max_by_key(|&i| heaps[i].size)
+            .map(|i| budget.heap_budget[i].saturating_sub(budget.heap_usage[i]))
     }
 }
 

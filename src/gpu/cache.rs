@@ -55,9 +55,65 @@ pub(crate) struct DeviceCache {
     stats: CacheStats,
 }
 
+/// The cache's device buffers.
+struct Buffers {
+    map: wgpu::Buffer,
+    owner: wgpu::Buffer,
+    counts: wgpu::Buffer,
+    plan: wgpu::Buffer,
+    table: Vec<wgpu::Buffer>,
+    heap: Vec<wgpu::Buffer>,
+}
+
+impl Buffers {
+    /// The buffers of a cache of `entries` entries of `(gw, vw)` words (group, values), or
+    /// the device's out-of-memory error.
+    fn new(
+        gpu: &Gpu,
+        groups: u64,
+        entries: u32,
+        (gw, vw): (u64, u64),
+        max_window: u64,
+        opts: &CacheOptions,
+    ) -> std::result::Result<Self, String> {
+        let dev = &gpu.device;
+        let storage = |label: &str, words: u64| storage_buffer(dev, label, words * 4);
+        let on = entries > 0;
+        let (buffers, oom) = gphash_gpu::error::out_of_memory(dev, || {
+            let map = storage("cache map", if on { groups } else { 4 });
+            let counts = storage("cache counts", if on { groups } else { 4 });
+            let owner = storage("cache owner", entries.max(4) as u64);
+            let plan = storage("cache plan", 1 + 2 * entries.max(4) as u64);
+            if on {
+                gpu.queue.write_buffer(&map, 0, bytemuck::cast_slice(&vec![NONE; groups as usize]));
+                gpu.queue.write_buffer(&owner, 0, bytemuck::cast_slice(&vec![NONE; entries as usize]));
+            }
+            let windows = |label: &str, total: u64| -> Vec<wgpu::Buffer> {
+                let w = Windows::cover(total, max_window);
+                (0..w.count).map(|i| storage(label, if on { w.len(i, total) } else { 16 })).collect()
+            };
+            let table = windows("cache groups", entries as u64 * gw);
+            let heap = windows("cache values", entries as u64 * vw);
+            Buffers { map, owner, counts, plan, table, heap }
+        });
+        #[cfg(feature = "testing")]
+        let oom = oom.or_else(|| {
+            let bytes = entries as u64 * (gw + vw) * 4;
+            opts.fail_above.filter(|&most| bytes > most).map(|_| format!("{bytes} bytes (injected)"))
+        });
+        #[cfg(not(feature = "testing"))]
+        let _ = opts;
+        match oom {
+            Some(e) => Err(format!("out of device memory for a cache of {entries} entries: {e}")),
+            None => Ok(buffers),
+        }
+    }
+}
+
 impl DeviceCache {
     /// A cache of `opts.ratio` of the table's groups within its budget (none when `enabled`
-    /// is false).
+    /// is false). Should the device run out of memory for its buffers (a GPU that other
+    /// processes share), it is made again with half the entries, down to none.
     pub(crate) fn new(
         gpu: &Gpu,
         geo: &Geometry,
@@ -69,12 +125,23 @@ impl DeviceCache {
         let (gw, vw) = cache::entry_words(geo);
         let entry_bytes = (gw + vw) * 4;
         let groups = geo.groups();
-        let mut entries = if enabled { opts.entries(groups, entry_bytes, &gpu.info) } else { 0 };
+        let available = gpu.device_memory_available();
+        log::debug!("device memory available: {available:?} bytes");
+        let mut entries = if enabled { opts.entries(groups, entry_bytes, &gpu.info, available) } else { 0 };
+        let mut limited = None;
         if enabled && (entries as u64) < opts.wanted_entries(groups, &gpu.info).min(u32::MAX as u64 - 1) {
+            let why = match (opts.max_bytes, available) {
+                (Some(_), _) => "its budget (max_bytes)",
+                (None, Some(a)) if a / 4 * 3 < gpu.info.device_memory / 2 => {
+                    "three quarters of the device memory free at the open"
+                }
+                _ => "half the device's memory",
+            };
             log::info!(
-                "cache limited to {entries} entries ({} MiB of device memory)",
+                "cache limited to {entries} entries ({} MiB) by {why}",
                 (entries as u64 * entry_bytes) >> 20
             );
+            limited = Some(why.to_string());
         }
         // Kernels address each region with 32-bit word indices.
         let limit = (u32::MAX as u64 / gw.max(vw)) as u32;
@@ -83,7 +150,19 @@ impl DeviceCache {
                 "cache of {entries} entries exceeds the 16 GiB addressable per region: {limit} entries"
             );
             entries = limit;
+            limited = Some("the 16 GiB a region's 32-bit word indices address".into());
         }
+        let buffers = loop {
+            match Buffers::new(gpu, groups, entries, (gw, vw), max_window, opts) {
+                Ok(b) => break b,
+                Err(oom) if entries > 0 => {
+                    log::warn!("{oom}: the cache is made again with {} entries", entries / 2);
+                    limited = Some(format!("the device's memory ({oom})"));
+                    entries /= 2;
+                }
+                Err(oom) => return Err(crate::error::Error::Gpu(oom)),
+            }
+        };
         // A cache for every group has nothing to choose: no counts, one phase from the first batch.
         let every_group = entries as u64 >= groups;
         let cfg = if entries == 0 {
@@ -96,22 +175,7 @@ impl DeviceCache {
                 heap: Windows::cover(entries as u64 * vw, max_window),
             }
         };
-        let dev = &gpu.device;
-        let storage = |label: &str, words: u64| storage_buffer(dev, label, words * 4);
-        let on = entries > 0;
-        let map = storage("cache map", if on { groups } else { 4 });
-        let counts = storage("cache counts", if on { groups } else { 4 });
-        let owner = storage("cache owner", entries.max(4) as u64);
-        let plan = storage("cache plan", 1 + 2 * entries.max(4) as u64);
-        if on {
-            gpu.queue.write_buffer(&map, 0, bytemuck::cast_slice(&vec![NONE; groups as usize]));
-            gpu.queue.write_buffer(&owner, 0, bytemuck::cast_slice(&vec![NONE; entries as usize]));
-        }
-        let windows = |label: &str, w: Windows, total: u64| -> Vec<wgpu::Buffer> {
-            (0..w.count).map(|i| storage(label, if on { w.len(i, total) } else { 16 })).collect()
-        };
-        let table = windows("cache groups", cfg.table, entries as u64 * gw);
-        let heap = windows("cache values", cfg.heap, entries as u64 * vw);
+        let Buffers { map, owner, counts, plan, table, heap } = buffers;
         Ok(DeviceCache {
             opts: *opts,
             cfg,
@@ -133,6 +197,7 @@ impl DeviceCache {
                 policy: opts.policy,
                 ratio: entries as f64 / groups.max(1) as f64,
                 entries,
+                limited,
                 group_bytes: geo.group_bytes(),
                 cell_bytes: geo.cell_words() as u64 * 4,
                 ..CacheStats::default()

@@ -850,13 +850,14 @@ impl Engine for GpuEngine {
             Residence::ZeroCopy => {
                 let opts = self.cache.opts();
                 let reason = if opts.ratio_on(&self.gpu.info) > 0.0 {
-                    "no device memory within its budget"
+                    let why = self.cache.stats().limited.unwrap_or_else(|| "its budget".into());
+                    format!("no device memory, limited by {why}")
                 } else if opts.ratio.is_none() {
-                    "the device's memory is the host's, where the pool is"
+                    "the device's memory is the host's, where the pool is".into()
                 } else {
-                    "cache ratio 0"
+                    "cache ratio 0".into()
                 };
-                CacheStatus::Off { reason: reason.into() }
+                CacheStatus::Off { reason }
             }
             _ => CacheStatus::Off { reason: "the table is in device memory already".into() },
         }
