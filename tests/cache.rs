@@ -64,6 +64,16 @@ fn cache_stats(t: &GpHash) -> gphash::CacheStats {
     }
 }
 
+/// Runs `batch` ordered: every result is the one-by-one oracle's, and the cache stays coherent.
+fn ordered_as_oracle(t: &GpHash, oracle: &mut Oracle, batch: &Batch, what: &str) {
+    let want = oracle.run(batch);
+    let got = t.execute_ordered(batch).unwrap();
+    for (i, (status, value)) in want.iter().enumerate() {
+        assert_eq!((got.statuses[i], got.value(i)), (*status, value.as_deref()), "{what} op {i}");
+    }
+    assert_coherent(t, what);
+}
+
 /// A key of a skewed space: low numbers are much more likely (so counting policies find them).
 fn skewed(rng: &mut impl Rng, space: u64) -> u64 {
     let x: f64 = rng.random();
@@ -363,12 +373,7 @@ fn a_cache_the_device_has_no_memory_for_is_made_smaller() {
             batch.upsert(&k, &common::value(&mut rng, 16)).unwrap();
             batch.get(&k).unwrap();
         }
-        let want = oracle.run(&batch);
-        let got = t.execute_ordered(&batch).unwrap();
-        for (i, (status, value)) in want.iter().enumerate() {
-            assert_eq!((got.statuses[i], got.value(i)), (*status, value.as_deref()), "round {round} op {i}");
-        }
-        assert_coherent(&t, &format!("round {round}"));
+        ordered_as_oracle(&t, &mut oracle, &batch, &format!("round {round}"));
     }
     assert_same_content(t.entries(), &oracle.map, "after the rounds");
     // No memory at all: no cache, and the reason says so.
@@ -404,12 +409,7 @@ fn cache_is_rebuilt_across_resizes() {
             batch.upsert(&old, &rng.random::<u64>().to_le_bytes()).unwrap();
             batch.get(&old).unwrap();
         }
-        let want = oracle.run(&batch);
-        let got = t.execute_ordered(&batch).unwrap();
-        for (i, (status, value)) in want.iter().enumerate() {
-            assert_eq!((got.statuses[i], got.value(i)), (*status, value.as_deref()), "round {round} op {i}");
-        }
-        assert_coherent(&t, &format!("round {round}"));
+        ordered_as_oracle(&t, &mut oracle, &batch, &format!("round {round}"));
     }
     assert!(t.stats().activity.resizes >= 2, "the table grew {} times", t.stats().activity.resizes);
     assert!(t.geometry().slots() > 4 * slots);
