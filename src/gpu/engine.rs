@@ -563,7 +563,10 @@ impl GpuEngine {
             enc.copy_buffer_to_buffer(&io.vals_out, 0, &io.readback, rl.values, n as u64 * vw * 4);
         }
         let mut cmds = vec![enc.finish()];
-        if !self.windows.staged() {
+        // The host reads what the kernels wrote into the pool (persists, recovery); a submit
+        // that writes none of it (a batch of gets) needs no barrier, and each one that writes
+        // has its own.
+        if !self.windows.staged() && writes {
             cmds.push(hostmem::host_read_barrier(&self.gpu));
         }
         let recorded = Instant::now();
