@@ -74,7 +74,6 @@ impl Buffers {
         entries: u32,
         (gw, vw): (u64, u64),
         max_window: u64,
-        opts: &CacheOptions,
     ) -> std::result::Result<Self, String> {
         let dev = &gpu.device;
         let storage = |label: &str, words: u64| storage_buffer(dev, label, words * 4);
@@ -96,13 +95,6 @@ impl Buffers {
             let heap = windows("cache values", entries as u64 * vw);
             Buffers { map, owner, counts, plan, table, heap }
         });
-        #[cfg(feature = "testing")]
-        let oom = oom.or_else(|| {
-            let bytes = entries as u64 * (gw + vw) * 4;
-            opts.fail_above.filter(|&most| bytes > most).map(|_| format!("{bytes} bytes (injected)"))
-        });
-        #[cfg(not(feature = "testing"))]
-        let _ = opts;
         match oom {
             Some(e) => Err(format!("out of device memory for a cache of {entries} entries: {e}")),
             None => Ok(buffers),
@@ -153,7 +145,16 @@ impl DeviceCache {
             limited = Some("the 16 GiB a region's 32-bit word indices address".into());
         }
         let buffers = loop {
-            match Buffers::new(gpu, groups, entries, (gw, vw), max_window, opts) {
+            let made = Buffers::new(gpu, groups, entries, (gw, vw), max_window);
+            // Fault injection: the device has no memory beyond `fail_above` bytes.
+            #[cfg(feature = "testing")]
+            let made = made.and_then(|b| match opts.fail_above {
+                Some(most) if entries as u64 * entry_bytes > most => {
+                    Err(format!("out of device memory for a cache of {entries} entries (injected)"))
+                }
+                _ => Ok(b),
+            });
+            match made {
                 Ok(b) => break b,
                 Err(oom) if entries > 0 => {
                     log::warn!("{oom}: the cache is made again with {} entries", entries / 2);
