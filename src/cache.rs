@@ -157,12 +157,24 @@ impl CacheOptions {
         ((groups as f64 * self.ratio_on(device)).round() as u64).min(groups)
     }
 
+    /// The bytes the cache's entries may take on `device` with `available` bytes of its memory
+    /// free (`None`: not reported), and what sets that limit.
+    pub fn budget(&self, device: &DeviceInfo, available: Option<u64>) -> (u64, &'static str) {
+        if let Some(most) = self.max_bytes {
+            return (most, "its budget (max_bytes)");
+        }
+        let half = device.device_memory / 2;
+        match available.map(|a| a / 4 * 3) {
+            Some(free) if free < half => (free, "three quarters of the device memory free at the open"),
+            _ => (half, "half the device's memory"),
+        }
+    }
+
     /// Entries of the cache of a table of `groups` groups, entries of `entry_bytes` each, on
     /// `device` with `available` bytes of its memory free (`None`: not reported): those
     /// wanted, within the budget.
     pub fn entries(&self, groups: u64, entry_bytes: u64, device: &DeviceInfo, available: Option<u64>) -> u32 {
-        let default = (device.device_memory / 2).min(available.map_or(u64::MAX, |a| a / 4 * 3));
-        let budget = self.max_bytes.unwrap_or(default) / entry_bytes.max(1);
+        let budget = self.budget(device, available).0 / entry_bytes.max(1);
         self.wanted_entries(groups, device).min(budget).min(u32::MAX as u64 - 1) as u32
     }
 }

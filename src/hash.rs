@@ -65,14 +65,14 @@ pub fn value_checksum(words: &[u32]) -> u32 {
     (0..).zip(words).fold(CHECKSUM_BASE, |sum, (i, &w)| sum.wrapping_add(checksum_term(i, w)))
 }
 
-/// Top-level bucket of location `location`'s hash in a top level of `2^top_level` buckets
-/// whose `location_bits` highest bits name the location (0: every location hashes into the
-/// whole level): the location, then the hash's high bits.
+/// Top-level bucket of location `location`'s hash in a top level of `2^top_level` buckets:
+/// the `top_level` high bits of the location's number (`location_bits` of them; 0: every
+/// location hashes into the whole level) followed by the hash. A level of fewer buckets than
+/// locations has locations share them; every level's bucket is the parent of the next's.
 pub fn top_bucket(hash: u32, location: u32, top_level: u32, location_bits: u32) -> u32 {
-    let bits = top_level - location_bits;
-    let within = if bits == 0 { 0 } else { hash >> (32 - bits) };
-    let part = if location_bits == 0 { 0 } else { location };
-    (part << bits) | within
+    let placed =
+        if location_bits == 0 { hash } else { (location << (32 - location_bits)) | (hash >> location_bits) };
+    if top_level == 0 { 0 } else { placed >> (32 - top_level) }
 }
 
 /// The top-level bucket of every hash location of `key`, and its fingerprint.
@@ -139,6 +139,16 @@ mod tests {
                     assert_eq!(t11[h] >> 1, t10[h], "bucket of level 10 is the parent in level 11");
                     // Apart, location h's buckets are the h-th part of the level.
                     assert_eq!(t10[h] >> (10 - bits), if bits == 0 { 0 } else { h as u32 });
+                }
+                // Levels of fewer buckets than locations nest too: location h's high bits.
+                for t in 0..=bits {
+                    let (up, down) = (locate(&key, &seeds, t + 1, bits).0, locate(&key, &seeds, t, bits).0);
+                    for h in 0..hashes as usize {
+                        assert_eq!(up[h] >> 1, down[h], "level {t} under level {}", t + 1);
+                        if t < bits {
+                            assert_eq!(up[h], h as u32 >> (bits - t - 1));
+                        }
+                    }
                 }
             }
         }

@@ -178,9 +178,9 @@ impl Geometry {
         if value_bytes == 0 || value_bytes > 65536 {
             return bad(format!("value size {value_bytes} bytes: must be 1 to 65536"));
         }
-        // Locations apart where the level splits evenly among them: at least one bucket each.
+        // Locations apart where the level splits evenly among them.
         let hashes = layout.hashes;
-        let locations_apart = hashes > 1 && hashes.is_power_of_two() && top_level >= hashes.ilog2();
+        let locations_apart = hashes > 1 && hashes.is_power_of_two();
         Geometry { layout, key_bytes, value_bytes, top_level, cells, keys_apart: false, locations_apart }
             .checked()
     }
@@ -217,10 +217,8 @@ impl Geometry {
             ));
         }
         let hashes = g.layout.hashes;
-        if g.locations_apart && !(hashes.is_power_of_two() && top_level >= hashes.ilog2()) {
-            return bad(format!(
-                "{hashes} hash locations cannot each have a part of a top level of 2^{top_level} buckets"
-            ));
+        if g.locations_apart && !hashes.is_power_of_two() {
+            return bad(format!("{hashes} hash locations cannot each have an equal part of the top level"));
         }
         if g.slots() >= u32::MAX as u64 {
             return bad(format!("table of {} slots: at most 2^32 - 2", g.slots()));

@@ -78,8 +78,10 @@ fn a_pool_of_2026_11_25_opens_reads_writes_and_grows() {
     assert_holds(&t, &want, 6000, "after inserts and growth");
     t.close().unwrap();
 
-    // Reopened on the CPU model, the table is what the GPU left.
+    // Reopened on the CPU model, the table is what the GPU left; the pool is now of this
+    // build's format version, which the builds that would misread it refuse.
     let t = GpHash::open(&path, &common::cpu_options()).unwrap();
     assert!(!t.geometry().locations_apart);
+    assert_eq!(t.with_pool(|pool| pool.header().version), host_pm::FORMAT_VERSION);
     assert_holds(&t, &want, 6000, "reopened");
 }

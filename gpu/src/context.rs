@@ -286,15 +286,19 @@ fn device_memory_available(device: &wgpu::Device) -> Option<u64> {
     // chained only where the extension that defines it is enabled.
     unsafe {
         let hal = device.as_hal::<Vulkan>()?;
-        if !hal.enabled_device_extensions().contains(&ash::ext::memory_budget::NAME) {
+        // The query below is Vulkan 1.1's (a 1.0 instance has it only as an extension).
+        let shared = hal.shared_instance();
+        if !hal.enabled_device_extensions().contains(&ash::ext::memory_budget::NAME)
+            || shared.instance_api_version() < vk::API_VERSION_1_1
+        {
             return None;
         }
-        let inst = hal.shared_instance().raw_instance();
+        let inst = shared.raw_instance();
         let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
         let mut props = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
         inst.get_physical_device_memory_properties2(hal.raw_physical_device(), &mut props);
         let heaps = props.memory_properties.memory_heaps;
-        let count = props.memory_properties.memory_heap_count as usize;
+        let count = (props.memory_properties.memory_heap_count as usize).min(vk::MAX_MEMORY_HEAPS);
         (0..count)
             .filter(|&i| heaps[i].flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
             .max_by_key(|&i| heaps[i].size)

@@ -70,7 +70,7 @@ pub fn scoped<T>(dev: &wgpu::Device, what: &str, f: impl FnOnce() -> T) -> Resul
 
 /// Runs `f` under an out-of-memory error scope: its value, and the device's out-of-memory
 /// error if it raised one (other errors go to the scopes around it).
-pub fn out_of_memory<T>(dev: &wgpu::Device, f: impl FnOnce() -> T) -> (T, Option<String>) {
+pub fn catch_out_of_memory<T>(dev: &wgpu::Device, f: impl FnOnce() -> T) -> (T, Option<String>) {
     let scope = dev.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
     let value = f();
     (value, pollster::block_on(scope.pop()).map(|e| e.to_string()))

@@ -61,10 +61,12 @@ pub const REGION_ALIGN: u64 = 64 * 1024;
 pub const HEADER_AREA: u64 = 64 * 1024;
 /// The on-media format version this build writes. Version 2: each value cell ends with a
 /// checksum word (version 1 pools are refused as unsupported). Version 3: the header's close
-/// record ([`CloseRecord`]).
-pub const FORMAT_VERSION: u32 = 3;
-/// The versions this build reads. A version 2 header reads with an empty close record and is
-/// written as version 3 by the next header write.
+/// record ([`CloseRecord`]). Version 4: the table crate gives meaning to a second user word
+/// (gphash: where hash locations hash, `docs/protocol.md`, "Locations apart"), which builds that
+/// read version 3 would ignore and so misread such a pool; they refuse version 4 instead.
+pub const FORMAT_VERSION: u32 = 4;
+/// The versions this build reads. A version 2 header reads with an empty close record; every
+/// header write writes [`FORMAT_VERSION`].
 pub const READABLE_VERSIONS: std::ops::RangeInclusive<u32> = 2..=FORMAT_VERSION;
 
 /// Everything that can go wrong with a pool.

@@ -4,12 +4,12 @@
 // uses: KEYS_APART, KEYS_BASE, KEY_WORDS, LEVELS, LOCATION_BITS, NONE, SLOTS, TOP_LEVEL, Word, cache_map
 // uses: ctable_cas_weak, ctable_load, table_load
 
-// Location `location`'s top-level bucket: the location in the LOCATION_BITS highest bits
-// (d-left), then the hash's high bits; two shifts keep each amount below 32 when no bit is left.
+// Location `location`'s top-level bucket: the TOP_LEVEL high bits of the location's number in
+// LOCATION_BITS bits (d-left) followed by the hash. Two shifts keep each amount below 32 where
+// LOCATION_BITS or TOP_LEVEL is 0.
 fn top_bucket(h: u32, location: u32) -> u32 {
-    let bits = TOP_LEVEL - LOCATION_BITS;
-    let part = select(0u, location, LOCATION_BITS > 0u);
-    return (part << bits) | ((h >> 1u) >> (31u - bits));
+    let placed = select(h, ((location << 1u) << (31u - LOCATION_BITS)) | (h >> LOCATION_BITS), LOCATION_BITS > 0u);
+    return (placed >> 1u) >> (31u - TOP_LEVEL);
 }
 
 // Global bucket index of candidate `c` of a key whose top-level buckets are `tops`.

@@ -67,7 +67,7 @@ struct Buffers {
 
 impl Buffers {
     /// The buffers of a cache of `entries` entries of `(gw, vw)` words (group, values), or
-    /// the device's out-of-memory error.
+    /// the device's out-of-memory error (uninitialised: see `DeviceCache::new`).
     fn new(
         gpu: &Gpu,
         groups: u64,
@@ -78,15 +78,11 @@ impl Buffers {
         let dev = &gpu.device;
         let storage = |label: &str, words: u64| storage_buffer(dev, label, words * 4);
         let on = entries > 0;
-        let (buffers, oom) = gphash_gpu::error::out_of_memory(dev, || {
+        let (buffers, oom) = gphash_gpu::error::catch_out_of_memory(dev, || {
             let map = storage("cache map", if on { groups } else { 4 });
             let counts = storage("cache counts", if on { groups } else { 4 });
             let owner = storage("cache owner", entries.max(4) as u64);
             let plan = storage("cache plan", 1 + 2 * entries.max(4) as u64);
-            if on {
-                gpu.queue.write_buffer(&map, 0, bytemuck::cast_slice(&vec![NONE; groups as usize]));
-                gpu.queue.write_buffer(&owner, 0, bytemuck::cast_slice(&vec![NONE; entries as usize]));
-            }
             let windows = |label: &str, total: u64| -> Vec<wgpu::Buffer> {
                 let w = Windows::cover(total, max_window);
                 (0..w.count).map(|i| storage(label, if on { w.len(i, total) } else { 16 })).collect()
@@ -96,7 +92,7 @@ impl Buffers {
             Buffers { map, owner, counts, plan, table, heap }
         });
         match oom {
-            Some(e) => Err(format!("out of device memory for a cache of {entries} entries: {e}")),
+            Some(e) => Err(e),
             None => Ok(buffers),
         }
     }
@@ -122,13 +118,7 @@ impl DeviceCache {
         let mut entries = if enabled { opts.entries(groups, entry_bytes, &gpu.info, available) } else { 0 };
         let mut limited = None;
         if enabled && (entries as u64) < opts.wanted_entries(groups, &gpu.info).min(u32::MAX as u64 - 1) {
-            let why = match (opts.max_bytes, available) {
-                (Some(_), _) => "its budget (max_bytes)",
-                (None, Some(a)) if a / 4 * 3 < gpu.info.device_memory / 2 => {
-                    "three quarters of the device memory free at the open"
-                }
-                _ => "half the device's memory",
-            };
+            let why = opts.budget(&gpu.info, available).1;
             log::info!(
                 "cache limited to {entries} entries ({} MiB) by {why}",
                 (entries as u64 * entry_bytes) >> 20
@@ -149,20 +139,19 @@ impl DeviceCache {
             // Fault injection: the device has no memory beyond `fail_above` bytes.
             #[cfg(feature = "testing")]
             let made = made.and_then(|b| match opts.fail_above {
-                Some(most) if entries as u64 * entry_bytes > most => {
-                    Err(format!("out of device memory for a cache of {entries} entries (injected)"))
-                }
+                Some(most) if entries as u64 * entry_bytes > most => Err("injected".to_string()),
                 _ => Ok(b),
             });
-            match made {
+            let oom = match made {
                 Ok(b) => break b,
-                Err(oom) if entries > 0 => {
-                    log::warn!("{oom}: the cache is made again with {} entries", entries / 2);
-                    limited = Some(format!("the device's memory ({oom})"));
-                    entries /= 2;
-                }
-                Err(oom) => return Err(crate::error::Error::Gpu(oom)),
+                Err(e) => format!("out of device memory for a cache of {entries} entries ({e})"),
+            };
+            if entries == 0 {
+                return Err(crate::error::Error::Gpu(oom));
             }
+            log::warn!("{oom}: the cache is made again with {} entries", entries / 2);
+            limited = Some(format!("the device's memory: {oom}"));
+            entries /= 2;
         };
         // A cache for every group has nothing to choose: no counts, one phase from the first batch.
         let every_group = entries as u64 >= groups;
@@ -177,6 +166,12 @@ impl DeviceCache {
             }
         };
         let Buffers { map, owner, counts, plan, table, heap } = buffers;
+        // Written only once every buffer exists: a write into a buffer the device had no
+        // memory for would be an error of its own.
+        if entries > 0 {
+            gpu.queue.write_buffer(&map, 0, bytemuck::cast_slice(&vec![NONE; groups as usize]));
+            gpu.queue.write_buffer(&owner, 0, bytemuck::cast_slice(&vec![NONE; entries as usize]));
+        }
         Ok(DeviceCache {
             opts: *opts,
             cfg,

@@ -853,8 +853,8 @@ impl Engine for GpuEngine {
             Residence::ZeroCopy => {
                 let opts = self.cache.opts();
                 let reason = if opts.ratio_on(&self.gpu.info) > 0.0 {
-                    let why = self.cache.stats().limited.unwrap_or_else(|| "its budget".into());
-                    format!("no device memory, limited by {why}")
+                    let why = self.cache.stats().limited.unwrap_or_default();
+                    format!("no entry fits {why}")
                 } else if opts.ratio.is_none() {
                     "the device's memory is the host's, where the pool is".into()
                 } else {
