@@ -69,10 +69,12 @@ pub fn value_checksum(words: &[u32]) -> u32 {
 /// the `top_level` high bits of the location's number (`location_bits` of them; 0: every
 /// location hashes into the whole level) followed by the hash. A level of fewer buckets than
 /// locations has locations share them; every level's bucket is the parent of the next's.
+///
+/// Each shift is split in two, as in the kernel, so that no amount reaches 32: with
+/// `location_bits` 0 the location shifts out entirely, and with `top_level` 0 so does the hash.
 pub fn top_bucket(hash: u32, location: u32, top_level: u32, location_bits: u32) -> u32 {
-    let placed =
-        if location_bits == 0 { hash } else { (location << (32 - location_bits)) | (hash >> location_bits) };
-    if top_level == 0 { 0 } else { placed >> (32 - top_level) }
+    let placed = ((location << 1) << (31 - location_bits)) | (hash >> location_bits);
+    (placed >> 1) >> (31 - top_level)
 }
 
 /// The top-level bucket of every hash location of `key`, and its fingerprint.

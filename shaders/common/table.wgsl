@@ -5,10 +5,10 @@
 // uses: ctable_cas_weak, ctable_load, table_load
 
 // Location `location`'s top-level bucket: the TOP_LEVEL high bits of the location's number in
-// LOCATION_BITS bits (d-left) followed by the hash. Two shifts keep each amount below 32 where
-// LOCATION_BITS or TOP_LEVEL is 0.
+// LOCATION_BITS bits (d-left) followed by the hash. Each shift is split in two so that no
+// amount reaches 32: with LOCATION_BITS 0 the location shifts out, with TOP_LEVEL 0 the hash.
 fn top_bucket(h: u32, location: u32) -> u32 {
-    let placed = select(h, ((location << 1u) << (31u - LOCATION_BITS)) | (h >> LOCATION_BITS), LOCATION_BITS > 0u);
+    let placed = ((location << 1u) << (31u - LOCATION_BITS)) | (h >> LOCATION_BITS);
     return (placed >> 1u) >> (31u - TOP_LEVEL);
 }
 

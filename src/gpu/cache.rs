@@ -66,35 +66,31 @@ struct Buffers {
 }
 
 impl Buffers {
-    /// The buffers of a cache of `entries` entries of `(gw, vw)` words (group, values), or
-    /// the device's out-of-memory error (uninitialised: see `DeviceCache::new`).
+    /// The buffers of a cache laid out as `cfg` says, of `(gw, vw)` words an entry (group,
+    /// values), or the device's out-of-memory error (uninitialised: see `DeviceCache::new`).
     fn new(
         gpu: &Gpu,
         groups: u64,
-        entries: u32,
+        cfg: &CacheConfig,
         (gw, vw): (u64, u64),
-        max_window: u64,
     ) -> std::result::Result<Self, String> {
         let dev = &gpu.device;
         let storage = |label: &str, words: u64| storage_buffer(dev, label, words * 4);
+        let entries = cfg.entries;
         let on = entries > 0;
         let (buffers, oom) = gphash_gpu::error::catch_out_of_memory(dev, || {
             let map = storage("cache map", if on { groups } else { 4 });
             let counts = storage("cache counts", if on { groups } else { 4 });
             let owner = storage("cache owner", entries.max(4) as u64);
             let plan = storage("cache plan", 1 + 2 * entries.max(4) as u64);
-            let windows = |label: &str, total: u64| -> Vec<wgpu::Buffer> {
-                let w = Windows::cover(total, max_window);
+            let windows = |label: &str, w: Windows, total: u64| -> Vec<wgpu::Buffer> {
                 (0..w.count).map(|i| storage(label, if on { w.len(i, total) } else { 16 })).collect()
             };
-            let table = windows("cache groups", entries as u64 * gw);
-            let heap = windows("cache values", entries as u64 * vw);
+            let table = windows("cache groups", cfg.table, entries as u64 * gw);
+            let heap = windows("cache values", cfg.heap, entries as u64 * vw);
             Buffers { map, owner, counts, plan, table, heap }
         });
-        match oom {
-            Some(e) => Err(e),
-            None => Ok(buffers),
-        }
+        oom.map_or(Ok(buffers), Err)
     }
 }
 
@@ -134,8 +130,19 @@ impl DeviceCache {
             entries = limit;
             limited = Some("the 16 GiB a region's 32-bit word indices address".into());
         }
-        let buffers = loop {
-            let made = Buffers::new(gpu, groups, entries, (gw, vw), max_window);
+        // A cache for every group has nothing to choose: no counts, one phase from the first batch.
+        let config = |entries: u32| match entries {
+            0 => CacheConfig::off(),
+            _ => CacheConfig {
+                entries,
+                count_mode: if entries as u64 >= groups { 0 } else { opts.policy.count_mode() },
+                table: Windows::cover(entries as u64 * gw, max_window),
+                heap: Windows::cover(entries as u64 * vw, max_window),
+            },
+        };
+        let (cfg, buffers) = loop {
+            let cfg = config(entries);
+            let made = Buffers::new(gpu, groups, &cfg, (gw, vw));
             // Fault injection: the device has no memory beyond `fail_above` bytes.
             #[cfg(feature = "testing")]
             let made = made.and_then(|b| match opts.fail_above {
@@ -143,7 +150,7 @@ impl DeviceCache {
                 _ => Ok(b),
             });
             let oom = match made {
-                Ok(b) => break b,
+                Ok(b) => break (cfg, b),
                 Err(e) => format!("out of device memory for a cache of {entries} entries ({e})"),
             };
             if entries == 0 {
@@ -153,18 +160,7 @@ impl DeviceCache {
             limited = Some(format!("the device's memory: {oom}"));
             entries /= 2;
         };
-        // A cache for every group has nothing to choose: no counts, one phase from the first batch.
         let every_group = entries as u64 >= groups;
-        let cfg = if entries == 0 {
-            CacheConfig::off()
-        } else {
-            CacheConfig {
-                entries,
-                count_mode: if every_group { 0 } else { opts.policy.count_mode() },
-                table: Windows::cover(entries as u64 * gw, max_window),
-                heap: Windows::cover(entries as u64 * vw, max_window),
-            }
-        };
         let Buffers { map, owner, counts, plan, table, heap } = buffers;
         // Written only once every buffer exists: a write into a buffer the device had no
         // memory for would be an error of its own.
