@@ -10,7 +10,8 @@
 # with INFO after each run, the logs and the library's figures. Knobs: REPS (3), SCALE (1:
 # requests a run divided by it), WAITS ("0": --batch-wait-us values), FSYNCS ("always
 # everysec"; empty: no redis-server), GPHASH_OPTS (more options of gphash serve) with LABEL
-# (appended to the server's name in the CSV), LIBRARY_BATCHES ("50 800 3200"; empty: none).
+# (appended to the server's name in the CSV), LIBRARY_BATCHES ("50 800 3200"; empty: none),
+# THREADS (4: redis-benchmark's threads).
 set -uo pipefail
 root=$(pwd)
 final=${OUT:-/tmp/out}
@@ -38,7 +39,7 @@ bench() {
     for r in $(seq "$reps"); do
       n=$(requests "$3")
       t0=$(date +%s.%N)
-      line=$(redis-benchmark -p "$2" -t $t -n "$n" -c 50 -P "$3" -r $keys --threads 4 --csv |
+      line=$(redis-benchmark -p "$2" -t $t -n "$n" -c 50 -P "$3" -r $keys --threads "${THREADS:-4}" --csv |
         grep -i "^\"$t\"")
       t1=$(date +%s.%N)
       wall=$(awk -v a="$t0" -v b="$t1" -v n="$n" 'BEGIN { printf "%.3f,%.0f", b - a, n / (b - a) }')
