@@ -194,6 +194,13 @@ impl Batch {
         // key are adjacent, in batch order.
         let pair = |(i, k): (usize, &[u8])| key_hash(k) & !u64::from(u32::MAX) | i as u64;
         let same_hash = |a: &u64, b: &u64| (a ^ b) >> 32 == 0;
+        // Most batches repeat no key: one pass through a hash set says so without the sort
+        // (a third of an insert batch of 4,096's host time on an H100, BENCHMARKS.md).
+        if n < PARALLEL_GROUPING
+            && distinct_hashes(self.keys.chunks_exact(kb).map(|k| (key_hash(k) >> 32) as u32))
+        {
+            return groups;
+        }
         // Sorted whole (the low halves are distinct), on all host threads for large batches.
         let (pairs, distinct) = if n < PARALLEL_GROUPING {
             let mut pairs: Vec<u64> = self.keys.chunks_exact(kb).enumerate().map(pair).collect();
@@ -327,6 +334,25 @@ impl KeyGroups {
 
 /// Operations from which a batch's keys are grouped on all host threads.
 const PARALLEL_GROUPING: usize = 1 << 14;
+
+/// Whether the `hashes` (32-bit, well mixed) are pairwise distinct: linear probing in a table
+/// of at least twice their number, a slot's word `hash + 1` (0: empty).
+fn distinct_hashes(hashes: impl ExactSizeIterator<Item = u32>) -> bool {
+    let mask = (hashes.len() * 2).next_power_of_two().max(2) - 1;
+    let mut table = vec![0u64; mask + 1];
+    for h in hashes {
+        let word = u64::from(h) + 1;
+        let mut i = h as usize & mask;
+        while table[i] != 0 {
+            if table[i] == word {
+                return false;
+            }
+            i = (i + 1) & mask;
+        }
+        table[i] = word;
+    }
+    true
+}
 
 /// A hash of a key that every bit of it moves, from its 8-byte words (the last one
 /// zero-padded).
@@ -579,6 +605,24 @@ mod tests {
         let mut got: Vec<Vec<u32>> = groups.repeated().map(<[u32]>::to_vec).collect();
         got.sort();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn distinct_hashes_finds_any_equal_pair() {
+        assert!(distinct_hashes([].into_iter()));
+        assert!(distinct_hashes([7].into_iter()));
+        // Equal in the bits that pick the slot, distinct otherwise: probed past, not matched.
+        assert!(distinct_hashes([1, 1 << 20, 2 << 20, u32::MAX].into_iter()));
+        assert!(!distinct_hashes([1, 1 << 20, 2 << 20, 1 << 20].into_iter()));
+        assert!(!distinct_hashes([u32::MAX, 0, u32::MAX].into_iter()));
+        // Each of 5,000 distinct values, then once more at every place.
+        let all: Vec<u32> = (0..5000u32).map(|i| i.wrapping_mul(0x9E37_79B9)).collect();
+        assert!(distinct_hashes(all.iter().copied()));
+        for at in [0, 1, 2500, 4999] {
+            let mut twice = all.clone();
+            twice.insert(at, all[4999 - at]);
+            assert!(!distinct_hashes(twice.iter().copied()));
+        }
     }
 
     #[test]
