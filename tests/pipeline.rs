@@ -4,7 +4,10 @@
 
 mod common;
 
-use gphash::{Batch, Config, Error, GpHash, OpKind, Options, PoolError, Status};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gphash::{Batch, Config, Error, GpHash, Gpu, OpKind, Options, PoolError, Status};
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
@@ -152,6 +155,28 @@ fn a_pipeline_runs_out_of_cells_no_sooner_than_one_call_at_a_time() {
 #[test]
 fn pipelined_batches_match_one_at_a_time_on_the_gpu() {
     matches_one_at_a_time(&common::gpu_options(Default::default()), "gpu");
+}
+
+/// Waits that poll the device until the work ends (a GPU's default) and waits whose polling
+/// ends first, then sleep in the driver, read what waits that only sleep read (a CPU device's
+/// default, the test above on lavapipe).
+#[test]
+fn pipelined_batches_match_one_at_a_time_whether_waits_poll_or_sleep() {
+    let Some(g) = common::gpu() else {
+        panic!("the waits for a GPU need one");
+    };
+    for (wait_spin, what) in
+        [(Duration::from_secs(10), "polling"), (Duration::from_nanos(1), "polling, then sleeping")]
+    {
+        let gpu = Arc::new(Gpu {
+            device: g.device.clone(),
+            queue: g.queue.clone(),
+            info: g.info.clone(),
+            wait_spin,
+        });
+        let options = Options { device: Some(gpu), ..common::gpu_options(Default::default()) };
+        matches_one_at_a_time(&options, what);
+    }
 }
 
 #[test]

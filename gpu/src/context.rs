@@ -2,6 +2,7 @@
 //! `VK_EXT_external_memory_host` enabled where the driver has it (for zero-copy pools).
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ash::vk;
 use wgpu::hal::api::Vulkan;
@@ -10,6 +11,15 @@ use crate::error::{Error, Result};
 
 /// Environment variable naming a substring of the adapter to use.
 pub const ADAPTER_ENV: &str = "GPHASH_ADAPTER";
+
+/// Environment variable setting [`Gpu::wait_spin`] in microseconds (0: never poll, sleep).
+pub const WAIT_SPIN_ENV: &str = "GPHASH_WAIT_SPIN_US";
+
+/// How long a wait for results polls a GPU before it sleeps in the driver
+/// ([`Gpu::wait_spin`]): the work of a small batch ends within it, and a polling host sees
+/// that about 30 µs sooner than one the driver wakes (BENCHMARKS.md, "Waiting without
+/// sleeping"); a larger batch costs at most this much of a host thread's time.
+pub const WAIT_SPIN: Duration = Duration::from_millis(1);
 
 /// What the device is and what it can do.
 #[derive(Clone, Debug)]
@@ -70,6 +80,10 @@ pub struct Gpu {
     pub queue: wgpu::Queue,
     /// What it is.
     pub info: DeviceInfo,
+    /// How long a wait for results ([`crate::resources::map_read_after`]) polls the device
+    /// before it sleeps in the driver: [`WAIT_SPIN`] on a GPU, none on a CPU device (whose
+    /// work runs on the host's own cores); [`WAIT_SPIN_ENV`] overrides it.
+    pub wait_spin: Duration,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -198,7 +212,9 @@ impl Gpu {
             device_memory,
         };
         log::info!("gphash device: {info:?}");
-        Ok(Gpu { device, queue, info })
+        let wait_spin =
+            wait_spin_from_env()?.unwrap_or(if info.is_cpu() { Duration::ZERO } else { WAIT_SPIN });
+        Ok(Gpu { device, queue, info, wait_spin })
     }
 
     /// The raw Vulkan handles of the device, for host-memory import.
@@ -217,6 +233,27 @@ impl Gpu {
         self.wait_for(None)
     }
 
+    /// Polls the device without sleeping until `done` gives a value, for at most
+    /// [`Gpu::wait_spin`]; `None` when that passed first.
+    pub fn poll_until<T>(&self, mut done: impl FnMut() -> Option<T>) -> Result<Option<T>> {
+        if self.wait_spin.is_zero() {
+            return Ok(None);
+        }
+        let started = Instant::now();
+        loop {
+            self.device
+                .poll(wgpu::PollType::Poll)
+                .map_err(|e| Error::Gpu(format!("polling the GPU: {e}")))?;
+            if let Some(v) = done() {
+                return Ok(Some(v));
+            }
+            if started.elapsed() >= self.wait_spin {
+                return Ok(None);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
     /// Waits until `submission` has run (`None`: every submission so far), not for the ones
     /// after it: the host can take one batch's results while the next runs.
     pub fn wait_for(&self, submission: Option<wgpu::SubmissionIndex>) -> Result<()> {
@@ -225,6 +262,16 @@ impl Gpu {
             .map(|_| ())
             .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))
     }
+}
+
+/// [`WAIT_SPIN_ENV`] as a duration, if set.
+fn wait_spin_from_env() -> Result<Option<Duration>> {
+    let Some(v) = std::env::var_os(WAIT_SPIN_ENV) else { return Ok(None) };
+    let us: u64 = v
+        .to_str()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| Error::InvalidConfig(format!("{WAIT_SPIN_ENV}={v:?}: expected whole microseconds")))?;
+    Ok(Some(Duration::from_micros(us)))
 }
 
 /// Window-system surface extensions, which a compute-only instance does not enable.

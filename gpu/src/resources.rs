@@ -42,10 +42,15 @@ pub fn map_read_after(
     slice.map_async(wgpu::MapMode::Read, move |r| {
         let _ = tx.send(r);
     });
-    gpu.wait_for(submission)?;
-    rx.recv()
-        .map_err(|e| Error::Gpu(format!("mapping lost: {e}")))?
-        .map_err(|e| Error::Gpu(format!("mapping a readback buffer: {e}")))?;
+    // A small batch's work ends while the host polls; a longer one's wait sleeps in the driver.
+    let mapped = match gpu.poll_until(|| rx.try_recv().ok())? {
+        Some(r) => r,
+        None => {
+            gpu.wait_for(submission)?;
+            rx.recv().map_err(|e| Error::Gpu(format!("mapping lost: {e}")))?
+        }
+    };
+    mapped.map_err(|e| Error::Gpu(format!("mapping a readback buffer: {e}")))?;
     {
         let view =
             slice.get_mapped_range().map_err(|e| Error::Gpu(format!("reading a readback buffer: {e:?}")))?;
