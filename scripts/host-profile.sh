@@ -10,8 +10,8 @@ set -uo pipefail
 out=${OUT:-/tmp/out}
 root=$(pwd)
 mkdir -p "$out" /tmp/host-profile && cd /tmp/host-profile || exit 1
-gunzip -c "$root/.gpu-perf/gphash.gz" >gphash && chmod +x gphash
-tar xzf "$root/.gpu-perf/perf.tgz"
+gunzip -c "$root/.gpu-perf/gphash.gz" >gphash && chmod +x gphash || exit 1
+tar xzf "$root/.gpu-perf/perf.tgz" || exit 1
 export LD_LIBRARY_PATH=/tmp/host-profile/perf/lib:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for mode in device host; do

@@ -4,9 +4,9 @@ of a run recorded with call graphs (scripts/host-profile.sh).
 
     scripts/perf-stacks.py STACKS.txt.gz FUNCTION [TOP]
 
-Keeps the samples whose stack holds FUNCTION and prints, over them, each function's inclusive
-share (the samples it is on the stack of, counted once per sample, between the leaf and
-FUNCTION) and the leaves' (self) shares."""
+Keeps the samples whose stack holds FUNCTION and prints, over them, the TOP (70) largest
+inclusive shares (the samples a function is on the stack of, counted once per sample, between
+the leaf and FUNCTION) and the TOP largest leaves' (self) shares."""
 import collections
 import gzip
 import sys
@@ -37,5 +37,5 @@ print("== inclusive")
 for f, c in inclusive.most_common(top):
     print(f"{100 * c / n:6.1f}%  {f[:150]}")
 print("== self")
-for f, c in leaves.most_common(40):
+for f, c in leaves.most_common(top):
     print(f"{100 * c / n:6.1f}%  {f[:150]}")

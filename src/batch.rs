@@ -190,33 +190,29 @@ impl Batch {
     pub(crate) fn key_groups(&self) -> KeyGroups {
         let (n, kb) = (self.len(), self.key_bytes);
         let mut groups = KeyGroups { single: vec![], repeated: vec![], ends: vec![], len: n };
-        // Each operation's key hash (its top half) over its index, sorted: the operations of a
-        // key are adjacent, in batch order.
+        // Each operation's key hash (its top half) over its index, sorted (whole: the low halves
+        // are distinct): the operations of a key are adjacent, in batch order. On all host
+        // threads for large batches.
         let pair = |(i, k): (usize, &[u8])| key_hash(k) & !u64::from(u32::MAX) | i as u64;
         let same_hash = |a: &u64, b: &u64| (a ^ b) >> 32 == 0;
-        // Most batches repeat no key: one pass through a hash set says so without the sort
-        // (a third of an insert batch of 4,096's host time on an H100, BENCHMARKS.md).
-        if n < PARALLEL_GROUPING
-            && distinct_hashes(self.keys.chunks_exact(kb).map(|k| (key_hash(k) >> 32) as u32))
-        {
-            return groups;
-        }
-        // Sorted whole (the low halves are distinct), on all host threads for large batches.
-        let (pairs, distinct) = if n < PARALLEL_GROUPING {
+        let pairs = if n < PARALLEL_GROUPING {
             let mut pairs: Vec<u64> = self.keys.chunks_exact(kb).enumerate().map(pair).collect();
+            // Most batches repeat no key: a pass through a hash set says so without the sort
+            // (the sort was 18% of an insert batch of 4,096's host CPU time on an H100, BENCHMARKS.md).
+            if distinct_hashes(pairs.iter().map(|p| (p >> 32) as u32)) {
+                return groups;
+            }
             pairs.sort_unstable();
-            let distinct = !pairs.windows(2).any(|w| same_hash(&w[0], &w[1]));
-            (pairs, distinct)
+            pairs
         } else {
             let mut pairs: Vec<u64> = self.keys.par_chunks_exact(kb).enumerate().map(pair).collect();
             pairs.par_sort_unstable();
-            let distinct = !pairs.par_windows(2).any(|w| same_hash(&w[0], &w[1]));
-            (pairs, distinct)
+            if !pairs.par_windows(2).any(|w| same_hash(&w[0], &w[1])) {
+                // Distinct hashes: distinct keys.
+                return groups;
+            }
+            pairs
         };
-        if distinct {
-            // Distinct hashes: distinct keys.
-            return groups;
-        }
         // A run of one hash holds one key's operations, or (rarely) several keys' whose hashes
         // collide: a stable sort by key separates them.
         let key = |i: &u32| &self.keys[*i as usize * kb..(*i as usize + 1) * kb];
@@ -336,17 +332,21 @@ impl KeyGroups {
 const PARALLEL_GROUPING: usize = 1 << 14;
 
 /// Whether the `hashes` (32-bit, well mixed) are pairwise distinct: linear probing in a table
-/// of at least twice their number, a slot's word `hash + 1` (0: empty).
+/// of at least twice their number, a slot's word `hash + 1` (0: empty). `false` also when the
+/// probes pass 8 a hash on average: hashes chosen to share their slots' bits (keys picked by a
+/// client) would make the pass quadratic, and the caller then sorts, which never is.
 fn distinct_hashes(hashes: impl ExactSizeIterator<Item = u32>) -> bool {
+    let mut probes_left = 8 * hashes.len();
     let mask = (hashes.len() * 2).next_power_of_two().max(2) - 1;
     let mut table = vec![0u64; mask + 1];
     for h in hashes {
         let word = u64::from(h) + 1;
         let mut i = h as usize & mask;
         while table[i] != 0 {
-            if table[i] == word {
+            if table[i] == word || probes_left == 0 {
                 return false;
             }
+            probes_left -= 1;
             i = (i + 1) & mask;
         }
         table[i] = word;
@@ -609,20 +609,29 @@ mod tests {
 
     #[test]
     fn distinct_hashes_finds_any_equal_pair() {
-        assert!(distinct_hashes([].into_iter()));
-        assert!(distinct_hashes([7].into_iter()));
-        // Equal in the bits that pick the slot, distinct otherwise: probed past, not matched.
-        assert!(distinct_hashes([1, 1 << 20, 2 << 20, u32::MAX].into_iter()));
-        assert!(!distinct_hashes([1, 1 << 20, 2 << 20, 1 << 20].into_iter()));
-        assert!(!distinct_hashes([u32::MAX, 0, u32::MAX].into_iter()));
-        // Each of 5,000 distinct values, then once more at every place.
-        let all: Vec<u32> = (0..5000u32).map(|i| i.wrapping_mul(0x9E37_79B9)).collect();
-        assert!(distinct_hashes(all.iter().copied()));
+        let distinct = |v: &[u32]| distinct_hashes(v.iter().copied());
+        assert!(distinct(&[]));
+        assert!(distinct(&[7]));
+        // Equal in the bits that pick the slot, distinct otherwise: probed past, not matched,
+        // also past the table's end (slots 7, 0, 1 of 8).
+        assert!(distinct(&[1, 1 << 20, 2 << 20, u32::MAX]));
+        assert!(!distinct(&[1, 1 << 20, 2 << 20, 1 << 20]));
+        assert!(!distinct(&[u32::MAX, 0, u32::MAX]));
+        assert!(distinct(&[7, 15, 23]));
+        assert!(!distinct(&[7, 15, 23, 15]));
+        // Key hashes as a batch has them (some share a slot), then one of them once more at
+        // four places.
+        let all: Vec<u32> = (0..5000u64).map(|i| (key_hash(&i.to_le_bytes()) >> 32) as u32).collect();
+        assert!(distinct(&all));
         for at in [0, 1, 2500, 4999] {
             let mut twice = all.clone();
             twice.insert(at, all[4999 - at]);
-            assert!(!distinct_hashes(twice.iter().copied()));
+            assert!(!distinct(&twice));
         }
+        // Hashes that all share their slot's bits give up (the caller sorts) within 8 probes a
+        // hash on average, not after n^2 / 2.
+        let crowded: Vec<u32> = (0..4000u32).map(|i| i << 20).collect();
+        assert!(!distinct(&crowded));
     }
 
     #[test]

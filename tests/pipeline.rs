@@ -157,9 +157,9 @@ fn pipelined_batches_match_one_at_a_time_on_the_gpu() {
     matches_one_at_a_time(&common::gpu_options(Default::default()), "gpu");
 }
 
-/// Waits that poll the device until the work ends (a GPU's default) and waits whose polling
-/// ends first, then sleep in the driver, read what waits that only sleep read (a CPU device's
-/// default, the test above on lavapipe).
+/// Waits that poll the device until the work ends (a GPU's default) and waits that poll once
+/// (before most batches' work ends) and then sleep in the driver read what waits that only
+/// sleep read (a CPU device's default, the test above on lavapipe).
 #[test]
 fn pipelined_batches_match_one_at_a_time_whether_waits_poll_or_sleep() {
     let Some(g) = common::gpu() else {
