@@ -36,7 +36,7 @@ use crate::resize;
 use crate::table_stats::TableStats;
 
 pub use crate::engine::MAX_BATCH;
-pub use pipeline::Pipeline;
+pub use pipeline::{DevicePipeline, Pipeline};
 
 mod pipeline;
 

@@ -1,16 +1,20 @@
-//! Batches in flight (`GpHash::pipeline`): results equal those of the same batches run one
-//! call at a time, on the GPU and on the CPU executor, through growth; a failed persist while a
-//! later batch runs acknowledges nothing of either.
+//! Batches in flight (`GpHash::pipeline`, `GpHash::device_pipeline`): results equal those of
+//! the same batches run one call at a time, on the GPU and on the CPU executor, through growth;
+//! a failed persist while a later batch runs acknowledges nothing of either.
 
 mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use gphash::{Batch, Config, Error, GpHash, Gpu, OpKind, Options, PoolError, Status};
+use gphash::{
+    Batch, Config, DeviceBatch, Encoded, Error, GpHash, Gpu, GpuOptions, OpKind, Options, Placement,
+    PoolError, Status,
+};
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
+use wgpu::util::DeviceExt;
 
 const KB: usize = 8;
 const VB: usize = 16;
@@ -105,12 +109,17 @@ fn matches_one_at_a_time(options: &Options, what: &str) {
         }
     }
     assert!(piped.stats().activity.resizes > 0, "{what}: the table should have grown");
+    same_tables(&piped, &reference, what);
+}
+
+/// `piped` holds what `reference` holds, passes its check, and leaks no cell: every cell a
+/// batch replaced or did not use went back to the allocator.
+fn same_tables(piped: &GpHash, reference: &GpHash, what: &str) {
     let (mut a, mut b) = (piped.entries(), reference.entries());
     a.sort();
     b.sort();
     assert_eq!(a, b, "{what}: the tables differ");
     assert!(piped.check().ok(), "{what}: {}", piped.check());
-    // Every cell a batch replaced or did not use went back to the allocator.
     assert_eq!(piped.cells_used().unwrap(), piped.len(), "{what}: cells leaked");
 }
 
@@ -247,6 +256,129 @@ fn a_failed_persist_acknowledges_nothing_of_its_batch_nor_of_the_next_on_the_gpu
 #[test]
 fn a_failed_persist_acknowledges_nothing_of_its_batch_nor_of_the_next_on_the_cpu() {
     failed_persist(&common::cpu_options(), "cpu");
+}
+
+/// A batch's buffers on the device, made from its encoding: kinds, keys, values, statuses,
+/// found values.
+struct Buffers {
+    len: u32,
+    reads_only: bool,
+    buffers: [wgpu::Buffer; 5],
+}
+
+impl Buffers {
+    /// The buffers of `b`; `reads_only` is what the batch declares.
+    fn new(gpu: &Gpu, b: &Batch, reads_only: bool) -> Buffers {
+        let mut e = Encoded::default();
+        b.encode(&mut e);
+        let n = b.len();
+        let vw = VB.div_ceil(4);
+        if e.values.is_empty() {
+            e.values = vec![0; n * vw];
+        }
+        let buffer = |words: &[u32]| {
+            let words = if words.is_empty() { &[0][..] } else { words };
+            gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: None,
+                contents: bytemuck::cast_slice(words),
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+            })
+        };
+        let (statuses, found) = (vec![u32::MAX; n], vec![0; n * vw]);
+        let buffers = [&e.kinds, &e.keys, &e.values, &statuses, &found].map(|w| buffer(w));
+        Buffers { len: n as u32, reads_only, buffers }
+    }
+
+    fn batch(&self) -> DeviceBatch<'_> {
+        let [kinds, keys, values, statuses, found] = &self.buffers;
+        DeviceBatch { len: self.len, kinds, keys, values, statuses, found, reads_only: self.reads_only }
+    }
+}
+
+/// Runs `batches` through a device pipeline of a table placed by `placement` (reads-only
+/// batches declared so, one of them holding an insert, which is refused while the batches
+/// around it go on), taking outcomes at random moments, and compares each batch's statuses and
+/// found values with the same batch run by `execute` on a CPU table.
+fn device_matches_one_at_a_time(placement: Placement, what: &str) {
+    let Some(gpu) = common::gpu() else {
+        panic!("device batches need a GPU");
+    };
+    let mut rng = StdRng::seed_from_u64(common::seed(what));
+    let dir = common::pool_dir();
+    // A volatile table cannot grow: it gets room for every key.
+    let volatile = placement == Placement::Volatile;
+    let capacity = if volatile { 20_000 } else { 256 };
+    let config = Config { key_bytes: KB as u32, value_bytes: VB as u32, capacity, ..Config::default() };
+    let options = common::gpu_options(GpuOptions { placement, ..Default::default() });
+    let path = (!volatile).then(|| dir.path().join("piped"));
+    let piped = GpHash::create(path.as_deref(), &config, &options).unwrap();
+    let reference = common::table(&dir, "reference", &config, &common::cpu_options());
+    let mut batches = batches(&mut rng);
+    // A reads-only batch with an insert among its gets: refused (`NotReadsOnly`), nothing of it
+    // written; its gets ran.
+    let refused = batches.len();
+    let mut bad = Batch::new(KB, VB);
+    bad.get(&common::key(3, KB)).unwrap();
+    bad.insert(&common::key(1 << 40, KB), &[9; VB]).unwrap();
+    batches.push(bad);
+    batches.rotate_right(3);
+    let refused = (refused + 3) % batches.len();
+    let reads_only = |b: &Batch| (0..b.len()).all(|i| b.op(i).0 == OpKind::Get);
+    let buffers: Vec<Buffers> = batches
+        .iter()
+        .enumerate()
+        .map(|(i, b)| Buffers::new(&gpu, b, i == refused || reads_only(b)))
+        .collect();
+    let mut outcomes = vec![];
+    {
+        let mut p = piped.device_pipeline();
+        for b in &buffers {
+            p.submit(b.batch()).unwrap();
+            while p.pending() > 0 && rng.random_bool(0.3) {
+                outcomes.push(p.next().unwrap());
+            }
+        }
+        outcomes.extend(p.by_ref());
+        assert_eq!(p.pending(), 0);
+    }
+    assert_eq!(outcomes.len(), batches.len());
+    for (i, ((b, d), outcome)) in batches.iter().zip(&buffers).zip(outcomes).enumerate() {
+        let statuses = download(&gpu, &d.buffers[3]);
+        let found = download(&gpu, &d.buffers[4]);
+        if i == refused {
+            assert!(matches!(outcome, Err(Error::NotReadsOnly { count: 1 })), "{what}: {outcome:?}");
+            assert_eq!(statuses[1], u32::MAX, "{what}: the refused insert did not run");
+            let want = reference.get(&common::key(3, KB)).unwrap();
+            assert_eq!(statuses[0], want.statuses[0] as u32, "{what}: the refused batch's get");
+            continue;
+        }
+        outcome.unwrap_or_else(|e| panic!("{what}: batch {i}: {e}"));
+        let want = reference.execute(b).unwrap();
+        for op in 0..b.len() {
+            assert_eq!(statuses[op], want.statuses[op] as u32, "{what}: status of op {op} of batch {i}");
+            if let Some(v) = want.value(op) {
+                let got: &[u8] = bytemuck::cast_slice(&found[op * VB / 4..(op + 1) * VB / 4]);
+                assert_eq!(got, v, "{what}: value of op {op} of batch {i}");
+            }
+        }
+    }
+    assert!(volatile || piped.stats().activity.resizes > 0, "{what}: the table should have grown");
+    assert_eq!(piped.len(), reference.len(), "{what}: keys");
+    if !volatile {
+        // A volatile table's pool goes stale: its keys are compared through the gets above.
+        same_tables(&piped, &reference, what);
+    }
+}
+
+/// The words of a device buffer.
+fn download(gpu: &Gpu, buf: &wgpu::Buffer) -> Vec<u32> {
+    gphash_gpu::resources::download_words(gpu, buf, buf.size() / 4).unwrap()
+}
+
+#[test]
+fn pipelined_device_batches_match_one_at_a_time() {
+    device_matches_one_at_a_time(Placement::Auto, "device, in the pool");
+    device_matches_one_at_a_time(Placement::Volatile, "device, volatile");
 }
 
 /// Bad input to a pipeline is refused before anything of it runs, and the batches around it

@@ -41,6 +41,7 @@ fn main() -> gphash::Result<()> {
         cache: CacheOptions { period: 4096, ..CacheOptions::default() },
         tile: 32,
         keep_pools: false,
+        in_flight: false,
         reps: 2,
     };
     println!("# {} ({})", gpu.info.name, gpu.info.driver);

@@ -42,7 +42,8 @@ pub struct ProfileBench {
     /// Directory of the pool.
     pub pool_dir: PathBuf,
     /// Run each repetition's batches through a [`gphash::Pipeline`] (two in flight) instead
-    /// of one `execute_ordered` call at a time.
+    /// of one `execute_ordered` call at a time; device batches through a
+    /// [`gphash::DevicePipeline`].
     pub pipeline: bool,
     /// Run a whole loading phase of the bucket cache after loading the keys (no-op without a
     /// cache), so that the batches measure a loaded cache.
@@ -220,10 +221,8 @@ impl ProfileBench {
             gpu: gphash::GpuOptions { time_kernels: true, ..options.gpu.clone() },
             ..options.clone()
         };
-        if self.device && (gpu.is_none() || self.pipeline) {
-            return Err(Error::InvalidConfig(
-                "device batches need a GPU and run one call at a time (no --pipeline)".into(),
-            ));
+        if self.device && gpu.is_none() {
+            return Err(Error::InvalidConfig("device batches need a GPU".into()));
         }
         let (reps, rounds) = (self.reps.max(1), self.rounds.max(1));
         let inserted: u64 = self.batches.iter().map(|&b| (b * reps * rounds) as u64).sum();
@@ -290,7 +289,18 @@ impl ProfileBench {
                     };
                     let before = index.activity();
                     let t = Instant::now();
-                    if self.device {
+                    if self.device && self.pipeline {
+                        let mut p = index.device_pipeline();
+                        for ops in &uploaded {
+                            p.submit(ops.batch())?;
+                            while p.pending() > 1 {
+                                p.next().expect("a batch is pending")?;
+                            }
+                        }
+                        for r in p {
+                            r?;
+                        }
+                    } else if self.device {
                         for ops in &uploaded {
                             index.execute_device(&ops.batch())?;
                         }

@@ -14,12 +14,13 @@ use crate::systems::cpu::CpuSystem;
 use crate::systems::cpu_map::{Chosen, CpuMapSystem, HostMap, cpu_map_name};
 use crate::systems::index::GpHashSystem;
 use crate::systems::slab::{SlabConfig, SlabOptions, SlabSystem};
-use crate::systems::{DeviceOps, System, Traffic};
+use crate::systems::{DeviceOps, System, Traffic, one_at_a_time};
 use crate::traces::trace_batch;
 use crate::ycsb::{Distribution, Generator, Op, Workload, batch_of};
 use gphash::Batch;
 use gphash::CacheOptions;
 use gphash::Config;
+use gphash::DeviceBatch;
 use gphash::Gpu;
 use gphash::GpuOptions;
 use gphash::Placement;
@@ -149,6 +150,10 @@ pub struct Suite {
     /// Runs of each workload at each batch size (the table restored in between, untimed); the
     /// record is the median run, with the slowest and fastest rates. The load runs once.
     pub reps: usize,
+    /// The gphash systems run each group of uploaded batches through a device pipeline (two in
+    /// flight: `GpHash::device_pipeline`); the rate is then the group's operations over the
+    /// span from its first submit to its last end.
+    pub in_flight: bool,
     /// Leave the gphash systems' pools in a directory of `pool_dir` (for `gphash check`)
     /// instead of removing each after its runs.
     pub keep_pools: bool,
@@ -339,9 +344,22 @@ impl TrafficTable {
 }
 
 /// What one run measured.
+/// How `measure` runs its batches and what they should answer.
+#[derive(Clone, Copy)]
+struct How {
+    /// The status every operation should return.
+    expect: Status,
+    /// Whether the operations look for keys that are absent (their traffic).
+    negative: bool,
+    /// Through the system's pipeline ([`System::run_in_flight`]).
+    in_flight: bool,
+}
+
 struct Measured {
     transactions: u64,
     latencies: Vec<Duration>,
+    /// Time spent running the batches (see [`Timed::busy`]).
+    busy: Duration,
     traffic: Traffic,
     unexpected: u64,
 }
@@ -366,12 +384,18 @@ fn measure(
     gpu: &Gpu,
     mut batches: impl Iterator<Item = (Vec<Op>, u64)>,
     to_batch: &dyn Fn(&[Op]) -> Batch,
-    expect: Status,
-    negative: bool,
+    how: How,
     progress: &dyn Fn(u64),
 ) -> Result<Measured> {
+    let How { expect, negative, in_flight } = how;
     let table = TrafficTable::of(system);
-    let mut m = Measured { transactions: 0, latencies: vec![], traffic: Traffic::default(), unexpected: 0 };
+    let mut m = Measured {
+        transactions: 0,
+        latencies: vec![],
+        busy: Duration::ZERO,
+        traffic: Traffic::default(),
+        unexpected: 0,
+    };
     // Kept until every batch is timed: wgpu frees a dropped buffer's memory at its next poll,
     // which would be a timed batch's (milliseconds for a batch of 2^22).
     let (mut uploaded, mut warm): (Vec<DeviceOps>, Option<DeviceOps>) = (vec![], None);
@@ -392,13 +416,14 @@ fn measure(
         }
         gpu.wait()?;
         warm_up(system, gpu, &first, &mut warm)?;
-        for device in &uploaded[..group.len()] {
-            system.stage(&device.batch())?;
-            let t = Instant::now();
-            system.run(&device.batch())?;
-            m.latencies.push(t.elapsed());
-            system.settle(&device.batch())?;
-        }
+        let group_batches: Vec<DeviceBatch> = uploaded[..group.len()].iter().map(DeviceOps::batch).collect();
+        let timed = if in_flight {
+            system.run_in_flight(&group_batches)?
+        } else {
+            one_at_a_time(system, &group_batches)?
+        };
+        m.latencies.extend(timed.latencies);
+        m.busy += timed.busy;
         for ((ops, transactions), device) in group.iter().zip(&uploaded) {
             m.unexpected += device.statuses(gpu)?.iter().filter(|&&s| s != expect as u32).count() as u64;
             m.traffic = m.traffic.plus(table.of_batch(ops, negative));
@@ -484,7 +509,14 @@ pub fn run(
             let mut none = vec![];
             let loaded = batches(&mut load, suite.load_batch, &mut none);
             let to_batch = |ops: &[Op]| batch_of(ops, kb, vb as usize, suite.seed);
-            let m = measure(&mut *system, gpu, loaded, &to_batch, Status::Ok, false, progress)?;
+            let m = measure(
+                &mut *system,
+                gpu,
+                loaded,
+                &to_batch,
+                How { expect: Status::Ok, negative: false, in_flight: suite.in_flight },
+                progress,
+            )?;
             report_runs("load", suite.load_batch, &[m], &system.setting());
             let runs_of = suite.workloads.iter().filter(|w| **w != Workload::Load);
             for (&workload, &distribution) in
@@ -506,7 +538,8 @@ pub fn run(
                         let mut g = Generator::new(workload, distribution, records, ops, seed)?;
                         let mut deleted = vec![];
                         let run = batches(&mut g, batch, &mut deleted);
-                        runs.push(measure(&mut *system, gpu, run, &to_batch, expect, negative, progress)?);
+                        let how = How { expect, negative, in_flight: suite.in_flight };
+                        runs.push(measure(&mut *system, gpu, run, &to_batch, how, progress)?);
                         // Untimed: deleted keys come back and inserted ones go, so every run
                         // finds the table as loaded.
                         let mut undo: Vec<Op> =
@@ -562,7 +595,14 @@ pub fn run_traces(
         for (name, ops) in [("trace-load", load), ("trace-run", run_ops)] {
             let chunks = ops.chunks(batch.max(1)).map(|c| (c.to_vec(), c.len() as u64));
             // A trace's reads may miss: statuses are not checked.
-            let m = measure(&mut *system, gpu, chunks, &to_batch, Status::Ok, false, progress)?;
+            let m = measure(
+                &mut *system,
+                gpu,
+                chunks,
+                &to_batch,
+                How { expect: Status::Ok, negative: false, in_flight: false },
+                progress,
+            )?;
             let m = Measured { unexpected: 0, ..m };
             out.push(summarize(kind, &setting, name, key_bytes, value_bytes, batch, &m, ceilings));
         }
@@ -618,7 +658,7 @@ fn summarize(
     m: &Measured,
     ceilings: &[(Memory, Ceilings)],
 ) -> Record {
-    let seconds: f64 = m.latencies.iter().map(Duration::as_secs_f64).sum();
+    let seconds = m.busy.as_secs_f64();
     let ops = m.transactions.max(1) as f64;
     let ops_per_s = m.transactions as f64 / seconds.max(1e-12);
     let requests_per_op = m.traffic.requests() / ops;

@@ -232,28 +232,26 @@ fn device_batches_have_no_host_stages() {
     }
 }
 
-/// Device batches need a GPU and run one call at a time.
+/// Device batches through a device pipeline (a volatile table): nothing encoded or decoded
+/// on the host, every batch submitted and waited for.
 #[test]
-fn device_batches_are_not_pipelined() {
+fn pipelined_device_batches_have_no_host_stages() {
     let _alone = alone();
     if common::gpu().is_none() {
         return;
     }
-    let dir = common::pool_dir();
-    let bench = ProfileBench {
-        keys: 10,
-        batches: vec![4],
-        reps: 1,
-        rounds: 1,
-        key_bytes: 8,
-        value_bytes: 8,
-        seed: 7,
-        floor_reps: 1,
-        pool_dir: dir.path().into(),
-        pipeline: true,
-        load_cache: false,
-        device: true,
-    };
-    let err = bench.run(&common::gpu_options(GpuOptions::default()), &mut |_| {}).unwrap_err();
-    assert!(err.to_string().contains("one call at a time"), "{err}");
+    let measured = profile(Placement::Volatile, true, true);
+    assert_eq!(measured.len(), 4);
+    for m in &measured {
+        assert_eq!(m.reps.len(), 3);
+        for r in &m.reps {
+            let p = &r.profile;
+            assert_eq!(
+                (p.encode, p.fold, p.decode, r.host),
+                (Duration::ZERO, Duration::ZERO, Duration::ZERO, Duration::ZERO),
+                "{m}"
+            );
+            assert!(p.submit > Duration::ZERO && p.wait > Duration::ZERO && r.wall > Duration::ZERO, "{m}");
+        }
+    }
 }

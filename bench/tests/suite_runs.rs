@@ -37,6 +37,7 @@ fn small_suite(systems: Vec<SystemKind>, dir: &std::path::Path) -> Suite {
         cache: CacheOptions::default(),
         tile: 32,
         keep_pools: false,
+        in_flight: false,
         reps: 3,
     }
 }
@@ -60,6 +61,25 @@ fn repeated_runs_report_the_median_with_min_and_max() {
     }
 }
 
+/// Batches two in flight (`--in-flight`) give every expected status, in the pool and in device
+/// memory, and their rates and latencies are measured.
+#[test]
+fn batches_in_flight_give_the_expected_results() {
+    let Some(gpu) = gpu() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let suite = Suite {
+        in_flight: true,
+        ..small_suite(vec![SystemKind::ZeroCopy, SystemKind::Volatile], dir.path())
+    };
+    let records = runner::run(&suite, &gpu, &[], &|_| {}, &mut |_| {}).unwrap();
+    assert_eq!(records.len(), 2 * 3, "load, C and A for each system");
+    for r in &records {
+        let what = format!("{} {}", r.system, r.workload);
+        assert_eq!(r.unexpected, 0, "{what}");
+        assert!(r.ops_per_s_min > 0.0 && r.p50_ms > 0.0 && r.p50_ms <= r.p99_ms, "{what}: {r:?}");
+    }
+}
+
 /// Every workload runs under each distribution given (named after it), and kept pools are left
 /// for `gphash check`: closed cleanly, consistent, with the loaded records.
 #[test]
@@ -71,6 +91,7 @@ fn distributions_each_run_and_kept_pools_check() {
         tile: 8,
         reps: 1,
         keep_pools: true,
+        in_flight: false,
         ..small_suite(vec![SystemKind::ZeroCopy], dir.path())
     };
     let records = runner::run(&suite, &gpu, &[], &|_| {}, &mut |_| {}).unwrap();

@@ -74,7 +74,8 @@ pub(crate) struct ProfileArgs {
     #[arg(long, default_value_t = ceiling::ROUND_TRIP_REPS)]
     floor_reps: usize,
     /// Run the batches through a pipeline (two in flight: the host prepares and decodes one
-    /// batch while the GPU runs the other) instead of one call at a time.
+    /// batch while the GPU runs the other) instead of one call at a time; with --device, a
+    /// pipeline of device batches.
     #[arg(long)]
     pipeline: bool,
     /// Load the bucket cache whole after the keys (a loading phase), so that the batches
@@ -191,6 +192,10 @@ pub(crate) struct SuiteArgs {
     /// Keep the gphash systems' pools (closed) in a directory of --pool-dir, for `gphash check`.
     #[arg(long)]
     keep_pools: bool,
+    /// Run the gphash systems' batches two in flight (a device pipeline), as an application
+    /// that keeps the GPU busy would; the rate is then operations over the span of the batches.
+    #[arg(long)]
+    in_flight: bool,
     /// Seed of the workloads.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -400,7 +405,9 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
                 a.keys,
                 a.key_bytes,
                 a.value_bytes,
-                if a.pipeline {
+                if a.pipeline && a.device {
+                    "pipelined device batches (two in flight, GpHash::device_pipeline; stages overlap, so they may add up to more than the wall time)"
+                } else if a.pipeline {
                     "pipelined batches (two in flight; stages overlap, so they may add up to more than the wall time)"
                 } else if a.device {
                     "device batches (execute_device: inputs uploaded before the timing, results left on the device)"
@@ -547,6 +554,7 @@ fn suite(a: &SuiteArgs, options: &Options) -> gphash::Result<()> {
         tile: options.gpu.tile,
         reps: a.reps,
         keep_pools: a.keep_pools,
+        in_flight: a.in_flight,
     };
     println!("# {} ({}), {} host threads", gpu.info.name, gpu.info.driver, suite.cpu_threads);
     let ceilings = match a.ceiling_mib {

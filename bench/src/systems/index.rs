@@ -5,7 +5,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::systems::{System, Traffic};
+use std::time::Instant;
+
+use crate::systems::{System, Timed, Traffic};
 use gphash::Geometry;
 use gphash::Gpu;
 use gphash::OpKind;
@@ -103,6 +105,29 @@ impl System for GpHashSystem {
 
     fn run(&mut self, batch: &DeviceBatch) -> Result<()> {
         self.index.execute_device(batch)
+    }
+
+    /// Through a device pipeline, the oldest batch taken (its latency known) before a third is
+    /// submitted: two in flight.
+    fn run_in_flight(&mut self, batches: &[DeviceBatch]) -> Result<Timed> {
+        let started = Instant::now();
+        let mut submitted: Vec<Instant> = Vec::with_capacity(batches.len());
+        let mut timed = Timed::default();
+        let mut p = self.index.device_pipeline();
+        for b in batches {
+            if p.pending() == 2 {
+                p.next().expect("a batch in flight")?;
+                timed.latencies.push(submitted[timed.latencies.len()].elapsed());
+            }
+            submitted.push(Instant::now());
+            p.submit(*b)?;
+        }
+        for outcome in p {
+            outcome?;
+            timed.latencies.push(submitted[timed.latencies.len()].elapsed());
+        }
+        timed.busy = started.elapsed();
+        Ok(timed)
     }
 
     fn close(self: Box<Self>) -> Result<()> {

@@ -10,6 +10,7 @@ pub mod index;
 pub mod slab;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use wgpu::util::DeviceExt;
 
@@ -86,6 +87,11 @@ pub trait System {
     fn settle(&mut self, _batch: &DeviceBatch) -> Result<()> {
         Ok(())
     }
+    /// Runs `batches` in order, as many in flight as the system allows (one at a time unless it
+    /// has a pipeline), `stage` and `settle` untimed around each one run alone.
+    fn run_in_flight(&mut self, batches: &[DeviceBatch]) -> Result<Timed> {
+        one_at_a_time(self, batches)
+    }
     /// Closes the system's pool cleanly where it has one (dropping it leaves the pool as a
     /// crash would).
     fn close(self: Box<Self>) -> Result<()> {
@@ -99,6 +105,31 @@ pub trait System {
     }
     /// Modelled traffic of one operation of `kind` that finds (`hit`) or misses its key.
     fn traffic(&self, kind: OpKind, hit: bool) -> Traffic;
+}
+
+/// The times of batches run together.
+#[derive(Clone, Debug, Default)]
+pub struct Timed {
+    /// Each batch's latency: from the start of its run (or submit) to its end.
+    pub latencies: Vec<Duration>,
+    /// The time the system spent running them: their latencies' sum when they ran one at a
+    /// time, the span from the first submit to the last end when they overlapped.
+    pub busy: Duration,
+}
+
+/// Runs `batches` through `system` one at a time, `stage` and `settle` untimed around each.
+pub fn one_at_a_time<S: System + ?Sized>(system: &mut S, batches: &[DeviceBatch]) -> Result<Timed> {
+    let mut timed = Timed::default();
+    for b in batches {
+        system.stage(b)?;
+        let t = Instant::now();
+        system.run(b)?;
+        let latency = t.elapsed();
+        timed.latencies.push(latency);
+        timed.busy += latency;
+        system.settle(b)?;
+    }
+    Ok(timed)
 }
 
 /// The buffers of one batch on the device, made from a host [`Batch`].
