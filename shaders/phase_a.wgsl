@@ -265,23 +265,24 @@ fn main(inv: Invocation, sg: Subgroup) {
 
 // A batch of gets: `main`'s lookups alone, spread the same way. It runs without the allocation
 // stage and writes no per-operation record (nothing reads them: no phase B follows). An
-// operation that is not a get is not run, only counted (the host refuses the batch).
+// operation that is not a get is not run, only counted (the host refuses the batch). A dispatch
+// of fewer invocations than operations (`params.spread` 1: the host caps the requests a batch
+// over host memory keeps in flight) gives each lane every `invocations`-th operation in turn.
 @compute @workgroup_size(WG)
 fn search(inv: Invocation, sg: Subgroup) {
     let t = tile_of_width(sg, params.tile);
     let o = owned(inv);
-    var pending = false;
+    let stride = invocations(inv) / params.spread;
+    var op = params.n;
     if (o.owns) {
-        pending = kinds[o.op] == OP_GET;
-        if (!pending) {
-            count(CTRL_REFUSED);
-        }
+        op = next_get(o.op, stride);
     }
+    var pending = op < params.n;
     loop {
         if (!subgroupAny(pending)) {
             break;
         }
-        let turn = take_turn(t, pending, o.op);
+        let turn = take_turn(t, pending, op);
         var key: array<u32, KEY_WORDS>;
         if (turn.busy) {
             key = load_key(turn.op);
@@ -292,8 +293,20 @@ fn search(inv: Invocation, sg: Subgroup) {
         if (turn.leader) {
             note(turn.op, loc, hit.slot, hit.entry, table_group_reads(loc, hit.entry), r.value && hit.entry != NONE);
             statuses[turn.op] = get_status(hit.found, r);
-            pending = false;
+            op = next_get(op + stride, stride);
+            pending = op < params.n;
         }
     }
     flush_tally(sg.lane);
+}
+
+// The first get among operations `first`, `first + stride`, ... of the batch (`params.n` if none),
+// counting those that are not gets, which are not run.
+fn next_get(first: u32, stride: u32) -> u32 {
+    var op = first;
+    while (op < params.n && kinds[op] != OP_GET) {
+        count(CTRL_REFUSED);
+        op += stride;
+    }
+    return min(op, params.n);
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use gphash::{Config, DeviceBatch, Error, OpKind, Status};
+use gphash::{CacheOptions, Config, DeviceBatch, Error, GpuOptions, OpKind, Status};
 use wgpu::util::DeviceExt;
 
 fn words(bytes: &[u8]) -> Vec<u32> {
@@ -24,6 +24,15 @@ fn read(device: &wgpu::Device, queue: &wgpu::Queue, buf: &wgpu::Buffer) -> Vec<u
     bytemuck::cast_slice(&staging.slice(..).get_mapped_range().unwrap()).to_vec()
 }
 
+/// A storage buffer holding `contents`.
+fn storage(device: &wgpu::Device, contents: &[u32]) -> wgpu::Buffer {
+    device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: None,
+        contents: bytemuck::cast_slice(contents),
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+    })
+}
+
 #[test]
 fn device_batches_match_the_host_api() {
     let Some(gpu) = common::gpu() else {
@@ -33,13 +42,7 @@ fn device_batches_match_the_host_api() {
     let cfg = Config { capacity: 4000, value_bytes: 16, ..Default::default() };
     let t = common::gpu_table(&dir, &cfg);
     let (dev, queue) = (&gpu.device, &gpu.queue);
-    let buffer = |contents: &[u32]| {
-        dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: None,
-            contents: bytemuck::cast_slice(contents),
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-        })
-    };
+    let buffer = |contents: &[u32]| storage(dev, contents);
     let n = 2000u32;
     let keys: Vec<u8> = (0..n as u64).flat_map(|k| common::key(k, 8)).collect();
     let values: Vec<u8> = (0..n as u64 * 16).map(|i| (i * 7 % 251) as u8).collect();
@@ -125,9 +128,76 @@ fn device_batches_match_the_host_api() {
     assert!(matches!(c.execute_device(&batch), Err(Error::MissingFeature(_))));
 }
 
-/// Re-runs the device-batch test (reads-only batches and their refusals among them) at the
-/// subgroup sizes lavapipe can be given.
+/// A batch of gets larger than a search dispatch over host memory takes (2^17 invocations: each
+/// lane then serves several operations in turn) finds what the host API finds, and counts every
+/// operation that is not a get, wherever it falls.
+#[test]
+fn large_batches_of_gets_over_host_memory() {
+    let Some(gpu) = common::gpu() else {
+        panic!("device batches need a GPU");
+    };
+    let (stored, n) = (140_000u64, 150_000usize);
+    let dir = common::pool_dir();
+    let cfg = Config { capacity: stored, value_bytes: 8, ..Default::default() };
+    // No cache: the searches read the pool.
+    let cache = CacheOptions { ratio: Some(0.0), ..Default::default() };
+    let options = common::gpu_options(GpuOptions { cache, ..Default::default() });
+    let t = common::table(&dir, "large", &cfg, &options);
+    let value = |k: u64| (k * 0x9E37_79B9).to_le_bytes();
+    for start in (0..stored).step_by(50_000) {
+        let end = (start + 50_000).min(stored);
+        let keys: Vec<u8> = (start..end).flat_map(|k| common::key(k, 8)).collect();
+        let values: Vec<u8> = (start..end).flat_map(value).collect();
+        assert!(t.insert(&keys, &values).unwrap().iter().all(|&s| s == Status::Ok));
+    }
+    // Keys present and absent, shuffled by a stride coprime with n.
+    let ids: Vec<u64> = (0..n as u64).map(|i| (i * 7_919) % (stored + 10_000)).collect();
+    let keys: Vec<u8> = ids.iter().flat_map(|&k| common::key(k, 8)).collect();
+    let (dev, queue) = (&gpu.device, &gpu.queue);
+    let buffer = |contents: &[u32]| storage(dev, contents);
+    let gets = buffer(&vec![OpKind::Get as u32; n]);
+    let (keys_buf, values_buf) = (buffer(&words(&keys)), buffer(&vec![0; 2 * n]));
+    let (statuses, found) = (buffer(&vec![0; n]), buffer(&vec![0; 2 * n]));
+    let batch = DeviceBatch {
+        len: n as u32,
+        kinds: &gets,
+        keys: &keys_buf,
+        values: &values_buf,
+        statuses: &statuses,
+        found: &found,
+        reads_only: true,
+    };
+    t.execute_device(&batch).unwrap();
+    let (got, got_values) = (read(dev, queue, &statuses), read(dev, queue, &found));
+    let want = t.get(&keys).unwrap();
+    for i in 0..n {
+        assert_eq!(got[i], want.statuses[i] as u32, "operation {i} (key {}): status", ids[i]);
+        if let Some(v) = want.value(i) {
+            assert_eq!(&got_values[2 * i..2 * i + 2], &words(v)[..], "operation {i}: value");
+        }
+    }
+    let hits = want.statuses.iter().filter(|&&s| s == Status::Ok).count();
+    assert_eq!(hits, stored as usize, "every stored key once, and 10,000 absent ones");
+    // Deletes among the gets, in every lane's later turns too: counted, not run.
+    let mut kinds = vec![OpKind::Get as u32; n];
+    let refused: Vec<usize> = (0..n).step_by(9_973).collect();
+    for &i in &refused {
+        kinds[i] = OpKind::Delete as u32;
+    }
+    let kinds = buffer(&kinds);
+    match t.execute_device(&DeviceBatch { kinds: &kinds, ..batch }) {
+        Err(Error::NotReadsOnly { count }) => assert_eq!(count, refused.len() as u64),
+        other => panic!("a reads-only batch with deletes gave {other:?}"),
+    }
+    assert_eq!(t.len(), stored, "nothing was deleted");
+}
+
+/// Re-runs the device-batch tests (reads-only batches and their refusals among them, batches
+/// larger than a search dispatch) at the subgroup sizes lavapipe can be given.
 #[test]
 fn subgroup_sizes_4_to_128() {
-    common::rerun_at_subgroup_sizes(&["device_batches_match_the_host_api"], 1);
+    common::rerun_at_subgroup_sizes(
+        &["device_batches_match_the_host_api", "large_batches_of_gets_over_host_memory"],
+        2,
+    );
 }

@@ -32,6 +32,13 @@ use gphash_gpu::shader::Reach;
 /// lanes per operation (`GpuEngine::phase_a_lanes`). Measured on the H200 (BENCHMARKS.md).
 const SPREAD_INVOCATIONS: u64 = 1 << 17;
 
+/// The most invocations a search dispatch over host memory gets (a larger batch of gets gives
+/// each lane several operations in turn): with 128-byte values, batches of 2^18 gets and more
+/// found half as many keys a second over PCIe as batches of 2^17 with the same tiles
+/// (BENCHMARKS.md, "Searches over PCIe: fewer in flight"). Applies to a zero-copy table whose
+/// cache does not hold every group.
+const HOST_SEARCH_INVOCATIONS: u64 = 1 << 17;
+
 /// Phase A's narrowest tile (for large batches): 4 lanes cover the at most 128 candidate slots
 /// of a layout in 32 passes, the most a lane's bit mask of empty candidates holds.
 const NARROWEST_TILE: u32 = 4;
@@ -704,10 +711,27 @@ impl GpuEngine {
     fn invocations(&self, k: Kernel, n: u32) -> u64 {
         match k {
             Kernel::CacheFill => self.fills as u64 * self.cfg.tile as u64,
-            Kernel::PhaseA | Kernel::Search => n as u64 * self.phase_a_lanes(n).1 as u64,
+            Kernel::PhaseA => n as u64 * self.phase_a_lanes(n).1 as u64,
+            Kernel::Search => {
+                let all = n as u64 * self.phase_a_lanes(n).1 as u64;
+                // Only a batch larger than the cap runs one invocation per operation (spread 1),
+                // the kernel's condition for several operations a lane.
+                if self.searches_host_memory() && n as u64 > HOST_SEARCH_INVOCATIONS {
+                    all.min(HOST_SEARCH_INVOCATIONS)
+                } else {
+                    all
+                }
+            }
             Kernel::CacheDecay => self.cfg.geo.groups(),
             _ => n as u64,
         }
+    }
+
+    /// Whether searches read the table in host memory over the bus: zero-copy, not every group
+    /// cached.
+    fn searches_host_memory(&self) -> bool {
+        self.windows.residence == Residence::ZeroCopy
+            && u64::from(self.cache.config().entries) < self.cfg.geo.groups()
     }
 
     /// Phase A's tile width and invocations per operation for a batch of `n`. The dispatch
