@@ -415,7 +415,7 @@ fn measure(
             }
         }
         gpu.wait()?;
-        warm_up(system, gpu, &first, &mut warm)?;
+        warm_up(system, gpu, &first, &mut warm, in_flight)?;
         let group_batches: Vec<DeviceBatch> = uploaded[..group.len()].iter().map(DeviceOps::batch).collect();
         let timed = if in_flight {
             system.run_in_flight(&group_batches)?
@@ -436,7 +436,16 @@ fn measure(
 
 /// Runs reads of the keys of `batch` through `system`, untimed, for `WARM_UP`, from the buffers
 /// kept in `warm`.
-fn warm_up(system: &mut dyn System, gpu: &Gpu, batch: &Batch, warm: &mut Option<DeviceOps>) -> Result<()> {
+/// In flight, the reads go through the system's pipeline, so that both of its slots hold
+/// buffers for the batch's size before the timing (a slot's first batch of a larger size
+/// makes them).
+fn warm_up(
+    system: &mut dyn System,
+    gpu: &Gpu,
+    batch: &Batch,
+    warm: &mut Option<DeviceOps>,
+    in_flight: bool,
+) -> Result<()> {
     let mut reads = Batch::new(batch.key_bytes(), batch.value_bytes());
     for i in 0..batch.len() {
         reads.get(batch.op(i).1)?;
@@ -444,9 +453,11 @@ fn warm_up(system: &mut dyn System, gpu: &Gpu, batch: &Batch, warm: &mut Option<
     let device = DeviceOps::reuse(warm, gpu, &reads);
     let started = Instant::now();
     while started.elapsed() < WARM_UP {
-        system.stage(&device.batch())?;
-        system.run(&device.batch())?;
-        system.settle(&device.batch())?;
+        if in_flight {
+            system.run_in_flight(&[device.batch(), device.batch()])?;
+        } else {
+            one_at_a_time(system, &[device.batch()])?;
+        }
     }
     Ok(gpu.wait()?)
 }

@@ -557,6 +557,9 @@ fn suite(a: &SuiteArgs, options: &Options) -> gphash::Result<()> {
         in_flight: a.in_flight,
     };
     println!("# {} ({}), {} host threads", gpu.info.name, gpu.info.driver, suite.cpu_threads);
+    if suite.in_flight {
+        println!("# the gphash systems' batches two in flight (--in-flight)");
+    }
     let ceilings = match a.ceiling_mib {
         0 => vec![],
         mib => ceiling::measure(&gpu, &Method { bytes: mib << 20, ..Method::default() })?,

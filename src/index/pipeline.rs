@@ -27,8 +27,8 @@ use crate::error::{Error, Result};
 ///
 /// The pipeline holds the index's lock: other calls on the index wait until it is dropped (so
 /// the thread that holds a pipeline must not call the index itself: it would wait forever).
-/// Each of the two slots has its own batch buffers on the device. Dropping it waits for the batches in flight (they take effect or fail as they would have)
-/// and discards their results.
+/// Each of the two slots has its own batch buffers on the device. Dropping it waits for the
+/// batches in flight (they take effect or fail as they would have) and discards their results.
 pub struct Pipeline<'a> {
     flights: Flights<'a, HostLoad>,
     /// Results of batches completed to make room, not yet taken.
@@ -44,8 +44,10 @@ pub struct Pipeline<'a> {
 /// schedule of [`Pipeline`]: two in flight, reads-only batches back to back on the GPU, a
 /// batch that writes ended (and persisted) before the next one starts. A batch's statuses and
 /// found values are in its buffers once the pipeline yields its `Ok` (in the order submitted);
-/// until then the GPU may still write them. The pipeline holds the index's lock until dropped;
-/// dropping it waits for the batches in flight.
+/// until then the GPU may still write them. Two batches in flight must not share output
+/// buffers: the later one may overwrite the earlier one's results before they are yielded.
+/// The pipeline holds the index's lock until dropped; dropping it waits for the batches in
+/// flight.
 pub struct DevicePipeline<'a, 'b> {
     flights: Flights<'a, DeviceBatch<'b>>,
     /// Outcomes of batches completed to make room, not yet taken.
@@ -142,13 +144,11 @@ impl<'b> DevicePipeline<'_, 'b> {
         self.flights.queue.len() + self.done.len()
     }
 
-    /// Takes the oldest batch in flight to its end (its remaining phases and persists).
+    /// Takes the oldest batch in flight to its end (its remaining phases and persists),
+    /// counted as [`GpHash::execute_device`] counts it.
     fn complete(&mut self) -> Result<()> {
         let (batch, _, ended) = self.flights.complete();
         let outcome = ended?;
-        if batch.len == 0 {
-            return outcome;
-        }
         self.flights.state.acknowledge(batch.len as usize, outcome)
     }
 }

@@ -108,7 +108,9 @@ impl System for GpHashSystem {
     }
 
     /// Through a device pipeline, the oldest batch taken (its latency known) before a third is
-    /// submitted: two in flight.
+    /// submitted: two in flight. A batch's latency runs from the start of its submit, which
+    /// first ends the batch before it when that one writes (so a batch that writes waits for
+    /// the one ahead: queueing, counted in its latency).
     fn run_in_flight(&mut self, batches: &[DeviceBatch]) -> Result<Timed> {
         let started = Instant::now();
         let mut submitted: Vec<Instant> = Vec::with_capacity(batches.len());
