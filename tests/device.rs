@@ -129,10 +129,11 @@ fn device_batches_match_the_host_api() {
 }
 
 /// A batch of gets larger than a search dispatch over host memory takes (2^17 invocations: each
-/// lane then serves several operations in turn) finds what the host API finds, and counts every
-/// operation that is not a get, wherever it falls.
+/// lane then serves several operations in turn) finds what the host API finds (after inserts
+/// and updates of every key in one batch each), and counts every operation that is not a get,
+/// wherever it falls.
 #[test]
-fn large_batches_of_gets_over_host_memory() {
+fn large_batches_over_host_memory() {
     let Some(gpu) = common::gpu() else {
         panic!("device batches need a GPU");
     };
@@ -145,13 +146,16 @@ fn large_batches_of_gets_over_host_memory() {
     let t = common::table(&dir, "large", &cfg, &options);
     // The cap is for tables the searches read in host memory.
     assert_eq!(t.stats().mode, Mode::ZeroCopy, "the pool must be imported (pools go on /dev/shm)");
+    assert!(t.stats().max_batch > stored as usize, "one engine batch for all the inserts");
+    // Inserts, then updates, of every key in one batch each (phase A, uncapped, alongside).
+    let stored_keys: Vec<u8> = (0..stored).flat_map(|k| common::key(k, 8)).collect();
+    let first: Vec<u8> = (0..stored).flat_map(|k| (!k).to_le_bytes()).collect();
+    assert!(t.insert(&stored_keys, &first).unwrap().iter().all(|&s| s == Status::Ok));
     let value = |k: u64| (k * 0x9E37_79B9).to_le_bytes();
-    for start in (0..stored).step_by(50_000) {
-        let end = (start + 50_000).min(stored);
-        let keys: Vec<u8> = (start..end).flat_map(|k| common::key(k, 8)).collect();
-        let values: Vec<u8> = (start..end).flat_map(value).collect();
-        assert!(t.insert(&keys, &values).unwrap().iter().all(|&s| s == Status::Ok));
-    }
+    let values: Vec<u8> = (0..stored).flat_map(value).collect();
+    assert!(t.update(&stored_keys, &values).unwrap().iter().all(|&s| s == Status::Ok));
+    assert!(t.check().ok(), "{}", t.check());
+    assert_eq!(t.cells_used().unwrap(), stored, "the updates freed every old cell");
     // Keys present and absent, shuffled by a stride coprime with n.
     let ids: Vec<u64> = (0..n as u64).map(|i| (i * 7_919) % (stored + 10_000)).collect();
     let keys: Vec<u8> = ids.iter().flat_map(|&k| common::key(k, 8)).collect();
@@ -175,6 +179,7 @@ fn large_batches_of_gets_over_host_memory() {
     for i in 0..n {
         assert_eq!(got[i], want.statuses[i] as u32, "operation {i} (key {}): status", ids[i]);
         if let Some(v) = want.value(i) {
+            assert_eq!(v, value(ids[i]), "operation {i}: the updated value");
             assert_eq!(&got_values[2 * i..2 * i + 2], &words(v)[..], "operation {i}: value");
         }
     }
@@ -199,7 +204,7 @@ fn large_batches_of_gets_over_host_memory() {
 #[test]
 fn subgroup_sizes_4_to_128() {
     common::rerun_at_subgroup_sizes(
-        &["device_batches_match_the_host_api", "large_batches_of_gets_over_host_memory"],
+        &["device_batches_match_the_host_api", "large_batches_over_host_memory"],
         2,
     );
 }
