@@ -178,6 +178,8 @@ fn large_batches_over_host_memory() {
     let want = t.get(&keys).unwrap();
     for i in 0..n {
         assert_eq!(got[i], want.statuses[i] as u32, "operation {i} (key {}): status", ids[i]);
+        let stored_key = if ids[i] < stored { Status::Ok } else { Status::NotFound };
+        assert_eq!(got[i], stored_key as u32, "operation {i} (key {}): found iff stored", ids[i]);
         if let Some(v) = want.value(i) {
             assert_eq!(v, value(ids[i]), "operation {i}: the updated value");
             assert_eq!(&got_values[2 * i..2 * i + 2], &words(v)[..], "operation {i}: value");
