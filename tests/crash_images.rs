@@ -10,6 +10,8 @@
 //! replays a run.
 
 mod common;
+#[path = "common/device.rs"]
+mod device_buffers;
 
 use common::crash::{Content, CrashRun, assert_whole_or_absent};
 use common::oracle::Oracle;
@@ -36,16 +38,52 @@ fn random_batch(t: &gphash::GpHash, rng: &mut StdRng) -> gphash::Batch {
     batch
 }
 
-/// A run of 40 batches, one call each or through a pipeline, recorded at every persist point;
-/// then its crash images.
-fn crash_images(pipelined: bool, what: &str) {
+/// Submits `batches` to the pipeline `p`, taking outcomes (each acknowledged by its index) at
+/// random moments while one is in flight and always while two are.
+fn in_flight<'a, P: Iterator<Item = gphash::Result<R>>, B, R>(
+    p: &mut P,
+    batches: &'a [B],
+    mut submit: impl FnMut(&mut P, &'a B) -> gphash::Result<()>,
+    pending: impl Fn(&P) -> usize,
+    rng: &mut StdRng,
+    mut acknowledge: impl FnMut(usize),
+) {
+    let mut next = 0;
+    for b in batches {
+        submit(p, b).unwrap();
+        while pending(p) > 1 || (pending(p) > 0 && rng.random_bool(0.2)) {
+            p.next().unwrap().unwrap();
+            acknowledge(next);
+            next += 1;
+        }
+    }
+    for r in p {
+        r.unwrap();
+        acknowledge(next);
+        next += 1;
+    }
+}
+
+/// How a run's batches are applied.
+#[derive(Clone, Copy, PartialEq)]
+enum Run {
+    OneAtATime,
+    /// `GpHash::pipeline`: host batches in flight.
+    Pipeline,
+    /// `GpHash::device_pipeline`: the same batches in device buffers, in flight.
+    DevicePipeline,
+}
+
+/// A run of 40 batches, applied as `how` says, recorded at every persist point; then its crash
+/// images.
+fn crash_images(how: Run, what: &str) {
     let seed = common::seed(what);
     let mut rng = StdRng::seed_from_u64(seed);
     let wanted: usize =
         std::env::var("GPHASH_CRASH_IMAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(2000);
     // In a pipeline a result may be taken a submit after it was acknowledged, when two more
     // batches are in flight.
-    let mut run = if pipelined { CrashRun::with_depth(3) } else { CrashRun::default() };
+    let mut run = if how == Run::OneAtATime { CrashRun::default() } else { CrashRun::with_depth(3) };
     // A bucket cache on every device (by default a CPU device has none): its claims decide on
     // the cached copy before the pool's CAS, which the images must survive.
     let gpu = GpuOptions {
@@ -58,29 +96,27 @@ fn crash_images(pipelined: bool, what: &str) {
         common::table(&dir, "run", &Config { capacity: 64, value_bytes: 12, ..Default::default() }, &options);
     let mut oracle = Oracle::default();
     let batches: Vec<_> = (0..40).map(|_| random_batch(&t, &mut rng)).collect();
-    if pipelined {
-        let mut p = t.pipeline();
-        let mut next = 0;
-        for b in &batches {
-            p.submit(b.clone()).unwrap();
-            while p.pending() > 1 || (p.pending() > 0 && rng.random_bool(0.2)) {
-                p.next().unwrap().unwrap();
-                oracle.run(&batches[next]);
-                run.acknowledged(batches[next].clone(), &oracle.map);
-                next += 1;
+    let mut acknowledge = |i: usize| {
+        oracle.run(&batches[i]);
+        run.acknowledged(batches[i].clone(), &oracle.map);
+    };
+    match how {
+        Run::OneAtATime => {
+            for (i, b) in batches.iter().enumerate() {
+                t.execute(b).unwrap();
+                acknowledge(i);
             }
         }
-        for r in p {
-            r.unwrap();
-            oracle.run(&batches[next]);
-            run.acknowledged(batches[next].clone(), &oracle.map);
-            next += 1;
+        Run::Pipeline => {
+            let mut p = t.pipeline();
+            in_flight(&mut p, &batches, |p, b| p.submit(b.clone()), |p| p.pending(), &mut rng, acknowledge);
         }
-    } else {
-        for b in batches {
-            t.execute(&b).unwrap();
-            oracle.run(&b);
-            run.acknowledged(b, &oracle.map);
+        Run::DevicePipeline => {
+            let gpu = common::gpu().expect("device batches need a GPU");
+            let buffers: Vec<_> =
+                batches.iter().map(|b| device_buffers::Buffers::new(&gpu, b, false)).collect();
+            let mut p = t.device_pipeline();
+            in_flight(&mut p, &buffers, |p, b| p.submit(b.batch()), |p| p.pending(), &mut rng, acknowledge);
         }
     }
     assert!(t.stats().activity.resizes >= 3, "the run must cross resizes");
@@ -92,14 +128,21 @@ fn crash_images(pipelined: bool, what: &str) {
 
 #[test]
 fn crash_images_recover_to_acknowledged_states() {
-    crash_images(false, "crash_images_recover_to_acknowledged_states");
+    crash_images(Run::OneAtATime, "crash_images_recover_to_acknowledged_states");
 }
 
 /// The same with batches in flight: reads-only batches back to back, encoding and decoding
 /// beside the GPU's work.
 #[test]
 fn crash_images_of_a_pipeline_recover_to_acknowledged_states() {
-    crash_images(true, "crash_images_of_a_pipeline_recover_to_acknowledged_states");
+    crash_images(Run::Pipeline, "crash_images_of_a_pipeline_recover_to_acknowledged_states");
+}
+
+/// The same with device batches in flight (`execute_device`'s path: inputs and results in
+/// device buffers).
+#[test]
+fn crash_images_of_a_device_pipeline_recover_to_acknowledged_states() {
+    crash_images(Run::DevicePipeline, "crash_images_of_a_device_pipeline_recover_to_acknowledged_states");
 }
 
 /// A pipelined run on the CPU executor (which runs each phase when it starts) whose every

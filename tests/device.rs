@@ -1,27 +1,18 @@
 //! Batches in device buffers: keys and results never leave the GPU.
 
 mod common;
+// Only the tests of device batches build it: it needs wgpu, which not every includer of
+// `common` links.
+#[path = "common/device.rs"]
+mod device_buffers;
+
+use device_buffers::download;
 
 use gphash::{CacheOptions, Config, DeviceBatch, Error, GpuOptions, Mode, OpKind, Status};
 use wgpu::util::DeviceExt;
 
 fn words(bytes: &[u8]) -> Vec<u32> {
     bytes.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
-}
-
-fn read(device: &wgpu::Device, queue: &wgpu::Queue, buf: &wgpu::Buffer) -> Vec<u32> {
-    let staging = device.create_buffer(&wgpu::BufferDescriptor {
-        label: None,
-        size: buf.size(),
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
-    let mut enc = device.create_command_encoder(&Default::default());
-    enc.copy_buffer_to_buffer(buf, 0, &staging, 0, buf.size());
-    queue.submit([enc.finish()]);
-    staging.slice(..).map_async(wgpu::MapMode::Read, |r| r.unwrap());
-    device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
-    bytemuck::cast_slice(&staging.slice(..).get_mapped_range().unwrap()).to_vec()
 }
 
 /// A storage buffer holding `contents`.
@@ -61,7 +52,7 @@ fn device_batches_match_the_host_api() {
         reads_only: false,
     };
     t.execute_device(&batch).unwrap();
-    assert!(read(dev, queue, &statuses).iter().all(|&s| s == Status::Ok as u32));
+    assert!(download(&gpu, &statuses).iter().all(|&s| s == Status::Ok as u32));
     let host = t.get(&keys).unwrap();
     for i in 0..n as usize {
         assert_eq!(host.value(i), Some(&values[i * 16..i * 16 + 16]));
@@ -70,8 +61,8 @@ fn device_batches_match_the_host_api() {
     let gets = buffer(&vec![OpKind::Get as u32; n as usize]);
     let batch = DeviceBatch { kinds: &gets, ..batch };
     t.execute_device(&batch).unwrap();
-    assert!(read(dev, queue, &statuses).iter().all(|&s| s == Status::Ok as u32));
-    assert_eq!(read(dev, queue, &found), words(&values));
+    assert!(download(&gpu, &statuses).iter().all(|&s| s == Status::Ok as u32));
+    assert_eq!(download(&gpu, &found), words(&values));
     assert_eq!(t.len(), n as u64);
     assert!(t.check().ok());
 
@@ -82,8 +73,8 @@ fn device_batches_match_the_host_api() {
         queue.write_buffer(&found, 0, &clear);
         queue.write_buffer(&statuses, 0, &clear[..n as usize * 4]);
         t.execute_device(&DeviceBatch { reads_only: true, ..batch }).unwrap();
-        assert!(read(dev, queue, &statuses).iter().all(|&s| s == Status::Ok as u32));
-        assert_eq!(read(dev, queue, &found), words(&values));
+        assert!(download(&gpu, &statuses).iter().all(|&s| s == Status::Ok as u32));
+        assert_eq!(download(&gpu, &found), words(&values));
     }
     // A reads-only batch that holds other operations: they are not run, the call says how many,
     // and the gets among them ran.
@@ -104,7 +95,7 @@ fn device_batches_match_the_host_api() {
         Err(Error::NotReadsOnly { count }) => assert_eq!(count, n as u64 / 4),
         other => panic!("a reads-only batch with writes gave {other:?}"),
     }
-    let got = read(dev, queue, &statuses);
+    let got = download(&gpu, &statuses);
     for (i, &s) in got.iter().enumerate() {
         let want = if i % 4 == 0 { 0 } else { Status::Ok as u32 };
         assert_eq!(s, want, "operation {i}: status");
@@ -159,7 +150,7 @@ fn large_batches_over_host_memory() {
     // Keys present and absent, shuffled by a stride coprime with n.
     let ids: Vec<u64> = (0..n as u64).map(|i| (i * 7_919) % (stored + 10_000)).collect();
     let keys: Vec<u8> = ids.iter().flat_map(|&k| common::key(k, 8)).collect();
-    let (dev, queue) = (&gpu.device, &gpu.queue);
+    let dev = &gpu.device;
     let buffer = |contents: &[u32]| storage(dev, contents);
     let gets = buffer(&vec![OpKind::Get as u32; n]);
     let (keys_buf, values_buf) = (buffer(&words(&keys)), buffer(&vec![0; 2 * n]));
@@ -174,7 +165,7 @@ fn large_batches_over_host_memory() {
         reads_only: true,
     };
     t.execute_device(&batch).unwrap();
-    let (got, got_values) = (read(dev, queue, &statuses), read(dev, queue, &found));
+    let (got, got_values) = (download(&gpu, &statuses), download(&gpu, &found));
     let want = t.get(&keys).unwrap();
     for i in 0..n {
         assert_eq!(got[i], want.statuses[i] as u32, "operation {i} (key {}): status", ids[i]);

@@ -3,18 +3,20 @@
 //! a failed persist while a later batch runs acknowledges nothing of either.
 
 mod common;
+// Only the tests of device batches build it: it needs wgpu, which not every includer of
+// `common` links.
+#[path = "common/device.rs"]
+mod device_buffers;
+
+use device_buffers::{Buffers, download};
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use gphash::{
-    Batch, Config, DeviceBatch, Encoded, Error, GpHash, Gpu, GpuOptions, OpKind, Options, Placement,
-    PoolError, Status,
-};
+use gphash::{Batch, Config, Error, GpHash, Gpu, GpuOptions, OpKind, Options, Placement, PoolError, Status};
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
-use wgpu::util::DeviceExt;
 
 const KB: usize = 8;
 const VB: usize = 16;
@@ -193,12 +195,20 @@ fn pipelined_batches_match_one_at_a_time_on_the_cpu() {
     matches_one_at_a_time(&common::cpu_options(), "cpu");
 }
 
+/// Which pipeline a test drives: `GpHash::pipeline` with host batches, or
+/// `GpHash::device_pipeline` with the same batches in device buffers.
+#[derive(Clone, Copy, PartialEq)]
+enum Through {
+    Host,
+    Device,
+}
+
 /// A write batch, then a second one submitted behind it (encoded while the first one runs);
 /// the persist of the first one's phase B fails. Neither is acknowledged: the first fails, the
 /// second is refused before anything of it runs, the index is poisoned, and after a reopen
 /// every acknowledged key holds its acknowledged value or the failed batch's (it was not
 /// acknowledged, so either may be found), never the second batch's.
-fn failed_persist(options: &Options, what: &str) {
+fn failed_persist(options: &Options, through: Through, what: &str) {
     let dir = common::pool_dir();
     let path = dir.path().join("p");
     let config = Config { key_bytes: KB as u32, value_bytes: VB as u32, capacity: 4096, ..Config::default() };
@@ -218,17 +228,35 @@ fn failed_persist(options: &Options, what: &str) {
     }
     // The first persist (phase A of the updates) succeeds, the next ones fail.
     t.with_pool(|pool| pool.fail_persists(Some(1)));
-    {
-        let mut p = t.pipeline();
-        p.submit(updates).unwrap();
-        let second = p.submit(inserts);
-        assert!(matches!(second, Err(Error::Poisoned(_))), "{what}: {second:?}");
-        let first = p.next().unwrap();
-        assert!(
-            matches!(first, Err(Error::Pool(PoolError::Io { op: "persist (injected fault)", .. }))),
-            "{what}: {first:?}"
-        );
-        assert!(p.next().is_none());
+    let injected = |r: &Result<(), Error>| {
+        matches!(r, Err(Error::Pool(PoolError::Io { op: "persist (injected fault)", .. })))
+    };
+    match through {
+        Through::Host => {
+            let mut p = t.pipeline();
+            p.submit(updates).unwrap();
+            let second = p.submit(inserts);
+            assert!(matches!(second, Err(Error::Poisoned(_))), "{what}: {second:?}");
+            let first = p.next().unwrap().map(drop);
+            assert!(injected(&first), "{what}: {first:?}");
+            assert!(p.next().is_none());
+        }
+        Through::Device => {
+            let gpu = common::gpu().expect("device batches need a GPU");
+            let (updates, inserts) =
+                (Buffers::new(&gpu, &updates, false), Buffers::new(&gpu, &inserts, false));
+            {
+                let mut p = t.device_pipeline();
+                p.submit(updates.batch()).unwrap();
+                let second = p.submit(inserts.batch());
+                assert!(matches!(second, Err(Error::Poisoned(_))), "{what}: {second:?}");
+                let first = p.next().unwrap().map(drop);
+                assert!(injected(&first), "{what}: {first:?}");
+                assert!(p.next().is_none());
+            }
+            let statuses = download(&gpu, &inserts.buffers[3]);
+            assert!(statuses.iter().all(|&s| s == u32::MAX), "{what}: the refused batch did not run");
+        }
     }
     let stats = t.stats();
     assert!(stats.poisoned.as_deref().is_some_and(|why| why.contains("injected")), "{what}: {stats}");
@@ -250,49 +278,17 @@ fn failed_persist(options: &Options, what: &str) {
 
 #[test]
 fn a_failed_persist_acknowledges_nothing_of_its_batch_nor_of_the_next_on_the_gpu() {
-    failed_persist(&common::gpu_options(Default::default()), "gpu");
+    failed_persist(&common::gpu_options(Default::default()), Through::Host, "gpu");
 }
 
 #[test]
 fn a_failed_persist_acknowledges_nothing_of_its_batch_nor_of_the_next_on_the_cpu() {
-    failed_persist(&common::cpu_options(), "cpu");
+    failed_persist(&common::cpu_options(), Through::Host, "cpu");
 }
 
-/// A batch's buffers on the device, made from its encoding: kinds, keys, values, statuses,
-/// found values.
-struct Buffers {
-    len: u32,
-    reads_only: bool,
-    buffers: [wgpu::Buffer; 5],
-}
-
-impl Buffers {
-    /// The buffers of `b`; `reads_only` is what the batch declares.
-    fn new(gpu: &Gpu, b: &Batch, reads_only: bool) -> Buffers {
-        let mut e = Encoded::default();
-        b.encode(&mut e);
-        let n = b.len();
-        let vw = VB.div_ceil(4);
-        if e.values.is_empty() {
-            e.values = vec![0; n * vw];
-        }
-        let buffer = |words: &[u32]| {
-            let words = if words.is_empty() { &[0][..] } else { words };
-            gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: None,
-                contents: bytemuck::cast_slice(words),
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-            })
-        };
-        let (statuses, found) = (vec![u32::MAX; n], vec![0; n * vw]);
-        let buffers = [&e.kinds, &e.keys, &e.values, &statuses, &found].map(|w| buffer(w));
-        Buffers { len: n as u32, reads_only, buffers }
-    }
-
-    fn batch(&self) -> DeviceBatch<'_> {
-        let [kinds, keys, values, statuses, found] = &self.buffers;
-        DeviceBatch { len: self.len, kinds, keys, values, statuses, found, reads_only: self.reads_only }
-    }
+#[test]
+fn a_failed_persist_acknowledges_nothing_of_its_device_batch_nor_of_the_next() {
+    failed_persist(&common::gpu_options(Default::default()), Through::Device, "device");
 }
 
 /// Runs `batches` through a device pipeline of a table placed by `placement` (reads-only
@@ -368,11 +364,6 @@ fn device_matches_one_at_a_time(placement: Placement, what: &str) {
         // A volatile table's pool goes stale: its keys are compared through the gets above.
         same_tables(&piped, &reference, what);
     }
-}
-
-/// The words of a device buffer.
-fn download(gpu: &Gpu, buf: &wgpu::Buffer) -> Vec<u32> {
-    gphash_gpu::resources::download_words(gpu, buf, buf.size() / 4).unwrap()
 }
 
 #[test]
