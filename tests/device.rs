@@ -119,7 +119,7 @@ fn device_batches_match_the_host_api() {
     assert!(matches!(c.execute_device(&batch), Err(Error::MissingFeature(_))));
 }
 
-/// A batch of gets larger than a search dispatch over host memory takes (2^17 invocations: each
+/// A batch of gets larger than a search dispatch over host memory takes (2^16 invocations: each
 /// lane then serves several operations in turn) finds what the host API finds (after inserts
 /// and updates of every key in one batch each), and counts every operation that is not a get,
 /// wherever it falls.
