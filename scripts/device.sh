@@ -142,8 +142,9 @@ scoreboard)
       --distribution uniform --systems gphash-zc --reps 5 --batches 4096,16384,65536,262144,1048576 --ceiling-mib 0 --out /tmp/gph/l1 ;;
   side-by-side)
     S="--key-bytes 8 --value-bytes 128 --records 16777216 --macro-ops 4194304 --batches 65536 --workloads a,b,c,d,f --reps 5"
-    run side-by-side 260 bench suite $S --distribution uniform,zipf:0.99 --systems gphash-zc,cpu-map --ceiling-mib 0 --out /tmp/gph/s1
+    run side-by-side 330 bench suite $S --distribution uniform,zipf:0.99 --systems gphash-zc,cpu-map --ceiling-mib 0 --out /tmp/gph/s1
     run side-by-side 150 bench suite $S --distribution uniform,zipf:0.99 --systems gphash-zc --ceiling-mib 0 --in-flight --out /tmp/gph/s2 ;;
+  *) echo "unknown scoreboard part: $part" >&2; exit 2 ;;
   esac; done
   ;;
 widths)

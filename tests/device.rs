@@ -164,20 +164,29 @@ fn large_batches_over_host_memory() {
         found: &found,
         reads_only: true,
     };
-    t.execute_device(&batch).unwrap();
-    let (got, got_values) = (download(&gpu, &statuses), download(&gpu, &found));
-    let want = t.get(&keys).unwrap();
-    for i in 0..n {
-        assert_eq!(got[i], want.statuses[i] as u32, "operation {i} (key {}): status", ids[i]);
-        let stored_key = if ids[i] < stored { Status::Ok } else { Status::NotFound };
-        assert_eq!(got[i], stored_key as u32, "operation {i} (key {}): found iff stored", ids[i]);
-        if let Some(v) = want.value(i) {
-            assert_eq!(v, value(ids[i]), "operation {i}: the updated value");
-            assert_eq!(&got_values[2 * i..2 * i + 2], &words(v)[..], "operation {i}: value");
+    // Each lane serves two or three operations at 150,000, one or two at 100,000.
+    for len in [n, 100_000] {
+        t.execute_device(&DeviceBatch { len: len as u32, ..batch }).unwrap();
+        let (got, got_values) = (download(&gpu, &statuses), download(&gpu, &found));
+        let want = t.get(&keys[..len * 8]).unwrap();
+        for i in 0..len {
+            assert_eq!(got[i], want.statuses[i] as u32, "{len} gets, operation {i} (key {}): status", ids[i]);
+            let stored_key = if ids[i] < stored { Status::Ok } else { Status::NotFound };
+            assert_eq!(
+                got[i], stored_key as u32,
+                "{len} gets, operation {i} (key {}): found iff stored",
+                ids[i]
+            );
+            if let Some(v) = want.value(i) {
+                assert_eq!(v, value(ids[i]), "{len} gets, operation {i}: the updated value");
+                assert_eq!(&got_values[2 * i..2 * i + 2], &words(v)[..], "{len} gets, operation {i}: value");
+            }
+        }
+        if len == n {
+            let hits = want.statuses.iter().filter(|&&s| s == Status::Ok).count();
+            assert_eq!(hits, stored as usize, "every stored key once, and 10,000 absent ones");
         }
     }
-    let hits = want.statuses.iter().filter(|&&s| s == Status::Ok).count();
-    assert_eq!(hits, stored as usize, "every stored key once, and 10,000 absent ones");
     // Deletes among the gets, in every lane's later turns too: counted, not run.
     let mut kinds = vec![OpKind::Get as u32; n];
     let refused: Vec<usize> = (0..n).step_by(9_973).collect();

@@ -226,6 +226,9 @@ fn failed_persist(options: &Options, through: Through, what: &str) {
     for k in 1000..1500 {
         inserts.insert(&common::key(k, KB), &new(k)).unwrap();
     }
+    // A key already there: phase A writes its status (`Exists`), which a refused batch must
+    // leave unwritten; fresh inserts get theirs only in phase B.
+    inserts.insert(&common::key(0, KB), &new(0)).unwrap();
     // The first persist (phase A of the updates) succeeds, the next ones fail.
     t.with_pool(|pool| pool.fail_persists(Some(1)));
     let injected = |r: &Result<(), Error>| {

@@ -34,11 +34,15 @@ const SPREAD_INVOCATIONS: u64 = 1 << 17;
 
 /// The most invocations a search dispatch over host memory gets (a larger batch of gets gives
 /// each lane several operations in turn): with 128-byte values, batches of 2^18 gets and more
-/// found half as many keys a second over PCIe as batches of 2^17 with the same tiles, and on
-/// the H200 batches of 2^17 found 4% fewer than batches of 2^16, whose dispatch has 2^16
-/// operations in flight (BENCHMARKS.md, "Searches over PCIe: fewer in flight" and the H200
-/// scoreboard). Applies to a zero-copy table whose cache does not hold every group.
+/// found half as many keys a second over PCIe as batches of 2^17 with the same tiles (H100),
+/// and on the H200 batches of 2^17 found 4-9% fewer than batches of 2^16, whose dispatch has
+/// 2^16 operations in flight (BENCHMARKS.md, "Searches over PCIe: fewer in flight" and the
+/// H200 scoreboard). Applies to a zero-copy table whose cache does not hold every group.
 const HOST_SEARCH_INVOCATIONS: u64 = 1 << 16;
+
+// The search kernel serves several operations a lane only where each has a lane of its own
+// (spread 1): every batch larger than the cap must get spread 1 from `phase_a_lanes`.
+const _: () = assert!(SPREAD_INVOCATIONS <= 2 * HOST_SEARCH_INVOCATIONS);
 
 /// Phase A's narrowest tile (for large batches): 4 lanes cover the at most 128 candidate slots
 /// of a layout in 32 passes, the most a lane's bit mask of empty candidates holds.
