@@ -9,6 +9,7 @@
 #   scripts/device.sh hugepages  searches over PCIe with the pool in 4 KiB and in 2 MiB pages
 #   scripts/device.sh past-gpu-memory  a 150 GiB pool on a 256 GiB host, then gphash check
 #   scripts/device.sh widths     phase A's tile width per batch against fixed widths
+#   scripts/device.sh open       opens after a clean close, waiting for the GPU and in the background
 #   scripts/device.sh device-profile  the ceilings, then where device batches' time goes
 #   scripts/device.sh side-by-side    every YCSB workload and distribution, gphash against the host maps
 #   scripts/device.sh scoreboard PART...  issue 12's aims in one build (PART: profile, volatile, pcie,
@@ -25,7 +26,7 @@ tests)
   # The server's tests drive it with redis-cli and redis-benchmark.
   . "$root/scripts/redis-tools.sh"
   for t in kernels cache baseline_slab baseline_cpu growth persistence crash_images device kill typed \
-    erase_reinsert atomicity limits inspect check pipeline serve beyond_16gib format fill; do
+    erase_reinsert atomicity limits inspect check pipeline serve beyond_16gib format fill gpu_start; do
     echo "== $t"
     ./test-$t 2>&1 | grep -E "test result|FAILED|panicked|GPU tests run|hardware" | sort -u
   done 2>&1 | tee "$out/tests.log"
@@ -98,6 +99,13 @@ past-gpu-memory)
   SECONDS=0
   ./gphash check "$pool" 2>&1 | tail -4 | tee -a "$out/large.txt"
   echo "check: exit ${PIPESTATUS[0]} in $SECONDS s" | tee -a "$out/large.txt"
+  ;;
+open)
+  # Issue 13, item 6: growth, recovery and opens after a clean close (waiting for the GPU, and
+  # with a background start) of 16 M keys of 8-byte values, three runs, then of 100 M keys of
+  # 128-byte values (a pool of about 20 GB).
+  for i in 1 2 3; do ./gphash bench resize --keys 16777216 2>&1; done | grep -v "imported buffers" | tee "$out/open-16m.txt"
+  ./gphash bench resize --keys 100000000 --value-bytes 128 2>&1 | grep -v "imported buffers" | tee "$out/open-100m.txt"
   ;;
 device-profile)
   # Issue 12's volatile targets: the device's ceilings and round trips, then device batches

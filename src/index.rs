@@ -11,10 +11,11 @@
 
 use std::fmt;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use gphash_gpu::Gpu;
+use gphash_gpu::resources::PoolRef;
 use host_pm::{Backend, CreateOptions, Header, PersistMode, Pool, ResizeRecord, TableConfig};
 
 use crate::batch::{Batch, BatchResult, Encoded, KeyGroups, Part, Planned};
@@ -39,6 +40,7 @@ pub use crate::engine::MAX_BATCH;
 pub use pipeline::{DevicePipeline, Pipeline};
 
 mod pipeline;
+mod start;
 
 /// An insertion that finds no slot grows the table only if the table would be at least this
 /// full with every operation of the batch adding a key: below it, the layout's candidates
@@ -109,6 +111,19 @@ pub struct Options {
     /// per value and hashes the value). A read whose value fails it gets [`Status::Corrupt`]
     /// and no value.
     pub verify_values: bool,
+    /// Open without waiting for the GPU (off by default). The index opens once its pool has
+    /// (the header read; recovered, on the CPU, if it was not closed cleanly) and runs calls on
+    /// the CPU model while another thread opens the device, imports the pool and builds the
+    /// kernels; it takes the GPU over between two calls once that is done, with the allocator
+    /// as it then stands. Until then `Stats::mode` says the GPU is starting; a GPU that fails
+    /// to start leaves the CPU model running, and [`GpHash::wait_for_gpu`] says why. Device
+    /// batches, growth, closing and cache changes wait for the start. No effect with
+    /// [`Executor::Cpu`].
+    pub background_gpu_start: bool,
+    /// Holds the background start, once its work is done, until the test waits on it too
+    /// (feature `testing`).
+    #[cfg(feature = "testing")]
+    pub gpu_start_gate: Option<Arc<std::sync::Barrier>>,
     /// Shown the pool at every persist point (see [`host_pm::Observer`]): for crash tests
     /// (feature `testing`).
     #[cfg(feature = "testing")]
@@ -127,6 +142,9 @@ impl Default for Options {
             device: None,
             grow: true,
             verify_values: false,
+            background_gpu_start: false,
+            #[cfg(feature = "testing")]
+            gpu_start_gate: None,
             #[cfg(feature = "testing")]
             observer: None,
             #[cfg(feature = "bench")]
@@ -223,6 +241,20 @@ pub struct Stats {
     pub cache: CacheStatus,
     /// Why the index must be reopened, if an earlier failure poisoned it.
     pub poisoned: Option<String>,
+    /// How a GPU started in the background took over (`None` until it has, and without a
+    /// background start).
+    pub gpu_start: Option<GpuStart>,
+}
+
+/// How a GPU started in the background took over ([`Options::background_gpu_start`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuStart {
+    /// From the open until the starting thread had the device and, for a pool imported
+    /// zero-copy, the engine.
+    pub ready_after: Duration,
+    /// The engine was made on the starting thread (zero-copy); otherwise the index made it
+    /// when it took over (a pool copied to the device, which only the index may read).
+    pub engine_in_background: bool,
 }
 
 impl Stats {
@@ -298,8 +330,8 @@ fn builder<'a>(gpu: &'a std::result::Result<Arc<Gpu>, String>, opts: &'a GpuOpti
 /// [`Error::Poisoned`] and reopening recovers it.
 pub struct GpHash {
     state: Mutex<State>,
-    /// The GPU, if batches run on one (also in the state, which makes engines with it).
-    gpu: Option<Arc<Gpu>>,
+    /// The GPU, once batches run on one (also in the state, which makes engines with it).
+    gpu: Arc<OnceLock<Arc<Gpu>>>,
     /// Key width and value size, which no growth changes.
     key_bytes: usize,
     value_bytes: usize,
@@ -311,6 +343,13 @@ struct State {
     // resize moves the pool or the cache is replaced, and after either failed to make a new
     // one (the index is then poisoned).
     engine: Option<Box<dyn Engine>>,
+    /// A GPU starting in the background (`Options::background_gpu_start`). Joined before
+    /// `pool` is dropped or moved: its engine may map the pool's memory.
+    starting: Option<start::Starting>,
+    /// `GpHash::gpu`, set once batches run on the GPU.
+    gpu_cell: Arc<OnceLock<Arc<Gpu>>>,
+    /// How the GPU started in the background took over.
+    gpu_start: Option<GpuStart>,
     /// How the last engine executed (reported while there is none).
     mode: Mode,
     pool: Pool,
@@ -441,8 +480,10 @@ impl GpHash {
         }
         let mut laps = Laps::start("start");
         let geo = Self::geometry_of(&pool)?;
+        let background = options.background_gpu_start && options.executor != Executor::Cpu;
         let gpu = match (options.executor, &options.device) {
             (Executor::Cpu, _) => Err("the CPU executor was requested".to_string()),
+            _ if background => Err(STARTING.to_string()),
             (_, Some(g)) => Ok(g.clone()),
             (exec, None) => match Gpu::new() {
                 Ok(g) => Ok(g),
@@ -463,8 +504,24 @@ impl GpHash {
             pool.path().map_or("anonymous memory".into(), |p| p.display().to_string())
         );
         let items = recovery.items;
+        let starting = background.then(|| {
+            let h = *pool.header();
+            let seeds = Seeds::new(h.table.seed, geo.layout.hashes);
+            let (mapping, regions) = (pool.mapping(), [h.table_region, h.heap_region]);
+            start::Starting::spawn(
+                options,
+                start::Target { geo, seeds, mapping, regions, bitmap: bitmap.clone() },
+            )
+        });
+        let gpu_cell = Arc::new(OnceLock::new());
+        if let Ok(g) = &gpu {
+            let _ = gpu_cell.set(g.clone());
+        }
         let mut state = State {
             engine: None,
+            starting,
+            gpu_cell: gpu_cell.clone(),
+            gpu_start: None,
             mode: Mode::Cpu { reason: "no engine yet".into() },
             pool,
             geo,
@@ -483,7 +540,7 @@ impl GpHash {
         state.install(engine);
         laps.lap("engine");
         Ok(GpHash {
-            gpu: state.gpu.as_ref().ok().cloned(),
+            gpu: gpu_cell,
             key_bytes: state.geo.key_bytes as usize,
             value_bytes: state.geo.value_bytes as usize,
             state: Mutex::new(state),
@@ -523,9 +580,23 @@ impl GpHash {
         self.state().geo
     }
 
-    /// The GPU, if batches run on one.
+    /// The GPU, if batches run on one. `None` while a background start is still going
+    /// ([`Options::background_gpu_start`]); [`GpHash::wait_for_gpu`] waits for it.
     pub fn gpu(&self) -> Option<&Arc<Gpu>> {
-        self.gpu.as_ref()
+        self.gpu.get()
+    }
+
+    /// Waits until a GPU started in the background runs the batches and returns it; without a
+    /// background start, the GPU batches run on. `Err` says why batches run on the CPU model:
+    /// the CPU executor was asked for, no GPU was found (under [`Executor::Auto`]), or the
+    /// background start failed.
+    pub fn wait_for_gpu(&self) -> Result<&Arc<Gpu>> {
+        let mut s = self.state();
+        s.adopt_gpu(true);
+        match &s.gpu {
+            Ok(_) => Ok(self.gpu.get().expect("set when the GPU took over")),
+            Err(why) => Err(Error::Gpu(why.clone())),
+        }
     }
 
     /// Runs `f` on the pool, holding the index's lock meanwhile: no call runs until it returns
@@ -567,6 +638,7 @@ impl GpHash {
     /// (the cache then stays frozen until its next period).
     pub fn load_cache(&self) -> Result<()> {
         let mut s = self.state();
+        s.adopt_gpu(true);
         let t = Instant::now();
         let loaded = s.engine()?.load_cache();
         // Its engine time and kernels are counted now, not with the next batch's.
@@ -687,7 +759,63 @@ impl GpHash {
     }
 }
 
+/// The reason the index runs on the CPU model while a background start goes on.
+const STARTING: &str = "the GPU is starting in the background";
+
 impl State {
+    /// Takes over the GPU started in the background once it is ready (`wait`: waits for it),
+    /// handing it the allocator as it stands. A GPU that did not start, or whose engine could
+    /// not be made, leaves the CPU model running, with the reason in `mode`.
+    fn adopt_gpu(&mut self, wait: bool) {
+        let Some(starting) = self.starting.take_if(|s| wait || s.finished()) else {
+            return;
+        };
+        let start::Started { gpu, engine, took } = starting.join();
+        let engine_in_background = matches!(engine, Some(Ok(_)));
+        let outcome = gpu.map_err(|why| format!("the GPU did not start: {why}")).and_then(|gpu| {
+            self.gpu = Ok(gpu.clone());
+            if self.poisoned.is_some() {
+                // Whatever reopens the pool makes its engine with the GPU.
+                return Ok(gpu);
+            }
+            let made = self.engine().and_then(|cpu| cpu.bitmap()).and_then(|bitmap| match engine {
+                Some(Ok(mut e)) => {
+                    e.set_allocator(&bitmap);
+                    Ok(Box::new(e) as Box<dyn Engine>)
+                }
+                Some(Err(e)) => {
+                    log::info!("the background start made no engine ({e}); making one now");
+                    self.make_engine(bitmap)
+                }
+                None => self.make_engine(bitmap),
+            });
+            match made {
+                Ok(e) => {
+                    self.install(e);
+                    Ok(gpu)
+                }
+                Err(e) => Err(format!("no engine could be made on the GPU: {e}")),
+            }
+        });
+        match outcome {
+            Ok(gpu) => {
+                log::info!(
+                    "the GPU took over; it was ready {:.1} ms after the open",
+                    took.as_secs_f64() * 1e3
+                );
+                let _ = self.gpu_cell.set(gpu);
+                self.gpu_start = Some(GpuStart { ready_after: took, engine_in_background });
+            }
+            Err(why) => {
+                log::warn!("{why}; batches run on the CPU model");
+                self.gpu = Err(why.clone());
+                if let Mode::Cpu { reason } = &mut self.mode {
+                    *reason = why;
+                }
+            }
+        }
+    }
+
     /// Makes `engine` the one that runs batches.
     fn install(&mut self, engine: Box<dyn Engine>) {
         self.mode = engine.mode();
@@ -707,7 +835,7 @@ impl State {
             Ok(gpu) => Box::new(GpuEngine::new(
                 gpu.clone(),
                 (self.geo, seeds),
-                &mut self.pool,
+                PoolRef::Owned(&mut self.pool),
                 [h.table_region, h.heap_region],
                 &bitmap,
                 &self.options.gpu,
@@ -757,6 +885,8 @@ impl State {
     /// See [`GpHash::grow`].
     fn grow(&mut self) -> Result<()> {
         self.usable()?;
+        // The started engine may map the pool, which may move: growth runs on the GPU.
+        self.adopt_gpu(true);
         if self.mode == Mode::Volatile {
             return Err(Error::Resize("a volatile table cannot grow: size it for its keys".into()));
         }
@@ -776,6 +906,7 @@ impl State {
     /// operations found no free cell while the table had slots for them.
     fn grow_heap(&mut self, failed: u64) -> Result<()> {
         self.usable()?;
+        self.adopt_gpu(true);
         if self.mode == Mode::Volatile {
             return Err(Error::HeapFull { failed });
         }
@@ -837,7 +968,9 @@ impl State {
 
     /// Closes the table cleanly, unless it is poisoned: the next open needs no recovery.
     /// The allocator is saved beside the table so that the next open needs no scan.
-    fn close(self) -> Result<()> {
+    fn close(mut self) -> Result<()> {
+        // The started engine may map the pool, which saving may grow.
+        drop(self.starting.take());
         let State { engine, mut pool, poisoned, items, .. } = self;
         if poisoned.is_some() {
             // Leave the pool marked dirty: the next open recovers it.
@@ -887,12 +1020,14 @@ impl State {
                 None => CacheStatus::Off { reason: "the index has no engine".into() },
             },
             poisoned: self.poisoned.clone(),
+            gpu_start: self.gpu_start,
         }
     }
 
     /// See [`GpHash::set_cache`].
     fn set_cache(&mut self, cache: CacheOptions) -> Result<()> {
         cache.validate()?;
+        self.adopt_gpu(true);
         let bitmap = self.engine()?.bitmap()?;
         let old = std::mem::replace(&mut self.options.gpu.cache, cache);
         self.engine = None;
@@ -921,6 +1056,7 @@ impl State {
     /// batches of a split one change nothing that could need undoing.
     fn call(&mut self, batch: &Batch, ordered: bool) -> Result<BatchResult> {
         self.usable()?;
+        self.adopt_gpu(false);
         self.check_widths(batch)?;
         let split = batch.len() > self.max_batch()?;
         if batch.read_only() || !(ordered || split) {
@@ -1136,6 +1272,7 @@ impl State {
     /// See [`GpHash::execute_device`].
     fn execute_device(&mut self, batch: &DeviceBatch) -> Result<()> {
         self.usable()?;
+        self.adopt_gpu(true);
         let outcome = self.protocol(Input::Device(batch));
         self.acknowledge(batch.len as usize, outcome)
     }

@@ -63,7 +63,9 @@ pub use error::{Error, Result};
 pub use gphash_gpu::{DeviceInfo, Gpu};
 pub use gpu::engine::{GpuOptions, Placement};
 pub use host_pm::{Backend, PersistMode, Pool, PoolError};
-pub use index::{Activity, Config, DevicePipeline, Executor, GpHash, MAX_BATCH, Options, Pipeline, Stats};
+pub use index::{
+    Activity, Config, DevicePipeline, Executor, GpHash, GpuStart, MAX_BATCH, Options, Pipeline, Stats,
+};
 pub use inspect::{Inspection, inspect};
 pub use layout::{Candidate, Geometry, Layout, MAX_CELLS, TARGET_LOAD};
 pub use profile::{KernelTimes, Profile};

@@ -284,6 +284,10 @@ pub struct ResizeFigures {
     pub recovery: Duration,
     /// Opening it after a clean close.
     pub clean_open: Duration,
+    /// Opening it after a clean close with a background GPU start (`None` on the CPU):
+    /// until the open returned, until a get of one key returned (run on the CPU model), and
+    /// until the GPU took over.
+    pub background_open: Option<[Duration; 3]>,
     /// Opening the GPU, once, before the table (every open above shares it).
     pub device: Duration,
     /// Device and mode.
@@ -327,7 +331,31 @@ impl ResizeRecovery {
         let index = GpHash::open(&path, options)?;
         let clean_open = t.elapsed();
         index.close()?;
-        Ok(ResizeFigures { slots: (before, after), resize, recovery, clean_open, device, setting })
+        let background_open = if options.executor == Executor::Cpu {
+            None
+        } else {
+            let t = Instant::now();
+            let index = GpHash::open(&path, &Options { background_gpu_start: true, ..options.clone() })?;
+            let opened = t.elapsed();
+            let found = index.get(&key(0, 8))?;
+            let got = t.elapsed();
+            index.wait_for_gpu()?;
+            let ready = t.elapsed();
+            if found.statuses[0] != gphash::Status::Ok {
+                return Err(Error::Resize("key 0 not found after a background open".into()));
+            }
+            index.close()?;
+            Some([opened, got, ready])
+        };
+        Ok(ResizeFigures {
+            slots: (before, after),
+            resize,
+            recovery,
+            clean_open,
+            background_open,
+            device,
+            setting,
+        })
     }
 }
 

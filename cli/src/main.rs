@@ -65,6 +65,11 @@ struct ExecArgs {
     /// the cost.
     #[arg(long, global = true)]
     large_pool_mode: bool,
+    /// Open without waiting for the GPU: calls run on the CPU model until the device, the
+    /// pool's import and the kernels are ready, then the GPU takes over (a server answers at
+    /// once, whatever the pool's size).
+    #[arg(long, global = true)]
+    background_gpu_start: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -109,6 +114,7 @@ impl ExecArgs {
                 ..GpuOptions::default()
             },
             verify_values: self.verify_values,
+            background_gpu_start: self.background_gpu_start,
             ..Options::default()
         }
     }

@@ -437,7 +437,10 @@ fn kill_9_keeps_every_acknowledged_write() {
     let path = pool(&dir);
     let mut rng = StdRng::seed_from_u64(common::seed("serve_kill"));
     for round in 0..3u32 {
-        let server = Server::start(&path, &[]);
+        // Round 1 starts its GPU in the background: the kill may come before the GPU took
+        // over, or after, with writes acknowledged on the CPU model before it.
+        let start: &[&str] = if round == 1 { &["--background-gpu-start"] } else { &[] };
+        let server = Server::start(&path, start);
         let stop = Arc::new(AtomicBool::new(false));
         // Each writer sets its own keys to increasing versions and records the last acknowledged.
         let acked: Arc<Mutex<HashMap<String, u32>>> = Default::default();
@@ -473,7 +476,7 @@ fn kill_9_keeps_every_acknowledged_write() {
         assert!(!acked.is_empty(), "round {round}: some writes were acknowledged before the kill");
         // The restart recovers the pool; every acknowledged version is there, or the one after
         // it (sent, then the kill came before its reply).
-        let server = Server::start(&path, &[]);
+        let server = Server::start(&path, start);
         let mut c = server.client();
         for (k, v) in &acked {
             let got: Option<u32> = redis::cmd("GET").arg(k).query(&mut c).unwrap();

@@ -1,7 +1,7 @@
 //! Device resources of a table's kernels: windows of pool regions (imported or uploaded),
 //! pipelines, bind group layouts, readbacks.
 
-use host_pm::{Backend, PersistMode, Pool, Region};
+use host_pm::{Backend, Mapping, PersistMode, Pool, Region};
 
 use super::context::{DeviceInfo, Gpu};
 use super::hostmem::{self, ImportGuard};
@@ -387,12 +387,32 @@ pub struct PoolWindows {
     guard: ImportGuard,
 }
 
+/// The pool [`PoolWindows::place`] binds: the pool itself (any placement), or only where its
+/// mapping lies, while its owner may be writing it on another thread (zero-copy only: its
+/// bytes are never read, so a copy of them cannot be torn).
+pub enum PoolRef<'a> {
+    /// The pool, not in use elsewhere meanwhile.
+    Owned(&'a mut Pool),
+    /// The pool's mapping, which its owner keeps in place until the windows are released.
+    Mapping(Mapping),
+}
+
+impl PoolRef<'_> {
+    /// Where the pool's mapping lies.
+    pub fn mapping(&mut self) -> Mapping {
+        match self {
+            PoolRef::Owned(pool) => pool.mapping(),
+            PoolRef::Mapping(m) => *m,
+        }
+    }
+}
+
 impl PoolWindows {
     /// Binds the table and the heap, each `(region, windows, words in use, label)`, with dirty
     /// lines as large as the regions' reach needs and at least `64 << min_line_shift` bytes.
     pub fn place(
         gpu: &Gpu,
-        pool: &mut Pool,
+        mut pool: PoolRef,
         placement: Placement,
         [table, heap]: [(Region, Windows, u64, &str); 2],
         min_line_shift: u32,
@@ -405,17 +425,24 @@ impl PoolWindows {
             )));
         }
         let guard = ImportGuard::default();
-        let imported = match staged_reason(pool, placement) {
+        let mapping = pool.mapping();
+        let imported = match staged_reason(mapping.backend(), placement) {
             Some(reason) => Err(reason),
-            None => import_region(gpu, pool, table.0, table.1, &guard, table.3)
-                .and_then(|t| Ok((t, import_region(gpu, pool, heap.0, heap.1, &guard, heap.3)?))),
+            None => import_region(gpu, &mapping, table.0, table.1, &guard, table.3)
+                .and_then(|t| Ok((t, import_region(gpu, &mapping, heap.0, heap.1, &guard, heap.3)?))),
         };
-        let (t, h, residence) = match imported {
-            Ok((t, h)) => (t, h, Residence::ZeroCopy),
-            Err(reason) if placement == Placement::ZeroCopy => {
+        let (t, h, residence) = match (imported, pool) {
+            (Ok((t, h)), _) => (t, h, Residence::ZeroCopy),
+            (Err(reason), PoolRef::Mapping(_)) => {
+                release_imports(gpu, &guard);
+                return Err(Error::Gpu(format!(
+                    "zero-copy import of the pool failed ({reason}); a pool in use elsewhere is not copied"
+                )));
+            }
+            (Err(reason), _) if placement == Placement::ZeroCopy => {
                 return Err(Error::Gpu(format!("zero-copy import of the pool failed: {reason}")));
             }
-            Err(reason) => {
+            (Err(reason), PoolRef::Owned(pool)) => {
                 // Buffers imported before the failure must be gone before the pool is read.
                 release_imports(gpu, &guard);
                 let t = upload_region(gpu, pool, table.0, table.1, table.2, table.3)?;
@@ -544,13 +571,14 @@ fn pool_lines(listed: u32, line_shift: u32) -> std::ops::Range<u64> {
 /// leaves later allocations out of memory.
 pub fn import_region(
     gpu: &Gpu,
-    pool: &mut Pool,
+    mapping: &Mapping,
     region: Region,
     win: Windows,
     guard: &ImportGuard,
     label: &str,
 ) -> std::result::Result<Vec<wgpu::Buffer>, String> {
-    let base = pool.as_mut_ptr();
+    assert!(region.end() <= mapping.len(), "region {region:?} is outside the pool");
+    let base = mapping.as_mut_ptr();
     let import = |at: u64, len: u64| {
         // SAFETY: the range lies inside the pool mapping, which outlives the buffers: their
         // owners wait until `guard` reports every import destroyed before the pool moves.
@@ -571,8 +599,8 @@ pub fn import_region(
 /// Why a pool is not imported zero-copy, if it is not: staged placement was asked for, or the
 /// pool is a file on a disk filesystem under automatic placement (NVIDIA refuses those, and a
 /// refused import leaves later allocations of the device out of memory).
-pub fn staged_reason(pool: &Pool, placement: Placement) -> Option<String> {
-    match (placement, pool.backend()) {
+pub fn staged_reason(backend: Backend, placement: Placement) -> Option<String> {
+    match (placement, backend) {
         (Placement::Staged, _) => Some("staged placement was requested".into()),
         (Placement::Volatile, _) => Some("volatile placement was requested".into()),
         (Placement::Auto, Backend::File) => {

@@ -51,7 +51,7 @@ pub use header::{
     encode_header, layout_regions, validate_header,
 };
 pub use persist::PersistMode;
-pub use pool::{CreateOptions, Observer, Pool};
+pub use pool::{CreateOptions, Mapping, Observer, Pool};
 
 /// Persistence granularity: one x86 cache line. Line index `i` covers pool bytes `64 i .. 64 i + 64`.
 pub const LINE_BYTES: u64 = 64;

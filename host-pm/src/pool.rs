@@ -806,6 +806,17 @@ impl Pool {
         self.map.as_mut_ptr()
     }
 
+    /// The mapping's address range and kind, for a thread that must know where the pool lies
+    /// without touching its bytes (a GPU importing it while the owner keeps using it).
+    pub fn mapping(&mut self) -> Mapping {
+        Mapping {
+            base: self.as_mut_ptr(),
+            len: self.len,
+            backend: self.backend,
+            persist: self.persist_mode(),
+        }
+    }
+
     /// The whole pool.
     pub fn bytes(&self) -> &[u8] {
         &self.map[..self.len as usize]
@@ -1291,5 +1302,47 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+}
+
+/// Where a pool's mapping lies ([`Pool::mapping`]): an address, not access to the bytes. It
+/// is valid until the pool grows, moves or is dropped; whoever uses it elsewhere must be done
+/// with it by then.
+#[derive(Clone, Copy, Debug)]
+pub struct Mapping {
+    base: *mut u8,
+    len: u64,
+    backend: Backend,
+    persist: PersistMode,
+}
+
+// SAFETY: a `Mapping` is an address and some facts about it; using the address is what needs
+// care, and every such use is `unsafe` or checked against the pool's lifetime by its owner.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    /// Mutable base of the mapping (page aligned).
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.base
+    }
+
+    /// Pool length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True when the pool has no bytes (never, for a created or opened pool).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The kind of memory behind the pool.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The persist primitive the pool used when the mapping was taken.
+    pub fn persist_mode(&self) -> PersistMode {
+        self.persist
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gphash_gpu::resources::{
-    ErrorScopes, Pipelines, PoolWindows, Residence, batch_layout, bind_group, bind_group_layout,
+    ErrorScopes, Pipelines, PoolRef, PoolWindows, Residence, batch_layout, bind_group, bind_group_layout,
     build_pipelines, download_words, map_read_after, max_window, read_dirty, record_passes, storage_buffer,
     writeback_invocations,
 };
@@ -334,6 +334,9 @@ pub(crate) struct GpuEngine {
     /// Times the kernels of each submit (`GpuOptions::time_kernels` on a device with
     /// timestamps).
     timer: Option<PassTimer>,
+    /// `GpuOptions::first_cell`.
+    #[cfg(feature = "testing")]
+    first_cell: Option<u32>,
 }
 
 impl GpuEngine {
@@ -342,7 +345,7 @@ impl GpuEngine {
     pub(crate) fn new(
         gpu: Arc<Gpu>,
         cfg_base: (crate::layout::Geometry, crate::hash::Seeds),
-        pool: &mut Pool,
+        mut pool: PoolRef,
         [table_region, heap_region]: [Region; 2],
         bitmap: &Bitmap,
         opts: &GpuOptions,
@@ -373,6 +376,7 @@ impl GpuEngine {
         cfg.settle_reach(&gpu.info, opts.large_pool_mode)?;
         let mut laps = Laps::start("engine");
         let scopes = ErrorScopes::push(&gpu.device);
+        let persist = pool.mapping().persist_mode();
         let windows = PoolWindows::place(
             &gpu,
             pool,
@@ -392,16 +396,7 @@ impl GpuEngine {
         cfg.settle_reach(&gpu.info, opts.large_pool_mode)?;
         let dev = &gpu.device;
         let bitmap_buf = storage_buffer(dev, "bitmap", bitmap.words.len() as u64 * 4);
-        gpu.queue.write_buffer(&bitmap_buf, 0, bytemuck::cast_slice(&bitmap.words));
-        let allocator = bitmap.allocator_words();
-        #[cfg(feature = "testing")]
-        let allocator = match opts.first_cell {
-            // The cursor is the last word.
-            Some(cell) => [&allocator[..allocator.len() - 1], &[cell]].concat(),
-            None => allocator,
-        };
-        let allocator_buf = storage_buffer(dev, "allocator", allocator.len() as u64 * 4);
-        gpu.queue.write_buffer(&allocator_buf, 0, bytemuck::cast_slice(&allocator));
+        let allocator_buf = storage_buffer(dev, "allocator", bitmap.allocator_words().len() as u64 * 4);
         let control_buf = storage_buffer(dev, "control", (control::WORDS * 4) as u64);
         let bindings = cfg.bindings();
         let layout = (bind_group_layout(dev, "gphash", &bindings), bindings);
@@ -411,14 +406,14 @@ impl GpuEngine {
         let pipelines =
             build_pipelines(&gpu, (&layouts, Params::BYTES), &Kernel::BATCH, |k| shader::source(k, &cfg))?;
         laps.lap("pipelines");
-        let track_lines = windows.tracks_lines(pool.persist_mode());
+        let track_lines = windows.tracks_lines(persist);
         // A submit runs each batch kernel at most once.
         let timer = if opts.time_kernels { PassTimer::new(&gpu, Kernel::BATCH.len() as u32)? } else { None };
         let max_batch = largest_batch(&geo, staged_line(&windows), timestamp_bytes(&timer), &gpu.info)?;
         gpu.queue.submit([]);
         scopes.pop(|| "creating the engine".into())?;
         laps.lap("rest");
-        Ok(GpuEngine {
+        let mut engine = GpuEngine {
             gpu,
             cfg,
             windows,
@@ -437,7 +432,26 @@ impl GpuEngine {
             busy: Duration::ZERO,
             profile: Profile::default(),
             timer,
-        })
+            #[cfg(feature = "testing")]
+            first_cell: opts.first_cell,
+        };
+        engine.set_allocator(bitmap);
+        Ok(engine)
+    }
+
+    /// Makes `bitmap` the value-cell allocator (of the size the engine was made for): the
+    /// allocator as it stands when the engine takes over from another.
+    pub(crate) fn set_allocator(&mut self, bitmap: &Bitmap) {
+        assert_eq!(bitmap.words.len() as u64 * 4, self.bitmap.size(), "a bitmap of another heap");
+        self.gpu.queue.write_buffer(&self.bitmap, 0, bytemuck::cast_slice(&bitmap.words));
+        let allocator = bitmap.allocator_words();
+        #[cfg(feature = "testing")]
+        let allocator = match self.first_cell {
+            // The cursor is the last word.
+            Some(cell) => [&allocator[..allocator.len() - 1], &[cell]].concat(),
+            None => allocator,
+        };
+        self.gpu.queue.write_buffer(&self.allocator, 0, bytemuck::cast_slice(&allocator));
     }
 
     /// Makes sure the batch buffers of `slot` hold `n` operations (at most `max_batch`).

@@ -57,10 +57,11 @@ pub(crate) fn build(
     let source = cfg.source.expect("set above").windows;
     let mut laps = Laps::start("growth on the GPU");
     let guard = ImportGuard::default();
-    let imported = match staged_reason(pool, opts.placement.into()) {
+    let mapping = pool.mapping();
+    let imported = match staged_reason(mapping.backend(), opts.placement.into()) {
         Some(reason) => Err(reason),
-        None => import_region(gpu, pool, old_region, source, &guard, "old table")
-            .and_then(|o| Ok((o, import_region(gpu, pool, new_region, cfg.table, &guard, "new table")?))),
+        None => import_region(gpu, &mapping, old_region, source, &guard, "old table")
+            .and_then(|o| Ok((o, import_region(gpu, &mapping, new_region, cfg.table, &guard, "new table")?))),
     };
     let (from, to, staged) = match imported {
         Ok((o, n)) => (o, n, false),

@@ -58,13 +58,17 @@ impl GpHash {
     /// A pipeline over the index: up to two batches in flight, their results in order (see
     /// [`Pipeline`]). It holds the index's lock until dropped.
     pub fn pipeline(&self) -> Pipeline<'_> {
-        Pipeline { flights: Flights::new(self.state()), done: VecDeque::new(), spare: vec![] }
+        let mut state = self.state();
+        state.adopt_gpu(false);
+        Pipeline { flights: Flights::new(state), done: VecDeque::new(), spare: vec![] }
     }
 
     /// A pipeline of device batches over the index: up to two in flight, their outcomes in
     /// order (see [`DevicePipeline`]). It holds the index's lock until dropped.
     pub fn device_pipeline<'b>(&self) -> DevicePipeline<'_, 'b> {
-        DevicePipeline { flights: Flights::new(self.state()), done: VecDeque::new() }
+        let mut state = self.state();
+        state.adopt_gpu(true);
+        DevicePipeline { flights: Flights::new(state), done: VecDeque::new() }
     }
 }
 

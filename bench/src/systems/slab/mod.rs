@@ -67,7 +67,7 @@ use gphash::{DeviceBatch, Placement};
 use gphash::{Error, Result};
 use gphash_gpu::hostmem;
 use gphash_gpu::resources::{
-    Binding, Pipelines, PoolWindows, batch_layout, bind_group, bind_group_layout, build_pipelines,
+    Binding, Pipelines, PoolRef, PoolWindows, batch_layout, bind_group, bind_group_layout, build_pipelines,
     check_bindings, map_read, max_window, read_dirty, record_passes, storage_buffer, writeback_invocations,
 };
 use gphash_gpu::shader::{BATCH_BUFFERS, Windows};
@@ -375,7 +375,7 @@ impl SlabSystem {
         check_bindings("the slab table", cfg.bindings().len() as u32 + BATCH_BUFFERS, &gpu.info)?;
         let windows = PoolWindows::place(
             &gpu,
-            &mut pool,
+            PoolRef::Owned(&mut pool),
             options.placement.into(),
             [
                 (table_region, cfg.table, geo.table_words(), "slab table"),

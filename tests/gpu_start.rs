@@ -1,0 +1,217 @@
+//! A GPU started in the background (`Options::background_gpu_start`): calls run on the CPU
+//! model until the GPU takes over, which it does with the allocator as it then stands; growth,
+//! device batches, closing and dropping wait for the start; a start that fails leaves the CPU
+//! model running. Every result is compared with the one-by-one model.
+
+mod common;
+#[path = "common/device.rs"]
+mod device_buffers;
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use common::oracle::{Oracle, assert_same_content};
+use common::{gpu_options, pool_dir, random_batch, seed};
+use gphash::{Config, GpHash, GpuOptions, Mode, Options, Status};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+const KB: usize = 8;
+const VB: usize = 16;
+
+/// Options that start the shared GPU in the background, held at `gate` once the engine is
+/// made until the test waits on the gate too.
+fn background(gate: &Arc<Barrier>) -> Options {
+    Options {
+        background_gpu_start: true,
+        gpu_start_gate: Some(gate.clone()),
+        ..gpu_options(GpuOptions::default())
+    }
+}
+
+/// Releases `gate` from another thread after `delay`, for steps that wait for the start.
+fn release_later(gate: &Arc<Barrier>, delay: Duration) -> std::thread::JoinHandle<()> {
+    let gate = gate.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        gate.wait();
+    })
+}
+
+/// `batches` random ordered calls over keys `0..keys`, each compared with the model.
+fn run_calls(t: &GpHash, oracle: &mut Oracle, rng: &mut StdRng, batches: usize, keys: u64) {
+    for i in 0..batches {
+        let b = random_batch(rng, 300, keys, KB, VB);
+        let want = oracle.run(&b);
+        let got = t.execute_ordered(&b).unwrap();
+        for (j, (status, value)) in want.iter().enumerate() {
+            assert_eq!(got.statuses[j], *status, "batch {i}, op {j} ({:?})", b.op(j).0);
+            assert_eq!(got.value(j), value.as_deref(), "batch {i}, op {j}");
+        }
+    }
+}
+
+fn is_cpu(t: &GpHash) -> bool {
+    matches!(t.stats().mode, Mode::Cpu { .. })
+}
+
+/// A pool with some keys, closed cleanly, and the model of its content.
+fn closed_pool(dir: &tempfile::TempDir, rng: &mut StdRng, capacity: u64) -> (std::path::PathBuf, Oracle) {
+    let path = dir.path().join("t.pool");
+    let config = Config { key_bytes: KB as u32, value_bytes: VB as u32, capacity, ..Config::default() };
+    let t = GpHash::create(Some(&path), &config, &gpu_options(GpuOptions::default())).unwrap();
+    let mut oracle = Oracle::default();
+    run_calls(&t, &mut oracle, rng, 4, 2_000);
+    t.close().unwrap();
+    (path, oracle)
+}
+
+#[test]
+fn calls_run_on_the_cpu_until_the_gpu_takes_over_with_the_allocator_as_it_stands() {
+    let mut rng = StdRng::seed_from_u64(seed("takes_over"));
+    let dir = pool_dir();
+    let (path, mut oracle) = closed_pool(&dir, &mut rng, 8_192);
+    let gate = Arc::new(Barrier::new(2));
+    let t = GpHash::open(&path, &background(&gate)).unwrap();
+    match t.stats().mode {
+        Mode::Cpu { reason } => assert!(reason.contains("starting"), "{reason}"),
+        other => panic!("a background start runs on the CPU first, not {other}"),
+    }
+    assert!(t.gpu().is_none(), "no GPU runs the batches yet");
+    // Inserts on the CPU take cells the GPU's allocator must not hand out again.
+    run_calls(&t, &mut oracle, &mut rng, 6, 4_000);
+    assert!(is_cpu(&t), "the start is held at the gate");
+    gate.wait();
+    let gpu = t.wait_for_gpu().unwrap().clone();
+    assert_eq!(t.stats().mode, Mode::ZeroCopy, "the GPU took over (pools go on /dev/shm)");
+    let start = t.stats().gpu_start.expect("reported");
+    assert!(start.engine_in_background, "a pool imported zero-copy gets its engine on the starting thread");
+    assert!(Arc::ptr_eq(&gpu, t.gpu().unwrap()));
+    run_calls(&t, &mut oracle, &mut rng, 12, 4_000);
+    let report = t.check();
+    assert!(report.ok(), "{report}");
+    assert_same_content(t.entries(), &oracle.map, "after the GPU took over");
+    t.close().unwrap();
+    let t = GpHash::open(&path, &common::cpu_options()).unwrap();
+    assert_same_content(t.entries(), &oracle.map, "reopened");
+}
+
+#[test]
+fn growth_during_a_background_start_waits_for_it_and_runs_on_the_gpu() {
+    let mut rng = StdRng::seed_from_u64(seed("growth"));
+    let dir = pool_dir();
+    let (path, mut oracle) = closed_pool(&dir, &mut rng, 1_024);
+    let gate = Arc::new(Barrier::new(2));
+    let t = GpHash::open(&path, &background(&gate)).unwrap();
+    let releaser = release_later(&gate, Duration::from_millis(200));
+    let before = t.geometry().top_level;
+    let mut grew_on = None;
+    for i in 0..40u64 {
+        let mut b = gphash::Batch::new(KB, VB);
+        for k in 0..500 {
+            let key = common::key(100_000 + i * 500 + k, KB);
+            b.insert(&key, &common::value(&mut rng, VB)).unwrap();
+        }
+        let want = oracle.run(&b);
+        let got = t.execute_ordered(&b).unwrap();
+        assert!(want.iter().enumerate().all(|(j, (s, _))| got.statuses[j] == *s), "batch {i}");
+        if t.geometry().top_level > before {
+            grew_on = Some(i);
+            break;
+        }
+    }
+    let grew_on = grew_on.expect("the inserts grow the table");
+    releaser.join().unwrap();
+    assert!(!is_cpu(&t), "growth waited for the start and made its engine on the GPU: {}", t.stats().mode);
+    assert!(t.activity().resizes >= 1, "batch {grew_on} grew the table");
+    run_calls(&t, &mut oracle, &mut rng, 6, 130_000);
+    let report = t.check();
+    assert!(report.ok(), "{report}");
+    assert_same_content(t.entries(), &oracle.map, "after growth");
+}
+
+#[test]
+fn closing_and_dropping_wait_for_the_start_and_lose_nothing() {
+    let mut rng = StdRng::seed_from_u64(seed("close"));
+    let dir = pool_dir();
+    let (path, mut oracle) = closed_pool(&dir, &mut rng, 8_192);
+    let gate = Arc::new(Barrier::new(2));
+
+    let t = GpHash::open(&path, &background(&gate)).unwrap();
+    run_calls(&t, &mut oracle, &mut rng, 3, 4_000);
+    let releaser = release_later(&gate, Duration::from_millis(100));
+    t.close().unwrap();
+    releaser.join().unwrap();
+    let t = GpHash::open(&path, &common::cpu_options()).unwrap();
+    assert!(t.stats().recovery.clean_shutdown, "closed during the start: cleanly");
+    assert_same_content(t.entries(), &oracle.map, "closed during the start");
+    drop(t);
+
+    let t = GpHash::open(&path, &background(&gate)).unwrap();
+    run_calls(&t, &mut oracle, &mut rng, 3, 4_000);
+    let releaser = release_later(&gate, Duration::from_millis(100));
+    drop(t);
+    releaser.join().unwrap();
+    let t = GpHash::open(&path, &common::cpu_options()).unwrap();
+    assert!(t.check().ok(), "dropped during the start: recovered");
+    assert_same_content(t.entries(), &oracle.map, "dropped during the start");
+}
+
+#[test]
+fn a_device_batch_waits_for_the_start() {
+    let Some(gpu) = common::gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(seed("device"));
+    let dir = pool_dir();
+    let (path, oracle) = closed_pool(&dir, &mut rng, 8_192);
+    let mut b = gphash::Batch::new(KB, VB);
+    let keys: Vec<_> = oracle.map.keys().take(200).cloned().collect();
+    for k in &keys {
+        b.get(k).unwrap();
+    }
+    b.get(&common::key(1 << 40, KB)).unwrap();
+    let buffers = device_buffers::Buffers::new(&gpu, &b, true);
+    let gate = Arc::new(Barrier::new(2));
+    let t = GpHash::open(&path, &background(&gate)).unwrap();
+    let releaser = release_later(&gate, Duration::from_millis(100));
+    t.execute_device(&buffers.batch()).unwrap();
+    releaser.join().unwrap();
+    assert!(!is_cpu(&t), "{}", t.stats().mode);
+    let statuses = device_buffers::download(&gpu, &buffers.buffers[3]);
+    let found = device_buffers::download(&gpu, &buffers.buffers[4]);
+    let vw = VB / 4;
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(statuses[i], Status::Ok as u32, "get {i}");
+        let value: &[u8] = bytemuck::cast_slice(&found[i * vw..(i + 1) * vw]);
+        assert_eq!(value, &oracle.map[k][..], "get {i}");
+    }
+    assert_eq!(statuses[keys.len()], Status::NotFound as u32);
+}
+
+#[test]
+fn a_start_that_fails_leaves_the_cpu_model_running() {
+    let mut rng = StdRng::seed_from_u64(seed("fails"));
+    let dir = pool_dir();
+    let (path, mut oracle) = closed_pool(&dir, &mut rng, 8_192);
+    // A tile no engine takes: the engine fails to be made, in the background and again when
+    // the index takes the GPU over.
+    let options = Options {
+        background_gpu_start: true,
+        ..gpu_options(GpuOptions { tile: 3, ..GpuOptions::default() })
+    };
+    let t = GpHash::open(&path, &options).unwrap();
+    let why = t.wait_for_gpu().unwrap_err().to_string();
+    assert!(why.contains("no engine could be made") && why.contains("tile of 3 lanes"), "{why}");
+    match t.stats().mode {
+        Mode::Cpu { reason } => assert!(reason.contains("tile of 3 lanes"), "{reason}"),
+        other => panic!("the CPU model runs on, not {other}"),
+    }
+    assert!(t.gpu().is_none());
+    run_calls(&t, &mut oracle, &mut rng, 6, 4_000);
+    let mut deletes = gphash::Batch::new(KB, VB);
+    for k in oracle.map.keys().take(100).cloned().collect::<Vec<_>>() {
+        deletes.delete(&k).unwrap();
+    }
+    oracle.run(&deletes);
+    assert!(t.execute(&deletes).unwrap().statuses.iter().all(|s| *s == Status::Ok));
+    assert_same_content(t.entries(), &oracle.map, "on the CPU model");
+}
