@@ -508,10 +508,7 @@ impl GpHash {
             let h = *pool.header();
             let seeds = Seeds::new(h.table.seed, geo.layout.hashes);
             let (mapping, regions) = (pool.mapping(), [h.table_region, h.heap_region]);
-            start::Starting::spawn(
-                options,
-                start::Target { geo, seeds, mapping, regions, bitmap: bitmap.clone() },
-            )
+            start::Starting::spawn(options, start::Target { geo, seeds, mapping, regions })
         });
         let gpu_cell = Arc::new(OnceLock::new());
         if let Ok(g) = &gpu {
@@ -832,15 +829,18 @@ impl State {
         let h = *self.pool.header();
         let seeds = Seeds::new(h.table.seed, self.geo.layout.hashes);
         Ok(match &self.gpu {
-            Ok(gpu) => Box::new(GpuEngine::new(
-                gpu.clone(),
-                (self.geo, seeds),
-                PoolRef::Owned(&mut self.pool),
-                [h.table_region, h.heap_region],
-                &bitmap,
-                &self.options.gpu,
-                self.options.verify_values,
-            )?),
+            Ok(gpu) => {
+                let mut engine = GpuEngine::new(
+                    gpu.clone(),
+                    (self.geo, seeds),
+                    PoolRef::Owned(&mut self.pool),
+                    [h.table_region, h.heap_region],
+                    &self.options.gpu,
+                    self.options.verify_values,
+                )?;
+                engine.set_allocator(&bitmap);
+                Box::new(engine)
+            }
             Err(reason) => Box::new(CpuEngine::new(
                 self.geo,
                 seeds,

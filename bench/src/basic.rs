@@ -284,10 +284,10 @@ pub struct ResizeFigures {
     pub recovery: Duration,
     /// Opening it after a clean close.
     pub clean_open: Duration,
-    /// Opening it after a clean close with a background GPU start (`None` on the CPU):
+    /// With a background GPU start (`None` on the CPU), after a clean close and after a crash:
     /// until the open returned, until a get of one key returned (run on the CPU model), and
     /// until the GPU took over.
-    pub background_open: Option<[Duration; 3]>,
+    pub background_open: Option<[[Duration; 3]; 2]>,
     /// Opening the GPU, once, before the table (every open above shares it).
     pub device: Duration,
     /// Device and mode.
@@ -334,18 +334,26 @@ impl ResizeRecovery {
         let background_open = if options.executor == Executor::Cpu {
             None
         } else {
-            let t = Instant::now();
-            let index = GpHash::open(&path, &Options { background_gpu_start: true, ..options.clone() })?;
-            let opened = t.elapsed();
-            let found = index.get(&key(0, 8))?;
-            let got = t.elapsed();
-            index.wait_for_gpu()?;
-            let ready = t.elapsed();
-            if found.statuses[0] != gphash::Status::Ok {
-                return Err(Error::Resize("key 0 not found after a background open".into()));
-            }
+            let open = || -> Result<([Duration; 3], GpHash)> {
+                let t = Instant::now();
+                let index = GpHash::open(&path, &Options { background_gpu_start: true, ..options.clone() })?;
+                let opened = t.elapsed();
+                let found = index.get(&key(0, 8))?;
+                let got = t.elapsed();
+                index.wait_for_gpu()?;
+                let ready = t.elapsed();
+                if found.statuses[0] != gphash::Status::Ok {
+                    return Err(Error::Resize("key 0 not found after a background open".into()));
+                }
+                Ok(([opened, got, ready], index))
+            };
+            let (clean, index) = open()?;
+            // A write, then a crash.
+            index.upsert(&key(0, 8), &values[..self.value_bytes as usize])?;
+            drop(index);
+            let (crashed, index) = open()?;
             index.close()?;
-            Some([opened, got, ready])
+            Some([clean, crashed])
         };
         Ok(ResizeFigures {
             slots: (before, after),

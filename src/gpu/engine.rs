@@ -341,13 +341,13 @@ pub(crate) struct GpuEngine {
 
 impl GpuEngine {
     /// Binds the pool's table and heap regions (imported, or copied to the device) and builds
-    /// the kernels; reads check their value's checksum when `verify_values`.
+    /// the kernels; reads check their value's checksum when `verify_values`. Its allocator is
+    /// set by [`GpuEngine::set_allocator`] before its first batch.
     pub(crate) fn new(
         gpu: Arc<Gpu>,
         cfg_base: (crate::layout::Geometry, crate::hash::Seeds),
         mut pool: PoolRef,
         [table_region, heap_region]: [Region; 2],
-        bitmap: &Bitmap,
         opts: &GpuOptions,
         verify_values: bool,
     ) -> Result<Self> {
@@ -395,8 +395,11 @@ impl GpuEngine {
         cfg.cache = cache.config();
         cfg.settle_reach(&gpu.info, opts.large_pool_mode)?;
         let dev = &gpu.device;
-        let bitmap_buf = storage_buffer(dev, "bitmap", bitmap.words.len() as u64 * 4);
-        let allocator_buf = storage_buffer(dev, "allocator", bitmap.allocator_words().len() as u64 * 4);
+        // Filled by `set_allocator`.
+        let bitmap_words = geo.cells.div_ceil(32) as usize;
+        let bitmap_buf = storage_buffer(dev, "bitmap", bitmap_words as u64 * 4);
+        let allocator_words = Bitmap::summary_words(bitmap_words) + 1;
+        let allocator_buf = storage_buffer(dev, "allocator", allocator_words as u64 * 4);
         let control_buf = storage_buffer(dev, "control", (control::WORDS * 4) as u64);
         let bindings = cfg.bindings();
         let layout = (bind_group_layout(dev, "gphash", &bindings), bindings);
@@ -413,7 +416,7 @@ impl GpuEngine {
         gpu.queue.submit([]);
         scopes.pop(|| "creating the engine".into())?;
         laps.lap("rest");
-        let mut engine = GpuEngine {
+        Ok(GpuEngine {
             gpu,
             cfg,
             windows,
@@ -434,9 +437,7 @@ impl GpuEngine {
             timer,
             #[cfg(feature = "testing")]
             first_cell: opts.first_cell,
-        };
-        engine.set_allocator(bitmap);
-        Ok(engine)
+        })
     }
 
     /// Makes `bitmap` the value-cell allocator (of the size the engine was made for): the

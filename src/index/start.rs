@@ -16,7 +16,6 @@ use crate::error::Result;
 use crate::gpu::engine::GpuEngine;
 use crate::hash::Seeds;
 use crate::layout::Geometry;
-use crate::model::Bitmap;
 
 /// The table a background start builds its engine for.
 pub(super) struct Target {
@@ -25,8 +24,6 @@ pub(super) struct Target {
     /// The pool's mapping: its owner keeps it in place until the start is joined.
     pub mapping: Mapping,
     pub regions: [Region; 2],
-    /// The allocator at the open (it sizes the engine's; the index hands over the current one).
-    pub bitmap: Bitmap,
 }
 
 /// What the background thread made.
@@ -55,7 +52,7 @@ impl Starting {
                 Some(g) => Ok(g.clone()),
                 None => Gpu::new().map_err(|e| e.to_string()),
             };
-            let Target { geo, seeds, mapping, regions, bitmap } = target;
+            let Target { geo, seeds, mapping, regions } = target;
             let zero_copy = staged_reason(mapping.backend(), options.gpu.placement.into()).is_none();
             let engine = match &gpu {
                 Ok(gpu) if zero_copy => Some(GpuEngine::new(
@@ -63,7 +60,6 @@ impl Starting {
                     (geo, seeds),
                     PoolRef::Mapping(mapping),
                     regions,
-                    &bitmap,
                     &options.gpu,
                     options.verify_values,
                 )),
