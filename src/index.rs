@@ -88,7 +88,8 @@ pub enum Executor {
     /// The GPU if one can be opened, else the CPU model (reported by `stats`).
     #[default]
     Auto,
-    /// A GPU or an error.
+    /// A GPU or an error (with [`Options::background_gpu_start`], a GPU that fails to start
+    /// leaves the CPU model running instead: the open has returned by then).
     Gpu,
     /// The CPU model.
     Cpu,
@@ -160,7 +161,8 @@ impl fmt::Debug for Options {
             .field("gpu", &self.gpu)
             .field("device", &self.device)
             .field("grow", &self.grow)
-            .field("verify_values", &self.verify_values);
+            .field("verify_values", &self.verify_values)
+            .field("background_gpu_start", &self.background_gpu_start);
         #[cfg(feature = "testing")]
         d.field("observer", &self.observer.is_some());
         #[cfg(feature = "bench")]
@@ -249,8 +251,8 @@ pub struct Stats {
 /// How a GPU started in the background took over ([`Options::background_gpu_start`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GpuStart {
-    /// From the open until the starting thread had the device and, for a pool imported
-    /// zero-copy, the engine.
+    /// From the end of the open's own work (the header read, the pool recovered) until the
+    /// starting thread had the device and, for a pool imported zero-copy, the engine.
     pub ready_after: Duration,
     /// The engine was made on the starting thread (zero-copy); otherwise the index made it
     /// when it took over (a pool copied to the device, which only the index may read).
@@ -504,12 +506,14 @@ impl GpHash {
             pool.path().map_or("anonymous memory".into(), |p| p.display().to_string())
         );
         let items = recovery.items;
-        let starting = background.then(|| {
-            let h = *pool.header();
-            let seeds = Seeds::new(h.table.seed, geo.layout.hashes);
-            let (mapping, regions) = (pool.mapping(), [h.table_region, h.heap_region]);
-            start::Starting::spawn(options, start::Target { geo, seeds, mapping, regions })
-        });
+        let starting = background
+            .then(|| {
+                let h = *pool.header();
+                let seeds = Seeds::new(h.table.seed, geo.layout.hashes);
+                let (mapping, regions) = (pool.mapping(), [h.table_region, h.heap_region]);
+                start::Starting::spawn(options, start::Target { geo, seeds, mapping, regions })
+            })
+            .transpose()?;
         let gpu_cell = Arc::new(OnceLock::new());
         if let Ok(g) = &gpu {
             let _ = gpu_cell.set(g.clone());
@@ -769,15 +773,15 @@ impl State {
         };
         let start::Started { gpu, engine, took } = starting.join();
         let engine_in_background = matches!(engine, Some(Ok(_)));
+        if self.poisoned.is_some() {
+            // Nothing runs until the pool is reopened; the engine goes, its imports released.
+            return;
+        }
         let outcome = gpu.map_err(|why| format!("the GPU did not start: {why}")).and_then(|gpu| {
             self.gpu = Ok(gpu.clone());
-            if self.poisoned.is_some() {
-                // Whatever reopens the pool makes its engine with the GPU.
-                return Ok(gpu);
-            }
             let made = self.engine().and_then(|cpu| cpu.bitmap()).and_then(|bitmap| match engine {
                 Some(Ok(mut e)) => {
-                    e.set_allocator(&bitmap);
+                    e.set_allocator(&bitmap)?;
                     Ok(Box::new(e) as Box<dyn Engine>)
                 }
                 Some(Err(e)) => {
@@ -838,7 +842,7 @@ impl State {
                     &self.options.gpu,
                     self.options.verify_values,
                 )?;
-                engine.set_allocator(&bitmap);
+                engine.set_allocator(&bitmap)?;
                 Box::new(engine)
             }
             Err(reason) => Box::new(CpuEngine::new(
@@ -971,9 +975,11 @@ impl State {
     fn close(mut self) -> Result<()> {
         // The started engine may map the pool, which saving may grow.
         drop(self.starting.take());
-        let State { engine, mut pool, poisoned, items, .. } = self;
+        let State { mut engine, mut pool, poisoned, items, .. } = self;
         if poisoned.is_some() {
-            // Leave the pool marked dirty: the next open recovers it.
+            // Leave the pool marked dirty: the next open recovers it. The engine may map the
+            // pool: it goes first.
+            drop(engine);
             return Ok(());
         }
         let closed = pool.header().closed;
@@ -981,7 +987,7 @@ impl State {
             // Nothing was written since the open: what the last close saved still holds.
             Some((closed.saved, closed.items))
         } else {
-            match engine {
+            match engine.take() {
                 Some(mut engine) => {
                     let bitmap = engine.bitmap()?;
                     // The engine may map the pool, which saving may grow.
@@ -991,6 +997,8 @@ impl State {
                 None => None,
             }
         };
+        // The engine may map the pool, which closing unmaps.
+        drop(engine);
         Ok(pool.close_saving(saved)?)
     }
 

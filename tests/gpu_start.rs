@@ -29,6 +29,35 @@ fn background(gate: &Arc<Barrier>) -> Options {
     }
 }
 
+/// The test's side of a gate: released by `release`, or when dropped (a test that fails
+/// before must not leave the start waiting, which the index's drop joins). Made after the
+/// index, so that it is dropped first.
+struct Held(Option<Arc<Barrier>>);
+
+impl Held {
+    fn release(&mut self) {
+        if let Some(gate) = self.0.take() {
+            gate.wait();
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Whether the GPU tests run here (`GPHASH_SKIP_GPU_TESTS=1` without a GPU: not these, which
+/// start one).
+fn have_gpu() -> bool {
+    let have = common::gpu().is_some();
+    if !have {
+        eprintln!("NOT RUN: no GPU to start");
+    }
+    have
+}
+
 /// Releases `gate` from another thread after `delay`, for steps that wait for the start.
 fn release_later(gate: &Arc<Barrier>, delay: Duration) -> std::thread::JoinHandle<()> {
     let gate = gate.clone();
@@ -68,11 +97,15 @@ fn closed_pool(dir: &tempfile::TempDir, rng: &mut StdRng, capacity: u64) -> (std
 
 #[test]
 fn calls_run_on_the_cpu_until_the_gpu_takes_over_with_the_allocator_as_it_stands() {
+    if !have_gpu() {
+        return;
+    }
     let mut rng = StdRng::seed_from_u64(seed("takes_over"));
     let dir = pool_dir();
     let (path, mut oracle) = closed_pool(&dir, &mut rng, 8_192);
     let gate = Arc::new(Barrier::new(2));
     let t = GpHash::open(&path, &background(&gate)).unwrap();
+    let mut held = Held(Some(gate));
     match t.stats().mode {
         Mode::Cpu { reason } => assert!(reason.contains("starting"), "{reason}"),
         other => panic!("a background start runs on the CPU first, not {other}"),
@@ -81,7 +114,7 @@ fn calls_run_on_the_cpu_until_the_gpu_takes_over_with_the_allocator_as_it_stands
     // Inserts on the CPU take cells the GPU's allocator must not hand out again.
     run_calls(&t, &mut oracle, &mut rng, 6, 4_000);
     assert!(is_cpu(&t), "the start is held at the gate");
-    gate.wait();
+    held.release();
     let gpu = t.wait_for_gpu().unwrap().clone();
     assert_eq!(t.stats().mode, Mode::ZeroCopy, "the GPU took over (pools go on /dev/shm)");
     let start = t.stats().gpu_start.expect("reported");
@@ -98,15 +131,20 @@ fn calls_run_on_the_cpu_until_the_gpu_takes_over_with_the_allocator_as_it_stands
 
 #[test]
 fn growth_during_a_background_start_waits_for_it_and_runs_on_the_gpu() {
+    if !have_gpu() {
+        return;
+    }
     let mut rng = StdRng::seed_from_u64(seed("growth"));
     let dir = pool_dir();
     let (path, mut oracle) = closed_pool(&dir, &mut rng, 1_024);
     let gate = Arc::new(Barrier::new(2));
     let t = GpHash::open(&path, &background(&gate)).unwrap();
-    let releaser = release_later(&gate, Duration::from_millis(200));
+    // Long enough for the batches before the growth to run on the CPU model.
+    let releaser = release_later(&gate, Duration::from_secs(2));
     let before = t.geometry().top_level;
     let mut grew_on = None;
     for i in 0..40u64 {
+        assert!(is_cpu(&t), "batch {i}: the start is held until the growth waits for it");
         let mut b = gphash::Batch::new(KB, VB);
         for k in 0..500 {
             let key = common::key(100_000 + i * 500 + k, KB);
@@ -132,6 +170,9 @@ fn growth_during_a_background_start_waits_for_it_and_runs_on_the_gpu() {
 
 #[test]
 fn closing_and_dropping_wait_for_the_start_and_lose_nothing() {
+    if !have_gpu() {
+        return;
+    }
     let mut rng = StdRng::seed_from_u64(seed("close"));
     let dir = pool_dir();
     let (path, mut oracle) = closed_pool(&dir, &mut rng, 8_192);
@@ -140,7 +181,9 @@ fn closing_and_dropping_wait_for_the_start_and_lose_nothing() {
     let t = GpHash::open(&path, &background(&gate)).unwrap();
     run_calls(&t, &mut oracle, &mut rng, 3, 4_000);
     let releaser = release_later(&gate, Duration::from_millis(100));
+    let closing = std::time::Instant::now();
     t.close().unwrap();
+    assert!(closing.elapsed() >= Duration::from_millis(50), "the close waited for the start");
     releaser.join().unwrap();
     let t = GpHash::open(&path, &common::cpu_options()).unwrap();
     assert!(t.stats().recovery.clean_shutdown, "closed during the start: cleanly");
@@ -150,7 +193,9 @@ fn closing_and_dropping_wait_for_the_start_and_lose_nothing() {
     let t = GpHash::open(&path, &background(&gate)).unwrap();
     run_calls(&t, &mut oracle, &mut rng, 3, 4_000);
     let releaser = release_later(&gate, Duration::from_millis(100));
+    let dropping = std::time::Instant::now();
     drop(t);
+    assert!(dropping.elapsed() >= Duration::from_millis(50), "the drop waited for the start");
     releaser.join().unwrap();
     let t = GpHash::open(&path, &common::cpu_options()).unwrap();
     assert!(t.check().ok(), "dropped during the start: recovered");
@@ -159,7 +204,10 @@ fn closing_and_dropping_wait_for_the_start_and_lose_nothing() {
 
 #[test]
 fn a_device_batch_waits_for_the_start() {
-    let Some(gpu) = common::gpu() else { return };
+    if !have_gpu() {
+        return;
+    }
+    let gpu = common::gpu().unwrap();
     let mut rng = StdRng::seed_from_u64(seed("device"));
     let dir = pool_dir();
     let (path, oracle) = closed_pool(&dir, &mut rng, 8_192);
@@ -189,6 +237,9 @@ fn a_device_batch_waits_for_the_start() {
 
 #[test]
 fn a_start_that_fails_leaves_the_cpu_model_running() {
+    if !have_gpu() {
+        return;
+    }
     let mut rng = StdRng::seed_from_u64(seed("fails"));
     let dir = pool_dir();
     let (path, mut oracle) = closed_pool(&dir, &mut rng, 8_192);
@@ -214,4 +265,50 @@ fn a_start_that_fails_leaves_the_cpu_model_running() {
     oracle.run(&deletes);
     assert!(t.execute(&deletes).unwrap().statuses.iter().all(|s| *s == Status::Ok));
     assert_same_content(t.entries(), &oracle.map, "on the CPU model");
+}
+
+#[test]
+fn a_pipeline_takes_the_gpu_over_between_its_batches() {
+    if !have_gpu() {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(seed("pipeline"));
+    let dir = pool_dir();
+    let (path, mut oracle) = closed_pool(&dir, &mut rng, 8_192);
+    let gate = Arc::new(Barrier::new(2));
+    let t = GpHash::open(&path, &background(&gate)).unwrap();
+    let mut held = Held(Some(gate));
+    let mut pipe = t.pipeline();
+    for i in 0..12 {
+        if i == 4 {
+            held.release();
+            // The thread ends once past the gate.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Distinct keys: a pipeline's batch runs as `execute`, whose order for repeated keys
+        // is its own.
+        let mut b = gphash::Batch::new(KB, VB);
+        for k in rand::seq::index::sample(&mut rng, 4_000, 300) {
+            let (key, v) = (common::key(k as u64, KB), common::value(&mut rng, VB));
+            match common::random_kind(&mut rng) {
+                gphash::OpKind::Get => b.get(&key),
+                gphash::OpKind::Delete => b.delete(&key),
+                kind => b.push(kind, &key, Some(&v)),
+            }
+            .unwrap();
+        }
+        let want = oracle.run(&b);
+        pipe.submit(b).unwrap();
+        // Taken at once: nothing is in flight at the next submit, where the GPU may take over.
+        let got = pipe.next().expect("a result").unwrap();
+        for (j, (status, value)) in want.iter().enumerate() {
+            assert_eq!(got.statuses[j], *status, "batch {i}, op {j}");
+            assert_eq!(got.value(j), value.as_deref(), "batch {i}, op {j}");
+        }
+    }
+    drop(pipe);
+    let stats = t.stats();
+    assert!(stats.gpu_start.is_some(), "the pipeline took the GPU over: {}", stats.mode);
+    assert!(!is_cpu(&t));
+    assert_same_content(t.entries(), &oracle.map, "after the pipeline");
 }

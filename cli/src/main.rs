@@ -347,8 +347,14 @@ fn replay(
 /// Says on stderr that `--executor auto` found no GPU and the CPU model runs the table (the
 /// library only logs it).
 pub fn announce_cpu_fallback(index: &GpHash, options: &Options) {
-    if let (Executor::Auto, gphash::Mode::Cpu { reason }) = (options.executor, index.stats().mode) {
-        eprintln!("gphash: running on the CPU model of the table, not a GPU: {reason}");
+    match (options.executor, index.stats().mode) {
+        (Executor::Auto, gphash::Mode::Cpu { reason }) if options.background_gpu_start => {
+            eprintln!("gphash: running on the CPU model of the table until the GPU takes over: {reason}")
+        }
+        (Executor::Auto, gphash::Mode::Cpu { reason }) => {
+            eprintln!("gphash: running on the CPU model of the table, not a GPU: {reason}")
+        }
+        _ => {}
     }
 }
 

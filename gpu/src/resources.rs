@@ -393,7 +393,8 @@ pub struct PoolWindows {
 pub enum PoolRef<'a> {
     /// The pool, not in use elsewhere meanwhile.
     Owned(&'a mut Pool),
-    /// The pool's mapping, which its owner keeps in place until the windows are released.
+    /// The pool's mapping. The caller keeps the pool in place (not grown, moved or dropped)
+    /// until the windows are released ([`PoolWindows::release`]): they import its memory.
     Mapping(Mapping),
 }
 
@@ -440,6 +441,7 @@ impl PoolWindows {
                 )));
             }
             (Err(reason), _) if placement == Placement::ZeroCopy => {
+                release_imports(gpu, &guard);
                 return Err(Error::Gpu(format!("zero-copy import of the pool failed: {reason}")));
             }
             (Err(reason), PoolRef::Owned(pool)) => {

@@ -1316,8 +1316,9 @@ pub struct Mapping {
     persist: PersistMode,
 }
 
-// SAFETY: a `Mapping` is an address and some facts about it; using the address is what needs
-// care, and every such use is `unsafe` or checked against the pool's lifetime by its owner.
+// SAFETY: a `Mapping` is an address and some facts about it, and nothing here dereferences
+// the address. Whoever hands it to code that does (a GPU import) keeps the pool in place until
+// that code is done with it: the lifetime is the holder's contract, not the type's.
 unsafe impl Send for Mapping {}
 
 impl Mapping {

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use gphash_gpu::resources::{
     ErrorScopes, Pipelines, PoolRef, PoolWindows, Residence, batch_layout, bind_group, bind_group_layout,
-    build_pipelines, download_words, map_read_after, max_window, read_dirty, record_passes, storage_buffer,
-    writeback_invocations,
+    build_pipelines, download_words, map_read_after, max_window, read_dirty, record_passes, scoped,
+    storage_buffer, writeback_invocations,
 };
 use gphash_gpu::shader::Windows;
 use gphash_gpu::timing::PassTimer;
@@ -303,6 +303,24 @@ fn timestamp_bytes(timer: &Option<PassTimer>) -> u64 {
     timer.as_ref().map_or(0, |t| PassTimer::bytes(t.max_passes()))
 }
 
+/// The windows of an engine being made: released if it fails to be made, so that no import
+/// of the pool outlives the failure (the pool may then move).
+struct Placed<'a>(Option<PoolWindows>, &'a Gpu);
+
+impl<'a> Placed<'a> {
+    fn new(gpu: &'a Gpu, windows: PoolWindows) -> Self {
+        Placed(Some(windows), gpu)
+    }
+}
+
+impl Drop for Placed<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = &mut self.0 {
+            w.release(self.1);
+        }
+    }
+}
+
 /// Executes batches on a GPU.
 pub(crate) struct GpuEngine {
     gpu: Arc<Gpu>,
@@ -377,16 +395,20 @@ impl GpuEngine {
         let mut laps = Laps::start("engine");
         let scopes = ErrorScopes::push(&gpu.device);
         let persist = pool.mapping().persist_mode();
-        let windows = PoolWindows::place(
+        let mut placed = Placed::new(
             &gpu,
-            pool,
-            opts.placement.into(),
-            [
-                (table_region, cfg.table, geo.table_words(), "table"),
-                (heap_region, cfg.heap, geo.heap_words(), "heap"),
-            ],
-            if opts.large_pool_mode { LARGE_POOL_MODE_LINE_SHIFT } else { 0 },
-        )?;
+            PoolWindows::place(
+                &gpu,
+                pool,
+                opts.placement.into(),
+                [
+                    (table_region, cfg.table, geo.table_words(), "table"),
+                    (heap_region, cfg.heap, geo.heap_words(), "heap"),
+                ],
+                if opts.large_pool_mode { LARGE_POOL_MODE_LINE_SHIFT } else { 0 },
+            )?,
+        );
+        let windows = placed.0.as_ref().expect("placed");
         // Only a table in host memory gains from a copy of its hot groups in device memory.
         laps.lap("windows");
         let cached = windows.residence == Residence::ZeroCopy && !geo.keys_apart;
@@ -416,6 +438,8 @@ impl GpuEngine {
         gpu.queue.submit([]);
         scopes.pop(|| "creating the engine".into())?;
         laps.lap("rest");
+        let windows = placed.0.take().expect("placed");
+        drop(placed);
         Ok(GpuEngine {
             gpu,
             cfg,
@@ -442,9 +466,10 @@ impl GpuEngine {
 
     /// Makes `bitmap` the value-cell allocator (of the size the engine was made for): the
     /// allocator as it stands when the engine takes over from another.
-    pub(crate) fn set_allocator(&mut self, bitmap: &Bitmap) {
-        assert_eq!(bitmap.words.len() as u64 * 4, self.bitmap.size(), "a bitmap of another heap");
-        self.gpu.queue.write_buffer(&self.bitmap, 0, bytemuck::cast_slice(&bitmap.words));
+    /// A write the device refused is an error: the engine must not run with any other
+    /// allocator (a cell it took for free could be another key's).
+    pub(crate) fn set_allocator(&mut self, bitmap: &Bitmap) -> Result<()> {
+        assert_eq!(bitmap.words.len() as u64, self.cfg.geo.cells.div_ceil(32), "a bitmap of another heap");
         let allocator = bitmap.allocator_words();
         #[cfg(feature = "testing")]
         let allocator = match self.first_cell {
@@ -452,7 +477,12 @@ impl GpuEngine {
             Some(cell) => [&allocator[..allocator.len() - 1], &[cell]].concat(),
             None => allocator,
         };
-        self.gpu.queue.write_buffer(&self.allocator, 0, bytemuck::cast_slice(&allocator));
+        let q = &self.gpu.queue;
+        scoped(&self.gpu.device, "writing the value-cell allocator", || {
+            q.write_buffer(&self.bitmap, 0, bytemuck::cast_slice(&bitmap.words));
+            q.write_buffer(&self.allocator, 0, bytemuck::cast_slice(&allocator));
+        })
+        .map_err(Error::from)
     }
 
     /// Makes sure the batch buffers of `slot` hold `n` operations (at most `max_batch`).

@@ -79,6 +79,10 @@ impl Pipeline<'_> {
     /// key or value width with `KeyWidth` or `ValueSize`; nothing of it runs. An error of the
     /// index (poisoned) refuses the batch too.
     pub fn submit(&mut self, batch: Batch) -> Result<()> {
+        if self.flights.queue.is_empty() {
+            // Nothing in flight: a GPU started in the background may take over.
+            self.flights.state.adopt_gpu(false);
+        }
         let s = &mut *self.flights.state;
         s.usable()?;
         s.check_widths(&batch)?;

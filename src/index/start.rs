@@ -12,7 +12,7 @@ use gphash_gpu::resources::{PoolRef, staged_reason};
 use host_pm::{Mapping, Region};
 
 use super::Options;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gpu::engine::GpuEngine;
 use crate::hash::Seeds;
 use crate::layout::Geometry;
@@ -33,7 +33,7 @@ pub(super) struct Started {
     /// The engine, when the pool could be imported zero-copy (a pool that must be copied to
     /// the device is copied by the index, which owns its bytes, when it takes the GPU over).
     pub engine: Option<Result<GpuEngine>>,
-    /// From the spawn until it was done.
+    /// From the thread's start (once the open's own work was done) until it was done.
     pub took: Duration,
 }
 
@@ -44,10 +44,11 @@ pub(super) struct Starting(Option<JoinHandle<Started>>);
 impl Starting {
     /// Starts the device (or takes `options.device`) and, where the pool is imported
     /// zero-copy, the engine for `target`.
-    pub(super) fn spawn(options: &Options, target: Target) -> Starting {
+    pub(super) fn spawn(options: &Options, target: Target) -> Result<Starting> {
         let options = options.clone();
         let since = Instant::now();
-        Starting(Some(std::thread::spawn(move || {
+        let thread = std::thread::Builder::new().name("gphash-gpu-start".into());
+        let handle = thread.spawn(move || {
             let gpu = match &options.device {
                 Some(g) => Ok(g.clone()),
                 None => Gpu::new().map_err(|e| e.to_string()),
@@ -65,12 +66,17 @@ impl Starting {
                 )),
                 _ => None,
             };
+            let took = since.elapsed();
             #[cfg(feature = "testing")]
             if let Some(gate) = &options.gpu_start_gate {
                 gate.wait();
             }
-            Started { gpu, engine, took: since.elapsed() }
-        })))
+            Started { gpu, engine, took }
+        });
+        match handle {
+            Ok(handle) => Ok(Starting(Some(handle))),
+            Err(e) => Err(Error::Gpu(format!("no thread could start the GPU: {e}"))),
+        }
     }
 
     /// Whether the thread is done (joining it will not wait).
