@@ -58,6 +58,25 @@ fn have_gpu() -> bool {
     have
 }
 
+/// A test's pool (some keys, closed cleanly), its model, and the randomness that made it.
+struct Setup {
+    rng: StdRng,
+    dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    oracle: Oracle,
+}
+
+/// The setup of test `name` with a table sized for `capacity` keys; `None` without a GPU.
+fn setup(name: &str, capacity: u64) -> Option<Setup> {
+    if !have_gpu() {
+        return None;
+    }
+    let mut rng = StdRng::seed_from_u64(seed(name));
+    let dir = pool_dir();
+    let (path, oracle) = closed_pool(&dir, &mut rng, capacity);
+    Some(Setup { rng, dir, path, oracle })
+}
+
 /// Releases `gate` from another thread after `delay`, for steps that wait for the start.
 fn release_later(gate: &Arc<Barrier>, delay: Duration) -> std::thread::JoinHandle<()> {
     let gate = gate.clone();
@@ -97,12 +116,9 @@ fn closed_pool(dir: &tempfile::TempDir, rng: &mut StdRng, capacity: u64) -> (std
 
 #[test]
 fn calls_run_on_the_cpu_until_the_gpu_takes_over_with_the_allocator_as_it_stands() {
-    if !have_gpu() {
+    let Some(Setup { mut rng, dir: _dir, path, mut oracle }) = setup("takes_over", 8_192) else {
         return;
-    }
-    let mut rng = StdRng::seed_from_u64(seed("takes_over"));
-    let dir = pool_dir();
-    let (path, mut oracle) = closed_pool(&dir, &mut rng, 8_192);
+    };
     let gate = Arc::new(Barrier::new(2));
     let t = GpHash::open(&path, &background(&gate)).unwrap();
     let mut held = Held(Some(gate));
@@ -131,12 +147,9 @@ fn calls_run_on_the_cpu_until_the_gpu_takes_over_with_the_allocator_as_it_stands
 
 #[test]
 fn growth_during_a_background_start_waits_for_it_and_runs_on_the_gpu() {
-    if !have_gpu() {
+    let Some(Setup { mut rng, dir: _dir, path, mut oracle }) = setup("growth", 1_024) else {
         return;
-    }
-    let mut rng = StdRng::seed_from_u64(seed("growth"));
-    let dir = pool_dir();
-    let (path, mut oracle) = closed_pool(&dir, &mut rng, 1_024);
+    };
     let gate = Arc::new(Barrier::new(2));
     let t = GpHash::open(&path, &background(&gate)).unwrap();
     // Long enough for the batches before the growth to run on the CPU model.
@@ -170,12 +183,9 @@ fn growth_during_a_background_start_waits_for_it_and_runs_on_the_gpu() {
 
 #[test]
 fn closing_and_dropping_wait_for_the_start_and_lose_nothing() {
-    if !have_gpu() {
+    let Some(Setup { mut rng, dir: _dir, path, mut oracle }) = setup("close", 8_192) else {
         return;
-    }
-    let mut rng = StdRng::seed_from_u64(seed("close"));
-    let dir = pool_dir();
-    let (path, mut oracle) = closed_pool(&dir, &mut rng, 8_192);
+    };
     let gate = Arc::new(Barrier::new(2));
 
     let t = GpHash::open(&path, &background(&gate)).unwrap();
@@ -204,13 +214,10 @@ fn closing_and_dropping_wait_for_the_start_and_lose_nothing() {
 
 #[test]
 fn a_device_batch_waits_for_the_start() {
-    if !have_gpu() {
+    let Some(Setup { rng: _, dir: _dir, path, oracle }) = setup("device", 8_192) else {
         return;
-    }
+    };
     let gpu = common::gpu().unwrap();
-    let mut rng = StdRng::seed_from_u64(seed("device"));
-    let dir = pool_dir();
-    let (path, oracle) = closed_pool(&dir, &mut rng, 8_192);
     let mut b = gphash::Batch::new(KB, VB);
     let keys: Vec<_> = oracle.map.keys().take(200).cloned().collect();
     for k in &keys {
@@ -237,12 +244,9 @@ fn a_device_batch_waits_for_the_start() {
 
 #[test]
 fn a_start_that_fails_leaves_the_cpu_model_running() {
-    if !have_gpu() {
+    let Some(Setup { mut rng, dir: _dir, path, mut oracle }) = setup("fails", 8_192) else {
         return;
-    }
-    let mut rng = StdRng::seed_from_u64(seed("fails"));
-    let dir = pool_dir();
-    let (path, mut oracle) = closed_pool(&dir, &mut rng, 8_192);
+    };
     // A tile no engine takes: the engine fails to be made, in the background and again when
     // the index takes the GPU over.
     let options = Options {
@@ -269,12 +273,9 @@ fn a_start_that_fails_leaves_the_cpu_model_running() {
 
 #[test]
 fn a_pipeline_takes_the_gpu_over_between_its_batches() {
-    if !have_gpu() {
+    let Some(Setup { mut rng, dir: _dir, path, mut oracle }) = setup("pipeline", 8_192) else {
         return;
-    }
-    let mut rng = StdRng::seed_from_u64(seed("pipeline"));
-    let dir = pool_dir();
-    let (path, mut oracle) = closed_pool(&dir, &mut rng, 8_192);
+    };
     let gate = Arc::new(Barrier::new(2));
     let t = GpHash::open(&path, &background(&gate)).unwrap();
     let mut held = Held(Some(gate));

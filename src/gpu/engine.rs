@@ -434,7 +434,7 @@ impl GpuEngine {
         let track_lines = windows.tracks_lines(persist);
         // A submit runs each batch kernel at most once.
         let timer = if opts.time_kernels { PassTimer::new(&gpu, Kernel::BATCH.len() as u32)? } else { None };
-        let max_batch = largest_batch(&geo, staged_line(&windows), timestamp_bytes(&timer), &gpu.info)?;
+        let max_batch = largest_batch(&geo, staged_line(windows), timestamp_bytes(&timer), &gpu.info)?;
         gpu.queue.submit([]);
         scopes.pop(|| "creating the engine".into())?;
         laps.lap("rest");
