@@ -801,7 +801,7 @@ impl State {
         match outcome {
             Ok(gpu) => {
                 log::info!(
-                    "the GPU took over; it was ready {:.1} ms after the open",
+                    "the GPU took over; it was ready {:.1} ms after the open's own work",
                     took.as_secs_f64() * 1e3
                 );
                 let _ = self.gpu_cell.set(gpu);

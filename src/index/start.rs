@@ -1,7 +1,7 @@
 //! A GPU started in the background ([`Options::background_gpu_start`]): the index opens as
 //! soon as its pool does and runs on the CPU model while another thread opens the device,
 //! imports the pool and builds the engine; the index takes the engine over between two calls
-//! (docs/design.md, "Opening").
+//! (docs/design.md, "Opening without waiting for the GPU").
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
