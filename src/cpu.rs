@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::hash::Seeds;
 use crate::layout::Geometry;
 use crate::model::{BatchRun, Bitmap, Control, Dirty, Mem, Model};
+use crate::recovery::Allocator;
 
 /// Two disjoint regions of the pool mapping, both writable.
 pub(crate) fn split_regions(pool: &mut Pool, a: Region, b: Region) -> (&mut [u8], &mut [u8]) {
@@ -34,7 +35,7 @@ pub(crate) struct CpuEngine {
     seeds: Seeds,
     table: Region,
     heap: Region,
-    bitmap: Bitmap,
+    allocator: Allocator,
     reason: String,
     verify_values: bool,
     /// Each slot's batch as run so far, and the report of the phase last started in it.
@@ -46,18 +47,18 @@ pub(crate) struct CpuEngine {
 const SLOTS: usize = 2;
 
 impl CpuEngine {
-    /// An engine over the pool's regions, with the allocator rebuilt at recovery; reads check
-    /// their value's checksum when `verify_values`.
+    /// An engine over the pool's regions, with the allocator recovery gave; reads check their
+    /// value's checksum when `verify_values`.
     pub(crate) fn new(
         geo: Geometry,
         seeds: Seeds,
         table: Region,
         heap: Region,
-        bitmap: Bitmap,
+        allocator: Allocator,
         reason: String,
         verify_values: bool,
     ) -> Self {
-        CpuEngine { geo, seeds, table, heap, bitmap, reason, verify_values, slots: Default::default() }
+        CpuEngine { geo, seeds, table, heap, allocator, reason, verify_values, slots: Default::default() }
     }
 
     /// Runs `stage` over every operation of the batch in `slot` with the lines it writes
@@ -67,7 +68,7 @@ impl CpuEngine {
         pool: &mut Pool,
         slot: usize,
         batch: &Encoded,
-        stage: impl Fn(&Model, &mut Mem, &mut Bitmap, &mut Dirty, &mut BatchRun, usize),
+        stage: impl Fn(&Model, &mut Mem, &mut Allocator, &mut Dirty, &mut BatchRun, usize),
     ) -> Report {
         let run = &mut self.slots[slot].0;
         run.control = Control::default();
@@ -76,21 +77,26 @@ impl CpuEngine {
         let model = Model { geo: &self.geo, seeds: &self.seeds, verify_values: self.verify_values };
         let mut mem = regions_mut(pool, self.table, self.heap);
         for i in 0..batch.len() {
-            stage(&model, &mut mem, &mut self.bitmap, &mut dirty, run, i);
+            stage(&model, &mut mem, &mut self.allocator, &mut dirty, run, i);
         }
         Report { control: run.control, written: Written::Lines(dirty.lines) }
     }
 
     /// Allocation and phase A, with one report for the whole phase, as the GPU's single
-    /// control block gives.
+    /// control block gives. A batch of gets allocates nothing, so it leaves an allocator that
+    /// is still in the pool unread.
     fn phase_a(&mut self, pool: &mut Pool, slot: usize, batch: &Encoded) -> Result<Report> {
         if batch.len() > MAX_BATCH {
             return Err(Error::BatchTooLarge { len: batch.len() as u64, max: MAX_BATCH as u64 });
         }
         self.slots[slot].0 = BatchRun::new(batch.len(), self.geo.value_words() as usize);
-        let alloc = self.stage(pool, slot, batch, |m, mem, bitmap, dirty, run, i| {
-            m.alloc(mem, bitmap, dirty, batch, run, i)
-        });
+        let mut alloc = Report { control: Control::default(), written: Written::Lines(vec![]) };
+        if !batch.read_only() {
+            self.allocator.load(pool)?;
+            alloc = self.stage(pool, slot, batch, |m, mem, allocator, dirty, run, i| {
+                m.alloc(mem, allocator.loaded(), dirty, batch, run, i)
+            });
+        }
         let mut a =
             self.stage(pool, slot, batch, |m, mem, _, dirty, run, i| m.phase_a(mem, dirty, batch, run, i));
         for (total, x) in a.control.iter_mut().zip(alloc.control) {
@@ -127,9 +133,12 @@ impl Engine for CpuEngine {
         let batch = host(batch)?;
         let report = match phase {
             Phase::A => self.phase_a(pool, slot, batch)?,
-            Phase::Rollback => self.stage(pool, slot, batch, |m, mem, bitmap, dirty, run, i| {
-                m.rollback(mem, bitmap, dirty, &run.states[i])
-            }),
+            Phase::Rollback => {
+                self.allocator.load(pool)?;
+                self.stage(pool, slot, batch, |m, mem, allocator, dirty, run, i| {
+                    m.rollback(mem, allocator.loaded(), dirty, &run.states[i])
+                })
+            }
             Phase::B { publish } => {
                 let report = if publish {
                     self.stage(pool, slot, batch, |m, mem, _, dirty, run, i| {
@@ -139,8 +148,9 @@ impl Engine for CpuEngine {
                     Report { control: Control::default(), written: Written::Lines(vec![]) }
                 };
                 let model = Model { geo: &self.geo, seeds: &self.seeds, verify_values: self.verify_values };
+                let bitmap = self.allocator.load(pool)?;
                 for st in &self.slots[slot].0.states {
-                    model.free(&mut self.bitmap, st);
+                    model.free(bitmap, st);
                 }
                 report
             }
@@ -161,11 +171,15 @@ impl Engine for CpuEngine {
         crate::cache::CacheStatus::Off { reason: "the CPU executor has no device memory".into() }
     }
 
-    fn bitmap(&mut self) -> Result<Bitmap> {
-        Ok(self.bitmap.clone())
+    fn bitmap(&mut self, pool: &mut Pool) -> Result<Bitmap> {
+        Ok(self.allocator.load(pool)?.clone())
     }
 
-    fn cells_used(&mut self) -> Result<u64> {
-        Ok(self.bitmap.used(self.geo.cells))
+    fn cells_used(&mut self, pool: &mut Pool) -> Result<u64> {
+        Ok(self.allocator.load(pool)?.used(self.geo.cells))
+    }
+
+    fn load_allocator(&mut self, pool: &mut Pool) -> Result<()> {
+        self.allocator.load(pool).map(drop)
     }
 }

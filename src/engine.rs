@@ -151,10 +151,16 @@ pub(crate) trait Engine: Send {
     fn results(&self, slot: usize) -> (&[u32], &[u32]);
 
     /// Value cells in use (for stats).
-    fn cells_used(&mut self) -> Result<u64>;
+    fn cells_used(&mut self, pool: &mut Pool) -> Result<u64>;
 
     /// The value-cell allocator as it stands (to hand over to a new engine).
-    fn bitmap(&mut self) -> Result<Bitmap>;
+    fn bitmap(&mut self, pool: &mut Pool) -> Result<Bitmap>;
+
+    /// Reads the allocator the last clean close saved, if the engine was given it unread: the
+    /// index calls it before the pool's first write, which frees that region (`mark_dirty`).
+    fn load_allocator(&mut self, _pool: &mut Pool) -> Result<()> {
+        Ok(())
+    }
 
     /// Runs a whole loading phase of the bucket cache now (no-op without a cache).
     fn load_cache(&mut self) -> Result<()> {

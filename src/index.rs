@@ -31,7 +31,7 @@ use crate::layout::{Geometry, Layout};
 use crate::model::{Bitmap, Control};
 use crate::profile::{Laps, Profile};
 use crate::protocol::{OpKind, Status, control};
-use crate::recovery::{self, CheckReport, Recovery};
+use crate::recovery::{self, Allocator, CheckReport, Recovery};
 use crate::reopen;
 use crate::resize;
 use crate::table_stats::TableStats;
@@ -497,7 +497,7 @@ impl GpHash {
             },
         };
         laps.lap("device");
-        let (geo, recovery, bitmap) = reopen::recover_pool(&mut pool, &geo, builder(&gpu, &options.gpu))?;
+        let (geo, recovery, allocator) = reopen::recover_pool(&mut pool, &geo, builder(&gpu, &options.gpu))?;
         laps.lap("recovery");
         // The pool is marked dirty only before its first write (see `protocol` and `grow`): an
         // index opened and dropped without writing leaves a cleanly closed pool clean.
@@ -537,7 +537,7 @@ impl GpHash {
             #[cfg(test)]
             failing_engines: 0,
         };
-        let engine = state.make_engine(bitmap)?;
+        let engine = state.make_engine(allocator)?;
         state.install(engine);
         laps.lap("engine");
         Ok(GpHash {
@@ -654,7 +654,10 @@ impl GpHash {
 
     /// Value cells in use.
     pub fn cells_used(&self) -> Result<u64> {
-        self.state().engine()?.cells_used()
+        let mut state = self.state();
+        state.usable()?;
+        let (engine, pool) = state.parts();
+        engine.cells_used(pool)
     }
 
     /// Checks every invariant of the table (see [`recovery::check`]).
@@ -779,16 +782,16 @@ impl State {
         }
         let outcome = gpu.map_err(|why| format!("the GPU did not start: {why}")).and_then(|gpu| {
             self.gpu = Ok(gpu.clone());
-            let made = self.engine().and_then(|cpu| cpu.bitmap()).and_then(|bitmap| match engine {
+            let made = self.bitmap().and_then(|bitmap| match engine {
                 Some(Ok(mut e)) => {
                     e.set_allocator(&bitmap)?;
                     Ok(Box::new(e) as Box<dyn Engine>)
                 }
                 Some(Err(e)) => {
                     log::info!("the background start made no engine ({e}); making one now");
-                    self.make_engine(bitmap)
+                    self.make_engine(Allocator::Built(bitmap))
                 }
-                None => self.make_engine(bitmap),
+                None => self.make_engine(Allocator::Built(bitmap)),
             });
             match made {
                 Ok(e) => {
@@ -824,7 +827,7 @@ impl State {
     }
 
     /// An engine for the current table, with its allocator.
-    fn make_engine(&mut self, bitmap: Bitmap) -> Result<Box<dyn Engine>> {
+    fn make_engine(&mut self, allocator: Allocator) -> Result<Box<dyn Engine>> {
         #[cfg(test)]
         if self.failing_engines > 0 {
             self.failing_engines -= 1;
@@ -842,7 +845,7 @@ impl State {
                     &self.options.gpu,
                     self.options.verify_values,
                 )?;
-                engine.set_allocator(&bitmap)?;
+                engine.set_allocator(&allocator.into_bitmap(&mut self.pool)?)?;
                 Box::new(engine)
             }
             Err(reason) => Box::new(CpuEngine::new(
@@ -850,7 +853,7 @@ impl State {
                 seeds,
                 h.table_region,
                 h.heap_region,
-                bitmap,
+                allocator,
                 reason.clone(),
                 self.options.verify_values,
             )),
@@ -861,6 +864,13 @@ impl State {
     fn engine(&mut self) -> Result<&mut dyn Engine> {
         self.usable()?;
         Ok(self.engine.as_deref_mut().expect("an engine exists unless the index is poisoned"))
+    }
+
+    /// The allocator as the engine holds it.
+    fn bitmap(&mut self) -> Result<Bitmap> {
+        self.usable()?;
+        let (engine, pool) = self.parts();
+        engine.bitmap(pool)
     }
 
     /// The engine and the pool, borrowed together.
@@ -916,7 +926,7 @@ impl State {
         }
         let t = Instant::now();
         let new = heap::grown(&self.geo, failed)?;
-        let bitmap = self.engine()?.bitmap()?;
+        let bitmap = self.bitmap()?;
         // The engine's buffers may map the pool, which may move.
         self.engine = None;
         let grown = heap::grow(&mut self.pool, &self.geo, &new);
@@ -929,7 +939,8 @@ impl State {
             }
             Err(_) => bitmap,
         };
-        let outcome = self.make_engine(bitmap).map(|engine| self.install(engine)).and(grown);
+        let outcome =
+            self.make_engine(Allocator::Built(bitmap)).map(|engine| self.install(engine)).and(grown);
         self.poison_without_engine(&outcome);
         outcome?;
         self.activity.heap_growths += 1;
@@ -947,7 +958,7 @@ impl State {
             Ok((geo, bitmap)) => {
                 self.geo = geo;
                 let mut laps = Laps::start("engine after growth");
-                let engine = self.make_engine(bitmap)?;
+                let engine = self.make_engine(Allocator::Built(bitmap))?;
                 self.install(engine);
                 laps.lap("engine");
                 Ok(())
@@ -957,8 +968,8 @@ impl State {
                 if self.pool.header().resize.state != 0 {
                     resize::abandon(&mut self.pool)?;
                 }
-                let (_, bitmap) = recovery::recover(&mut self.pool, &self.geo)?;
-                let engine = self.make_engine(bitmap)?;
+                let (_, allocator) = recovery::recover(&mut self.pool, &self.geo)?;
+                let engine = self.make_engine(allocator)?;
                 self.install(engine);
                 Err(e)
             }
@@ -989,7 +1000,7 @@ impl State {
         } else {
             match engine.take() {
                 Some(mut engine) => {
-                    let bitmap = engine.bitmap()?;
+                    let bitmap = engine.bitmap(&mut pool)?;
                     // The engine may map the pool, which saving may grow.
                     drop(engine);
                     recovery::save_at_close(&mut pool, &bitmap).map(|region| (region, items))
@@ -1036,17 +1047,17 @@ impl State {
     fn set_cache(&mut self, cache: CacheOptions) -> Result<()> {
         cache.validate()?;
         self.adopt_gpu(true);
-        let bitmap = self.engine()?.bitmap()?;
+        let bitmap = self.bitmap()?;
         let old = std::mem::replace(&mut self.options.gpu.cache, cache);
         self.engine = None;
-        let outcome = match self.make_engine(bitmap.clone()) {
+        let outcome = match self.make_engine(Allocator::Built(bitmap.clone())) {
             Ok(engine) => {
                 self.install(engine);
                 Ok(())
             }
             Err(e) => {
                 self.options.gpu.cache = old;
-                self.make_engine(bitmap).map(|engine| self.install(engine)).and(Err(e))
+                self.make_engine(Allocator::Built(bitmap)).map(|engine| self.install(engine)).and(Err(e))
             }
         };
         self.poison_without_engine(&outcome);
@@ -1318,6 +1329,9 @@ impl State {
     /// Starts phase A of `batch` in `slot`.
     fn start_a(&mut self, slot: usize, batch: Input) -> Result<()> {
         if !batch.read_only() {
+            // What the last close saved is freed by `mark_dirty`: read it first.
+            let (engine, pool) = self.parts();
+            engine.load_allocator(pool)?;
             // Durable before phase A writes anything: a crash from here on leaves a pool
             // that says it needs recovery. A no-op once the pool is dirty.
             self.pool.mark_dirty()?;

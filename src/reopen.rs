@@ -5,9 +5,8 @@
 use host_pm::Pool;
 
 use crate::layout::Geometry;
-use crate::model::Bitmap;
 use crate::profile::Laps;
-use crate::recovery::{self, Recovery};
+use crate::recovery::{self, Allocator, Recovery};
 use crate::resize;
 
 /// Everything opening does to a pool before its first batch: clears the claims of
@@ -18,17 +17,17 @@ pub(crate) fn recover_pool(
     pool: &mut Pool,
     geo: &Geometry,
     builder: resize::Builder,
-) -> crate::Result<(Geometry, Recovery, Bitmap)> {
+) -> crate::Result<(Geometry, Recovery, Allocator)> {
     let mut laps = Laps::start("recovery");
-    let (mut recovery, bitmap) = recovery::recover(pool, geo)?;
+    let (mut recovery, allocator) = recovery::recover(pool, geo)?;
     laps.lap("scan");
     if pool.header().resize.state == 0 {
-        return Ok((*geo, recovery, bitmap));
+        return Ok((*geo, recovery, allocator));
     }
     match resize::complete(pool, builder, geo, recovery.items) {
         Ok((grown, bitmap)) => {
             recovery.resumed_resize = Some(true);
-            Ok((grown, recovery, bitmap))
+            Ok((grown, recovery, Allocator::Built(bitmap)))
         }
         Err(e) => {
             if !pool.is_private() {
@@ -36,7 +35,7 @@ pub(crate) fn recover_pool(
             }
             resize::abandon(pool)?;
             recovery.resumed_resize = Some(false);
-            Ok((*geo, recovery, bitmap))
+            Ok((*geo, recovery, allocator))
         }
     }
 }

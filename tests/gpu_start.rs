@@ -40,6 +40,11 @@ impl Held {
             gate.wait();
         }
     }
+
+    /// Hands the gate to a thread that releases it after `delay`.
+    fn release_later(mut self, delay: Duration) -> std::thread::JoinHandle<()> {
+        release_later(&self.0.take().expect("held"), delay)
+    }
 }
 
 impl Drop for Held {
@@ -145,6 +150,34 @@ fn calls_run_on_the_cpu_until_the_gpu_takes_over_with_the_allocator_as_it_stands
     assert_same_content(t.entries(), &oracle.map, "reopened");
 }
 
+/// Gets alone before the takeover leave the allocator the close saved unread in the pool: the
+/// takeover reads it from there (the pool still clean), and the GPU's inserts then take only
+/// free cells.
+#[test]
+fn reads_before_the_takeover_leave_the_saved_allocator_to_it() {
+    let Some(Setup { mut rng, dir: _dir, path, mut oracle }) = setup("reads_first", 8_192) else {
+        return;
+    };
+    let gate = Arc::new(Barrier::new(2));
+    let t = GpHash::open(&path, &background(&gate)).unwrap();
+    let mut held = Held(Some(gate));
+    assert!(t.stats().recovery.restored, "{}", t.stats().recovery);
+    let keys: Vec<u8> = (0..2_000).flat_map(|k| common::key(k, KB)).collect();
+    let found = t.get(&keys).unwrap();
+    for (i, key) in keys.chunks(KB).enumerate() {
+        assert_eq!(found.value(i), oracle.map.get(key).map(Vec::as_slice), "get {i} on the CPU");
+    }
+    assert!(is_cpu(&t), "the start is held at the gate");
+    t.with_pool(|pool| assert!(pool.header().clean_shutdown, "gets leave the pool clean"));
+    held.release();
+    t.wait_for_gpu().unwrap();
+    assert!(!is_cpu(&t), "the GPU took over: {}", t.stats().mode);
+    run_calls(&t, &mut oracle, &mut rng, 12, 6_000);
+    let report = t.check();
+    assert!(report.ok(), "{report}");
+    assert_same_content(t.entries(), &oracle.map, "after the GPU took over");
+}
+
 #[test]
 fn growth_during_a_background_start_waits_for_it_and_runs_on_the_gpu() {
     let Some(Setup { mut rng, dir: _dir, path, mut oracle }) = setup("growth", 1_024) else {
@@ -189,8 +222,9 @@ fn closing_and_dropping_wait_for_the_start_and_lose_nothing() {
     let gate = Arc::new(Barrier::new(2));
 
     let t = GpHash::open(&path, &background(&gate)).unwrap();
+    let held = Held(Some(gate.clone()));
     run_calls(&t, &mut oracle, &mut rng, 3, 4_000);
-    let releaser = release_later(&gate, Duration::from_millis(100));
+    let releaser = held.release_later(Duration::from_millis(100));
     let closing = std::time::Instant::now();
     t.close().unwrap();
     assert!(closing.elapsed() >= Duration::from_millis(50), "the close waited for the start");
@@ -201,8 +235,9 @@ fn closing_and_dropping_wait_for_the_start_and_lose_nothing() {
     drop(t);
 
     let t = GpHash::open(&path, &background(&gate)).unwrap();
+    let held = Held(Some(gate.clone()));
     run_calls(&t, &mut oracle, &mut rng, 3, 4_000);
-    let releaser = release_later(&gate, Duration::from_millis(100));
+    let releaser = held.release_later(Duration::from_millis(100));
     let dropping = std::time::Instant::now();
     drop(t);
     assert!(dropping.elapsed() >= Duration::from_millis(50), "the drop waited for the start");

@@ -458,13 +458,14 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
             println!("recovery after a crash: {:.3} s", r.recovery.as_secs_f64());
             println!("open after a clean close: {:.3} s", r.clean_open.as_secs_f64());
             let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-            for ([opened, got, ready], after) in
+            for ([opened, got, wrote, ready], after) in
                 r.background_open.into_iter().flatten().zip(["a clean close", "a crash"])
             {
                 println!(
-                    "open after {after} with a background GPU start: {:.2} ms (a get on the CPU done at {:.2} ms, the GPU took over at {:.1} ms)",
+                    "open after {after} with a background GPU start: {:.2} ms (a get on the CPU done at {:.2} ms, an upsert at {:.2} ms, the GPU took over at {:.1} ms)",
                     ms(opened),
                     ms(got),
+                    ms(wrote),
                     ms(ready)
                 );
             }

@@ -948,11 +948,11 @@ impl Engine for GpuEngine {
         std::mem::take(&mut self.profile)
     }
 
-    fn cells_used(&mut self) -> Result<u64> {
-        Ok(self.bitmap()?.used(self.cfg.geo.cells))
+    fn cells_used(&mut self, pool: &mut Pool) -> Result<u64> {
+        Ok(self.bitmap(pool)?.used(self.cfg.geo.cells))
     }
 
-    fn bitmap(&mut self) -> Result<Bitmap> {
+    fn bitmap(&mut self, _pool: &mut Pool) -> Result<Bitmap> {
         Ok(Bitmap::from_words(download_words(&self.gpu, &self.bitmap, self.bitmap.size() / 4)?))
     }
 
