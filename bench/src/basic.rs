@@ -282,6 +282,10 @@ pub struct ResizeFigures {
     pub resize: Duration,
     /// Opening it after a crash (dropped without close): recovery scan and engine start.
     pub recovery: Duration,
+    /// The recovery scan's sequential ceiling, measured before it: the bytes the scan walks
+    /// (the buckets, which hold the state words) and the time to read them through a fresh
+    /// mapping of the pool on all host threads.
+    pub scan_ceiling: (u64, Duration),
     /// Opening it after a clean close.
     pub clean_open: Duration,
     /// With a background GPU start (`None` on the CPU), after a clean close and after a crash:
@@ -321,6 +325,7 @@ impl ResizeRecovery {
         let resize = t.elapsed();
         let after = index.geometry().slots();
         drop(index);
+        let scan_ceiling = read_buckets(&path)?;
         let t = Instant::now();
         let index = GpHash::open(&path, options)?;
         let recovery = t.elapsed();
@@ -361,12 +366,29 @@ impl ResizeRecovery {
             slots: (before, after),
             resize,
             recovery,
+            scan_ceiling,
             clean_open,
             background_open,
             device,
             setting,
         })
     }
+}
+
+/// The bytes of the buckets of the pool at `path` (what a recovery scan walks), and the time
+/// to read them through a fresh mapping on all host threads.
+fn read_buckets(path: &std::path::Path) -> Result<(u64, Duration)> {
+    use rayon::prelude::*;
+    let pool = host_pm::Pool::open_private(path)?;
+    let geo = GpHash::geometry_of(&pool)?;
+    let bytes = geo.buckets() * geo.bucket_words() as u64 * 4;
+    let t = Instant::now();
+    let words: &[u64] = bytemuck::cast_slice(&pool.region(pool.header().table_region)[..bytes as usize]);
+    let folded =
+        words.par_chunks(1 << 13).map(|c| c.iter().fold(0, |a, &w| a ^ w)).reduce(|| 0, |a, b| a ^ b);
+    let took = t.elapsed();
+    std::hint::black_box(folded);
+    Ok((bytes, took))
 }
 
 /// `options` with a device every table opened with them shares, opened now where it would

@@ -456,6 +456,13 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
             println!("# {} keys, values of {} bytes | {}", a.keys, a.value_bytes, r.setting);
             println!("resize {} -> {} slots: {:.3} s", r.slots.0, r.slots.1, r.resize.as_secs_f64());
             println!("recovery after a crash: {:.3} s", r.recovery.as_secs_f64());
+            let (bytes, took) = r.scan_ceiling;
+            println!(
+                "scan ceiling: the buckets' {:.1} MB read through a fresh mapping on all host threads in {:.1} ms ({:.1} GB/s)",
+                bytes as f64 / 1e6,
+                took.as_secs_f64() * 1e3,
+                bytes as f64 / took.as_secs_f64() / 1e9
+            );
             println!("open after a clean close: {:.3} s", r.clean_open.as_secs_f64());
             let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
             for ([opened, got, wrote, ready], after) in
