@@ -837,6 +837,9 @@ impl State {
         let seeds = Seeds::new(h.table.seed, self.geo.layout.hashes);
         Ok(match &self.gpu {
             Ok(gpu) => {
+                // Read first: a scan, when the saved bytes fail their checksum, may clear claims
+                // that a staged engine's copy of the table would otherwise keep.
+                let bitmap = allocator.into_bitmap(&mut self.pool)?;
                 let mut engine = GpuEngine::new(
                     gpu.clone(),
                     (self.geo, seeds),
@@ -845,7 +848,7 @@ impl State {
                     &self.options.gpu,
                     self.options.verify_values,
                 )?;
-                engine.set_allocator(&allocator.into_bitmap(&mut self.pool)?)?;
+                engine.set_allocator(&bitmap)?;
                 Box::new(engine)
             }
             Err(reason) => Box::new(CpuEngine::new(
@@ -993,20 +996,20 @@ impl State {
             drop(engine);
             return Ok(());
         }
-        let closed = pool.header().closed;
-        let saved = if pool.header().clean_shutdown && !closed.saved.is_empty() {
-            // Nothing was written since the open: what the last close saved still holds.
-            Some((closed.saved, closed.items))
-        } else {
-            match engine.take() {
-                Some(mut engine) => {
-                    let bitmap = engine.bitmap(&mut pool)?;
-                    // The engine may map the pool, which saving may grow.
-                    drop(engine);
-                    recovery::save_at_close(&mut pool, &bitmap).map(|region| (region, items))
-                }
-                None => None,
+        if pool.header().clean_shutdown && !pool.header().closed.saved.is_empty() {
+            // Nothing was written since the open: what the last close saved still holds, under
+            // its own checksum.
+            drop(engine);
+            return Ok(pool.close_unchanged()?);
+        }
+        let saved = match engine.take() {
+            Some(mut engine) => {
+                let bitmap = engine.bitmap(&mut pool)?;
+                // The engine may map the pool, which saving may grow.
+                drop(engine);
+                recovery::save_at_close(&mut pool, &bitmap).map(|region| (region, items))
             }
+            None => None,
         };
         // The engine may map the pool, which closing unmaps.
         drop(engine);

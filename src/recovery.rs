@@ -205,19 +205,19 @@ pub(crate) fn scan(
     region: Region,
     rec: &mut Recovery,
 ) -> crate::Result<(Bitmap, Vec<u64>)> {
-    scan_in_rounds(pool, geo, region, rec, SCAN_ROUND_BUCKETS)
+    scan_in_rounds(pool, geo, region, rec, [SCAN_ROUND_BUCKETS, SCAN_TASK_BUCKETS])
 }
 
-/// [`scan`] in rounds of `round_buckets` buckets (a multiple of [`SCAN_TASK_BUCKETS`], or
-/// smaller, for tests).
+/// [`scan`] in rounds of `round_buckets` buckets, in tasks of at most `task_buckets` (other
+/// sizes for tests).
 fn scan_in_rounds(
     pool: &mut Pool,
     geo: &Geometry,
     region: Region,
     rec: &mut Recovery,
-    round_buckets: usize,
+    [round_buckets, task_buckets]: [usize; 2],
 ) -> crate::Result<(Bitmap, Vec<u64>)> {
-    let task_buckets = SCAN_TASK_BUCKETS.min(round_buckets);
+    let task_buckets = task_buckets.min(round_buckets);
     let mut bitmap = Bitmap::new(geo.cells);
     // A power of two: a cell's part is a shift of it.
     let part_words = bitmap.words.len().div_ceil(SCAN_PARTS).next_power_of_two();
@@ -638,16 +638,16 @@ mod tests {
     use super::*;
     use crate::{Config, Executor, GpHash, Options};
 
-    /// A pool file in `dir` closed cleanly with 500 keys, some deleted (so that its allocator
-    /// has free cells between used ones), opened as a pool with its geometry.
-    fn closed_pool(dir: &tempfile::TempDir) -> (Pool, Geometry) {
+    /// A pool file in `dir` closed cleanly with `keys` keys, a third deleted (so that its
+    /// allocator has free cells between used ones), opened as a pool with its geometry.
+    fn closed_pool(dir: &tempfile::TempDir, keys: u64) -> (Pool, Geometry) {
         let path = dir.path().join("p");
         let options = Options { executor: Executor::Cpu, ..Options::default() };
-        let t =
-            GpHash::create(Some(&path), &Config { capacity: 600, ..Config::default() }, &options).unwrap();
-        let keys: Vec<u8> = (0..500u64).flat_map(u64::to_le_bytes).collect();
-        t.insert(&keys, &keys).unwrap();
-        let odd: Vec<u8> = (0..500u64).filter(|k| k % 3 == 1).flat_map(u64::to_le_bytes).collect();
+        let config = Config { capacity: keys * 6 / 5, ..Config::default() };
+        let t = GpHash::create(Some(&path), &config, &options).unwrap();
+        let all: Vec<u8> = (0..keys).flat_map(u64::to_le_bytes).collect();
+        t.insert(&all, &all).unwrap();
+        let odd: Vec<u8> = (0..keys).filter(|k| k % 3 == 1).flat_map(u64::to_le_bytes).collect();
         t.delete(&odd).unwrap();
         t.close().unwrap();
         let pool = Pool::open(&path).unwrap();
@@ -666,7 +666,7 @@ mod tests {
     #[test]
     fn the_saved_allocator_is_read_when_loaded() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut pool, geo) = closed_pool(&dir);
+        let (mut pool, geo) = closed_pool(&dir, 500);
         let truth = scanned(&mut pool, &geo);
         let (rec, mut allocator) = recover(&mut pool, &geo).unwrap();
         assert!(rec.restored && rec.items == 500 - 167, "{rec}");
@@ -713,7 +713,9 @@ mod tests {
     #[test]
     fn a_scan_in_rounds_finds_every_cell_and_claim() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut pool, geo) = closed_pool(&dir);
+        // Enough buckets for rounds of several tasks, and a bitmap of several words a part.
+        let (mut pool, geo) = closed_pool(&dir, 30_000);
+        assert!(geo.cells / 32 > 64 * 4, "{} cells", geo.cells);
         let table = pool.header().table_region;
         // Claims in some empty slots, as a crash in phase A leaves them.
         let mut claimed = 0;
@@ -730,14 +732,14 @@ mod tests {
         let mut lines: Vec<u64> = claims.iter().map(|w| (table.offset + w * 4) / 64).collect();
         lines.dedup();
         let bytes = pool.region(table).to_vec();
-        for round in [1, 3, 64, SCAN_ROUND_BUCKETS] {
+        for round in [[1, 1], [3, 2], [1000, 64], [1000, 1000], [SCAN_ROUND_BUCKETS, SCAN_TASK_BUCKETS]] {
             pool.region_mut(table).copy_from_slice(&bytes);
             let mut rec = Recovery::default();
             let (bitmap, found) = scan_in_rounds(&mut pool, &geo, table, &mut rec, round).unwrap();
-            assert_eq!(bitmap.words, words, "rounds of {round} buckets");
-            assert_eq!((rec.items, rec.cleared_claims), (items, claims.len() as u64), "rounds of {round}");
-            assert_eq!(found, lines, "rounds of {round}");
-            assert_eq!(walked(&pool, &geo).2, Vec::<u64>::new(), "rounds of {round}: the claims are cleared");
+            assert_eq!(bitmap.words, words, "rounds and tasks of {round:?} buckets");
+            assert_eq!((rec.items, rec.cleared_claims), (items, claims.len() as u64), "{round:?}");
+            assert_eq!(found, lines, "{round:?}");
+            assert_eq!(walked(&pool, &geo).2, Vec::<u64>::new(), "{round:?}: the claims are cleared");
         }
     }
 
@@ -745,7 +747,7 @@ mod tests {
     #[test]
     fn a_cell_named_twice_is_refused_with_its_second_slot() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut pool, geo) = closed_pool(&dir);
+        let (mut pool, geo) = closed_pool(&dir, 500);
         let table = pool.header().table_region;
         let words: Vec<u32> = bytemuck::pod_collect_to_vec(pool.region(table));
         let published: Vec<(u64, u32)> = (0..geo.buckets())
@@ -756,10 +758,10 @@ mod tests {
         let state = words[geo.state_word(b0, s0) as usize];
         let at = geo.state_word(b1, s1) as usize * 4;
         pool.region_mut(table)[at..at + 4].copy_from_slice(&state.to_le_bytes());
-        for round in [2, SCAN_ROUND_BUCKETS] {
+        for round in [[2, 1], [SCAN_ROUND_BUCKETS, SCAN_TASK_BUCKETS]] {
             let err = scan_in_rounds(&mut pool, &geo, table, &mut Recovery::default(), round).unwrap_err();
             let want = format!("bucket {b1} slot {s1}: value cell {} is referenced twice", state - PUBLISHED);
-            assert!(err.to_string().contains(&want), "rounds of {round}: {err}");
+            assert!(err.to_string().contains(&want), "{round:?}: {err}");
         }
     }
 
@@ -769,7 +771,7 @@ mod tests {
     #[should_panic(expected = "before the pool's first write frees it")]
     fn a_saved_allocator_is_not_read_after_the_first_write() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut pool, geo) = closed_pool(&dir);
+        let (mut pool, geo) = closed_pool(&dir, 500);
         let (_, mut allocator) = recover(&mut pool, &geo).unwrap();
         pool.mark_dirty().unwrap();
         let _ = allocator.load(&mut pool);

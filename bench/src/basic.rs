@@ -351,7 +351,10 @@ impl ResizeRecovery {
                 index.wait_for_gpu()?;
                 let ready = t.elapsed();
                 if found.statuses[0] != gphash::Status::Ok || upserted[0] != gphash::Status::Ok {
-                    return Err(Error::Resize("key 0 not found after a background open".into()));
+                    return Err(Error::Resize(format!(
+                        "after a background open, key 0: get {:?}, upsert {:?}",
+                        found.statuses[0], upserted[0]
+                    )));
                 }
                 Ok(([opened, got, wrote, ready], index))
             };

@@ -1113,6 +1113,18 @@ impl Pool {
         // `self` drops here: the mapping, then the file, which releases the lock.
     }
 
+    /// Closes a pool that nothing has written since it was opened clean, leaving its header as
+    /// it is: the close record keeps its checksum, so saved bytes damaged since still fail it
+    /// at the next open (checksummed again, they would pass). A pool marked dirty is closed as
+    /// [`Pool::close`] closes it.
+    pub fn close_unchanged(self) -> Result<()> {
+        if !self.header.clean_shutdown {
+            return self.close();
+        }
+        Ok(())
+        // `self` drops here: the mapping, then the file, which releases the lock.
+    }
+
     /// What the last clean close saved ([`Pool::close_saving`]): its bytes and count, when the
     /// pool was closed cleanly with a record whose bytes still match their checksum, and
     /// nothing has been written since. `None` otherwise (the table crate then scans).

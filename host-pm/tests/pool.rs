@@ -728,6 +728,11 @@ fn saved_at_close_lifecycle() {
     let pool = Pool::open(&path).unwrap();
     assert!(pool.header().clean_shutdown);
     assert_eq!(pool.saved_at_close(), None);
+    // Closed unchanged, the record keeps its checksum: the damage is still found.
+    pool.close_unchanged().unwrap();
+    let pool = Pool::open(&path).unwrap();
+    assert_eq!((pool.header().closed.saved, pool.header().closed.items), (saved, 42));
+    assert_eq!(pool.saved_at_close(), None, "damaged bytes are not blessed by a close");
 }
 
 /// An open waits a moment for a holder that is letting the lock go (as a killed process's
