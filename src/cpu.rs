@@ -90,7 +90,7 @@ impl CpuEngine {
             return Err(Error::BatchTooLarge { len: batch.len() as u64, max: MAX_BATCH as u64 });
         }
         self.slots[slot].0 = BatchRun::new(batch.len(), self.geo.value_words() as usize);
-        let mut alloc = Report { control: Control::default(), written: Written::Lines(vec![]) };
+        let mut alloc = Report::nothing();
         if !batch.read_only() {
             self.allocator.load(pool)?;
             alloc = self.stage(pool, slot, batch, |m, mem, allocator, dirty, run, i| {
@@ -145,7 +145,7 @@ impl Engine for CpuEngine {
                         m.phase_b(mem, dirty, batch, run, i)
                     })
                 } else {
-                    Report { control: Control::default(), written: Written::Lines(vec![]) }
+                    Report::nothing()
                 };
                 let model = Model { geo: &self.geo, seeds: &self.seeds, verify_values: self.verify_values };
                 let bitmap = self.allocator.load(pool)?;

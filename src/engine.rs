@@ -80,6 +80,13 @@ pub(crate) struct Report {
     pub written: Written,
 }
 
+impl Report {
+    /// A phase that did nothing: no counts, nothing to persist.
+    pub(crate) fn nothing() -> Report {
+        Report { control: Control::default(), written: Written::Lines(vec![]) }
+    }
+}
+
 /// How the table is executed, as reported by `stats` and the CLI.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Mode {

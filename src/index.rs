@@ -655,8 +655,7 @@ impl GpHash {
     /// Value cells in use.
     pub fn cells_used(&self) -> Result<u64> {
         let mut state = self.state();
-        state.usable()?;
-        let (engine, pool) = state.parts();
+        let (engine, pool) = state.usable_parts()?;
         engine.cells_used(pool)
     }
 
@@ -871,9 +870,14 @@ impl State {
 
     /// The allocator as the engine holds it.
     fn bitmap(&mut self) -> Result<Bitmap> {
-        self.usable()?;
-        let (engine, pool) = self.parts();
+        let (engine, pool) = self.usable_parts()?;
         engine.bitmap(pool)
+    }
+
+    /// The engine and the pool, unless the index is poisoned.
+    fn usable_parts(&mut self) -> Result<(&mut dyn Engine, &mut Pool)> {
+        self.usable()?;
+        Ok(self.parts())
     }
 
     /// The engine and the pool, borrowed together.

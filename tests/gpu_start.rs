@@ -53,6 +53,21 @@ impl Drop for Held {
     }
 }
 
+/// Opens `path` with a background start held at a gate, and the test's side of the gate
+/// (bound after the index, so dropped first).
+fn open_held(path: &std::path::Path) -> (GpHash, Held) {
+    let gate = Arc::new(Barrier::new(2));
+    let t = GpHash::open(path, &background(&gate)).unwrap();
+    (t, Held(Some(gate)))
+}
+
+/// The table passes `check` and holds the model's content.
+fn assert_modelled(t: &GpHash, oracle: &Oracle, what: &str) {
+    let report = t.check();
+    assert!(report.ok(), "{what}: {report}");
+    assert_same_content(t.entries(), &oracle.map, what);
+}
+
 /// Whether the GPU tests run here (`GPHASH_SKIP_GPU_TESTS=1` without a GPU: not these, which
 /// start one).
 fn have_gpu() -> bool {
@@ -124,9 +139,7 @@ fn calls_run_on_the_cpu_until_the_gpu_takes_over_with_the_allocator_as_it_stands
     let Some(Setup { mut rng, dir: _dir, path, mut oracle }) = setup("takes_over", 8_192) else {
         return;
     };
-    let gate = Arc::new(Barrier::new(2));
-    let t = GpHash::open(&path, &background(&gate)).unwrap();
-    let mut held = Held(Some(gate));
+    let (t, mut held) = open_held(&path);
     match t.stats().mode {
         Mode::Cpu { reason } => assert!(reason.contains("starting"), "{reason}"),
         other => panic!("a background start runs on the CPU first, not {other}"),
@@ -142,9 +155,7 @@ fn calls_run_on_the_cpu_until_the_gpu_takes_over_with_the_allocator_as_it_stands
     assert!(start.engine_in_background, "a pool imported zero-copy gets its engine on the starting thread");
     assert!(Arc::ptr_eq(&gpu, t.gpu().unwrap()));
     run_calls(&t, &mut oracle, &mut rng, 12, 4_000);
-    let report = t.check();
-    assert!(report.ok(), "{report}");
-    assert_same_content(t.entries(), &oracle.map, "after the GPU took over");
+    assert_modelled(&t, &oracle, "after the GPU took over");
     t.close().unwrap();
     let t = GpHash::open(&path, &common::cpu_options()).unwrap();
     assert_same_content(t.entries(), &oracle.map, "reopened");
@@ -158,9 +169,7 @@ fn reads_before_the_takeover_leave_the_saved_allocator_to_it() {
     let Some(Setup { mut rng, dir: _dir, path, mut oracle }) = setup("reads_first", 8_192) else {
         return;
     };
-    let gate = Arc::new(Barrier::new(2));
-    let t = GpHash::open(&path, &background(&gate)).unwrap();
-    let mut held = Held(Some(gate));
+    let (t, mut held) = open_held(&path);
     assert!(t.stats().recovery.restored, "{}", t.stats().recovery);
     let keys: Vec<u8> = (0..2_000).flat_map(|k| common::key(k, KB)).collect();
     let found = t.get(&keys).unwrap();
@@ -173,9 +182,7 @@ fn reads_before_the_takeover_leave_the_saved_allocator_to_it() {
     t.wait_for_gpu().unwrap();
     assert!(!is_cpu(&t), "the GPU took over: {}", t.stats().mode);
     run_calls(&t, &mut oracle, &mut rng, 12, 6_000);
-    let report = t.check();
-    assert!(report.ok(), "{report}");
-    assert_same_content(t.entries(), &oracle.map, "after the GPU took over");
+    assert_modelled(&t, &oracle, "after the GPU took over");
 }
 
 #[test]
@@ -209,9 +216,7 @@ fn growth_during_a_background_start_waits_for_it_and_runs_on_the_gpu() {
     assert!(!is_cpu(&t), "growth waited for the start and made its engine on the GPU: {}", t.stats().mode);
     assert!(t.activity().resizes >= 1, "batch {grew_on} grew the table");
     run_calls(&t, &mut oracle, &mut rng, 6, 130_000);
-    let report = t.check();
-    assert!(report.ok(), "{report}");
-    assert_same_content(t.entries(), &oracle.map, "after growth");
+    assert_modelled(&t, &oracle, "after growth");
 }
 
 #[test]
@@ -219,10 +224,7 @@ fn closing_and_dropping_wait_for_the_start_and_lose_nothing() {
     let Some(Setup { mut rng, dir: _dir, path, mut oracle }) = setup("close", 8_192) else {
         return;
     };
-    let gate = Arc::new(Barrier::new(2));
-
-    let t = GpHash::open(&path, &background(&gate)).unwrap();
-    let held = Held(Some(gate.clone()));
+    let (t, held) = open_held(&path);
     run_calls(&t, &mut oracle, &mut rng, 3, 4_000);
     let releaser = held.release_later(Duration::from_millis(100));
     let closing = std::time::Instant::now();
@@ -234,8 +236,7 @@ fn closing_and_dropping_wait_for_the_start_and_lose_nothing() {
     assert_same_content(t.entries(), &oracle.map, "closed during the start");
     drop(t);
 
-    let t = GpHash::open(&path, &background(&gate)).unwrap();
-    let held = Held(Some(gate.clone()));
+    let (t, held) = open_held(&path);
     run_calls(&t, &mut oracle, &mut rng, 3, 4_000);
     let releaser = held.release_later(Duration::from_millis(100));
     let dropping = std::time::Instant::now();
@@ -311,9 +312,7 @@ fn a_pipeline_takes_the_gpu_over_between_its_batches() {
     let Some(Setup { mut rng, dir: _dir, path, mut oracle }) = setup("pipeline", 8_192) else {
         return;
     };
-    let gate = Arc::new(Barrier::new(2));
-    let t = GpHash::open(&path, &background(&gate)).unwrap();
-    let mut held = Held(Some(gate));
+    let (t, mut held) = open_held(&path);
     let mut pipe = t.pipeline();
     for i in 0..12 {
         if i == 4 {
