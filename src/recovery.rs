@@ -765,6 +765,41 @@ mod tests {
         }
     }
 
+    /// A published state naming a cell past the heap refuses the pool, naming its slot, in
+    /// whichever task of a round it lies; the cell just before the end is accepted.
+    #[test]
+    fn a_cell_beyond_the_heap_is_refused_with_its_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut pool, geo) = closed_pool(&dir, 500);
+        let table = pool.header().table_region;
+        let words: Vec<u32> = bytemuck::pod_collect_to_vec(pool.region(table));
+        let (b, s) = (0..geo.buckets())
+            .flat_map(|b| (0..geo.layout.slots).map(move |s| (b, s)))
+            .filter(|&(b, s)| words[geo.state_word(b, s) as usize] == EMPTY)
+            .nth(40)
+            .unwrap();
+        let at = geo.state_word(b, s) as usize * 4;
+        for (cell, refused) in
+            [(geo.cells as u32, true), (u32::MAX - PUBLISHED, true), (geo.cells as u32 - 1, false)]
+        {
+            pool.region_mut(table)[at..at + 4].copy_from_slice(&(PUBLISHED + cell).to_le_bytes());
+            for round in [[1, 1], [3, 2], [SCAN_ROUND_BUCKETS, SCAN_TASK_BUCKETS]] {
+                let scanned = scan_in_rounds(&mut pool, &geo, table, &mut Recovery::default(), round);
+                if refused {
+                    let err = scanned.unwrap_err().to_string();
+                    let want = format!(
+                        "bucket {b} slot {s}: value cell {cell} beyond the heap of {} cells",
+                        geo.cells
+                    );
+                    assert!(err.contains(&want), "{round:?}: {err}");
+                } else {
+                    // 500 keys take the first cells: the last one is free.
+                    scanned.unwrap();
+                }
+            }
+        }
+    }
+
     /// A pool marked dirty has freed what its close saved: loading it then is a bug, not a
     /// silent scan.
     #[test]
