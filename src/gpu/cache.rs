@@ -105,43 +105,18 @@ impl DeviceCache {
         enabled: bool,
         max_window: u64,
     ) -> Result<Self> {
-        opts.validate()?;
+        let (mut entries, mut limited) = Self::planned_entries(gpu, geo, opts, enabled)?;
         let (gw, vw) = cache::entry_words(geo);
         let entry_bytes = (gw + vw) * 4;
         let groups = geo.groups();
-        let available = gpu.device_memory_available();
-        log::debug!("device memory available: {available:?} bytes");
-        let mut entries = if enabled { opts.entries(groups, entry_bytes, &gpu.info, available) } else { 0 };
-        let mut limited = None;
-        if enabled && (entries as u64) < opts.wanted_entries(groups, &gpu.info).min(u32::MAX as u64 - 1) {
-            let why = opts.budget(&gpu.info, available).1;
+        if let Some(why) = &limited {
             log::info!(
                 "cache limited to {entries} entries ({} MiB) by {why}",
                 (entries as u64 * entry_bytes) >> 20
             );
-            limited = Some(why.to_string());
         }
-        // Kernels address each region with 32-bit word indices.
-        let limit = (u32::MAX as u64 / gw.max(vw)) as u32;
-        if entries > limit {
-            log::warn!(
-                "cache of {entries} entries exceeds the 16 GiB addressable per region: {limit} entries"
-            );
-            entries = limit;
-            limited = Some("the 16 GiB a region's 32-bit word indices address".into());
-        }
-        // A cache for every group has nothing to choose: no counts, one phase from the first batch.
-        let config = |entries: u32| match entries {
-            0 => CacheConfig::off(),
-            _ => CacheConfig {
-                entries,
-                count_mode: if entries as u64 >= groups { 0 } else { opts.policy.count_mode() },
-                table: Windows::cover(entries as u64 * gw, max_window),
-                heap: Windows::cover(entries as u64 * vw, max_window),
-            },
-        };
         let (cfg, buffers) = loop {
-            let cfg = config(entries);
+            let cfg = Self::config_for(geo, opts, entries, max_window);
             let made = Buffers::new(gpu, groups, &cfg, (gw, vw));
             // Fault injection: the device has no memory beyond `fail_above` bytes.
             #[cfg(feature = "testing")]
@@ -195,6 +170,64 @@ impl DeviceCache {
                 ..CacheStats::default()
             },
         })
+    }
+
+    /// How the kernels see a cache of `entries` entries for `geo` (none when 0): what the
+    /// engine that [`DeviceCache::new`] serves compiles, unless the device then has too little
+    /// memory for it.
+    pub(crate) fn planned(
+        gpu: &Gpu,
+        geo: &Geometry,
+        opts: &CacheOptions,
+        enabled: bool,
+        max_window: u64,
+    ) -> Result<CacheConfig> {
+        let (entries, _) = Self::planned_entries(gpu, geo, opts, enabled)?;
+        Ok(Self::config_for(geo, opts, entries, max_window))
+    }
+
+    /// The entries of a cache of `opts.ratio` of the table's groups within its budget, and
+    /// what limited them below that, before any buffer is made.
+    fn planned_entries(
+        gpu: &Gpu,
+        geo: &Geometry,
+        opts: &CacheOptions,
+        enabled: bool,
+    ) -> Result<(u32, Option<String>)> {
+        opts.validate()?;
+        if !enabled {
+            return Ok((0, None));
+        }
+        let (gw, vw) = cache::entry_words(geo);
+        let groups = geo.groups();
+        let available = gpu.device_memory_available();
+        log::debug!("device memory available: {available:?} bytes");
+        let entries = opts.entries(groups, (gw + vw) * 4, &gpu.info, available);
+        let mut limited = None;
+        if (entries as u64) < opts.wanted_entries(groups, &gpu.info).min(u32::MAX as u64 - 1) {
+            limited = Some(opts.budget(&gpu.info, available).1.to_string());
+        }
+        // Kernels address each region with 32-bit word indices.
+        let limit = (u32::MAX as u64 / gw.max(vw)) as u32;
+        if entries > limit {
+            return Ok((limit, Some("the 16 GiB a region's 32-bit word indices address".into())));
+        }
+        Ok((entries, limited))
+    }
+
+    /// A cache of `entries` entries for `geo`, as the kernels see it. A cache for every group
+    /// has nothing to choose: no counts, one phase from the first batch.
+    fn config_for(geo: &Geometry, opts: &CacheOptions, entries: u32, max_window: u64) -> CacheConfig {
+        let (gw, vw) = cache::entry_words(geo);
+        match entries {
+            0 => CacheConfig::off(),
+            _ => CacheConfig {
+                entries,
+                count_mode: if entries as u64 >= geo.groups() { 0 } else { opts.policy.count_mode() },
+                table: Windows::cover(entries as u64 * gw, max_window),
+                heap: Windows::cover(entries as u64 * vw, max_window),
+            },
+        }
     }
 
     /// How the kernels see it.

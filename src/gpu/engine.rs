@@ -357,6 +357,10 @@ pub(crate) struct GpuEngine {
     first_cell: Option<u32>,
 }
 
+/// A table's bind group layout, a batch's, and the batch kernels.
+type EnginePipelines =
+    ((wgpu::BindGroupLayout, Vec<Binding>), (wgpu::BindGroupLayout, Vec<Binding>), Pipelines<Kernel>);
+
 impl GpuEngine {
     /// Binds the pool's table and heap regions (imported, or copied to the device) and builds
     /// the kernels; reads check their value's checksum when `verify_values`. Its allocator is
@@ -370,28 +374,8 @@ impl GpuEngine {
         verify_values: bool,
     ) -> Result<Self> {
         let (geo, seeds) = cfg_base;
-        // A lane keeps one bit per pass over the candidates: at most 32 passes.
-        if !opts.tile.is_power_of_two() || opts.tile > 32 || opts.tile * 32 < geo.layout.candidates() {
-            return Err(Error::InvalidConfig(format!(
-                "tile of {} lanes: must be a power of two up to 32, and at least {} for {} candidate slots",
-                opts.tile,
-                geo.layout.candidates().div_ceil(32),
-                geo.layout.candidates()
-            )));
-        }
+        let mut cfg = Self::base_config(&gpu, (geo, seeds), opts, verify_values)?;
         let max_window = max_window(&gpu.info, opts.max_window_bytes);
-        let mut cfg = KernelConfig {
-            table: Windows::cover(geo.table_words(), max_window),
-            heap: Windows::cover(geo.heap_words(), max_window),
-            geo,
-            seeds,
-            tile: opts.tile,
-            cache: CacheConfig::off(),
-            source: None,
-            verify_values,
-            reach: Reach::default(),
-        };
-        cfg.settle_reach(&gpu.info, opts.large_pool_mode)?;
         let mut laps = Laps::start("engine");
         let scopes = ErrorScopes::push(&gpu.device);
         let persist = pool.mapping().persist_mode();
@@ -423,13 +407,8 @@ impl GpuEngine {
         let allocator_words = Bitmap::summary_words(bitmap_words) + 1;
         let allocator_buf = storage_buffer(dev, "allocator", allocator_words as u64 * 4);
         let control_buf = storage_buffer(dev, "control", (control::WORDS * 4) as u64);
-        let bindings = cfg.bindings();
-        let layout = (bind_group_layout(dev, "gphash", &bindings), bindings);
-        let batch_layout = batch_layout(dev);
         laps.lap("allocator");
-        let layouts = [&layout.0, &batch_layout.0];
-        let pipelines =
-            build_pipelines(&gpu, (&layouts, Params::BYTES), &Kernel::BATCH, |k| shader::source(k, &cfg))?;
+        let (layout, batch_layout, pipelines) = Self::pipelines(&gpu, &cfg)?;
         laps.lap("pipelines");
         let track_lines = windows.tracks_lines(persist);
         // A submit runs each batch kernel at most once.
@@ -462,6 +441,68 @@ impl GpuEngine {
             #[cfg(feature = "testing")]
             first_cell: opts.first_cell,
         })
+    }
+
+    /// The kernels' configuration for a table of `geo`, without a cache.
+    fn base_config(
+        gpu: &Gpu,
+        (geo, seeds): (Geometry, crate::hash::Seeds),
+        opts: &GpuOptions,
+        verify_values: bool,
+    ) -> Result<KernelConfig> {
+        // A lane keeps one bit per pass over the candidates: at most 32 passes.
+        if !opts.tile.is_power_of_two() || opts.tile > 32 || opts.tile * 32 < geo.layout.candidates() {
+            return Err(Error::InvalidConfig(format!(
+                "tile of {} lanes: must be a power of two up to 32, and at least {} for {} candidate slots",
+                opts.tile,
+                geo.layout.candidates().div_ceil(32),
+                geo.layout.candidates()
+            )));
+        }
+        let max_window = max_window(&gpu.info, opts.max_window_bytes);
+        let mut cfg = KernelConfig {
+            table: Windows::cover(geo.table_words(), max_window),
+            heap: Windows::cover(geo.heap_words(), max_window),
+            geo,
+            seeds,
+            tile: opts.tile,
+            cache: CacheConfig::off(),
+            source: None,
+            verify_values,
+            reach: Reach::default(),
+        };
+        cfg.settle_reach(&gpu.info, opts.large_pool_mode)?;
+        Ok(cfg)
+    }
+
+    /// The table's bind group layout, the batch's, and the batch kernels compiled for `cfg`.
+    fn pipelines(gpu: &Gpu, cfg: &KernelConfig) -> Result<EnginePipelines> {
+        let dev = &gpu.device;
+        let bindings = cfg.bindings();
+        let layout = (bind_group_layout(dev, "gphash", &bindings), bindings);
+        let batch_layout = batch_layout(dev);
+        let layouts = [&layout.0, &batch_layout.0];
+        let pipelines =
+            build_pipelines(gpu, (&layouts, Params::BYTES), &Kernel::BATCH, |k| shader::source(k, cfg))?;
+        Ok((layout, batch_layout, pipelines))
+    }
+
+    /// Compiles, and drops, the kernels an engine for a table of `geo` would compile, with
+    /// the cache it would plan now for a pool imported in place (`zero_copy`) or not: the
+    /// driver keeps what it compiled, so the engine made later for that table starts without
+    /// compiling (a growth's, made while the grown table is built).
+    pub(crate) fn warm(
+        gpu: &Gpu,
+        (geo, seeds): (Geometry, crate::hash::Seeds),
+        zero_copy: bool,
+        opts: &GpuOptions,
+        verify_values: bool,
+    ) -> Result<()> {
+        let mut cfg = Self::base_config(gpu, (geo, seeds), opts, verify_values)?;
+        let max_window = max_window(&gpu.info, opts.max_window_bytes);
+        cfg.cache = DeviceCache::planned(gpu, &geo, &opts.cache, zero_copy && !geo.keys_apart, max_window)?;
+        cfg.settle_reach(&gpu.info, opts.large_pool_mode)?;
+        Self::pipelines(gpu, &cfg).map(drop)
     }
 
     /// Makes `bitmap` the value-cell allocator (of the size the engine was made for): the

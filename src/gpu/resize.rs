@@ -3,17 +3,19 @@
 //! copies that are then written back (staged).
 
 use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
 
 use gphash_gpu::Gpu;
 use gphash_gpu::hostmem::{self, ImportGuard};
 use gphash_gpu::resources::{
-    ErrorScopes, bind_group, bind_group_layout, build_pipelines, download_region, import_region, map_read,
-    max_window, record_passes, release_imports, staged_reason, upload_region,
+    ErrorScopes, Pipelines, bind_group, bind_group_layout, build_pipelines, download_region, import_region,
+    map_read, max_window, record_passes, release_imports, staged_reason, upload_region,
 };
 use gphash_gpu::shader::{Reach, Windows};
 use host_pm::{Pool, Region};
 
-use super::engine::GpuOptions;
+use super::engine::{GpuEngine, GpuOptions};
 use super::shader::{
     self, CacheConfig, FIRST_WINDOW_BINDING, Kernel, KernelConfig, Params, Source, TABLE_BINDINGS,
 };
@@ -24,16 +26,86 @@ use crate::model::Control;
 use crate::profile::Laps;
 use crate::protocol::control;
 
-/// Builds the table `new` (zeroed, in region `new_region`) from `old` (in `old_region`);
-/// returns the control block (keys rehashed, keys that found no slot).
-pub(crate) fn build(
+/// The kernels of a growth, compiling ahead of it on threads of their own: those of [`build`]
+/// and those of the grown table's engine. Each is compiled and dropped; the driver keeps what
+/// it compiled, so the build and the engine that follow start without compiling. Threads not
+/// waited for end on their own: they hold the device, not the pool.
+pub(crate) struct Warming {
+    build: Option<JoinHandle<()>>,
+    engine: Option<JoinHandle<()>>,
+}
+
+impl Warming {
+    /// Starts compiling the kernels that growing `old` by a level needs, on a device that is
+    /// not the host's CPU (whose compiles would take the cores the growth runs on; lavapipe
+    /// keeps nothing between compiles). `zero_copy`: whether the pool is imported in place,
+    /// which decides whether the grown table's engine has a cache.
+    pub(crate) fn start(
+        gpu: &Arc<Gpu>,
+        opts: &GpuOptions,
+        (old, table_seed): (&Geometry, u64),
+        zero_copy: bool,
+        verify_values: bool,
+    ) -> Self {
+        let new = match old.grown() {
+            Ok(new) if !gpu.info.is_cpu() => new,
+            _ => return Warming { build: None, engine: None },
+        };
+        let seeds = Seeds::new(table_seed, new.layout.hashes);
+        let (o, s) = (opts.clone(), seeds.clone());
+        let old = *old;
+        let build = compile_ahead(gpu, "the growth's kernels", move |gpu| {
+            pipelines(gpu, &config(gpu, &o, &s, &old, &new)?).map(drop)
+        });
+        let opts = opts.clone();
+        let engine = compile_ahead(gpu, "the grown table's kernels", move |gpu| {
+            GpuEngine::warm(gpu, (new, seeds), zero_copy, &opts, verify_values)
+        });
+        Warming { build, engine }
+    }
+
+    /// Waits for the build's kernels.
+    pub(crate) fn build_compiled(&mut self) {
+        join(self.build.take());
+    }
+
+    /// Waits for the grown table's engine's kernels.
+    pub(crate) fn engine_compiled(&mut self) {
+        join(self.engine.take());
+    }
+}
+
+/// Runs `compile` on a thread of its own, logging how long it took or why it failed.
+fn compile_ahead(
     gpu: &Arc<Gpu>,
+    what: &'static str,
+    compile: impl FnOnce(&Gpu) -> Result<()> + Send + 'static,
+) -> Option<JoinHandle<()>> {
+    let gpu = gpu.clone();
+    Some(std::thread::spawn(move || {
+        let t = Instant::now();
+        match compile(&gpu) {
+            Ok(()) => log::debug!("{what} compiled ahead in {:.2} ms", t.elapsed().as_secs_f64() * 1e3),
+            Err(e) => log::debug!("{what} not compiled ahead: {e}"),
+        }
+    }))
+}
+
+/// Waits for a compile ahead; one that panicked costs the growth nothing but the compile.
+fn join(thread: Option<JoinHandle<()>>) {
+    if let Some(Err(_)) = thread.map(JoinHandle::join) {
+        log::warn!("a compile ahead of a growth panicked");
+    }
+}
+
+/// The resize kernels' configuration for growing `old` into `new`.
+fn config(
+    gpu: &Gpu,
     opts: &GpuOptions,
-    pool: &mut Pool,
     seeds: &Seeds,
-    (old, old_region): (&Geometry, Region),
-    (new, new_region): (&Geometry, Region),
-) -> Result<Control> {
+    old: &Geometry,
+    new: &Geometry,
+) -> Result<KernelConfig> {
     let window = max_window(&gpu.info, opts.max_window_bytes);
     let mut cfg = KernelConfig {
         geo: *new,
@@ -54,6 +126,29 @@ pub(crate) fn build(
         reach: Reach::default(),
     };
     cfg.settle_reach(&gpu.info, opts.large_pool_mode)?;
+    Ok(cfg)
+}
+
+/// The resize kernels' bind group layout (they use no batch buffers: the table's bind group
+/// alone) and the kernels, compiled for `cfg`.
+fn pipelines(gpu: &Gpu, cfg: &KernelConfig) -> Result<(wgpu::BindGroupLayout, Pipelines<Kernel>)> {
+    let layout = bind_group_layout(&gpu.device, "resize", &cfg.bindings());
+    let pipelines =
+        build_pipelines(gpu, (&[&layout], Params::BYTES), &Kernel::RESIZE, |k| shader::source(k, cfg))?;
+    Ok((layout, pipelines))
+}
+
+/// Builds the table `new` (zeroed, in region `new_region`) from `old` (in `old_region`);
+/// returns the control block (keys rehashed, keys that found no slot).
+pub(crate) fn build(
+    gpu: &Arc<Gpu>,
+    opts: &GpuOptions,
+    pool: &mut Pool,
+    seeds: &Seeds,
+    (old, old_region): (&Geometry, Region),
+    (new, new_region): (&Geometry, Region),
+) -> Result<Control> {
+    let cfg = config(gpu, opts, seeds, old, new)?;
     let source = cfg.source.expect("set above").windows;
     let mut laps = Laps::start("growth on the GPU");
     let guard = ImportGuard::default();
@@ -94,10 +189,7 @@ pub(crate) fn build(
     // Bindings the resize kernels do not use.
     let (unused_ro, unused_rw) = (buffer("unused", 256, storage), buffer("unused", 256, storage));
     let bindings = cfg.bindings();
-    let layout = bind_group_layout(dev, "resize", &bindings);
-    // The resize kernels use no batch buffers: the table's bind group alone.
-    let pipelines =
-        build_pipelines(gpu, (&[&layout], Params::BYTES), &Kernel::RESIZE, |k| shader::source(k, &cfg))?;
+    let (layout, pipelines) = pipelines(gpu, &cfg)?;
     laps.lap("pipelines");
     // The control block; every other buffer but the tables is unused (one dummy window each for
     // the heap and the cache).
