@@ -84,7 +84,10 @@ fn compile_ahead(
     let gpu = gpu.clone();
     Some(std::thread::spawn(move || {
         let t = Instant::now();
-        match compile(&gpu) {
+        // Its errors are its own, not the device's uncaptured ones.
+        let scopes = ErrorScopes::push(&gpu.device);
+        let compiled = compile(&gpu).and_then(|()| Ok(scopes.pop(|| what.to_string())?));
+        match compiled {
             Ok(()) => log::debug!("{what} compiled ahead in {:.2} ms", t.elapsed().as_secs_f64() * 1e3),
             Err(e) => log::debug!("{what} not compiled ahead: {e}"),
         }
