@@ -28,8 +28,9 @@ use crate::protocol::control;
 
 /// The kernels of a growth, compiling ahead of it on threads of their own: those of [`build`]
 /// and those of the grown table's engine. Each is compiled and dropped; the driver keeps what
-/// it compiled, so the build and the engine that follow start without compiling. Threads not
-/// waited for end on their own: they hold the device, not the pool.
+/// it compiled, so the build and the engine that follow start without compiling. Dropping it
+/// waits for them: a process that exits while the driver compiles crashes in the driver's
+/// teardown (a segmentation fault after every test passed, on the H200).
 pub(crate) struct Warming {
     build: Option<JoinHandle<()>>,
     engine: Option<JoinHandle<()>>,
@@ -72,6 +73,13 @@ impl Warming {
     /// Waits for the grown table's engine's kernels.
     pub(crate) fn engine_compiled(&mut self) {
         join(self.engine.take());
+    }
+}
+
+impl Drop for Warming {
+    fn drop(&mut self) {
+        self.build_compiled();
+        self.engine_compiled();
     }
 }
 
