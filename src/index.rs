@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use gphash_gpu::Gpu;
-use gphash_gpu::resources::{PoolRef, staged_reason};
+use gphash_gpu::resources::PoolRef;
 use host_pm::{Backend, CreateOptions, Header, PersistMode, Pool, ResizeRecord, TableConfig};
 
 use crate::batch::{Batch, BatchResult, Encoded, KeyGroups, Part, Planned};
@@ -340,6 +340,9 @@ pub struct GpHash {
     value_bytes: usize,
 }
 
+/// The table and the cache settings a growth's kernels are compiled for.
+type GrowthKey = (Geometry, CacheOptions);
+
 /// What the calls of a [`GpHash`] change, behind its lock.
 struct State {
     // Dropped before `pool`: the engine's buffers may map the pool's memory. `None` while a
@@ -355,9 +358,10 @@ struct State {
     gpu_start: Option<GpuStart>,
     /// How the last engine executed (reported while there is none).
     mode: Mode,
-    /// The kernels of the next growth, compiling ahead since the table of this top level
-    /// became half full.
-    next_growth: Option<(u32, Warming)>,
+    /// The kernels of the next growth, compiling ahead since the table became half full, for
+    /// the table and cache settings they were compiled for (a growth of other ones, after a
+    /// growth of the heap or a change of cache, compiles its own).
+    next_growth: Option<(GrowthKey, Warming)>,
     pool: Pool,
     geo: Geometry,
     /// The GPU, or why there is none.
@@ -965,28 +969,38 @@ impl State {
     /// 0.3 s of a 1 s growth of 16 M keys on the H200, where the driver had not compiled them
     /// before). Compiling while the pool grows gained nothing: both take every host core.
     fn compile_next_growth(&mut self) {
-        let level = self.geo.top_level;
+        let key = self.growth_key();
         let half_full = self.items as f64 >= GROW_FROM_LOAD * self.geo.slots() as f64;
         let growable = self.options.grow && self.mode != Mode::Volatile;
-        if !half_full || !growable || self.next_growth.as_ref().is_some_and(|(l, _)| *l == level) {
+        if !half_full || !growable || self.next_growth.as_ref().is_some_and(|(k, _)| *k == key) {
             return;
         }
-        if let Ok(gpu) = &self.gpu {
-            let zero_copy =
-                staged_reason(self.pool.mapping().backend(), self.options.gpu.placement.into()).is_none();
+        if let (Ok(gpu), Some(engine)) = (&self.gpu, &self.engine) {
+            // The grown table is placed as this one, and its cache planned as if this one's,
+            // which the growth drops first, were free.
+            let (gw, vw) = crate::cache::entry_words(&self.geo);
+            let cache = match engine.cache_status() {
+                CacheStatus::On(c) => c.entries as u64 * (gw + vw) * 4,
+                CacheStatus::Off { .. } => 0,
+            };
             let table = (&self.geo, self.pool.header().table.seed);
-            let warming =
-                Warming::start(gpu, &self.options.gpu, table, zero_copy, self.options.verify_values);
-            self.next_growth = Some((level, warming));
+            let placed = (self.mode == Mode::ZeroCopy, cache);
+            let warming = Warming::start(gpu, &self.options.gpu, table, placed, self.options.verify_values);
+            self.next_growth = Some((key, warming));
         }
+    }
+
+    /// What the kernels of the next growth are compiled for.
+    fn growth_key(&self) -> GrowthKey {
+        (self.geo, self.options.gpu.cache)
     }
 
     /// Builds the grown table in `regions` and makes an engine for it, or, when the build
     /// fails, forgets it and makes an engine for the old table again.
     fn resize_and_restart(&mut self, regions: [host_pm::Region; 2]) -> Result<()> {
         let builder = builder(&self.gpu, &self.options.gpu);
-        let level = self.geo.top_level;
-        let mut warming = self.next_growth.take().filter(|(l, _)| *l == level).map(|(_, w)| w);
+        let key = self.growth_key();
+        let mut warming = self.next_growth.take().filter(|(k, _)| *k == key).map(|(_, w)| w);
         let grown = resize::begin(&mut self.pool, &self.geo, regions).and_then(|()| {
             if let Some(w) = &mut warming {
                 w.build_compiled();

@@ -105,7 +105,7 @@ impl DeviceCache {
         enabled: bool,
         max_window: u64,
     ) -> Result<Self> {
-        let (mut entries, mut limited) = Self::planned_entries(gpu, geo, opts, enabled)?;
+        let (mut entries, mut limited) = Self::planned_entries(gpu, geo, opts, enabled, 0)?;
         let (gw, vw) = cache::entry_words(geo);
         let entry_bytes = (gw + vw) * 4;
         let groups = geo.groups();
@@ -172,27 +172,29 @@ impl DeviceCache {
         })
     }
 
-    /// How the kernels see a cache of `entries` entries for `geo` (none when 0): what the
-    /// engine that [`DeviceCache::new`] serves compiles, unless the device then has too little
-    /// memory for it.
+    /// How the kernels see the cache [`DeviceCache::new`] would make for `geo` once `freed`
+    /// more bytes of device memory are free (another engine's cache, dropped first), unless
+    /// the device then has too little memory for it.
     pub(crate) fn planned(
         gpu: &Gpu,
         geo: &Geometry,
         opts: &CacheOptions,
-        enabled: bool,
+        (enabled, freed): (bool, u64),
         max_window: u64,
     ) -> Result<CacheConfig> {
-        let (entries, _) = Self::planned_entries(gpu, geo, opts, enabled)?;
+        let (entries, _) = Self::planned_entries(gpu, geo, opts, enabled, freed)?;
         Ok(Self::config_for(geo, opts, entries, max_window))
     }
 
-    /// The entries of a cache of `opts.ratio` of the table's groups within its budget, and
-    /// what limited them below that, before any buffer is made.
+    /// The entries of a cache of `opts.ratio` of the table's groups within its budget (with
+    /// `freed` more bytes free than now), and what limited them below that, before any buffer
+    /// is made.
     fn planned_entries(
         gpu: &Gpu,
         geo: &Geometry,
         opts: &CacheOptions,
         enabled: bool,
+        freed: u64,
     ) -> Result<(u32, Option<String>)> {
         opts.validate()?;
         if !enabled {
@@ -200,7 +202,7 @@ impl DeviceCache {
         }
         let (gw, vw) = cache::entry_words(geo);
         let groups = geo.groups();
-        let available = gpu.device_memory_available();
+        let available = gpu.device_memory_available().map(|a| a + freed);
         log::debug!("device memory available: {available:?} bytes");
         let entries = opts.entries(groups, (gw + vw) * 4, &gpu.info, available);
         let mut limited = None;

@@ -488,19 +488,20 @@ impl GpuEngine {
     }
 
     /// Compiles, and drops, the kernels an engine for a table of `geo` would compile, with
-    /// the cache it would plan now for a pool imported in place (`zero_copy`) or not: the
-    /// driver keeps what it compiled, so the engine made later for that table starts without
-    /// compiling (a growth's, made while the grown table is built).
+    /// the cache it would plan for a pool imported in place (`zero_copy`) or not, once `freed`
+    /// bytes of device memory more are free: the driver keeps what it compiled, so the engine
+    /// made later for that table starts without compiling (a growth's, made after the build).
     pub(crate) fn warm(
         gpu: &Gpu,
         (geo, seeds): (Geometry, crate::hash::Seeds),
-        zero_copy: bool,
+        (zero_copy, freed): (bool, u64),
         opts: &GpuOptions,
         verify_values: bool,
     ) -> Result<()> {
         let mut cfg = Self::base_config(gpu, (geo, seeds), opts, verify_values)?;
         let max_window = max_window(&gpu.info, opts.max_window_bytes);
-        cfg.cache = DeviceCache::planned(gpu, &geo, &opts.cache, zero_copy && !geo.keys_apart, max_window)?;
+        let cached = (zero_copy && !geo.keys_apart, freed);
+        cfg.cache = DeviceCache::planned(gpu, &geo, &opts.cache, cached, max_window)?;
         cfg.settle_reach(&gpu.info, opts.large_pool_mode)?;
         Self::pipelines(gpu, &cfg).map(drop)
     }

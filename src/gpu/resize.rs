@@ -39,13 +39,14 @@ pub(crate) struct Warming {
 impl Warming {
     /// Starts compiling the kernels that growing `old` by a level needs, on a device that is
     /// not the host's CPU (whose compiles would take the cores the growth runs on; lavapipe
-    /// keeps nothing between compiles). `zero_copy`: whether the pool is imported in place,
-    /// which decides whether the grown table's engine has a cache.
+    /// keeps nothing between compiles). `placed`: whether the pool is imported in place (so
+    /// the grown table's engine has a cache), and the device bytes of the cache the growth
+    /// drops first (the grown table's is planned as if they were free).
     pub(crate) fn start(
         gpu: &Arc<Gpu>,
         opts: &GpuOptions,
         (old, table_seed): (&Geometry, u64),
-        zero_copy: bool,
+        placed: (bool, u64),
         verify_values: bool,
     ) -> Self {
         let new = match old.grown() {
@@ -60,7 +61,7 @@ impl Warming {
         });
         let opts = opts.clone();
         let engine = compile_ahead(gpu, "the grown table's kernels", move |gpu| {
-            GpuEngine::warm(gpu, (new, seeds), zero_copy, &opts, verify_values)
+            GpuEngine::warm(gpu, (new, seeds), placed, &opts, verify_values)
         });
         Warming { build, engine }
     }
@@ -90,16 +91,21 @@ fn compile_ahead(
     compile: impl FnOnce(&Gpu) -> Result<()> + Send + 'static,
 ) -> Option<JoinHandle<()>> {
     let gpu = gpu.clone();
-    Some(std::thread::spawn(move || {
-        let t = Instant::now();
-        // Its errors are its own, not the device's uncaptured ones.
-        let scopes = ErrorScopes::push(&gpu.device);
-        let compiled = compile(&gpu).and_then(|()| Ok(scopes.pop(|| what.to_string())?));
-        match compiled {
-            Ok(()) => log::debug!("{what} compiled ahead in {:.2} ms", t.elapsed().as_secs_f64() * 1e3),
-            Err(e) => log::debug!("{what} not compiled ahead: {e}"),
-        }
-    }))
+    // A thread the system refuses only costs the growth its compile.
+    let thread = std::thread::Builder::new().name("gphash-compile-ahead".into());
+    thread
+        .spawn(move || {
+            let t = Instant::now();
+            // Its errors are its own, not the device's uncaptured ones.
+            let scopes = ErrorScopes::push(&gpu.device);
+            let compiled = compile(&gpu).and_then(|()| Ok(scopes.pop(|| what.to_string())?));
+            match compiled {
+                Ok(()) => log::debug!("{what} compiled ahead in {:.2} ms", t.elapsed().as_secs_f64() * 1e3),
+                Err(e) => log::debug!("{what} not compiled ahead: {e}"),
+            }
+        })
+        .inspect_err(|e| log::debug!("{what} not compiled ahead: no thread ({e})"))
+        .ok()
 }
 
 /// Waits for a compile ahead; one that panicked costs the growth nothing but the compile.
