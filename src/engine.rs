@@ -174,6 +174,12 @@ pub(crate) trait Engine: Send {
         Ok(())
     }
 
+    /// The configuration the engine's kernels were compiled for, if it has kernels.
+    #[cfg(test)]
+    fn kernel_config(&self) -> Option<&crate::gpu::shader::KernelConfig> {
+        None
+    }
+
     /// The bucket cache: whether there is one, and what it did.
     fn cache_status(&self) -> CacheStatus;
 

@@ -975,19 +975,24 @@ impl State {
         if !half_full || !growable || self.next_growth.as_ref().is_some_and(|(k, _)| *k == key) {
             return;
         }
-        if let (Ok(gpu), Some(engine)) = (&self.gpu, &self.engine) {
-            // The grown table is placed as this one, and its cache planned as if this one's,
-            // which the growth drops first, were free.
-            let (gw, vw) = crate::cache::entry_words(&self.geo);
-            let cache = match engine.cache_status() {
-                CacheStatus::On(c) => c.entries as u64 * (gw + vw) * 4,
-                CacheStatus::Off { .. } => 0,
-            };
+        if let (Ok(gpu), Some(placed)) = (&self.gpu, self.placed_as()) {
             let table = (&self.geo, self.pool.header().table.seed);
-            let placed = (self.mode == Mode::ZeroCopy, cache);
             let warming = Warming::start(gpu, &self.options.gpu, table, placed, self.options.verify_values);
             self.next_growth = Some((key, warming));
         }
+    }
+
+    /// How the grown table's engine will be placed, as far as its kernels tell: in place (as
+    /// this engine is), with its cache planned as if this engine's, which a growth drops
+    /// first, were free (its bytes). `None` without an engine.
+    fn placed_as(&self) -> Option<(bool, u64)> {
+        let engine = self.engine.as_ref()?;
+        let (gw, vw) = crate::cache::entry_words(&self.geo);
+        let cache = match engine.cache_status() {
+            CacheStatus::On(c) => c.entries as u64 * (gw + vw) * 4,
+            CacheStatus::Off { .. } => 0,
+        };
+        Some((self.mode == Mode::ZeroCopy, cache))
     }
 
     /// What the kernels of the next growth are compiled for.
@@ -1589,6 +1594,40 @@ mod tests {
         let keys: Vec<u8> = (1000..2000u64).flat_map(u64::to_le_bytes).collect();
         assert!(matches!(t.insert(&keys, &keys), Err(Error::Gpu(_))), "the insertion needs growth");
         assert_poisoned(t, &dir, 200, "injected");
+    }
+
+    /// The kernels compiled ahead of a growth are those the grown table's engine compiles:
+    /// only then does the driver's cache serve the growth. Compiling ahead is off on lavapipe,
+    /// so the configurations are compared, not the compiles.
+    #[test]
+    fn kernels_compiled_ahead_are_those_of_the_grown_table() {
+        let gpu = match Gpu::new() {
+            Ok(gpu) => gpu,
+            Err(e)
+                if std::env::var("CI").as_deref() != Ok("true")
+                    && std::env::var("GPHASH_SKIP_GPU_TESTS").as_deref() == Ok("1") =>
+            {
+                eprintln!("WARNING: no GPU ({e}); GPHASH_SKIP_GPU_TESTS=1: not run");
+                return;
+            }
+            Err(e) => panic!("no GPU: {e}"),
+        };
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+        let options = Options { device: Some(gpu), ..Options::default() };
+        let config = Config { capacity: 300, ..Config::default() };
+        let t = GpHash::create(Some(&dir.path().join("p")), &config, &options).unwrap();
+        let keys: Vec<u8> = (0..200u64).flat_map(u64::to_le_bytes).collect();
+        t.insert(&keys, &keys).unwrap();
+        let planned = {
+            let s = t.state();
+            let gpu = s.gpu.clone().unwrap();
+            let table = (s.geo.grown().unwrap(), Seeds::new(s.pool.header().table.seed, s.geo.layout.hashes));
+            let placed = s.placed_as().unwrap();
+            GpuEngine::planned_config(&gpu, table, placed, &s.options.gpu, s.options.verify_values).unwrap()
+        };
+        t.grow().unwrap();
+        let s = t.state();
+        assert_eq!(s.engine.as_ref().unwrap().kernel_config(), Some(&planned));
     }
 
     /// A call that panics while it holds the lock poisons the index: later calls (from any

@@ -493,17 +493,29 @@ impl GpuEngine {
     /// made later for that table starts without compiling (a growth's, made after the build).
     pub(crate) fn warm(
         gpu: &Gpu,
+        table: (Geometry, crate::hash::Seeds),
+        placed: (bool, u64),
+        opts: &GpuOptions,
+        verify_values: bool,
+    ) -> Result<()> {
+        let cfg = Self::planned_config(gpu, table, placed, opts, verify_values)?;
+        Self::pipelines(gpu, &cfg).map(drop)
+    }
+
+    /// The kernels' configuration [`GpuEngine::warm`] compiles.
+    pub(crate) fn planned_config(
+        gpu: &Gpu,
         (geo, seeds): (Geometry, crate::hash::Seeds),
         (zero_copy, freed): (bool, u64),
         opts: &GpuOptions,
         verify_values: bool,
-    ) -> Result<()> {
+    ) -> Result<KernelConfig> {
         let mut cfg = Self::base_config(gpu, (geo, seeds), opts, verify_values)?;
         let max_window = max_window(&gpu.info, opts.max_window_bytes);
         let cached = (zero_copy && !geo.keys_apart, freed);
         cfg.cache = DeviceCache::planned(gpu, &geo, &opts.cache, cached, max_window)?;
         cfg.settle_reach(&gpu.info, opts.large_pool_mode)?;
-        Self::pipelines(gpu, &cfg).map(drop)
+        Ok(cfg)
     }
 
     /// Makes `bitmap` the value-cell allocator (of the size the engine was made for): the
@@ -958,6 +970,11 @@ impl Engine for GpuEngine {
 
     fn results(&self, slot: usize) -> (&[u32], &[u32]) {
         (&self.slots[slot].statuses, &self.slots[slot].values)
+    }
+
+    #[cfg(test)]
+    fn kernel_config(&self) -> Option<&KernelConfig> {
+        Some(&self.cfg)
     }
 
     fn cache_status(&self) -> CacheStatus {
