@@ -965,14 +965,17 @@ impl State {
     }
 
     /// Once the table is half full (growth may follow from then on), starts compiling the
-    /// kernels of its growth by a level, once per level: a growth then compiles nothing (about
-    /// 0.3 s of a 1 s growth of 16 M keys on the H200, where the driver had not compiled them
-    /// before). Compiling while the pool grows gained nothing: both take every host core.
+    /// kernels of its growth by a level, once per table and cache setting: a growth then
+    /// compiles nothing (about 0.3 s of a 1 s growth of 16 M keys on the H200, where the driver
+    /// had not compiled them before). Compiling while the pool grows gained nothing: both take
+    /// every host core.
     fn compile_next_growth(&mut self) {
-        let key = self.growth_key();
         let half_full = self.items as f64 >= GROW_FROM_LOAD * self.geo.slots() as f64;
-        let growable = self.options.grow && self.mode != Mode::Volatile;
-        if !half_full || !growable || self.next_growth.as_ref().is_some_and(|(k, _)| *k == key) {
+        if !half_full || !self.options.grow || self.mode == Mode::Volatile {
+            return;
+        }
+        let key = self.growth_key();
+        if self.next_growth.as_ref().is_some_and(|(k, _)| *k == key) {
             return;
         }
         if let (Ok(gpu), Some(placed)) = (&self.gpu, self.placed_as()) {

@@ -686,6 +686,16 @@ mod tests {
         );
     }
 
+    /// The slots of the table whose state word satisfies `keep`, in order: bucket, slot and
+    /// state word.
+    fn slots_where(pool: &Pool, geo: &Geometry, keep: impl Fn(u32) -> bool) -> Vec<(u64, u32, u32)> {
+        let words: &[u32] = bytemuck::cast_slice(pool.region(pool.header().table_region));
+        (0..geo.buckets())
+            .flat_map(|b| (0..geo.layout.slots).map(move |s| (b, s, words[geo.state_word(b, s) as usize])))
+            .filter(|&(.., state)| keep(state))
+            .collect()
+    }
+
     /// The allocator, key count and claims a scan finds, the slow way: slot by slot.
     fn walked(pool: &Pool, geo: &Geometry) -> (Vec<u32>, u64, Vec<u64>) {
         let table: &[u32] = bytemuck::cast_slice(pool.region(pool.header().table_region));
@@ -749,13 +759,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut pool, geo) = closed_pool(&dir, 500);
         let table = pool.header().table_region;
-        let words: Vec<u32> = bytemuck::pod_collect_to_vec(pool.region(table));
-        let published: Vec<(u64, u32)> = (0..geo.buckets())
-            .flat_map(|b| (0..geo.layout.slots).map(move |s| (b, s)))
-            .filter(|&(b, s)| words[geo.state_word(b, s) as usize] >= PUBLISHED)
-            .collect();
-        let ((b0, s0), (b1, s1)) = (published[3], published[published.len() - 2]);
-        let state = words[geo.state_word(b0, s0) as usize];
+        let published = slots_where(&pool, &geo, |state| state >= PUBLISHED);
+        let ((_, _, state), (b1, s1, _)) = (published[3], published[published.len() - 2]);
         let at = geo.state_word(b1, s1) as usize * 4;
         pool.region_mut(table)[at..at + 4].copy_from_slice(&state.to_le_bytes());
         for round in [[2, 1], [SCAN_ROUND_BUCKETS, SCAN_TASK_BUCKETS]] {
@@ -772,12 +777,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut pool, geo) = closed_pool(&dir, 500);
         let table = pool.header().table_region;
-        let words: Vec<u32> = bytemuck::pod_collect_to_vec(pool.region(table));
-        let (b, s) = (0..geo.buckets())
-            .flat_map(|b| (0..geo.layout.slots).map(move |s| (b, s)))
-            .filter(|&(b, s)| words[geo.state_word(b, s) as usize] == EMPTY)
-            .nth(40)
-            .unwrap();
+        let (b, s, _) = slots_where(&pool, &geo, |state| state == EMPTY)[40];
         let at = geo.state_word(b, s) as usize * 4;
         for (cell, refused) in
             [(geo.cells as u32, true), (u32::MAX - PUBLISHED, true), (geo.cells as u32 - 1, false)]

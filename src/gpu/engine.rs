@@ -357,6 +357,13 @@ pub(crate) struct GpuEngine {
     first_cell: Option<u32>,
 }
 
+/// Whether an engine for `geo` has a bucket cache: only a table in host memory (imported in
+/// place) gains from a copy of its hot groups in device memory, and only with its keys in its
+/// buckets.
+fn has_cache(zero_copy: bool, geo: &Geometry) -> bool {
+    zero_copy && !geo.keys_apart
+}
+
 /// A table's bind group layout, a batch's, and the batch kernels.
 type EnginePipelines =
     ((wgpu::BindGroupLayout, Vec<Binding>), (wgpu::BindGroupLayout, Vec<Binding>), Pipelines<Kernel>);
@@ -393,9 +400,8 @@ impl GpuEngine {
             )?,
         );
         let windows = placed.0.as_ref().expect("placed");
-        // Only a table in host memory gains from a copy of its hot groups in device memory.
         laps.lap("windows");
-        let cached = windows.residence == Residence::ZeroCopy && !geo.keys_apart;
+        let cached = has_cache(windows.residence == Residence::ZeroCopy, &geo);
         let cache = DeviceCache::new(&gpu, &geo, &opts.cache, cached, max_window)?;
         laps.lap("cache");
         cfg.cache = cache.config();
@@ -512,8 +518,8 @@ impl GpuEngine {
     ) -> Result<KernelConfig> {
         let mut cfg = Self::base_config(gpu, (geo, seeds), opts, verify_values)?;
         let max_window = max_window(&gpu.info, opts.max_window_bytes);
-        let cached = (zero_copy && !geo.keys_apart, freed);
-        cfg.cache = DeviceCache::planned(gpu, &geo, &opts.cache, cached, max_window)?;
+        cfg.cache =
+            DeviceCache::planned(gpu, &geo, &opts.cache, (has_cache(zero_copy, &geo), freed), max_window)?;
         cfg.settle_reach(&gpu.info, opts.large_pool_mode)?;
         Ok(cfg)
     }
