@@ -12,11 +12,15 @@ fn main() -> Result<(), Box<dyn Error>> {
     let dir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir())?;
     let map = TypedIndex::<u64, u64>::create(dir.path().join("device.pool"), 10_000)?;
 
-    // Device batches need the GPU the index runs on; without one it runs on the CPU model.
-    let Some(gpu) = map.index().gpu().cloned() else {
-        println!("No GPU: device batches need one, and this index runs on the CPU model.");
-        println!("mode: {}", map.stats().mode);
-        return Ok(map.close()?);
+    // Device batches need the GPU the index runs on, which starts while the open returns;
+    // without one the index runs on the CPU model.
+    let gpu = match map.index().wait_for_gpu() {
+        Ok(gpu) => gpu.clone(),
+        Err(why) => {
+            println!("No GPU ({why}): device batches need one, and this index runs on the CPU model.");
+            println!("mode: {}", map.stats().mode);
+            return Ok(map.close()?);
+        }
     };
     println!("GPU: {} ({})", gpu.info.name, gpu.info.driver);
     let device = &gpu.device;

@@ -24,7 +24,7 @@ use crate::cpu::CpuEngine;
 use crate::device_batch::DeviceBatch;
 use crate::engine::{Engine, Input, Mode, Phase, Written};
 use crate::error::{Error, Result};
-use crate::gpu::engine::{GpuEngine, GpuOptions};
+use crate::gpu::engine::{GpuEngine, GpuOptions, largest_batch_anywhere};
 use crate::gpu::resize::Warming;
 use crate::hash::Seeds;
 use crate::heap;
@@ -89,11 +89,32 @@ pub enum Executor {
     /// The GPU if one can be opened, else the CPU model (reported by `stats`).
     #[default]
     Auto,
-    /// A GPU or an error (with [`Options::background_gpu_start`], a GPU that fails to start
+    /// A GPU or an error (with [`GpuStartMode::Background`], a GPU that fails to start
     /// leaves the CPU model running instead: the open has returned by then).
     Gpu,
     /// The CPU model.
     Cpu,
+}
+
+/// When an index's GPU starts ([`Options::gpu_start`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GpuStartMode {
+    /// [`GpuStartMode::Background`] under [`Executor::Auto`], which promises the GPU if one
+    /// starts and the CPU model otherwise; [`GpuStartMode::Wait`] under [`Executor::Gpu`],
+    /// which promises a GPU or an error from the open.
+    #[default]
+    Auto,
+    /// The open returns once the device is open, the pool imported and the kernels built.
+    Wait,
+    /// Open without waiting for the GPU. The index opens once its pool has (the header read;
+    /// recovered, on the CPU, if it was not closed cleanly) and runs calls on the CPU model
+    /// while another thread opens the device, imports the pool and builds the kernels; it
+    /// takes the GPU over between two calls once that is done (or in a call that grows the
+    /// table, which waits for it), with the allocator as it then stands. Until then
+    /// `Stats::mode` says the GPU is starting; a GPU that fails to start leaves the CPU model
+    /// running, and [`GpHash::wait_for_gpu`] says why. Device batches, growth, closing and
+    /// cache changes wait for the start. No effect with [`Executor::Cpu`].
+    Background,
 }
 
 /// How to open a table.
@@ -113,15 +134,9 @@ pub struct Options {
     /// per value and hashes the value). A read whose value fails it gets [`Status::Corrupt`]
     /// and no value.
     pub verify_values: bool,
-    /// Open without waiting for the GPU (off by default). The index opens once its pool has
-    /// (the header read; recovered, on the CPU, if it was not closed cleanly) and runs calls on
-    /// the CPU model while another thread opens the device, imports the pool and builds the
-    /// kernels; it takes the GPU over between two calls once that is done, with the allocator
-    /// as it then stands. Until then `Stats::mode` says the GPU is starting; a GPU that fails
-    /// to start leaves the CPU model running, and [`GpHash::wait_for_gpu`] says why. Device
-    /// batches, growth, closing and cache changes wait for the start. No effect with
-    /// [`Executor::Cpu`].
-    pub background_gpu_start: bool,
+    /// When the GPU starts: by default in the background under [`Executor::Auto`] and before
+    /// the open returns under [`Executor::Gpu`] (see [`GpuStartMode`]).
+    pub gpu_start: GpuStartMode,
     /// Holds the background start, once its work is done, until the test waits on it too
     /// (feature `testing`).
     #[cfg(feature = "testing")]
@@ -144,7 +159,7 @@ impl Default for Options {
             device: None,
             grow: true,
             verify_values: false,
-            background_gpu_start: false,
+            gpu_start: GpuStartMode::Auto,
             #[cfg(feature = "testing")]
             gpu_start_gate: None,
             #[cfg(feature = "testing")]
@@ -163,7 +178,7 @@ impl fmt::Debug for Options {
             .field("device", &self.device)
             .field("grow", &self.grow)
             .field("verify_values", &self.verify_values)
-            .field("background_gpu_start", &self.background_gpu_start);
+            .field("gpu_start", &self.gpu_start);
         #[cfg(feature = "testing")]
         d.field("observer", &self.observer.is_some());
         #[cfg(feature = "bench")]
@@ -221,7 +236,7 @@ pub struct Stats {
     /// How batches execute.
     pub mode: Mode,
     /// The most operations one engine batch holds (longer calls run as several; 0 without an
-    /// engine).
+    /// engine). While a GPU starts in the background, also no more than its engine will take.
     pub max_batch: usize,
     /// The GPU, if one is used.
     pub adapter: Option<String>,
@@ -249,7 +264,7 @@ pub struct Stats {
     pub gpu_start: Option<GpuStart>,
 }
 
-/// How a GPU started in the background took over ([`Options::background_gpu_start`]).
+/// How a GPU started in the background took over ([`GpuStartMode::Background`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GpuStart {
     /// From the end of the open's own work (the header read, the pool recovered) until the
@@ -349,7 +364,7 @@ struct State {
     // resize moves the pool or the cache is replaced, and after either failed to make a new
     // one (the index is then poisoned).
     engine: Option<Box<dyn Engine>>,
-    /// A GPU starting in the background (`Options::background_gpu_start`). Joined before
+    /// A GPU starting in the background (`GpuStartMode::Background`). Joined before
     /// `pool` is dropped or moved: its engine may map the pool's memory.
     starting: Option<start::Starting>,
     /// `GpHash::gpu`, set once batches run on the GPU.
@@ -490,7 +505,11 @@ impl GpHash {
         }
         let mut laps = Laps::start("start");
         let geo = Self::geometry_of(&pool)?;
-        let background = options.background_gpu_start && options.executor != Executor::Cpu;
+        let background = match options.gpu_start {
+            GpuStartMode::Auto => options.executor == Executor::Auto,
+            GpuStartMode::Wait => false,
+            GpuStartMode::Background => options.executor != Executor::Cpu,
+        };
         let gpu = match (options.executor, &options.device) {
             (Executor::Cpu, _) => Err("the CPU executor was requested".to_string()),
             _ if background => Err(STARTING.to_string()),
@@ -591,9 +610,15 @@ impl GpHash {
     }
 
     /// The GPU, if batches run on one. `None` while a background start is still going
-    /// ([`Options::background_gpu_start`]); [`GpHash::wait_for_gpu`] waits for it.
+    /// ([`GpuStartMode::Background`]); [`GpHash::wait_for_gpu`] waits for it.
     pub fn gpu(&self) -> Option<&Arc<Gpu>> {
         self.gpu.get()
+    }
+
+    /// Whether a GPU is starting in the background ([`GpuStartMode::Background`]) and has not
+    /// taken over yet: batches run on the CPU model meanwhile.
+    pub fn gpu_starting(&self) -> bool {
+        self.state().starting.is_some()
     }
 
     /// Waits until a GPU started in the background runs the batches and returns it; without a
@@ -1090,7 +1115,7 @@ impl State {
             levels: t.levels,
             cells: t.cells,
             mode: self.mode.clone(),
-            max_batch: self.engine.as_ref().map_or(0, |e| e.max_batch().min(MAX_BATCH)),
+            max_batch: self.engine.as_ref().map_or(0, |e| self.batch_limit(e.max_batch())),
             adapter: self.gpu.as_ref().map(|g| format!("{} ({})", g.info.name, g.info.driver)).ok(),
             subgroup_sizes: self.gpu.as_ref().map(|g| g.info.subgroup_sizes).ok(),
             software_device: self.gpu.as_ref().is_ok_and(|g| g.info.is_cpu()),
@@ -1163,7 +1188,19 @@ impl State {
 
     /// The most operations one engine batch holds.
     fn max_batch(&mut self) -> Result<usize> {
-        Ok(self.engine()?.max_batch().min(MAX_BATCH))
+        let engine = self.engine()?.max_batch();
+        Ok(self.batch_limit(engine))
+    }
+
+    /// The most operations one engine batch holds, for an engine that takes `engine`.
+    fn batch_limit(&self, engine: usize) -> usize {
+        let limit = engine.min(MAX_BATCH);
+        match self.starting {
+            // The CPU model's batches, while a GPU starts, are ones its engine takes too: a
+            // growth takes it over in the middle of a batch.
+            Some(_) => limit.min(largest_batch_anywhere(&self.geo, self.pool.len(), &self.options.gpu)),
+            None => limit,
+        }
     }
 
     /// Runs a batch with every key once: reads the states of the keys that `groups` repeats
@@ -1243,11 +1280,10 @@ impl State {
     /// keys are distinct, or one that only reads.
     fn run_as_is(&mut self, batch: &Batch) -> Result<BatchResult> {
         let mut result = BatchResult::new(batch.len(), batch.value_bytes());
-        let max = self.max_batch()?;
-        for start in (0..batch.len()).step_by(max) {
-            let end = (start + max).min(batch.len());
-            self.run(batch, Part::Ops { start, end }, &mut result)?;
-        }
+        self.in_engine_batches(batch.len(), |s, start, end| {
+            s.run(batch, Part::Ops { start, end }, &mut result)
+        })
+        .map_err(|(_, e)| e)?;
         Ok(result)
     }
 
@@ -1260,9 +1296,24 @@ impl State {
         plan: &[Planned],
         result: &mut BatchResult,
     ) -> std::result::Result<(), (usize, Error)> {
-        let max = self.max_batch().map_err(|e| (0, e))?;
-        for (k, part) in plan.chunks(max).enumerate() {
-            self.run(batch, Part::Planned(part), result).map_err(|e| (k * max, e))?;
+        self.in_engine_batches(plan.len(), |s, start, end| {
+            s.run(batch, Part::Planned(&plan[start..end]), result)
+        })
+    }
+
+    /// Calls `run` on operations `start..end` of `n`, in order, at most `max_batch` at a time
+    /// (asked before each: a growth may have made a new engine). On an error, also says how
+    /// many operations the engine batches before the failing one applied.
+    fn in_engine_batches(
+        &mut self,
+        n: usize,
+        mut run: impl FnMut(&mut Self, usize, usize) -> Result<()>,
+    ) -> std::result::Result<(), (usize, Error)> {
+        let mut start = 0;
+        while start < n {
+            let end = (start + self.max_batch().map_err(|e| (start, e))?).min(n);
+            run(self, start, end).map_err(|e| (start, e))?;
+            start = end;
         }
         Ok(())
     }
@@ -1616,7 +1667,7 @@ mod tests {
             Err(e) => panic!("no GPU: {e}"),
         };
         let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
-        let options = Options { device: Some(gpu), ..Options::default() };
+        let options = Options { executor: Executor::Gpu, device: Some(gpu), ..Options::default() };
         let config = Config { capacity: 300, ..Config::default() };
         let t = GpHash::create(Some(&dir.path().join("p")), &config, &options).unwrap();
         let keys: Vec<u8> = (0..200u64).flat_map(u64::to_le_bytes).collect();

@@ -64,7 +64,8 @@ pub use gphash_gpu::{DeviceInfo, Gpu};
 pub use gpu::engine::{GpuOptions, Placement};
 pub use host_pm::{Backend, PersistMode, Pool, PoolError};
 pub use index::{
-    Activity, Config, DevicePipeline, Executor, GpHash, GpuStart, MAX_BATCH, Options, Pipeline, Stats,
+    Activity, Config, DevicePipeline, Executor, GpHash, GpuStart, GpuStartMode, MAX_BATCH, Options, Pipeline,
+    Stats,
 };
 pub use inspect::{Inspection, inspect};
 pub use layout::{Candidate, Geometry, Layout, MAX_CELLS, TARGET_LOAD};

@@ -1,4 +1,4 @@
-//! A GPU started in the background (`Options::background_gpu_start`): calls run on the CPU
+//! A GPU started in the background (`GpuStartMode::Background`): calls run on the CPU
 //! model until the GPU takes over, which it does with the allocator as it then stands; growth,
 //! device batches, closing and dropping wait for the start; a start that fails leaves the CPU
 //! model running. Every result is compared with the one-by-one model.
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::oracle::{Oracle, assert_same_content};
 use common::{gpu_options, pool_dir, random_batch, seed};
-use gphash::{Config, GpHash, GpuOptions, Mode, Options, Status};
+use gphash::{Config, GpHash, GpuOptions, GpuStartMode, Mode, Options, Status};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -23,7 +23,7 @@ const VB: usize = 16;
 /// made until the test waits on the gate too.
 fn background(gate: &Arc<Barrier>) -> Options {
     Options {
-        background_gpu_start: true,
+        gpu_start: GpuStartMode::Background,
         gpu_start_gate: Some(gate.clone()),
         ..gpu_options(GpuOptions::default())
     }
@@ -286,7 +286,7 @@ fn a_start_that_fails_leaves_the_cpu_model_running() {
     // A tile no engine takes: the engine fails to be made, in the background and again when
     // the index takes the GPU over.
     let options = Options {
-        background_gpu_start: true,
+        gpu_start: GpuStartMode::Background,
         ..gpu_options(GpuOptions { tile: 3, ..GpuOptions::default() })
     };
     let t = GpHash::open(&path, &options).unwrap();
@@ -346,4 +346,133 @@ fn a_pipeline_takes_the_gpu_over_between_its_batches() {
     assert!(stats.gpu_start.is_some(), "the pipeline took the GPU over: {}", stats.mode);
     assert!(!is_cpu(&t));
     assert_same_content(t.entries(), &oracle.map, "after the pipeline");
+}
+
+/// By default a GPU starts in the background under `Executor::Auto` (the open waits for
+/// nothing but the pool) and before the open returns under `Executor::Gpu` (which promises a
+/// GPU or an error from the open); `GpuStartMode::Wait` waits under either.
+#[test]
+fn the_default_start_is_in_the_background_unless_a_gpu_was_demanded() {
+    let Some(Setup { mut rng, dir: _dir, path, mut oracle }) = setup("default_start", 8_192) else {
+        return;
+    };
+    let gate = Arc::new(Barrier::new(2));
+    let auto = Options {
+        executor: gphash::Executor::Auto,
+        gpu_start_gate: Some(gate.clone()),
+        ..gpu_options(GpuOptions::default())
+    };
+    assert_eq!(auto.gpu_start, GpuStartMode::Auto, "the default");
+    let t = GpHash::open(&path, &auto).unwrap();
+    let held = Held(Some(gate));
+    assert!(t.gpu_starting(), "Auto opens without waiting for the GPU");
+    assert!(is_cpu(&t), "{}", t.stats().mode);
+    run_calls(&t, &mut oracle, &mut rng, 3, 4_000);
+    drop(held);
+    t.wait_for_gpu().unwrap();
+    assert!(!t.gpu_starting() && !is_cpu(&t), "{}", t.stats().mode);
+    run_calls(&t, &mut oracle, &mut rng, 3, 4_000);
+    assert_modelled(&t, &oracle, "after the default background start");
+    t.close().unwrap();
+
+    for (what, options) in [
+        ("Gpu", gpu_options(GpuOptions::default())),
+        (
+            "Auto, Wait",
+            Options {
+                executor: gphash::Executor::Auto,
+                gpu_start: GpuStartMode::Wait,
+                ..gpu_options(GpuOptions::default())
+            },
+        ),
+    ] {
+        let t = GpHash::open(&path, &options).unwrap();
+        assert!(!t.gpu_starting() && !is_cpu(&t), "{what}: the open waited for the GPU: {}", t.stats().mode);
+        assert!(t.stats().gpu_start.is_none(), "{what}: nothing took over");
+        t.close().unwrap();
+    }
+}
+
+/// While a GPU starts, the CPU model's engine batches are no larger than the GPU's engine
+/// takes, whatever the values and the placement: a call that grows the table takes the GPU
+/// over in the middle, and goes on in engine batches of the size it had.
+#[test]
+fn batches_during_the_start_fit_the_engine_that_takes_over() {
+    if !have_gpu() {
+        return;
+    }
+    let dir = pool_dir();
+    for value_bytes in [8u32, 1_024, 16_384] {
+        for placement in [gphash::Placement::ZeroCopy, gphash::Placement::Staged] {
+            let path = dir.path().join(format!("v{value_bytes}-{placement:?}.pool"));
+            let what = format!("{value_bytes}-byte values, {placement:?}");
+            let config = Config { key_bytes: KB as u32, value_bytes, capacity: 1_000, ..Config::default() };
+            let gpu = GpuOptions { placement, ..GpuOptions::default() };
+            GpHash::create(Some(&path), &config, &gpu_options(gpu.clone())).unwrap().close().unwrap();
+            let gate = Arc::new(Barrier::new(2));
+            let options = Options {
+                gpu_start: GpuStartMode::Background,
+                gpu_start_gate: Some(gate.clone()),
+                ..gpu_options(gpu)
+            };
+            let t = GpHash::open(&path, &options).unwrap();
+            let mut held = Held(Some(gate));
+            let starting = t.stats().max_batch;
+            held.release();
+            t.wait_for_gpu().unwrap();
+            let engine = t.stats().max_batch;
+            assert!(
+                (1..=engine).contains(&starting),
+                "{what}: {starting} operations a batch while starting, {engine} on the GPU"
+            );
+            assert!(starting < gphash::MAX_BATCH, "{what}: the CPU model's own limit is not the bound");
+        }
+    }
+}
+
+/// A call larger than the GPU's engine takes, made while the GPU starts, that grows the table
+/// (and so takes the GPU over in its middle) completes, every key as the model has it.
+#[test]
+fn a_call_that_grows_the_table_during_the_start_completes_on_the_gpu() {
+    if !have_gpu() {
+        return;
+    }
+    const BIG: usize = 16_384;
+    let dir = pool_dir();
+    let path = dir.path().join("t.pool");
+    let config =
+        Config { key_bytes: KB as u32, value_bytes: BIG as u32, capacity: 1_000, ..Config::default() };
+    let t = GpHash::create(Some(&path), &config, &gpu_options(GpuOptions::default())).unwrap();
+    let engine = t.stats().max_batch;
+    t.close().unwrap();
+    let calls = engine + engine / 8;
+    if calls * BIG > 512 << 20 {
+        eprintln!(
+            "NOT RUN: this GPU's engine takes {engine} values of {BIG} bytes a batch; a larger call is too large here"
+        );
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(seed("grows_mid_call"));
+    let mut batch = gphash::Batch::new(KB, BIG);
+    let mut oracle = Oracle::default();
+    for k in 0..calls as u64 {
+        batch.insert(&common::key(k, KB), &common::value(&mut rng, BIG)).unwrap();
+    }
+    oracle.run(&batch);
+    let gate = Arc::new(Barrier::new(2));
+    let options = Options {
+        gpu_start: GpuStartMode::Background,
+        gpu_start_gate: Some(gate.clone()),
+        ..gpu_options(GpuOptions::default())
+    };
+    let t = GpHash::open(&path, &options).unwrap();
+    // Released while the call runs on the CPU model, before its growth waits for the start.
+    let releaser = release_later(&gate, Duration::from_millis(200));
+    let done = t.execute(&batch).unwrap();
+    assert!(done.statuses.iter().all(|s| *s == Status::Ok), "every insert of the call");
+    releaser.join().unwrap();
+    assert!(!is_cpu(&t), "the growth took the GPU over: {}", t.stats().mode);
+    assert_eq!(t.stats().max_batch, engine, "the GPU's engine batches");
+    assert!(t.activity().resizes >= 1, "the call grew the table");
+    assert_modelled(&t, &oracle, "after the call");
 }

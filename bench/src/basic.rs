@@ -10,7 +10,7 @@ use rand::seq::SliceRandom;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use gphash::Placement;
-use gphash::{Config, Executor, GpHash, Options};
+use gphash::{Config, Executor, GpHash, GpuStartMode, Options};
 use gphash::{Error, Result};
 
 /// What to measure.
@@ -342,7 +342,8 @@ impl ResizeRecovery {
         } else {
             let open = || -> Result<([Duration; 4], GpHash)> {
                 let t = Instant::now();
-                let index = GpHash::open(&path, &Options { background_gpu_start: true, ..options.clone() })?;
+                let index =
+                    GpHash::open(&path, &Options { gpu_start: GpuStartMode::Background, ..options.clone() })?;
                 let opened = t.elapsed();
                 let found = index.get(&key(0, 8))?;
                 let got = t.elapsed();

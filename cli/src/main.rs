@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use gphash::{CacheOptions, Config, Executor, GpHash, GpuOptions, Layout, Options, Placement, Policy};
+use gphash::{
+    CacheOptions, Config, Executor, GpHash, GpuOptions, GpuStartMode, Layout, Options, Placement, Policy,
+};
 use gphash_cli::trace;
 use indicatif::{ProgressBar, ProgressStyle};
 use results::ResultFile;
@@ -65,11 +67,20 @@ struct ExecArgs {
     /// the cost.
     #[arg(long, global = true)]
     large_pool_mode: bool,
-    /// Open without waiting for the GPU: calls run on the CPU model until the device, the
-    /// pool's import and the kernels are ready, then the GPU takes over (a server answers at
-    /// once, whatever the pool's size).
-    #[arg(long, global = true)]
-    background_gpu_start: bool,
+    /// When the GPU starts: `background` opens without waiting for it (calls run on the CPU
+    /// model until the device, the pool's import and the kernels are ready, then the GPU
+    /// takes over), `wait` before the open returns. Default: `serve` starts it in the
+    /// background under `--executor auto` (the server answers at once, whatever the pool's
+    /// size), every other command waits (they report the mode, and `bench` times the GPU).
+    #[arg(long, global = true, value_enum)]
+    gpu_start: Option<GpuStartArg>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum GpuStartArg {
+    Auto,
+    Wait,
+    Background,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -114,7 +125,11 @@ impl ExecArgs {
                 ..GpuOptions::default()
             },
             verify_values: self.verify_values,
-            background_gpu_start: self.background_gpu_start,
+            gpu_start: match self.gpu_start {
+                Some(GpuStartArg::Auto) => GpuStartMode::Auto,
+                None | Some(GpuStartArg::Wait) => GpuStartMode::Wait,
+                Some(GpuStartArg::Background) => GpuStartMode::Background,
+            },
             ..Options::default()
         }
     }
@@ -193,7 +208,10 @@ fn main() -> ExitCode {
         None => demo::run(&demo::DemoArgs::default(), &options).map_err(Into::into),
         Some(Command::Demo(args)) => demo::run(&args, &options).map_err(Into::into),
         Some(Command::Bench(args)) => bench::run(&args, &options).map_err(Into::into),
-        Some(Command::Serve(args)) => serve::run(&args, &options),
+        Some(Command::Serve(args)) => {
+            let start = if cli.exec.gpu_start.is_none() { GpuStartMode::Auto } else { options.gpu_start };
+            serve::run(&args, &Options { gpu_start: start, ..options })
+        }
         Some(Command::Create { pool, key_bytes, value_bytes, layout, capacity, max_bytes }) => {
             let config = Config { key_bytes, value_bytes, layout, capacity, max_bytes, ..Config::default() };
             create(&pool, &config, &options)
@@ -348,7 +366,7 @@ fn replay(
 /// library only logs it).
 pub fn announce_cpu_fallback(index: &GpHash, options: &Options) {
     match (options.executor, index.stats().mode) {
-        (Executor::Auto, gphash::Mode::Cpu { reason }) if options.background_gpu_start => {
+        (Executor::Auto, gphash::Mode::Cpu { reason }) if index.gpu_starting() => {
             eprintln!("gphash: running on the CPU model of the table until the GPU takes over: {reason}")
         }
         (Executor::Auto, gphash::Mode::Cpu { reason }) => {

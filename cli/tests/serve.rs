@@ -439,7 +439,7 @@ fn kill_9_keeps_every_acknowledged_write() {
     for round in 0..3u32 {
         // Round 1 starts its GPU in the background: the kill may come before the GPU took
         // over, or after, with writes acknowledged on the CPU model before it.
-        let start: &[&str] = if round == 1 { &["--background-gpu-start"] } else { &[] };
+        let start: &[&str] = if round == 1 { &["--gpu-start", "background"] } else { &[] };
         let server = Server::start(&path, start);
         let stop = Arc::new(AtomicBool::new(false));
         // Each writer sets its own keys to increasing versions and records the last acknowledged.

@@ -261,11 +261,11 @@ impl BatchSizes {
         }
     }
 
-    /// Whether the device can hold them: every bound buffer within the binding limit, every
-    /// buffer within the buffer limit.
-    fn fit(&self, info: &DeviceInfo) -> bool {
-        self.bound.iter().all(|&(_, bytes)| bytes <= info.max_binding.min(info.max_buffer))
-            && self.readback.total <= info.max_buffer
+    /// Whether a device with these limits can hold them: every bound buffer within the
+    /// binding limit, every buffer within the buffer limit.
+    fn fit(&self, max_binding: u64, max_buffer: u64) -> bool {
+        self.bound.iter().all(|&(_, bytes)| bytes <= max_binding.min(max_buffer))
+            && self.readback.total <= max_buffer
     }
 }
 
@@ -286,16 +286,36 @@ fn largest_batch(
     timestamp_bytes: u64,
     info: &DeviceInfo,
 ) -> Result<u32> {
-    (0..=MAX_BATCH.trailing_zeros())
-        .rev()
-        .map(|shift| 1u32 << shift)
-        .find(|&cap| BatchSizes::new(cap as u64, geo, staged_line, timestamp_bytes).fit(info))
-        .ok_or_else(|| {
-            Error::InvalidConfig(format!(
-                "{}-byte values: the buffers of even one operation exceed what {} can bind",
-                geo.value_bytes, info.name
-            ))
-        })
+    largest_fitting(geo, staged_line, timestamp_bytes, info.max_binding, info.max_buffer).ok_or_else(|| {
+        Error::InvalidConfig(format!(
+            "{}-byte values: the buffers of even one operation exceed what {} can bind",
+            geo.value_bytes, info.name
+        ))
+    })
+}
+
+fn largest_fitting(
+    geo: &Geometry,
+    staged_line: Option<u64>,
+    timestamp_bytes: u64,
+    max_binding: u64,
+    max_buffer: u64,
+) -> Option<u32> {
+    (0..=MAX_BATCH.trailing_zeros()).rev().map(|shift| 1u32 << shift).find(|&cap| {
+        BatchSizes::new(cap as u64, geo, staged_line, timestamp_bytes).fit(max_binding, max_buffer)
+    })
+}
+
+/// The largest batch an engine for `geo` and a pool of `pool_bytes` takes on any device with
+/// WebGPU's default buffer limits or more (128 MiB a binding, 256 MiB a buffer), however it
+/// is placed: staged, its kernels timed, with the dirty lines of a pool twice as large (a
+/// growth may have made it larger). A CPU model waiting for a GPU to start runs batches no
+/// larger: a growth takes the GPU over in the middle of a batch.
+pub(crate) fn largest_batch_anywhere(geo: &Geometry, pool_bytes: u64, opts: &GpuOptions) -> usize {
+    let mode_shift = if opts.large_pool_mode { LARGE_POOL_MODE_LINE_SHIFT } else { 0 };
+    let line_bytes = 64 << gphash_gpu::resources::line_shift(pool_bytes.saturating_mul(2)).max(mode_shift);
+    let timestamps = PassTimer::bytes(Kernel::BATCH.len() as u32);
+    largest_fitting(geo, Some(line_bytes), timestamps, 128 << 20, 256 << 20).map_or(1, |n| n as usize)
 }
 
 /// Room in the readback buffer for the timestamps of a submit's kernels.

@@ -1,4 +1,4 @@
-//! A GPU started in the background ([`Options::background_gpu_start`]): the index opens as
+//! A GPU started in the background ([`GpuStartMode::Background`](crate::GpuStartMode::Background)): the index opens as
 //! soon as its pool does and runs on the CPU model while another thread opens the device,
 //! imports the pool and builds the engine; the index takes the engine over between two calls
 //! (docs/design.md, "Opening without waiting for the GPU").
