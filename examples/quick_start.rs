@@ -24,7 +24,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert!(map.remove(&1)?);
     assert_eq!(map.get(&1)?, None);
 
-    // Calls over slices run as one batch: one submission to the GPU, one persist.
+    // Calls over slices run as one batch: one persist (and, once the GPU has taken over from
+    // the CPU model that runs calls while it starts, one submission to it).
     let entries: Vec<(u64, u32)> = (10..1010).map(|k| (k, k as u32 * 3)).collect();
     assert!(map.insert_many(&entries)?.iter().all(|&inserted| inserted));
     assert_eq!(map.get_many(&[10, 500, 5000])?, [Some(30), Some(1500), None]);

@@ -12,6 +12,8 @@
 #   scripts/device.sh open       opens after a clean close, waiting for the GPU and in the background
 #   scripts/device.sh device-profile  the ceilings, then where device batches' time goes
 #   scripts/device.sh side-by-side    every YCSB workload and distribution, gphash against the host maps
+#   scripts/device.sh serve-threads  gphash serve against redis-server (always) under redis-benchmark
+#                                    with 4, 8 and 16 client threads (needs .gl-redis, .gpu-serve)
 #   scripts/device.sh scoreboard PART...  issue 12's aims in one build (PART: profile, volatile, pcie,
 #                                          latency, side-by-side), each under a time limit
 set -uo pipefail
@@ -36,6 +38,14 @@ figures)
   ./gphash bench load-search --keys 16777216 --batch 4096 --reps 3 2>&1 | tee -a "$out/load-search.txt"
   ./gphash bench cache --out /tmp/gph/cache "$@" 2>&1 | tee "$out/cache.txt"
   tar czf "$out/cache.tgz" -C /tmp/gph cache
+  ;;
+serve-threads)
+  # Is the client the bound at pipeline 64? The same runs with more redis-benchmark threads.
+  for threads in 4 8 16; do
+    mkdir -p "$out/t$threads"
+    OUT=$out/t$threads THREADS=$threads FSYNCS=always SCALE=4 REPS=3 LIBRARY_BATCHES= GPHASH=/tmp/gph/gphash \
+      bash "$root/scripts/serve-bench.sh" /dev/shm 2>&1 | tail -3
+  done
   ;;
 profile)
   ./gphash bench profile "$@" 2>&1 | grep -v "imported buffers" | tee "$out/profile.txt"

@@ -24,7 +24,7 @@ for round in 1 2 3; do
   echo "$(date +%T) redis round $round: SET P16 $(rate 6380 set 16 3000000) GET P16 $(rate 6380 get 16 3000000) $(rate 6380 get 16 3000000) $(rate 6380 get 16 3000000)"
   redis-cli -p 6380 shutdown nosave > /dev/null; sleep 1
   pool=/dev/shm/g.pool; rm -f $pool
-  "$gphash" serve $pool --bind 127.0.0.1:6381 --batch-wait-us 0 > /tmp/serve.log 2>&1 &
+  "$gphash" serve $pool --bind 127.0.0.1:6381 --gpu-start wait --batch-wait-us 0 > /tmp/serve.log 2>&1 &
   pid=$!
   until grep -q "listening on" /tmp/serve.log; do sleep 0.2; kill -0 $pid || break; done
   echo "$(date +%T) gphash round $round: SET P16 $(rate 6381 set 16 3000000) GET P16 $(rate 6381 get 16 3000000) $(rate 6381 get 16 3000000) $(rate 6381 get 16 3000000)"

@@ -65,7 +65,8 @@ for wait in $waits; do
   rm -f "$pool"
   for p in 1 16 64; do
     # A fresh server per pipeline depth, so that its INFO describes that depth alone.
-    "$gphash" serve "$pool" --bind 127.0.0.1:6381 --batch-wait-us "$wait" ${GPHASH_OPTS:-} >"$out/serve-w$wait-P$p.log" 2>&1 &
+    # Waits for its GPU before it listens: the runs time the GPU, not the CPU model beside it.
+    "$gphash" serve "$pool" --bind 127.0.0.1:6381 --gpu-start wait --batch-wait-us "$wait" ${GPHASH_OPTS:-} >"$out/serve-w$wait-P$p.log" 2>&1 &
     pid=$!
     until grep -q "listening on" "$out/serve-w$wait-P$p.log"; do sleep 0.2; kill -0 $pid || break; done
     # PING is answered by the connection's task without the batcher: the ceiling of the

@@ -615,6 +615,13 @@ impl GpHash {
         self.gpu.get()
     }
 
+    /// The most operations one engine batch holds ([`Stats::max_batch`], without the rest of
+    /// the stats).
+    pub fn max_batch(&self) -> usize {
+        let s = self.state();
+        s.engine.as_ref().map_or(0, |e| s.batch_limit(e.max_batch()))
+    }
+
     /// Whether a GPU is starting in the background ([`GpuStartMode::Background`]) and has not
     /// taken over yet: batches run on the CPU model meanwhile.
     pub fn gpu_starting(&self) -> bool {
@@ -1198,7 +1205,10 @@ impl State {
         match self.starting {
             // The CPU model's batches, while a GPU starts, are ones its engine takes too: a
             // growth takes it over in the middle of a batch.
-            Some(_) => limit.min(largest_batch_anywhere(&self.geo, self.pool.len(), &self.options.gpu)),
+            Some(_) => {
+                let device = self.options.device.as_ref().map(|g| &g.info);
+                limit.min(largest_batch_anywhere(&self.geo, self.pool.len(), &self.options.gpu, device))
+            }
             None => limit,
         }
     }

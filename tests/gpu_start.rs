@@ -430,6 +430,28 @@ fn batches_during_the_start_fit_the_engine_that_takes_over() {
     }
 }
 
+/// A pool `name` of `capacity` keys made on `device` (a GPU whose bindings are limited: engine
+/// batches of a few hundred operations), closed, and the engine batches it takes there.
+fn limited_pool(
+    dir: &tempfile::TempDir,
+    name: &str,
+    device: &Arc<gphash::Gpu>,
+    capacity: u64,
+) -> (std::path::PathBuf, usize) {
+    let path = dir.path().join(name);
+    let config = Config { key_bytes: KB as u32, value_bytes: VB as u32, capacity, ..Config::default() };
+    let options = Options { device: Some(device.clone()), ..gpu_options(GpuOptions::default()) };
+    let t = GpHash::create(Some(&path), &config, &options).unwrap();
+    let engine = t.stats().max_batch;
+    t.close().unwrap();
+    (path, engine)
+}
+
+/// Options that start `device` in the background, held at `gate`.
+fn limited_background(device: &Arc<gphash::Gpu>, gate: &Arc<Barrier>) -> Options {
+    Options { device: Some(device.clone()), ..background(gate) }
+}
+
 /// A call larger than the GPU's engine takes, made while the GPU starts, that grows the table
 /// (and so takes the GPU over in its middle) completes, every key as the model has it.
 #[test]
@@ -437,35 +459,22 @@ fn a_call_that_grows_the_table_during_the_start_completes_on_the_gpu() {
     if !have_gpu() {
         return;
     }
-    const BIG: usize = 16_384;
+    let device = common::gpu_with_binding_limit(16 << 10);
     let dir = pool_dir();
-    let path = dir.path().join("t.pool");
-    let config =
-        Config { key_bytes: KB as u32, value_bytes: BIG as u32, capacity: 1_000, ..Config::default() };
-    let t = GpHash::create(Some(&path), &config, &gpu_options(GpuOptions::default())).unwrap();
-    let engine = t.stats().max_batch;
-    t.close().unwrap();
-    let calls = engine + engine / 8;
-    if calls * BIG > 512 << 20 {
-        eprintln!(
-            "NOT RUN: this GPU's engine takes {engine} values of {BIG} bytes a batch; a larger call is too large here"
-        );
-        return;
-    }
+    let (path, engine) = {
+        let (_, engine) = limited_pool(&dir, "probe.pool", &device, 1_000);
+        // Room for a quarter of the call: it grows the table.
+        limited_pool(&dir, "t.pool", &device, (engine / 4) as u64)
+    };
     let mut rng = StdRng::seed_from_u64(seed("grows_mid_call"));
-    let mut batch = gphash::Batch::new(KB, BIG);
-    let mut oracle = Oracle::default();
-    for k in 0..calls as u64 {
-        batch.insert(&common::key(k, KB), &common::value(&mut rng, BIG)).unwrap();
+    let mut batch = gphash::Batch::new(KB, VB);
+    for k in 0..(engine + engine / 8) as u64 {
+        batch.insert(&common::key(k, KB), &common::value(&mut rng, VB)).unwrap();
     }
+    let mut oracle = Oracle::default();
     oracle.run(&batch);
     let gate = Arc::new(Barrier::new(2));
-    let options = Options {
-        gpu_start: GpuStartMode::Background,
-        gpu_start_gate: Some(gate.clone()),
-        ..gpu_options(GpuOptions::default())
-    };
-    let t = GpHash::open(&path, &options).unwrap();
+    let t = GpHash::open(&path, &limited_background(&device, &gate)).unwrap();
     // Released while the call runs on the CPU model, before its growth waits for the start.
     let releaser = release_later(&gate, Duration::from_millis(200));
     let done = t.execute(&batch).unwrap();
@@ -475,4 +484,39 @@ fn a_call_that_grows_the_table_during_the_start_completes_on_the_gpu() {
     assert_eq!(t.stats().max_batch, engine, "the GPU's engine batches");
     assert!(t.activity().resizes >= 1, "the call grew the table");
     assert_modelled(&t, &oracle, "after the call");
+}
+
+/// A pipeline's batch larger than a GPU still starting may take waits for the start, and then
+/// runs on the GPU, where it fits.
+#[test]
+fn a_pipeline_batch_larger_than_the_start_allows_waits_for_the_gpu() {
+    if !have_gpu() {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(seed("pipeline_waits"));
+    let dir = pool_dir();
+    let device = common::gpu_with_binding_limit(16 << 10);
+    let (path, engine) = limited_pool(&dir, "t.pool", &device, 4 * 1_024);
+    let mut oracle = Oracle::default();
+    let gate = Arc::new(Barrier::new(2));
+    let t = GpHash::open(&path, &limited_background(&device, &gate)).unwrap();
+    let held = Held(Some(gate));
+    let starting = t.stats().max_batch;
+    assert!(starting < engine, "the start allows {starting}, the GPU {engine}");
+    let mut pipe = t.pipeline();
+    let releaser = held.release_later(Duration::from_millis(100));
+    for round in 0..3 {
+        let mut b = gphash::Batch::new(KB, VB);
+        for k in rand::seq::index::sample(&mut rng, 100_000, engine) {
+            b.upsert(&common::key(k as u64, KB), &common::value(&mut rng, VB)).unwrap();
+        }
+        let want = oracle.run(&b);
+        pipe.submit(b).unwrap();
+        let got = pipe.next().expect("a result").unwrap();
+        assert!(want.iter().enumerate().all(|(j, (s, _))| got.statuses[j] == *s), "round {round}");
+    }
+    drop(pipe);
+    releaser.join().unwrap();
+    assert!(!is_cpu(&t), "the GPU took over: {}", t.stats().mode);
+    assert_modelled(&t, &oracle, "after the pipeline");
 }

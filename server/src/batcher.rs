@@ -116,7 +116,9 @@ impl Batcher {
     /// failed write batch is never overtaken by a later one).
     pub(crate) fn run(self, requests: Receiver<Message>) -> gphash::Result<()> {
         let Batcher { index, batching, mut answers } = self;
-        let engine_max = index.stats().max_batch;
+        // While a GPU starts in the background, engine batches are capped at what it may take:
+        // read again, when no pipeline holds the index, until it has taken over.
+        let (mut engine_max, mut starting) = (index.max_batch(), index.gpu_starting());
         let mut reads: Option<Pipeline<'_>> = None;
         let mut flights: VecDeque<(Vec<Job>, Instant)> = VecDeque::new();
         let mut stop = false;
@@ -144,6 +146,9 @@ impl Batcher {
             let (jobs, stopped) = gather(first, &requests, &batching);
             stop |= stopped;
             let ops: usize = jobs.iter().map(Job::ops).sum();
+            if starting && reads.is_none() {
+                (engine_max, starting) = (index.max_batch(), index.gpu_starting());
+            }
             if read_only(&jobs) && ops <= engine_max {
                 let pipe = reads.get_or_insert_with(|| index.pipeline());
                 let started = Instant::now();

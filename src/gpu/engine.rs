@@ -306,16 +306,24 @@ fn largest_fitting(
     })
 }
 
-/// The largest batch an engine for `geo` and a pool of `pool_bytes` takes on any device with
-/// WebGPU's default buffer limits or more (128 MiB a binding, 256 MiB a buffer), however it
-/// is placed: staged, its kernels timed, with the dirty lines of a pool twice as large (a
-/// growth may have made it larger). A CPU model waiting for a GPU to start runs batches no
-/// larger: a growth takes the GPU over in the middle of a batch.
-pub(crate) fn largest_batch_anywhere(geo: &Geometry, pool_bytes: u64, opts: &GpuOptions) -> usize {
+/// The largest batch an engine for `geo`, its pool of `pool_bytes`, takes on `device` (`None`:
+/// any device with WebGPU's default buffer limits or more, 128 MiB a binding and 256 MiB a
+/// buffer) however it is placed: staged, its kernels timed, with the dirty lines of the pool
+/// after a growth (the grown table and heap placed past its end). A CPU model waiting for a
+/// GPU to start runs batches no larger: a growth takes the GPU over in the middle of a batch.
+pub(crate) fn largest_batch_anywhere(
+    geo: &Geometry,
+    pool_bytes: u64,
+    opts: &GpuOptions,
+    device: Option<&DeviceInfo>,
+) -> usize {
+    let grown = geo.grown().unwrap_or(*geo);
+    let after_growth = pool_bytes.saturating_add(grown.table_bytes()).saturating_add(grown.heap_bytes());
     let mode_shift = if opts.large_pool_mode { LARGE_POOL_MODE_LINE_SHIFT } else { 0 };
-    let line_bytes = 64 << gphash_gpu::resources::line_shift(pool_bytes.saturating_mul(2)).max(mode_shift);
+    let line_bytes = 64 << gphash_gpu::resources::line_shift(after_growth).max(mode_shift);
     let timestamps = PassTimer::bytes(Kernel::BATCH.len() as u32);
-    largest_fitting(geo, Some(line_bytes), timestamps, 128 << 20, 256 << 20).map_or(1, |n| n as usize)
+    let (binding, buffer) = device.map_or((128 << 20, 256 << 20), |d| (d.max_binding, d.max_buffer));
+    largest_fitting(geo, Some(line_bytes), timestamps, binding, buffer).map_or(1, |n| n as usize)
 }
 
 /// Room in the readback buffer for the timestamps of a submit's kernels.

@@ -74,10 +74,11 @@ impl GpHash {
 
 impl Pipeline<'_> {
     /// Starts `batch`, after every batch submitted before it. When the pipeline is full, the
-    /// oldest batch is completed first (its result waits to be taken). A batch
-    /// larger than `Stats::max_batch` is refused with `BatchTooLarge`, and one of the wrong
-    /// key or value width with `KeyWidth` or `ValueSize`; nothing of it runs. An error of the
-    /// index (poisoned) refuses the batch too.
+    /// oldest batch is completed first (its result waits to be taken). A batch larger than a
+    /// GPU still starting in the background may take waits for the start (the batches in
+    /// flight end first). A batch larger than `Stats::max_batch` is refused with
+    /// `BatchTooLarge`, and one of the wrong key or value width with `KeyWidth` or
+    /// `ValueSize`; nothing of it runs. An error of the index (poisoned) refuses the batch too.
     pub fn submit(&mut self, batch: Batch) -> Result<()> {
         if self.flights.queue.is_empty() {
             // Nothing in flight: a GPU started in the background may take over.
@@ -86,6 +87,16 @@ impl Pipeline<'_> {
         let s = &mut *self.flights.state;
         s.usable()?;
         s.check_widths(&batch)?;
+        if batch.len() > s.max_batch()? && s.starting.is_some() {
+            // Larger than a GPU still starting may take: the batches in flight end, and the
+            // GPU takes over first, so that its engine's own limit applies.
+            while !self.flights.queue.is_empty() {
+                let r = self.complete();
+                self.done.push_back(r);
+            }
+            self.flights.state.adopt_gpu(true);
+        }
+        let s = &mut *self.flights.state;
         let max = s.max_batch()?;
         if batch.len() > max {
             return Err(Error::BatchTooLarge { len: batch.len() as u64, max: max as u64 });
