@@ -43,8 +43,8 @@ serve-threads)
   # Is the client the bound at pipeline 64? The same runs with more redis-benchmark threads.
   for threads in 4 8 16; do
     mkdir -p "$out/t$threads"
-    OUT=$out/t$threads THREADS=$threads FSYNCS=always SCALE=4 REPS=3 LIBRARY_BATCHES= GPHASH=/tmp/gph/gphash \
-      bash "$root/scripts/serve-bench.sh" /dev/shm 2>&1 | tail -3
+    (cd "$root" && OUT=$out/t$threads THREADS=$threads FSYNCS=always SCALE=4 REPS=3 LIBRARY_BATCHES= \
+      GPHASH=/tmp/gph/gphash bash scripts/serve-bench.sh /dev/shm 2>&1 | tail -3)
   done
   ;;
 profile)

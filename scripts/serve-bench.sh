@@ -11,7 +11,8 @@
 # requests a run divided by it), WAITS ("0": --batch-wait-us values), FSYNCS ("always
 # everysec"; empty: no redis-server), GPHASH_OPTS (more options of gphash serve) with LABEL
 # (appended to the server's name in the CSV), LIBRARY_BATCHES ("50 800 3200"; empty: none),
-# THREADS (4: redis-benchmark's threads).
+# THREADS (4: redis-benchmark's threads), PIPELINES ("1 16 64"), REQUESTS (a run's requests at
+# every depth, instead of SCALE's).
 set -uo pipefail
 root=$(pwd)
 final=${OUT:-/tmp/out}
@@ -28,7 +29,12 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | t
 nproc | tee -a "$out/versions.txt"
 
 # Requests per run (divided by SCALE for a quick try).
-requests() { case $1 in 1) echo $((300000 / ${SCALE:-1})) ;; 16) echo $((3000000 / ${SCALE:-1})) ;; *) echo $((8000000 / ${SCALE:-1})) ;; esac; }
+# REQUESTS sets it for every pipeline depth: with --threads, redis-benchmark ends a run on a
+# 250 ms tick, so a run of 2 s is up to 12% off and one of 10 s up to 2.5%.
+requests() {
+  [ -n "${REQUESTS:-}" ] && { echo "$REQUESTS"; return; }
+  case $1 in 1) echo $((300000 / ${SCALE:-1})) ;; 16) echo $((3000000 / ${SCALE:-1})) ;; *) echo $((8000000 / ${SCALE:-1})) ;; esac
+}
 
 # bench LABEL PORT PIPELINE [TESTS]: REPS runs of each test (default SET then GET). With
 # --threads, redis-benchmark ends a run on a 250 ms tick, so its own rps of a run of a second is
@@ -54,7 +60,7 @@ for fsync in ${FSYNCS-always everysec}; do
   redis-server --port 6380 --dir "$dir/redis-$fsync" --appendonly yes --appendfsync $fsync --save "" \
     --daemonize yes --logfile "$out/redis-$fsync.log"
   sleep 1
-  for p in 1 16 64; do bench "redis-aof-$fsync" 6380 $p; done
+  for p in ${PIPELINES:-1 16 64}; do bench "redis-aof-$fsync" 6380 $p; done
   redis-cli -p 6380 info persistence >"$out/info-redis-$fsync.txt"
   redis-cli -p 6380 shutdown nosave
   sleep 1
@@ -63,7 +69,7 @@ done
 for wait in $waits; do
   pool=$dir/serve-w$wait.pool
   rm -f "$pool"
-  for p in 1 16 64; do
+  for p in ${PIPELINES:-1 16 64}; do
     # A fresh server per pipeline depth, so that its INFO describes that depth alone.
     # Waits for its GPU before it listens: the runs time the GPU, not the CPU model beside it.
     "$gphash" serve "$pool" --bind 127.0.0.1:6381 --gpu-start wait --batch-wait-us "$wait" ${GPHASH_OPTS:-} >"$out/serve-w$wait-P$p.log" 2>&1 &
