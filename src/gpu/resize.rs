@@ -2,9 +2,9 @@
 //! `rehash` kernels (`shaders/resize.wgsl`), in place in the pool (zero-copy) or on device
 //! copies that are then written back (staged).
 
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, Once, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use gphash_gpu::Gpu;
 use gphash_gpu::hostmem::{self, ImportGuard};
@@ -29,8 +29,9 @@ use crate::protocol::control;
 /// The kernels of a growth, compiling ahead of it on threads of their own: those of [`build`]
 /// and those of the grown table's engine. Each is compiled and dropped; the driver keeps what
 /// it compiled, so the build and the engine that follow start without compiling. Dropping it
-/// waits for them: a process that exits while the driver compiles crashes in the driver's
-/// teardown (a segmentation fault after every test passed, on the H200).
+/// waits for them, and so does the process's exit ([`Compiling`]): a process that exits while
+/// the driver compiles crashes in the driver's teardown (a segmentation fault after every
+/// test passed, on the H200).
 pub(crate) struct Warming {
     build: Option<JoinHandle<()>>,
     engine: Option<JoinHandle<()>>,
@@ -84,6 +85,48 @@ impl Drop for Warming {
     }
 }
 
+/// Compiles ahead still running, and the signal that one ended.
+static COMPILING: Mutex<usize> = Mutex::new(0);
+static COMPILED: Condvar = Condvar::new();
+
+/// The longest the process's exit waits for compiles ahead: one that hangs in the driver does
+/// not hold it for ever.
+const EXIT_WAIT: Duration = Duration::from_secs(10);
+
+/// A compile ahead, counted in [`COMPILING`] while it lives. The process's exit waits for the
+/// count to reach zero (`wait_for_compiles`, registered with `atexit` at the first one: after
+/// the driver, loaded with the device, registered its teardown, so it runs before it), since
+/// an index that is never dropped (leaked, or a `std::process::exit`) never joins its
+/// [`Warming`].
+struct Compiling;
+
+impl Compiling {
+    fn start() -> Self {
+        static AT_EXIT: Once = Once::new();
+        AT_EXIT.call_once(|| {
+            // SAFETY: registers a function that takes nothing, returns nothing and never unwinds.
+            if unsafe { libc::atexit(wait_for_compiles) } != 0 {
+                log::debug!("the exit will not wait for compiles ahead: atexit refused");
+            }
+        });
+        *COMPILING.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        Compiling
+    }
+}
+
+impl Drop for Compiling {
+    fn drop(&mut self) {
+        *COMPILING.lock().unwrap_or_else(PoisonError::into_inner) -= 1;
+        COMPILED.notify_all();
+    }
+}
+
+/// At the process's exit: waits for the compiles ahead still running, up to [`EXIT_WAIT`].
+extern "C" fn wait_for_compiles() {
+    let running = COMPILING.lock().unwrap_or_else(PoisonError::into_inner);
+    drop(COMPILED.wait_timeout_while(running, EXIT_WAIT, |n| *n > 0));
+}
+
 /// Runs `compile` on a thread of its own, logging how long it took or why it failed.
 fn compile_ahead(
     gpu: &Arc<Gpu>,
@@ -91,10 +134,13 @@ fn compile_ahead(
     compile: impl FnOnce(&Gpu) -> Result<()> + Send + 'static,
 ) -> Option<JoinHandle<()>> {
     let gpu = gpu.clone();
+    // Counted before the thread starts: an exit right after the spawn waits for it too.
+    let compiling = Compiling::start();
     // A thread the system refuses only costs the growth its compile.
     let thread = std::thread::Builder::new().name("gphash-compile-ahead".into());
     thread
         .spawn(move || {
+            let _compiling = compiling;
             let t = Instant::now();
             // Its errors are its own, not the device's uncaptured ones.
             let scopes = ErrorScopes::push(&gpu.device);
@@ -257,4 +303,35 @@ pub(crate) fn build(
     release_imports(gpu, &guard);
     laps.lap("release");
     Ok(built?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process that exits (`std::process::exit`, no destructor runs) while a compile ahead
+    /// runs waits for it: the test runs itself again as a child that exits at once.
+    #[test]
+    fn the_exit_waits_for_compiles_ahead() {
+        const CHILD: &str = "GPHASH_TEST_EXIT_WAIT_MARKER";
+        if let Ok(marker) = std::env::var(CHILD) {
+            let compiling = Compiling::start();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                std::fs::write(&marker, b"compiled").expect("marker written");
+                drop(compiling);
+            });
+            std::process::exit(0);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("marker");
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "gpu::resize::tests::the_exit_waits_for_compiles_ahead", "--test-threads", "1"])
+            .env(CHILD, &marker)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "the child exited with {status}");
+        assert_eq!(std::fs::read(&marker).ok().as_deref(), Some(&b"compiled"[..]), "the exit waited");
+    }
 }
