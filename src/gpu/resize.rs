@@ -149,6 +149,8 @@ fn compile_ahead(
                 Ok(()) => log::debug!("{what} compiled ahead in {:.2} ms", t.elapsed().as_secs_f64() * 1e3),
                 Err(e) => log::debug!("{what} not compiled ahead: {e}"),
             }
+            // Its share of the device goes before the exit may go on.
+            drop(gpu);
         })
         .inspect_err(|e| log::debug!("{what} not compiled ahead: no thread ({e})"))
         .ok()
