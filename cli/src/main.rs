@@ -69,9 +69,10 @@ struct ExecArgs {
     large_pool_mode: bool,
     /// When the GPU starts: `background` opens without waiting for it (calls run on the CPU
     /// model until the device, the pool's import and the kernels are ready, then the GPU
-    /// takes over), `wait` before the open returns. Default: `serve` starts it in the
-    /// background under `--executor auto` (the server answers at once, whatever the pool's
-    /// size), every other command waits (they report the mode, and `bench` times the GPU).
+    /// takes over), `wait` before the open returns, `auto` in the background under
+    /// `--executor auto` and waiting under `--executor gpu`. Default: `auto` for `serve` (the
+    /// server answers at once, whatever the pool's size), `wait` for every other command
+    /// (they report the mode, and `bench` times the GPU).
     #[arg(long, global = true, value_enum)]
     gpu_start: Option<GpuStartArg>,
 }

@@ -94,10 +94,11 @@ static COMPILED: Condvar = Condvar::new();
 const EXIT_WAIT: Duration = Duration::from_secs(10);
 
 /// A compile ahead, counted in [`COMPILING`] while it lives. The process's exit waits for the
-/// count to reach zero (`wait_for_compiles`, registered with `atexit` at the first one: after
-/// the driver, loaded with the device, registered its teardown, so it runs before it), since
+/// count to reach zero (`wait_for_compiles`, registered with `atexit` at the first one), since
 /// an index that is never dropped (leaked, or a `std::process::exit`) never joins its
-/// [`Warming`].
+/// [`Warming`]. Exit handlers run in the reverse order of their registration, and the shared
+/// libraries' destructors after all of them: this one runs before a teardown the driver
+/// registered when it was loaded with the device; one it registered later would run first.
 struct Compiling;
 
 impl Compiling {
