@@ -618,8 +618,7 @@ impl GpHash {
     /// The most operations one engine batch holds ([`Stats::max_batch`], without the rest of
     /// the stats).
     pub fn max_batch(&self) -> usize {
-        let s = self.state();
-        s.engine.as_ref().map_or(0, |e| s.batch_limit(e.max_batch()))
+        self.state().batch_limit()
     }
 
     /// Whether a GPU is starting in the background ([`GpuStartMode::Background`]) and has not
@@ -1122,7 +1121,7 @@ impl State {
             levels: t.levels,
             cells: t.cells,
             mode: self.mode.clone(),
-            max_batch: self.engine.as_ref().map_or(0, |e| self.batch_limit(e.max_batch())),
+            max_batch: self.batch_limit(),
             adapter: self.gpu.as_ref().map(|g| format!("{} ({})", g.info.name, g.info.driver)).ok(),
             subgroup_sizes: self.gpu.as_ref().map(|g| g.info.subgroup_sizes).ok(),
             software_device: self.gpu.as_ref().is_ok_and(|g| g.info.is_cpu()),
@@ -1194,14 +1193,14 @@ impl State {
     }
 
     /// The most operations one engine batch holds.
-    fn max_batch(&mut self) -> Result<usize> {
-        let engine = self.engine()?.max_batch();
-        Ok(self.batch_limit(engine))
+    fn max_batch(&self) -> Result<usize> {
+        self.usable()?;
+        Ok(self.batch_limit())
     }
 
-    /// The most operations one engine batch holds, for an engine that takes `engine`.
-    fn batch_limit(&self, engine: usize) -> usize {
-        let limit = engine.min(MAX_BATCH);
+    /// The most operations one engine batch holds (0 without an engine).
+    fn batch_limit(&self) -> usize {
+        let limit = self.engine.as_ref().map_or(0, |e| e.max_batch().min(MAX_BATCH));
         match self.starting {
             // The CPU model's batches, while a GPU starts, are ones its engine takes too: a
             // growth takes it over in the middle of a batch.

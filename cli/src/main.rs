@@ -99,7 +99,8 @@ enum PlacementArg {
 }
 
 impl ExecArgs {
-    fn options(&self) -> Options {
+    /// The options these arguments give, the GPU starting as `start` unless `--gpu-start` says.
+    fn options(&self, start: GpuStartMode) -> Options {
         Options {
             executor: match self.executor {
                 ExecutorArg::Auto => Executor::Auto,
@@ -127,8 +128,9 @@ impl ExecArgs {
             },
             verify_values: self.verify_values,
             gpu_start: match self.gpu_start {
+                None => start,
                 Some(GpuStartArg::Auto) => GpuStartMode::Auto,
-                None | Some(GpuStartArg::Wait) => GpuStartMode::Wait,
+                Some(GpuStartArg::Wait) => GpuStartMode::Wait,
                 Some(GpuStartArg::Background) => GpuStartMode::Background,
             },
             ..Options::default()
@@ -204,15 +206,14 @@ enum Command {
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
-    let options = cli.exec.options();
+    // Commands wait for the GPU (they report the mode, and `bench` times the GPU); a server
+    // answers at once.
+    let options = cli.exec.options(GpuStartMode::Wait);
     let result: Result<(), Error> = match cli.command {
         None => demo::run(&demo::DemoArgs::default(), &options).map_err(Into::into),
         Some(Command::Demo(args)) => demo::run(&args, &options).map_err(Into::into),
         Some(Command::Bench(args)) => bench::run(&args, &options).map_err(Into::into),
-        Some(Command::Serve(args)) => {
-            let start = if cli.exec.gpu_start.is_none() { GpuStartMode::Auto } else { options.gpu_start };
-            serve::run(&args, &Options { gpu_start: start, ..options })
-        }
+        Some(Command::Serve(args)) => serve::run(&args, &cli.exec.options(GpuStartMode::Auto)),
         Some(Command::Create { pool, key_bytes, value_bytes, layout, capacity, max_bytes }) => {
             let config = Config { key_bytes, value_bytes, layout, capacity, max_bytes, ..Config::default() };
             create(&pool, &config, &options)

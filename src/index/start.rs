@@ -1,5 +1,5 @@
-//! A GPU started in the background ([`GpuStartMode::Background`](crate::GpuStartMode::Background)): the index opens as
-//! soon as its pool does and runs on the CPU model while another thread opens the device,
+//! A GPU started in the background ([`crate::GpuStartMode::Background`]): the index opens
+//! as soon as its pool does and runs on the CPU model while another thread opens the device,
 //! imports the pool and builds the engine; the index takes the engine over between two calls
 //! (docs/design.md, "Opening without waiting for the GPU").
 
