@@ -12,6 +12,8 @@
 #   scripts/device.sh open       opens after a clean close, waiting for the GPU and in the background
 #   scripts/device.sh device-profile  the ceilings, then where device batches' time goes
 #   scripts/device.sh side-by-side    every YCSB workload and distribution, gphash against the host maps
+#   scripts/device.sh serve-cpu ARGS  the CPU each of the server's threads takes under redis-benchmark
+#                                    at pipeline 64, and a perf profile where .gpu/perf/ has perf
 #   scripts/device.sh serve-threads  gphash serve against redis-server (always) under redis-benchmark
 #                                    with 4, 8 and 16 client threads (needs .gl-redis, .gpu-serve)
 #   scripts/device.sh scoreboard PART...  issue 12's aims in one build (PART: profile, volatile, pcie,
@@ -46,6 +48,45 @@ serve-threads)
     (cd "$root" && OUT=$out/t$threads THREADS=$threads FSYNCS=always SCALE=4 REPS=3 LIBRARY_BATCHES= \
       GPHASH=/tmp/gph/gphash bash scripts/serve-bench.sh /dev/shm 2>&1 | tail -3)
   done
+  ;;
+serve-cpu)
+  # Where the server's time goes at pipeline 64 (50 clients, 8 client threads): the CPU seconds
+  # of each of the server's threads over a run of each test, the host's busy share, and, where
+  # .gpu/perf/ holds perf and its libraries, a call-graph profile of the server in the middle of
+  # each run (perf-TEST.data, to read against the unstripped binary). ARGS: more serve options.
+  . "$root/scripts/redis-tools.sh"
+  pool=/dev/shm/serve-cpu.pool
+  rm -f "$pool"
+  ./gphash serve "$pool" --bind 127.0.0.1:6381 --gpu-start wait "$@" >"$out/serve.log" 2>&1 &
+  pid=$!
+  until grep -q "listening on" "$out/serve.log"; do sleep 0.2; kill -0 $pid || exit 1; done
+  # CPU ticks of the server's threads, summed by thread name; then the host's busy and all ticks.
+  ticks() {
+    for s in /proc/$pid/task/*/stat; do sed 's/^[0-9]* (\(.*\)) [A-Z] /\1 /' "$s"; done |
+      awk '{t[$1] += $12 + $13} END {for (k in t) print k, t[k]}'
+    awk '/^cpu / {print "host-busy", $2 + $3 + $4 + $7 + $8 + $9; print "host-all", $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat
+  }
+  for t in set get ping_mbulk; do
+    ticks >"$out/before-$t.txt"
+    t0=$(date +%s.%N)
+    redis-benchmark -p 6381 -t $t -n "${REQUESTS:-20000000}" -c 50 -P 64 -r 1000000 --threads 8 --csv >"$out/bench-$t.csv" &
+    bench=$!
+    if [ -x "$root/.gpu/perf/perf" ]; then
+      sleep 2
+      LD_LIBRARY_PATH=$root/.gpu/perf/lib "$root/.gpu/perf/perf" record -F 499 -g -p $pid \
+        -o "$out/perf-$t.data" -- sleep 2 >/dev/null 2>"$out/perf-$t.log"
+    fi
+    wait $bench
+    t1=$(date +%s.%N)
+    ticks >"$out/after-$t.txt"
+    echo "== $t: $(tail -1 "$out/bench-$t.csv"), wall $(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}') s"
+    # Cores each thread group kept busy over the run (100 ticks a second).
+    join <(sort "$out/before-$t.txt") <(sort "$out/after-$t.txt") |
+      awk -v w="$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')" '{printf "  %-20s %6.2f cores\n", $1, ($3 - $2) / 100 / w}'
+  done 2>&1 | tee "$out/serve-cpu.txt"
+  redis-cli -p 6381 info >"$out/info.txt"
+  kill -TERM $pid
+  wait $pid
   ;;
 profile)
   ./gphash bench profile "$@" 2>&1 | grep -v "imported buffers" | tee "$out/profile.txt"

@@ -90,9 +90,9 @@ struct Answers {
     identity: Identity,
 }
 
-/// Read-only batches in flight at once (the engine's slots: one runs while the host gathers
-/// the next and answers the one before).
-const READS_IN_FLIGHT: usize = 2;
+/// Batches in flight at once (the engine's slots: one runs while the host gathers the next
+/// and answers the one before; a write batch's phase B runs with the next batch's phase A).
+const IN_FLIGHT: usize = 2;
 
 impl Batcher {
     pub(crate) fn new(
@@ -137,8 +137,7 @@ impl Batcher {
                     }
                     // Nothing queued: the oldest batch in flight is answered.
                     _ => {
-                        let pipe = reads.as_mut().expect("batches in flight run in the pipeline");
-                        answers.answer_flight(&index, pipe, &mut flights);
+                        answers.answer_flight(&index, &mut reads, &mut flights);
                         continue;
                     }
                 }
@@ -149,23 +148,23 @@ impl Batcher {
             if starting && reads.is_none() {
                 (engine_max, starting) = (index.max_batch(), index.gpu_starting());
             }
-            if read_only(&jobs) && ops <= engine_max {
+            let batch = batch_of(&index, &answers.widths, &jobs);
+            if ops_only(&jobs) && ops <= engine_max && (read_only(&jobs) || !batch.repeats_a_key()) {
                 let pipe = reads.get_or_insert_with(|| index.pipeline());
                 let started = Instant::now();
-                match pipe.submit(batch_of(&index, &answers.widths, &jobs)) {
+                match pipe.submit(batch) {
                     Ok(()) => flights.push_back((jobs, started)),
                     Err(e) => answers.reply(&index, jobs, Err(e), started),
                 }
-                if flights.len() >= READS_IN_FLIGHT {
-                    answers.answer_flight(&index, reads.as_mut().expect("just used"), &mut flights);
+                if flights.len() >= IN_FLIGHT {
+                    answers.answer_flight(&index, &mut reads, &mut flights);
                 }
             } else {
-                if let Some(mut pipe) = reads.take() {
-                    while !flights.is_empty() {
-                        answers.answer_flight(&index, &mut pipe, &mut flights);
-                    }
+                while !flights.is_empty() {
+                    answers.answer_flight(&index, &mut reads, &mut flights);
                 }
-                answers.run_ordered(&index, jobs);
+                reads = None;
+                answers.run_ordered(&index, jobs, batch);
             }
         }
         drop(reads);
@@ -204,6 +203,12 @@ fn read_only(jobs: &[Job]) -> bool {
     jobs.iter().all(|j| matches!(&j.work, Work::Ops(group) if group.ops.read_only()))
 }
 
+/// Whether the jobs ask nothing of the whole index (which a pipeline, holding the index,
+/// could not answer).
+fn ops_only(jobs: &[Job]) -> bool {
+    jobs.iter().all(|j| matches!(&j.work, Work::Ops(_)))
+}
+
 /// The jobs' operations, in order, as one batch.
 fn batch_of(index: &GpHash, widths: &Widths, jobs: &[Job]) -> Batch {
     let mut batch = index.batch();
@@ -223,38 +228,53 @@ fn push(batch: &mut Batch, widths: &Widths, group: &Group, range: std::ops::Rang
 }
 
 impl Answers {
-    /// Waits for the oldest batch in flight and answers its jobs.
+    /// Waits for the oldest batch in flight (in `pipe`) and answers its jobs. The pipeline is
+    /// dropped (the index is free) once nothing is in flight after a batch that failed, which
+    /// then runs as [`Answers::run_ordered`] runs a failed batch.
     fn answer_flight(
         &mut self,
         index: &GpHash,
-        pipe: &mut Pipeline<'_>,
+        pipe: &mut Option<Pipeline<'_>>,
         flights: &mut VecDeque<(Vec<Job>, Instant)>,
     ) {
         let (jobs, started) = flights.pop_front().expect("a batch in flight");
-        let result = pipe.next().expect("the pipeline has a result for each batch submitted");
+        let piped = pipe.as_mut().expect("batches in flight run in the pipeline");
+        let result = piped.next().expect("the pipeline has a result for each batch submitted");
         self.record.pipelined += 1;
-        self.reply(index, jobs, result.map(Some), started);
+        match result {
+            Err(e) if flights.is_empty() => {
+                *pipe = None;
+                self.failed(index, jobs, e, started);
+            }
+            // A batch after it ran already: running its requests again, after that batch,
+            // would reorder them. Each gets the batch's error.
+            result => self.reply(index, jobs, result.map(Some), started),
+        }
     }
 
-    /// Runs the jobs' operations as one ordered batch and answers them; a control job (only
-    /// ever the last) is answered after the batch.
-    fn run_ordered(&mut self, index: &GpHash, jobs: Vec<Job>) {
+    /// Runs the jobs' operations (`batch`) as one ordered batch and answers them; a control
+    /// job (only ever the last) is answered after the batch.
+    fn run_ordered(&mut self, index: &GpHash, jobs: Vec<Job>, batch: Batch) {
         let started = Instant::now();
-        let batch = batch_of(index, &self.widths, &jobs);
-        let result = if batch.is_empty() { Ok(None) } else { index.execute_ordered(&batch).map(Some) };
+        match if batch.is_empty() { Ok(None) } else { index.execute_ordered(&batch).map(Some) } {
+            Err(e) => self.failed(index, jobs, e, started),
+            result => self.reply(index, jobs, result, started),
+        }
+    }
+
+    /// Answers the jobs of a batch that failed, with nothing else in flight. If it took no
+    /// effect (a full table, heap or disk; a damaged value an ordered change would read), each
+    /// request runs alone, so that only those it concerns fail.
+    fn failed(&mut self, index: &GpHash, jobs: Vec<Job>, e: gphash::Error, started: Instant) {
         let requests: usize =
             jobs.iter().filter(|j| matches!(j.work, Work::Ops(..))).map(Job::requests).sum();
-        match result {
-            Err(e) if requests > 1 && index.stats().poisoned.is_none() => {
-                // The batch took no effect (a full table, heap or disk; a damaged value an
-                // ordered change would read): each request runs alone, so that only those
-                // it concerns fail.
-                log::warn!("a batch of {requests} requests failed ({e}); running them one at a time");
-                for job in jobs {
-                    self.run_alone(index, job);
-                }
+        if requests > 1 && index.stats().poisoned.is_none() {
+            log::warn!("a batch of {requests} requests failed ({e}); running them one at a time");
+            for job in jobs {
+                self.run_alone(index, job);
             }
-            result => self.reply(index, jobs, result, started),
+        } else {
+            self.reply(index, jobs, Err(e), started);
         }
     }
 

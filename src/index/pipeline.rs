@@ -11,7 +11,7 @@ use std::time::Instant;
 use super::{GpHash, State};
 use crate::batch::{Batch, BatchResult, Encoded, Part};
 use crate::device_batch::DeviceBatch;
-use crate::engine::Input;
+use crate::engine::{Input, Phase};
 use crate::error::{Error, Result};
 
 /// Batches in flight through one [`GpHash`], from [`GpHash::pipeline`].
@@ -249,8 +249,11 @@ struct Flight<L> {
 
 /// How far a batch in flight has gone.
 enum Stage {
-    /// Phase A is submitted.
-    A,
+    /// Phase A is submitted; `unreleased`: with the phase B of the batch before, before that
+    /// batch's cells were released.
+    A { unreleased: bool },
+    /// Phase A is persisted and phase B submitted, with the next batch's phase A.
+    B,
     /// Nothing more runs: the batch is acknowledged (its results wait in its slot, to be
     /// decoded), empty, or failed (the failure counted).
     Ended(Result<()>),
@@ -266,18 +269,34 @@ impl<'a, L: Load> Flights<'a, L> {
         Ok(self.queue.len() >= self.state.engine()?.slots())
     }
 
-    /// Starts `load` in a free slot, once the batch before it, if it writes, has ended.
+    /// Starts `load` in a free slot, once the batch before it, if it writes, has persisted its
+    /// phase A. No persist runs while the GPU writes the pool. A reads-only batch before needs
+    /// no persist, so this batch's phase A follows it on the GPU at once. A batch before that
+    /// writes submits its phase B with this batch's phase A, in one step, when the engine
+    /// fuses them and it deletes nothing; otherwise it ends (phase B and its persist) first.
     fn launch(&mut self, load: L) -> Result<()> {
-        // A batch that writes ends (its phases and persists) before the next one starts:
-        // no persist runs while the GPU writes the pool. A reads-only one needs no persist, so
-        // the next batch's phase A follows it on the GPU at once.
         let s = &mut *self.state;
+        let mut fused = None;
         if let Some(prev) = self.queue.back_mut()
-            && matches!(prev.stage, Stage::A)
+            && let Stage::A { unreleased } = prev.stage
             && !prev.load.input().read_only()
         {
-            let ended = s.end(prev.slot, prev.load.input());
-            prev.stage = Stage::Ended(ended.map_err(|e| s.failed(e)));
+            let input = prev.load.input();
+            let fuse = !load.input().is_empty() && s.fuses(input);
+            let ended = match s.settle_a(prev.slot, input, unreleased) {
+                Ok(Some(publish)) if fuse => {
+                    fused = Some((prev.slot, publish));
+                    None
+                }
+                Ok(Some(publish)) => {
+                    Some(s.step(prev.slot, Phase::B { publish }, input).and_then(|()| s.settle_b(prev.slot)))
+                }
+                Ok(None) => Some(Ok(())),
+                Err(e) => Some(Err(e)),
+            };
+            if let Some(ended) = ended {
+                prev.stage = Stage::Ended(ended.map_err(|e| s.failed(e)));
+            }
         }
         // Nothing runs on an index that a batch ahead poisoned.
         s.usable()?;
@@ -285,9 +304,21 @@ impl<'a, L: Load> Flights<'a, L> {
         let slot = (0..depth).find(|&i| self.queue.iter().all(|f| f.slot != i)).expect("a free slot");
         let stage = if load.input().is_empty() {
             Stage::Ended(Ok(()))
+        } else if let Some((prev_slot, publish)) = fused {
+            let prev = self.queue.back_mut().expect("the batch before");
+            let started = s.start_b_then_a((prev_slot, publish, prev.load.input()), slot, load.input());
+            match started {
+                Ok(()) => prev.stage = Stage::B,
+                Err(e) => {
+                    // The index is poisoned: the batch before is not acknowledged.
+                    prev.stage = Stage::Ended(s.usable());
+                    return Err(e);
+                }
+            }
+            Stage::A { unreleased: true }
         } else {
             s.start_a(slot, load.input()).map_err(|e| s.failed(e))?;
-            Stage::A
+            Stage::A { unreleased: false }
         };
         self.queue.push_back(Flight { slot, load, stage });
         Ok(())
@@ -304,7 +335,11 @@ impl<'a, L: Load> Flights<'a, L> {
             Stage::Ended(Ok(())) => Ok(Ok(())),
             // A batch poisoned by the failure of one before it is not acknowledged, whatever
             // the GPU did of it.
-            Stage::A => Ok(s.usable().and_then(|()| s.end(f.slot, f.load.input()))),
+            Stage::A { unreleased } => {
+                Ok(s.usable().and_then(|()| s.end(f.slot, f.load.input(), unreleased)))
+            }
+            // Its phase B ran with the next batch's phase A, which it does not wait for.
+            Stage::B => Ok(s.usable().and_then(|()| s.settle_b(f.slot))),
         };
         (f.load, f.slot, ended)
     }
