@@ -135,9 +135,13 @@ impl Batcher {
                         stop = true;
                         continue;
                     }
-                    // Nothing queued: the oldest batch in flight is answered.
+                    // Nothing queued: the last write batch waits for its phase A (what
+                    // arrives meanwhile makes the next batch, whose phase A runs with its
+                    // phase B), else the oldest batch in flight is answered.
                     _ => {
-                        answers.answer_flight(&index, &mut reads, &mut flights);
+                        if !reads.as_mut().is_some_and(Pipeline::settle_last) {
+                            answers.answer_flight(&index, &mut reads, &mut flights);
+                        }
                         continue;
                     }
                 }

@@ -118,6 +118,20 @@ impl Pipeline<'_> {
         self.flights.queue.len() + self.done.len()
     }
 
+    /// Waits for phase A of the last batch submitted and persists it, if it writes and that is
+    /// not done yet; returns whether it did. Its phase B then runs with the phase A of the next
+    /// batch submitted (in one GPU submission where the engine fuses them), or alone when its
+    /// result is taken first. A caller that gathers batches as requests arrive (a server)
+    /// calls it when it has no next batch yet: what arrives meanwhile makes the next one.
+    pub fn settle_last(&mut self) -> bool {
+        // A rollback (and growth) of that batch's phase A must find nothing else in flight.
+        while self.flights.queue.len() > 1 {
+            let r = self.complete();
+            self.done.push_back(r);
+        }
+        self.flights.settle_last()
+    }
+
     /// Takes the oldest batch in flight to its end: its remaining phases and persists, its
     /// results.
     fn complete(&mut self) -> Result<BatchResult> {
@@ -252,6 +266,8 @@ enum Stage {
     /// Phase A is submitted; `unreleased`: with the phase B of the batch before, before that
     /// batch's cells were released.
     A { unreleased: bool },
+    /// Phase A is persisted (`Some(publish)`: phase B follows; `None`: nothing does).
+    Persisted(Option<bool>),
     /// Phase A is persisted and phase B submitted, with the next batch's phase A.
     B,
     /// Nothing more runs: the batch is acknowledged (its results wait in its slot, to be
@@ -275,27 +291,23 @@ impl<'a, L: Load> Flights<'a, L> {
     /// writes submits its phase B with this batch's phase A, in one step, when the engine
     /// fuses them and it deletes nothing; otherwise it ends (phase B and its persist) first.
     fn launch(&mut self, load: L) -> Result<()> {
+        self.settle_last();
         let s = &mut *self.state;
         let mut fused = None;
         if let Some(prev) = self.queue.back_mut()
-            && let Stage::A { unreleased } = prev.stage
-            && !prev.load.input().read_only()
+            && let Stage::Persisted(next) = prev.stage
         {
             let input = prev.load.input();
-            let fuse = !load.input().is_empty() && s.fuses(input);
-            let ended = match s.settle_a(prev.slot, input, unreleased) {
-                Ok(Some(publish)) if fuse => {
-                    fused = Some((prev.slot, publish));
-                    None
+            match next {
+                Some(publish) if !load.input().is_empty() && s.fuses(input) => {
+                    fused = Some((prev.slot, publish))
                 }
-                Ok(Some(publish)) => {
-                    Some(s.step(prev.slot, Phase::B { publish }, input).and_then(|()| s.settle_b(prev.slot)))
+                Some(publish) => {
+                    let ended =
+                        s.step(prev.slot, Phase::B { publish }, input).and_then(|()| s.settle_b(prev.slot));
+                    prev.stage = Stage::Ended(ended.map_err(|e| s.failed(e)));
                 }
-                Ok(None) => Some(Ok(())),
-                Err(e) => Some(Err(e)),
-            };
-            if let Some(ended) = ended {
-                prev.stage = Stage::Ended(ended.map_err(|e| s.failed(e)));
+                None => prev.stage = Stage::Ended(Ok(())),
             }
         }
         // Nothing runs on an index that a batch ahead poisoned.
@@ -324,6 +336,23 @@ impl<'a, L: Load> Flights<'a, L> {
         Ok(())
     }
 
+    /// Waits for phase A of the last batch in flight and persists it, if it writes and that is
+    /// not done yet; returns whether it did. It must be the only batch in flight: a rollback
+    /// and a growth start with nothing else in flight.
+    fn settle_last(&mut self) -> bool {
+        let s = &mut *self.state;
+        let Some(last) = self.queue.back_mut() else { return false };
+        let Stage::A { unreleased } = last.stage else { return false };
+        if last.load.input().read_only() {
+            return false;
+        }
+        last.stage = match s.settle_a(last.slot, last.load.input(), unreleased) {
+            Ok(next) => Stage::Persisted(next),
+            Err(e) => Stage::Ended(Err(s.failed(e))),
+        };
+        true
+    }
+
     /// Takes the oldest batch in flight to its end (its remaining phases and persists): the
     /// batch, its slot (whose results it may decode before the next launch), and `Err` for a
     /// failure already counted, else the outcome still to acknowledge.
@@ -338,6 +367,11 @@ impl<'a, L: Load> Flights<'a, L> {
             Stage::A { unreleased } => {
                 Ok(s.usable().and_then(|()| s.end(f.slot, f.load.input(), unreleased)))
             }
+            Stage::Persisted(None) => Ok(Ok(())),
+            Stage::Persisted(Some(publish)) => Ok(s
+                .usable()
+                .and_then(|()| s.step(f.slot, Phase::B { publish }, f.load.input()))
+                .and_then(|()| s.settle_b(f.slot))),
             // Its phase B ran with the next batch's phase A, which it does not wait for.
             Stage::B => Ok(s.usable().and_then(|()| s.settle_b(f.slot))),
         };
