@@ -125,14 +125,6 @@ impl Batch {
         self.value_bytes
     }
 
-    /// Whether some key has several operations. A batch that repeats none gives the results
-    /// of batch order through [`GpHash::execute`](crate::GpHash::execute) and
-    /// [`Pipeline`](crate::Pipeline), without the folding of
-    /// [`GpHash::execute_ordered`](crate::GpHash::execute_ordered).
-    pub fn repeats_a_key(&self) -> bool {
-        self.key_groups().repeats()
-    }
-
     /// Whether every operation is a read: the call changes nothing.
     pub(crate) fn read_only(&self) -> bool {
         self.kinds.iter().all(|&k| k == OpKind::Get)

@@ -109,26 +109,6 @@ impl CpuEngine {
     }
 }
 
-impl CpuEngine {
-    /// Phase B of the batch in `slot` (nothing unless `publish`).
-    fn phase_b(&mut self, pool: &mut Pool, slot: usize, publish: bool, batch: &Encoded) -> Report {
-        if !publish {
-            return Report::nothing();
-        }
-        self.stage(pool, slot, batch, |m, mem, _, dirty, run, i| m.phase_b(mem, dirty, batch, run, i))
-    }
-
-    /// Releases the cells the batch in `slot` replaced or did not use.
-    fn free(&mut self, pool: &mut Pool, slot: usize) -> Result<()> {
-        let model = Model { geo: &self.geo, seeds: &self.seeds, verify_values: self.verify_values };
-        let bitmap = self.allocator.load(pool)?;
-        for st in &self.slots[slot].0.states {
-            model.free(bitmap, st);
-        }
-        Ok(())
-    }
-}
-
 fn host<'a>(batch: Input<'a>) -> Result<&'a Encoded> {
     match batch {
         Input::Host(e) => Ok(e),
@@ -160,33 +140,22 @@ impl Engine for CpuEngine {
                 })
             }
             Phase::B { publish } => {
-                let report = self.phase_b(pool, slot, publish, batch);
-                self.free(pool, slot)?;
+                let report = if publish {
+                    self.stage(pool, slot, batch, |m, mem, _, dirty, run, i| {
+                        m.phase_b(mem, dirty, batch, run, i)
+                    })
+                } else {
+                    Report::nothing()
+                };
+                let model = Model { geo: &self.geo, seeds: &self.seeds, verify_values: self.verify_values };
+                let bitmap = self.allocator.load(pool)?;
+                for st in &self.slots[slot].0.states {
+                    model.free(bitmap, st);
+                }
                 report
             }
         };
         self.slots[slot].1 = Some(report);
-        Ok(())
-    }
-
-    fn fuses(&self) -> bool {
-        true
-    }
-
-    fn start_b_then_a(
-        &mut self,
-        pool: &mut Pool,
-        (slot, publish, batch): (usize, bool, Input),
-        next_slot: usize,
-        next: Input,
-    ) -> Result<()> {
-        let (batch, next) = (host(batch)?, host(next)?);
-        self.slots[slot].1 = Some(self.phase_b(pool, slot, publish, batch));
-        // Phase A of `next` before the release, as on the GPU: it reuses none of the cells
-        // `batch` frees.
-        let a = self.phase_a(pool, next_slot, next);
-        self.free(pool, slot)?;
-        self.slots[next_slot].1 = Some(a?);
         Ok(())
     }
 

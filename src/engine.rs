@@ -149,23 +149,6 @@ pub(crate) trait Engine: Send {
     /// called, or only then; `finish` waits for it.
     fn start(&mut self, pool: &mut Pool, slot: usize, phase: Phase, batch: Input) -> Result<()>;
 
-    /// Whether it runs [`Engine::start_b_then_a`] as one step (one GPU submit); otherwise the
-    /// host protocol ends a batch before it starts the next.
-    fn fuses(&self) -> bool;
-
-    /// Phase B (when `publish`) of `batch`, whose phase A ran in `slot` and is persisted; then
-    /// phase A of `next` in `next_slot`, which sees B's effects; then the release of the cells
-    /// `batch` replaced or did not use. The release comes after `next`'s allocation, so that
-    /// no cell `batch` frees is reused before its phase B is persisted (the batch after `next`
-    /// starts only then). `finish(slot)` reports B, `finish(next_slot)` A.
-    fn start_b_then_a(
-        &mut self,
-        pool: &mut Pool,
-        b: (usize, bool, Input),
-        next_slot: usize,
-        next: Input,
-    ) -> Result<()>;
-
     /// Waits for the phase last started in `slot` and reports it. After phase A of a
     /// reads-only batch, or phase B, [`Engine::results`] holds the batch's results.
     fn finish(&mut self, pool: &mut Pool, slot: usize) -> Result<Report>;

@@ -1448,7 +1448,7 @@ impl State {
             return Ok(());
         }
         self.start_a(0, batch)?;
-        self.end(0, batch, false)
+        self.end(0, batch)
     }
 
     /// Starts phase A of `batch` in `slot`.
@@ -1496,66 +1496,7 @@ impl State {
     /// results are complete after phase A, and it persists nothing; device batches hold theirs
     /// already). A batch rolled back because the table (or its heap) is full runs again after
     /// the table grew, unless growth is off: only when nothing else is in flight.
-    fn end(&mut self, slot: usize, batch: Input, unreleased: bool) -> Result<()> {
-        if let Some(publish) = self.settle_a(slot, batch, unreleased)? {
-            self.step(slot, Phase::B { publish }, batch)?;
-            self.settle_b(slot)?;
-        }
-        Ok(())
-    }
-
-    /// Waits for phase B in `slot` and persists it: the batch is acknowledged.
-    fn settle_b(&mut self, slot: usize) -> Result<()> {
-        let b = self.settle(slot, false)?;
-        self.items += b[control::PUBLISHED] as u64;
-        self.items -= b[control::DELETED] as u64;
-        self.compile_next_growth();
-        Ok(())
-    }
-
-    /// Whether phase B of `batch` may run in one step with the next batch's phase A
-    /// ([`Engine::start_b_then_a`]): a host batch that deletes nothing, on an engine that fuses.
-    /// A slot that a delete empties could be claimed by the next batch's phase A before the
-    /// delete is persisted (docs/protocol.md, "Batches in flight").
-    fn fuses(&mut self, batch: Input) -> bool {
-        let deletes = match batch {
-            Input::Host(e) => e.kinds.contains(&(OpKind::Delete as u32)),
-            Input::Device(_) => true,
-        };
-        !deletes && self.engine.as_ref().is_some_and(|e| e.fuses())
-    }
-
-    /// Phase B of `batch` in `slot` (phase A persisted) and phase A of `next` in `next_slot`,
-    /// as one step of the engine; `settle_b(slot)` then acknowledges `batch`. A failure poisons
-    /// the index.
-    fn start_b_then_a(
-        &mut self,
-        (slot, publish, batch): (usize, bool, Input),
-        next_slot: usize,
-        next: Input,
-    ) -> Result<()> {
-        if !next.read_only() {
-            let (engine, pool) = self.parts();
-            engine.load_allocator(pool)?;
-        }
-        let t = Instant::now();
-        let (engine, pool) = self.parts();
-        let started = engine.start_b_then_a(pool, (slot, publish, batch), next_slot, next);
-        let stopped = self.engine_done(t);
-        self.started = Some((slot, stopped));
-        // Whatever failed, phase B may have run without its persist: nothing more may run.
-        started.inspect_err(|e| {
-            self.poisoned.get_or_insert_with(|| e.to_string());
-        })
-    }
-
-    /// Waits for phase A of `batch` in `slot` and persists it; a batch rolled back because the
-    /// table (or its heap) is full runs again after the table grew (see [`State::end`]).
-    /// Returns whether phase B follows, and whether it publishes.
-    /// `unreleased`: phase A ran before the release of the cells of the batch before it
-    /// ([`State::start_b_then_a`]); short of cells, it runs again once without growing, as it
-    /// would have one batch at a time.
-    fn settle_a(&mut self, slot: usize, batch: Input, mut unreleased: bool) -> Result<Option<bool>> {
+    fn end(&mut self, slot: usize, batch: Input) -> Result<()> {
         loop {
             let a = self.settle(slot, batch.read_only())?;
             if a[control::REFUSED] > 0 {
@@ -1565,16 +1506,18 @@ impl State {
             if full == 0 && no_cell == 0 {
                 let (publish, allocated) = (a[control::NEED_B] > 0, a[control::ALLOCATED] > 0);
                 if batch.read_only() || (matches!(batch, Input::Device(_)) && !publish && !allocated) {
-                    return Ok(None);
+                    return Ok(());
                 }
-                return Ok(Some(publish));
+                self.step(slot, Phase::B { publish }, batch)?;
+                // Acknowledged once phase B is persisted.
+                let b = self.settle(slot, false)?;
+                self.items += b[control::PUBLISHED] as u64;
+                self.items -= b[control::DELETED] as u64;
+                self.compile_next_growth();
+                return Ok(());
             }
             self.step(slot, Phase::Rollback, batch)?;
             self.settle(slot, false)?;
-            if std::mem::take(&mut unreleased) && full == 0 {
-                self.start_a(slot, batch)?;
-                continue;
-            }
             let load = self.items as f64 / self.geo.slots() as f64;
             let early = (self.items + batch.len() as u64) as f64 / (self.geo.slots() as f64) < GROW_FROM_LOAD;
             if !self.options.grow || (full > 0 && early) {

@@ -90,9 +90,9 @@ struct Answers {
     identity: Identity,
 }
 
-/// Batches in flight at once (the engine's slots: one runs while the host gathers the next
-/// and answers the one before; a write batch's phase B runs with the next batch's phase A).
-const IN_FLIGHT: usize = 2;
+/// Read-only batches in flight at once (the engine's slots: one runs while the host gathers
+/// the next and answers the one before).
+const READS_IN_FLIGHT: usize = 2;
 
 impl Batcher {
     pub(crate) fn new(
@@ -135,13 +135,10 @@ impl Batcher {
                         stop = true;
                         continue;
                     }
-                    // Nothing queued: the last write batch waits for its phase A (what
-                    // arrives meanwhile makes the next batch, whose phase A runs with its
-                    // phase B), else the oldest batch in flight is answered.
+                    // Nothing queued: the oldest batch in flight is answered.
                     _ => {
-                        if !reads.as_mut().is_some_and(Pipeline::settle_last) {
-                            answers.answer_flight(&index, &mut reads, &mut flights);
-                        }
+                        let pipe = reads.as_mut().expect("batches in flight run in the pipeline");
+                        answers.answer_flight(&index, pipe, &mut flights);
                         continue;
                     }
                 }
@@ -152,23 +149,23 @@ impl Batcher {
             if starting && reads.is_none() {
                 (engine_max, starting) = (index.max_batch(), index.gpu_starting());
             }
-            let batch = batch_of(&index, &answers.widths, &jobs);
-            if ops_only(&jobs) && ops <= engine_max && (read_only(&jobs) || !batch.repeats_a_key()) {
+            if read_only(&jobs) && ops <= engine_max {
                 let pipe = reads.get_or_insert_with(|| index.pipeline());
                 let started = Instant::now();
-                match pipe.submit(batch) {
+                match pipe.submit(batch_of(&index, &answers.widths, &jobs)) {
                     Ok(()) => flights.push_back((jobs, started)),
                     Err(e) => answers.reply(&index, jobs, Err(e), started),
                 }
-                if flights.len() >= IN_FLIGHT {
-                    answers.answer_flight(&index, &mut reads, &mut flights);
+                if flights.len() >= READS_IN_FLIGHT {
+                    answers.answer_flight(&index, reads.as_mut().expect("just used"), &mut flights);
                 }
             } else {
-                while !flights.is_empty() {
-                    answers.answer_flight(&index, &mut reads, &mut flights);
+                if let Some(mut pipe) = reads.take() {
+                    while !flights.is_empty() {
+                        answers.answer_flight(&index, &mut pipe, &mut flights);
+                    }
                 }
-                reads = None;
-                answers.run_ordered(&index, jobs, batch);
+                answers.run_ordered(&index, jobs);
             }
         }
         drop(reads);
@@ -207,12 +204,6 @@ fn read_only(jobs: &[Job]) -> bool {
     jobs.iter().all(|j| matches!(&j.work, Work::Ops(group) if group.ops.read_only()))
 }
 
-/// Whether the jobs ask nothing of the whole index (which a pipeline, holding the index,
-/// could not answer).
-fn ops_only(jobs: &[Job]) -> bool {
-    jobs.iter().all(|j| matches!(&j.work, Work::Ops(_)))
-}
-
 /// The jobs' operations, in order, as one batch.
 fn batch_of(index: &GpHash, widths: &Widths, jobs: &[Job]) -> Batch {
     let mut batch = index.batch();
@@ -232,53 +223,38 @@ fn push(batch: &mut Batch, widths: &Widths, group: &Group, range: std::ops::Rang
 }
 
 impl Answers {
-    /// Waits for the oldest batch in flight (in `pipe`) and answers its jobs. The pipeline is
-    /// dropped (the index is free) once nothing is in flight after a batch that failed, which
-    /// then runs as [`Answers::run_ordered`] runs a failed batch.
+    /// Waits for the oldest batch in flight and answers its jobs.
     fn answer_flight(
         &mut self,
         index: &GpHash,
-        pipe: &mut Option<Pipeline<'_>>,
+        pipe: &mut Pipeline<'_>,
         flights: &mut VecDeque<(Vec<Job>, Instant)>,
     ) {
         let (jobs, started) = flights.pop_front().expect("a batch in flight");
-        let piped = pipe.as_mut().expect("batches in flight run in the pipeline");
-        let result = piped.next().expect("the pipeline has a result for each batch submitted");
+        let result = pipe.next().expect("the pipeline has a result for each batch submitted");
         self.record.pipelined += 1;
-        match result {
-            Err(e) if flights.is_empty() => {
-                *pipe = None;
-                self.failed(index, jobs, e, started);
-            }
-            // A batch after it ran already: running its requests again, after that batch,
-            // would reorder them. Each gets the batch's error.
-            result => self.reply(index, jobs, result.map(Some), started),
-        }
+        self.reply(index, jobs, result.map(Some), started);
     }
 
-    /// Runs the jobs' operations (`batch`) as one ordered batch and answers them; a control
-    /// job (only ever the last) is answered after the batch.
-    fn run_ordered(&mut self, index: &GpHash, jobs: Vec<Job>, batch: Batch) {
+    /// Runs the jobs' operations as one ordered batch and answers them; a control job (only
+    /// ever the last) is answered after the batch.
+    fn run_ordered(&mut self, index: &GpHash, jobs: Vec<Job>) {
         let started = Instant::now();
-        match if batch.is_empty() { Ok(None) } else { index.execute_ordered(&batch).map(Some) } {
-            Err(e) => self.failed(index, jobs, e, started),
-            result => self.reply(index, jobs, result, started),
-        }
-    }
-
-    /// Answers the jobs of a batch that failed, with nothing else in flight. If it took no
-    /// effect (a full table, heap or disk; a damaged value an ordered change would read), each
-    /// request runs alone, so that only those it concerns fail.
-    fn failed(&mut self, index: &GpHash, jobs: Vec<Job>, e: gphash::Error, started: Instant) {
+        let batch = batch_of(index, &self.widths, &jobs);
+        let result = if batch.is_empty() { Ok(None) } else { index.execute_ordered(&batch).map(Some) };
         let requests: usize =
             jobs.iter().filter(|j| matches!(j.work, Work::Ops(..))).map(Job::requests).sum();
-        if requests > 1 && index.stats().poisoned.is_none() {
-            log::warn!("a batch of {requests} requests failed ({e}); running them one at a time");
-            for job in jobs {
-                self.run_alone(index, job);
+        match result {
+            Err(e) if requests > 1 && index.stats().poisoned.is_none() => {
+                // The batch took no effect (a full table, heap or disk; a damaged value an
+                // ordered change would read): each request runs alone, so that only those
+                // it concerns fail.
+                log::warn!("a batch of {requests} requests failed ({e}); running them one at a time");
+                for job in jobs {
+                    self.run_alone(index, job);
+                }
             }
-        } else {
-            self.reply(index, jobs, Err(e), started);
+            result => self.reply(index, jobs, result, started),
         }
     }
 

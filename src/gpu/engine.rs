@@ -169,21 +169,11 @@ struct Running {
     submission: wgpu::SubmissionIndex,
     kernels: Vec<Kernel>,
     results: Results,
-    /// Passes recorded.
+    /// Passes recorded (the timed ones).
     passes: u32,
-    /// Whether the passes were timed (a submit of one step only).
-    timed: bool,
     /// Whether the staged write-back gather ran after the kernels.
     writeback: bool,
     submitted: Instant,
-}
-
-/// The kernels of one slot's batch in a submit, and what comes back of them (`None`: nothing,
-/// not even the control block: the release of cells that ends a fused submit).
-struct Step {
-    slot: usize,
-    kernels: Vec<Kernel>,
-    results: Option<Results>,
 }
 
 /// Buffers sized for the largest batch so far.
@@ -669,70 +659,53 @@ impl GpuEngine {
         }
     }
 
-    /// Records `kernels` for the batch in `slot` and submits them (see [`GpuEngine::submit_steps`]).
-    fn submit(&mut self, slot: usize, kernels: &[Kernel], results: Results) -> Result<()> {
-        self.submit_steps(&[Step { slot, kernels: kernels.to_vec(), results: Some(results) }])
-    }
-
-    /// Records each step's kernels for the batch in its slot (one compute pass each, so wgpu
-    /// orders them, and the steps, with barriers; the parameters are immediates), the
-    /// write-back gather in staged mode, and the copies of the control block and, when asked,
-    /// the results into the step's readback; submits them together without waiting
+    /// Records `kernels` for the batch in `slot` (one compute pass each, so wgpu orders them
+    /// with barriers; the parameters are immediates), the write-back gather in staged mode, and
+    /// the copies of the control block and, when asked, the results; submits without waiting
     /// (`collect` waits).
-    fn submit_steps(&mut self, steps: &[Step]) -> Result<()> {
+    fn submit(&mut self, slot: usize, kernels: &[Kernel], results: Results) -> Result<()> {
         let scopes = ErrorScopes::push(&self.gpu.device);
         let started = Instant::now();
-        let params: Vec<Params> =
-            steps.iter().map(|st| self.params(st.slot, self.slots[st.slot].n)).collect();
+        let n = self.slots[slot].n;
+        let params = self.params(slot, n);
         let written = Instant::now();
+        let s = &self.slots[slot];
+        let io = s.io.as_ref().expect("reserved");
         let dev = &self.gpu.device;
         let mut enc = dev.create_command_encoder(&Default::default());
-        // Timestamps for a submit of one step: the steps of a fused one would share the queries.
-        let timer = self.timer.as_ref().filter(|_| steps.len() == 1);
-        let mut writes = false;
-        let mut recorded = Vec::with_capacity(steps.len());
-        for (st, params) in steps.iter().zip(&params) {
-            let s = &self.slots[st.slot];
-            let io = s.io.as_ref().expect("reserved");
-            let n = s.n;
-            if st.results.is_some() {
-                // The control block starts at zero: cleared on the GPU (a queue write would
-                // stage a buffer of its own).
-                enc.clear_buffer(&self.control, 0, None);
-            }
-            // Gets never register in the claim registry: a batch of them runs `Search`.
-            if st.kernels.contains(&Kernel::PhaseA) {
-                enc.clear_buffer(&io.claims, 0, None);
-            }
-            let batch_bind = match &s.device_bind {
-                Some(d) if s.device => &d.group,
-                _ => &io.io_bind,
-            };
-            // A batch of gets (`Search`) claims nothing: nothing to write back.
-            let step_writes = st.kernels.iter().any(|k| k.writes_pool());
-            writes |= step_writes;
-            let writeback = (self.windows.staged() && step_writes)
-                .then(|| (self.pipelines.get(Kernel::Writeback), writeback_invocations(io.dirty_cap)));
-            let passes = record_passes(
-                &mut enc,
-                (&[&io.bind, batch_bind], bytemuck::bytes_of(params)),
-                st.kernels.iter().map(|&k| (self.pipelines.get(k), self.invocations(k, n))).chain(writeback),
-                timer,
-            );
-            recorded.push((passes, writeback.is_some()));
-            let Some(results) = st.results else { continue };
-            let rl = io.layout;
-            if let Some(timer) = timer {
-                timer.resolve(&mut enc, passes, &io.readback, rl.timestamps);
-            }
-            let vw = self.cfg.geo.value_words() as u64;
-            enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, (control::WORDS * 4) as u64);
-            if results != Results::None && n > 0 {
-                enc.copy_buffer_to_buffer(&io.statuses, 0, &io.readback, rl.statuses, n as u64 * 4);
-            }
-            if results == Results::WithValues && n > 0 {
-                enc.copy_buffer_to_buffer(&io.vals_out, 0, &io.readback, rl.values, n as u64 * vw * 4);
-            }
+        // The control block starts at zero: cleared on the GPU (a queue write would stage a
+        // buffer of its own).
+        enc.clear_buffer(&self.control, 0, None);
+        // Gets never register in the claim registry: a batch of them runs `Search`.
+        if kernels.contains(&Kernel::PhaseA) {
+            enc.clear_buffer(&io.claims, 0, None);
+        }
+        let batch_bind = match &s.device_bind {
+            Some(d) if s.device => &d.group,
+            _ => &io.io_bind,
+        };
+        // A batch of gets (`Search`) claims nothing: nothing to write back.
+        let writes = kernels.iter().any(|k| k.writes_pool());
+        let writeback = (self.windows.staged() && writes)
+            .then(|| (self.pipelines.get(Kernel::Writeback), writeback_invocations(io.dirty_cap)));
+        let timer = self.timer.as_ref();
+        let passes = record_passes(
+            &mut enc,
+            (&[&io.bind, batch_bind], bytemuck::bytes_of(&params)),
+            kernels.iter().map(|&k| (self.pipelines.get(k), self.invocations(k, n))).chain(writeback),
+            timer,
+        );
+        let rl = io.layout;
+        if let Some(timer) = timer {
+            timer.resolve(&mut enc, passes, &io.readback, rl.timestamps);
+        }
+        let vw = self.cfg.geo.value_words() as u64;
+        enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, (control::WORDS * 4) as u64);
+        if results != Results::None && n > 0 {
+            enc.copy_buffer_to_buffer(&io.statuses, 0, &io.readback, rl.statuses, n as u64 * 4);
+        }
+        if results == Results::WithValues && n > 0 {
+            enc.copy_buffer_to_buffer(&io.vals_out, 0, &io.readback, rl.values, n as u64 * vw * 4);
         }
         let mut cmds = vec![enc.finish()];
         // The host reads what the kernels wrote into the pool (persists, recovery); a submit
@@ -741,32 +714,24 @@ impl GpuEngine {
         if !self.windows.staged() && writes {
             cmds.push(hostmem::host_read_barrier(&self.gpu));
         }
-        let recorded_at = Instant::now();
+        let recorded = Instant::now();
         let submission = self.gpu.queue.submit(cmds);
         // An invalid submit (a buffer beyond a device limit, say) ran nothing: its results are
         // garbage and must not be read.
-        scopes.pop(|| {
-            let kernels: Vec<_> = steps.iter().map(|st| (&st.kernels, self.slots[st.slot].n)).collect();
-            format!("submitting {kernels:?} (kernels, operations)")
-        })?;
+        scopes.pop(|| format!("submitting {kernels:?} for {n} operations"))?;
         let submitted = Instant::now();
         let p = &mut self.profile;
         p.writes += written - started;
-        p.record += recorded_at - written;
-        p.submit += submitted - recorded_at;
-        for (st, (passes, writeback)) in steps.iter().zip(recorded) {
-            if let Some(results) = st.results {
-                self.slots[st.slot].running = Some(Running {
-                    submission: submission.clone(),
-                    kernels: st.kernels.clone(),
-                    results,
-                    passes,
-                    timed: timer.is_some(),
-                    writeback,
-                    submitted,
-                });
-            }
-        }
+        p.record += recorded - written;
+        p.submit += submitted - recorded;
+        self.slots[slot].running = Some(Running {
+            submission,
+            kernels: kernels.to_vec(),
+            results,
+            passes,
+            writeback: writeback.is_some(),
+            submitted,
+        });
         Ok(())
     }
 
@@ -792,9 +757,7 @@ impl GpuEngine {
         map_read_after(&self.gpu, Some(r.submission), &io.readback, 0..end, |bytes| {
             mapped = Instant::now();
             ctl.copy_from_slice(bytemuck::cast_slice(&bytes[..control::WORDS * 4]));
-            times = timer
-                .filter(|_| r.timed)
-                .map(|t| t.times(&bytes[rl.timestamps as usize..rl.statuses as usize], r.passes));
+            times = timer.map(|t| t.times(&bytes[rl.timestamps as usize..rl.statuses as usize], r.passes));
             // Refilled in place: the vectors keep their allocations from batch to batch.
             let (s, v) = (rl.statuses as usize, rl.values as usize);
             let some = |on: bool, at: usize, len: usize| if on { &bytes[at..at + len] } else { &[][..] };
@@ -944,25 +907,6 @@ impl GpuEngine {
     /// Phase A of `batch` in `slot`: its input written (or its device buffers bound), a slice of
     /// the cache's loading phase when one is due, allocation and phase A submitted.
     fn start_a(&mut self, slot: usize, batch: Input) -> Result<()> {
-        let a = self.prepare_a(slot, batch)?;
-        let submitted = self.submit_steps(&[a]);
-        self.fills = 0;
-        submitted
-    }
-
-    /// What phase B of `batch` reads back: the statuses, and the values of its reads.
-    fn b_results(batch: Input) -> Results {
-        match batch {
-            Input::Host(e) if e.has_reads() => Results::WithValues,
-            Input::Host(_) => Results::Statuses,
-            Input::Device(_) => Results::None,
-        }
-    }
-
-    /// Phase A of `batch` in `slot` up to its submit: its input written (or its device buffers
-    /// bound); its kernels: a slice of the cache's loading phase when one is due, allocation
-    /// and phase A.
-    fn prepare_a(&mut self, slot: usize, batch: Input) -> Result<Step> {
         let n = match u32::try_from(batch.len()) {
             Ok(n) if n <= self.max_batch => n,
             _ => return Err(Error::BatchTooLarge { len: batch.len() as u64, max: self.max_batch as u64 }),
@@ -1014,7 +958,9 @@ impl GpuEngine {
         };
         self.slots[slot].device = matches!(batch, Input::Device(_));
         scopes.pop(|| format!("the input of a batch of {n} operations"))?;
-        Ok(Step { slot, kernels, results: Some(results) })
+        let submitted = self.submit(slot, &kernels, results);
+        self.fills = 0;
+        submitted
     }
 }
 
@@ -1036,34 +982,15 @@ impl Engine for GpuEngine {
         let submitted = match phase {
             Phase::A => self.start_a(slot, batch),
             Phase::Rollback => self.submit(slot, &self.closing(phase), Results::None),
-            Phase::B { .. } => self.submit(slot, &self.closing(phase), Self::b_results(batch)),
+            Phase::B { .. } => {
+                let results = match batch {
+                    Input::Host(e) if e.has_reads() => Results::WithValues,
+                    Input::Host(_) => Results::Statuses,
+                    Input::Device(_) => Results::None,
+                };
+                self.submit(slot, &self.closing(phase), results)
+            }
         };
-        self.busy += started.elapsed();
-        submitted
-    }
-
-    /// Fused where the GPU works on the pool in place; a staged pool's write-back and the
-    /// persist it feeds stay one batch at a time.
-    fn fuses(&self) -> bool {
-        self.windows.residence == Residence::ZeroCopy
-    }
-
-    fn start_b_then_a(
-        &mut self,
-        _pool: &mut Pool,
-        (slot, publish, batch): (usize, bool, Input),
-        next_slot: usize,
-        next: Input,
-    ) -> Result<()> {
-        let started = Instant::now();
-        let mut b = self.closing(Phase::B { publish });
-        b.retain(|&k| k != Kernel::FreeCells);
-        let b = Step { slot, kernels: b, results: Some(Self::b_results(batch)) };
-        let submitted = self.prepare_a(next_slot, next).and_then(|a| {
-            let free = Step { slot, kernels: vec![Kernel::FreeCells], results: None };
-            self.submit_steps(&[b, a, free])
-        });
-        self.fills = 0;
         self.busy += started.elapsed();
         submitted
     }

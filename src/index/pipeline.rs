@@ -11,7 +11,7 @@ use std::time::Instant;
 use super::{GpHash, State};
 use crate::batch::{Batch, BatchResult, Encoded, Part};
 use crate::device_batch::DeviceBatch;
-use crate::engine::{Input, Phase};
+use crate::engine::Input;
 use crate::error::{Error, Result};
 
 /// Batches in flight through one [`GpHash`], from [`GpHash::pipeline`].
@@ -116,20 +116,6 @@ impl Pipeline<'_> {
     /// Batches submitted whose results were not taken yet.
     pub fn pending(&self) -> usize {
         self.flights.queue.len() + self.done.len()
-    }
-
-    /// Waits for phase A of the last batch submitted and persists it, if it writes and that is
-    /// not done yet; returns whether it did. Its phase B then runs with the phase A of the next
-    /// batch submitted (in one GPU submission where the engine fuses them), or alone when its
-    /// result is taken first. A caller that gathers batches as requests arrive (a server)
-    /// calls it when it has no next batch yet: what arrives meanwhile makes the next one.
-    pub fn settle_last(&mut self) -> bool {
-        // A rollback (and growth) of that batch's phase A must find nothing else in flight.
-        while self.flights.queue.len() > 1 {
-            let r = self.complete();
-            self.done.push_back(r);
-        }
-        self.flights.settle_last()
     }
 
     /// Takes the oldest batch in flight to its end: its remaining phases and persists, its
@@ -263,13 +249,8 @@ struct Flight<L> {
 
 /// How far a batch in flight has gone.
 enum Stage {
-    /// Phase A is submitted; `unreleased`: with the phase B of the batch before, before that
-    /// batch's cells were released.
-    A { unreleased: bool },
-    /// Phase A is persisted (`Some(publish)`: phase B follows; `None`: nothing does).
-    Persisted(Option<bool>),
-    /// Phase A is persisted and phase B submitted, with the next batch's phase A.
-    B,
+    /// Phase A is submitted.
+    A,
     /// Nothing more runs: the batch is acknowledged (its results wait in its slot, to be
     /// decoded), empty, or failed (the failure counted).
     Ended(Result<()>),
@@ -285,30 +266,18 @@ impl<'a, L: Load> Flights<'a, L> {
         Ok(self.queue.len() >= self.state.engine()?.slots())
     }
 
-    /// Starts `load` in a free slot, once the batch before it, if it writes, has persisted its
-    /// phase A. No persist runs while the GPU writes the pool. A reads-only batch before needs
-    /// no persist, so this batch's phase A follows it on the GPU at once. A batch before that
-    /// writes submits its phase B with this batch's phase A, in one step, when the engine
-    /// fuses them and it deletes nothing; otherwise it ends (phase B and its persist) first.
+    /// Starts `load` in a free slot, once the batch before it, if it writes, has ended.
     fn launch(&mut self, load: L) -> Result<()> {
-        self.settle_last();
+        // A batch that writes ends (its phases and persists) before the next one starts:
+        // no persist runs while the GPU writes the pool. A reads-only one needs no persist, so
+        // the next batch's phase A follows it on the GPU at once.
         let s = &mut *self.state;
-        let mut fused = None;
         if let Some(prev) = self.queue.back_mut()
-            && let Stage::Persisted(next) = prev.stage
+            && matches!(prev.stage, Stage::A)
+            && !prev.load.input().read_only()
         {
-            let input = prev.load.input();
-            match next {
-                Some(publish) if !load.input().is_empty() && s.fuses(input) => {
-                    fused = Some((prev.slot, publish))
-                }
-                Some(publish) => {
-                    let ended =
-                        s.step(prev.slot, Phase::B { publish }, input).and_then(|()| s.settle_b(prev.slot));
-                    prev.stage = Stage::Ended(ended.map_err(|e| s.failed(e)));
-                }
-                None => prev.stage = Stage::Ended(Ok(())),
-            }
+            let ended = s.end(prev.slot, prev.load.input());
+            prev.stage = Stage::Ended(ended.map_err(|e| s.failed(e)));
         }
         // Nothing runs on an index that a batch ahead poisoned.
         s.usable()?;
@@ -316,41 +285,12 @@ impl<'a, L: Load> Flights<'a, L> {
         let slot = (0..depth).find(|&i| self.queue.iter().all(|f| f.slot != i)).expect("a free slot");
         let stage = if load.input().is_empty() {
             Stage::Ended(Ok(()))
-        } else if let Some((prev_slot, publish)) = fused {
-            let prev = self.queue.back_mut().expect("the batch before");
-            let started = s.start_b_then_a((prev_slot, publish, prev.load.input()), slot, load.input());
-            match started {
-                Ok(()) => prev.stage = Stage::B,
-                Err(e) => {
-                    // The index is poisoned: the batch before is not acknowledged.
-                    prev.stage = Stage::Ended(s.usable());
-                    return Err(e);
-                }
-            }
-            Stage::A { unreleased: true }
         } else {
             s.start_a(slot, load.input()).map_err(|e| s.failed(e))?;
-            Stage::A { unreleased: false }
+            Stage::A
         };
         self.queue.push_back(Flight { slot, load, stage });
         Ok(())
-    }
-
-    /// Waits for phase A of the last batch in flight and persists it, if it writes and that is
-    /// not done yet; returns whether it did. It must be the only batch in flight: a rollback
-    /// and a growth start with nothing else in flight.
-    fn settle_last(&mut self) -> bool {
-        let s = &mut *self.state;
-        let Some(last) = self.queue.back_mut() else { return false };
-        let Stage::A { unreleased } = last.stage else { return false };
-        if last.load.input().read_only() {
-            return false;
-        }
-        last.stage = match s.settle_a(last.slot, last.load.input(), unreleased) {
-            Ok(next) => Stage::Persisted(next),
-            Err(e) => Stage::Ended(Err(s.failed(e))),
-        };
-        true
     }
 
     /// Takes the oldest batch in flight to its end (its remaining phases and persists): the
@@ -364,16 +304,7 @@ impl<'a, L: Load> Flights<'a, L> {
             Stage::Ended(Ok(())) => Ok(Ok(())),
             // A batch poisoned by the failure of one before it is not acknowledged, whatever
             // the GPU did of it.
-            Stage::A { unreleased } => {
-                Ok(s.usable().and_then(|()| s.end(f.slot, f.load.input(), unreleased)))
-            }
-            Stage::Persisted(None) => Ok(Ok(())),
-            Stage::Persisted(Some(publish)) => Ok(s
-                .usable()
-                .and_then(|()| s.step(f.slot, Phase::B { publish }, f.load.input()))
-                .and_then(|()| s.settle_b(f.slot))),
-            // Its phase B ran with the next batch's phase A, which it does not wait for.
-            Stage::B => Ok(s.usable().and_then(|()| s.settle_b(f.slot))),
+            Stage::A => Ok(s.usable().and_then(|()| s.end(f.slot, f.load.input()))),
         };
         (f.load, f.slot, ended)
     }
