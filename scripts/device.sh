@@ -50,7 +50,8 @@ serve-threads)
   done
   ;;
 serve-cpu)
-  # Where the server's time goes at pipeline 64 (50 clients, 8 client threads): the CPU seconds
+  # Where the server's time goes at pipeline 64 (50 clients, 8 client threads; knobs TESTS,
+  # CLIENTS, PIPELINE, THREADS, REQUESTS): the CPU seconds
   # of each of the server's threads over a run of each test, the host's busy share, and, where
   # .gpu/perf/ holds perf and its libraries, a call-graph profile of the server in the middle of
   # each run (perf-TEST.data, to read against the unstripped binary). ARGS: more serve options.
@@ -66,11 +67,15 @@ serve-cpu)
       awk '{t[$1] += $12 + $13} END {for (k in t) print k, t[k]}'
     awk '/^cpu / {print "host-busy", $2 + $3 + $4 + $7 + $8 + $9; print "host-all", $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat
   }
-  for t in set get ping_mbulk; do
+  for t in ${TESTS:-set get ping_mbulk}; do
     ticks >"$out/before-$t.txt"
     t0=$(date +%s.%N)
-    redis-benchmark -p 6381 -t $t -n "${REQUESTS:-20000000}" -c 50 -P 64 -r 1000000 --threads 8 --csv >"$out/bench-$t.csv" &
+    redis-benchmark -p 6381 -t $t -n "${REQUESTS:-20000000}" -c "${CLIENTS:-50}" -P "${PIPELINE:-64}" -r 1000000 --threads "${THREADS:-8}" --csv >"$out/bench-$t.csv" &
     bench=$!
+    # The client's own CPU: its ticks sampled while it runs (the first and the last sample).
+    (sleep 0.5; while s=$(cat /proc/$bench/stat 2>/dev/null); do
+      echo "$(date +%s.%N) $(echo "$s" | sed 's/^[0-9]* (.*) [A-Z] //' | awk '{print $11 + $12}')"; sleep 0.5
+    done) >"$out/client-$t.txt" &
     if [ -x "$root/.gpu/perf/perf" ]; then
       sleep 2
       LD_LIBRARY_PATH=$root/.gpu/perf/lib "$root/.gpu/perf/perf" record -F 499 -g -p $pid \
@@ -80,6 +85,8 @@ serve-cpu)
     t1=$(date +%s.%N)
     ticks >"$out/after-$t.txt"
     echo "== $t: $(tail -1 "$out/bench-$t.csv"), wall $(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}') s"
+    sleep 0.6
+    awk 'NR == 1 {t = $1; c = $2} {u = $1; d = $2} END {if (u > t) printf "  %-20s %6.2f cores\n", "redis-benchmark", (d - c) / 100 / (u - t)}' "$out/client-$t.txt"
     # Cores each thread group kept busy over the run (100 ticks a second).
     join <(sort "$out/before-$t.txt") <(sort "$out/after-$t.txt") |
       awk -v w="$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')" '{printf "  %-20s %6.2f cores\n", $1, ($3 - $2) / 100 / w}'

@@ -29,6 +29,10 @@ pub(crate) struct ServeArgs {
     /// Connections served at once.
     #[arg(long, default_value_t = ServeOptions::default().max_clients)]
     max_clients: usize,
+    /// Threads that read, parse and answer the connections (0: one per core). Clients on the
+    /// same host compete with them for its cores.
+    #[arg(long, default_value_t = ServeOptions::default().io_threads)]
+    io_threads: usize,
     /// Key width of a new pool: keys of up to this minus 1 bytes.
     #[arg(long, default_value_t = 32)]
     key_bytes: u32,
@@ -82,6 +86,7 @@ pub(crate) fn run(args: &ServeArgs, options: &Options) -> Result<(), Error> {
         bind: args.bind,
         batching: Batching { max_batch: args.max_batch, wait: Duration::from_micros(args.batch_wait_us) },
         max_clients: args.max_clients,
+        io_threads: args.io_threads,
         ..ServeOptions::default()
     };
     gphash_server::serve(index, &args.pool, &serve, |addr| {

@@ -271,10 +271,11 @@ fn a_full_pool_fails_only_the_requests_it_concerns() {
     }
 }
 
+/// 32 clients on 3 threads of the server's runtime (`--io-threads`, which INFO reports).
 #[test]
 fn many_clients_at_once_each_keep_their_order() {
     let dir = common::pool_dir();
-    let server = Server::start(&pool(&dir), &[]);
+    let server = Server::start(&pool(&dir), &["--io-threads", "3"]);
     let clients = 32;
     let threads: Vec<_> = (0..clients)
         .map(|t| {
@@ -313,6 +314,9 @@ fn many_clients_at_once_each_keep_their_order() {
     let max_ops: u64 =
         info.lines().find_map(|l| l.strip_prefix("gphash_batch_ops_max:")).unwrap().parse().unwrap();
     assert!(max_ops > 50, "requests of several clients were batched together: {info}");
+    let Value::BulkString(info) = cmd(&mut c, &[b"INFO", b"server"]).unwrap() else { panic!() };
+    let info = String::from_utf8(info).unwrap();
+    assert!(info.lines().any(|l| l == "gphash_io_threads:3"), "{info}");
 }
 
 #[test]

@@ -29,6 +29,8 @@ pub(crate) struct Identity {
     pub(crate) port: u16,
     pub(crate) pool: String,
     pub(crate) started: Instant,
+    /// Threads of the runtime that serves the connections.
+    pub(crate) io_threads: usize,
 }
 
 /// Batches and request latencies, kept by the batcher.
@@ -82,6 +84,7 @@ impl Record {
             out.line("process_id", &std::process::id());
             out.line("tcp_port", &id.port);
             out.line("uptime_in_seconds", &id.started.elapsed().as_secs());
+            out.line("gphash_io_threads", &id.io_threads);
             out.line("gphash_pool", &id.pool);
             out.line("gphash_mode", &s.mode);
             out.line("gphash_adapter", &s.adapter.as_deref().unwrap_or("none"));

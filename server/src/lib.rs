@@ -43,6 +43,9 @@ pub struct ServeOptions {
     pub max_clients: usize,
     /// The largest request a connection may send.
     pub limits: Limits,
+    /// Threads that read, parse and answer the connections (0: one per core). Clients on
+    /// the same host compete with them for its cores.
+    pub io_threads: usize,
 }
 
 impl Default for ServeOptions {
@@ -52,6 +55,7 @@ impl Default for ServeOptions {
             batching: Batching { max_batch: 1 << 16, wait: Duration::ZERO },
             max_clients: 10_000,
             limits: Limits::default(),
+            io_threads: 0,
         }
     }
 }
@@ -101,14 +105,22 @@ pub fn serve_until(
     let g = index.geometry();
     let widths = Widths::new(g.key_bytes, g.value_bytes).ok_or(ServeError::ValueSize(g.value_bytes))?;
     raise_file_limit(options.max_clients);
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(ServeError::Runtime)?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if options.io_threads > 0 {
+        runtime.worker_threads(options.io_threads);
+    }
+    let runtime = runtime.enable_all().build().map_err(ServeError::Runtime)?;
     let listener = runtime
         .block_on(TcpListener::bind(options.bind))
         .map_err(|source| ServeError::Bind { addr: options.bind, source })?;
     let addr = listener.local_addr().map_err(|source| ServeError::Bind { addr: options.bind, source })?;
     let counters = Arc::new(Counters::default());
-    let identity = Identity { port: addr.port(), pool: pool.display().to_string(), started: Instant::now() };
+    let identity = Identity {
+        port: addr.port(),
+        pool: pool.display().to_string(),
+        started: Instant::now(),
+        io_threads: runtime.metrics().num_workers(),
+    };
     let (requests, queue) = crossbeam_channel::unbounded();
     let batcher = Batcher::new(index, widths, options.batching, counters.clone(), identity);
     let batcher = std::thread::Builder::new()
