@@ -17,6 +17,11 @@ use gphash_cli::trace;
 use indicatif::{ProgressBar, ProgressStyle};
 use results::ResultFile;
 
+/// mimalloc: the server's connections allocate per request on many threads, where glibc's
+/// allocator took a third of their CPU time (BENCHMARKS.md, "The server's allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// What a command reports on failure: a library error, or a sentence of the command's own.
 pub type Error = Box<dyn std::error::Error>;
 
