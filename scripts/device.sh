@@ -51,10 +51,10 @@ serve-threads)
   ;;
 serve-cpu)
   # Where the server's time goes at pipeline 64 (50 clients, 8 client threads; knobs TESTS,
-  # CLIENTS, PIPELINE, THREADS, REQUESTS): the CPU seconds
-  # of each of the server's threads over a run of each test, the host's busy share, and, where
-  # .gpu/perf/ holds perf and its libraries, a call-graph profile of the server in the middle of
-  # each run (perf-TEST.data, to read against the unstripped binary). ARGS: more serve options.
+  # CLIENTS, PIPELINE, THREADS, REQUESTS): the cores each of the server's threads and the
+  # client kept busy over a run of each test, the host's busy cores, and, where .gpu/perf/
+  # holds perf and its libraries, a call-graph profile of the server in the middle of each run
+  # (perf-TEST.data, to read against the unstripped binary). ARGS: more serve options.
   . "$root/scripts/redis-tools.sh"
   pool=/dev/shm/serve-cpu.pool
   rm -f "$pool"
@@ -76,6 +76,7 @@ serve-cpu)
     (sleep 0.5; while s=$(cat /proc/$bench/stat 2>/dev/null); do
       echo "$(date +%s.%N) $(echo "$s" | sed 's/^[0-9]* (.*) [A-Z] //' | awk '{print $11 + $12}')"; sleep 0.5
     done) >"$out/client-$t.txt" &
+    sampler=$!
     if [ -x "$root/.gpu/perf/perf" ]; then
       sleep 2
       LD_LIBRARY_PATH=$root/.gpu/perf/lib "$root/.gpu/perf/perf" record -F 499 -g -p $pid \
@@ -84,12 +85,13 @@ serve-cpu)
     wait $bench
     t1=$(date +%s.%N)
     ticks >"$out/after-$t.txt"
-    echo "== $t: $(tail -1 "$out/bench-$t.csv"), wall $(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}') s"
-    sleep 0.6
+    wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')
+    echo "== $t: $(tail -1 "$out/bench-$t.csv"), wall $wall s"
+    wait $sampler
     awk 'NR == 1 {t = $1; c = $2} {u = $1; d = $2} END {if (u > t) printf "  %-20s %6.2f cores\n", "redis-benchmark", (d - c) / 100 / (u - t)}' "$out/client-$t.txt"
     # Cores each thread group kept busy over the run (100 ticks a second).
     join <(sort "$out/before-$t.txt") <(sort "$out/after-$t.txt") |
-      awk -v w="$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')" '{printf "  %-20s %6.2f cores\n", $1, ($3 - $2) / 100 / w}'
+      awk -v w="$wall" '{printf "  %-20s %6.2f cores\n", $1, ($3 - $2) / 100 / w}'
   done 2>&1 | tee "$out/serve-cpu.txt"
   redis-cli -p 6381 info >"$out/info.txt"
   kill -TERM $pid
