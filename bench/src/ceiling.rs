@@ -384,71 +384,129 @@ fn round_trip_source() -> String {
 /// into a mappable buffer, the map and the copy of the words out, as an engine's batch does.
 /// `Err` if the words read back are not the input plus one.
 pub fn round_trips(gpu: &Gpu, items: &[u64], reps: usize) -> Result<Vec<RoundTrip>> {
-    let dev = &gpu.device;
-    let pipeline = single_pipeline(dev, "round trip kernel", round_trip_source())?;
-    items.iter().map(|&n| round_trip(gpu, &pipeline, n.max(1), reps.max(1))).collect()
+    let pipeline = RoundTripper::pipeline(gpu)?;
+    items
+        .iter()
+        .map(|&n| {
+            let mut trips = RoundTripper::with_pipeline(gpu, pipeline.clone(), n)?;
+            const WARMUP: usize = 3;
+            for _ in 0..WARMUP {
+                trips.once()?;
+            }
+            let times = (0..reps.max(1)).map(|_| trips.once()).collect::<Result<Vec<_>>>()?;
+            let (median, min, max) = spread(times);
+            Ok(RoundTrip { items: trips.items(), reps: reps.max(1), median, min, max })
+        })
+        .collect()
 }
 
-fn round_trip(gpu: &Gpu, pipeline: &wgpu::ComputePipeline, n: u64, reps: usize) -> Result<RoundTrip> {
-    let dev = &gpu.device;
-    let bytes = n * 4;
-    let buffers = scoped(dev, "the round trip's buffers", || {
-        let buffer = |label, usage| {
-            dev.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size: bytes,
-                usage,
-                mapped_at_creation: false,
-            })
-        };
-        let input = buffer("round trip input", wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST);
-        let output = buffer("round trip output", wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC);
-        let readback =
-            buffer("round trip readback", wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
-        let bind = dev.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("round trip"),
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: input.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 1, resource: output.as_entire_binding() },
-            ],
-        });
-        (input, output, readback, bind)
-    })?;
-    let (input, output, readback, bind) = &buffers;
-    const WARMUP: usize = 3;
-    let mut words = vec![0u32; n as usize];
-    let mut read = Vec::with_capacity(n as usize);
-    let mut times = Vec::with_capacity(reps);
-    for rep in 0..WARMUP + reps {
+/// The bare round trip of a number of words, ready to be timed one at a time (`bench profile
+/// --alternate` times it between a table's batches).
+pub struct RoundTripper<'g> {
+    gpu: &'g Gpu,
+    pipeline: wgpu::ComputePipeline,
+    input: wgpu::Buffer,
+    output: wgpu::Buffer,
+    readback: wgpu::Buffer,
+    bind: wgpu::BindGroup,
+    words: Vec<u32>,
+    read: Vec<u32>,
+    rep: u32,
+}
+
+impl<'g> RoundTripper<'g> {
+    fn pipeline(gpu: &Gpu) -> Result<wgpu::ComputePipeline> {
+        Ok(single_pipeline(&gpu.device, "round trip kernel", round_trip_source())?)
+    }
+
+    /// The buffers of a round trip of `items` words (at least one).
+    pub fn new(gpu: &'g Gpu, items: u64) -> Result<RoundTripper<'g>> {
+        RoundTripper::with_pipeline(gpu, RoundTripper::pipeline(gpu)?, items)
+    }
+
+    fn with_pipeline(gpu: &'g Gpu, pipeline: wgpu::ComputePipeline, items: u64) -> Result<RoundTripper<'g>> {
+        let dev = &gpu.device;
+        let n = items.max(1);
+        let bytes = n * 4;
+        let (input, output, readback, bind) = scoped(dev, "the round trip's buffers", || {
+            let buffer = |label, usage| {
+                dev.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(label),
+                    size: bytes,
+                    usage,
+                    mapped_at_creation: false,
+                })
+            };
+            let input =
+                buffer("round trip input", wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST);
+            let output =
+                buffer("round trip output", wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC);
+            let readback =
+                buffer("round trip readback", wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+            let bind = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("round trip"),
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &[
+                    wgpu::BindGroupEntry { binding: 0, resource: input.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 1, resource: output.as_entire_binding() },
+                ],
+            });
+            (input, output, readback, bind)
+        })?;
+        Ok(RoundTripper {
+            gpu,
+            pipeline,
+            input,
+            output,
+            readback,
+            bind,
+            words: vec![0; n as usize],
+            read: Vec::with_capacity(n as usize),
+            rep: 0,
+        })
+    }
+
+    /// Words of each round trip.
+    pub fn items(&self) -> u64 {
+        self.words.len() as u64
+    }
+
+    /// One round trip, timed: `queue.write_buffer` of the input, one dispatch of
+    /// `output[i] = input[i] + 1`, a copy into a mappable buffer, the map and the copy of the
+    /// words out, as an engine's batch does. `Err` if the words read back are not the input
+    /// plus one.
+    pub fn once(&mut self) -> Result<Duration> {
+        let (gpu, n) = (self.gpu, self.words.len());
+        let bytes = n as u64 * 4;
         // Different words each time: a stale readback cannot pass the check.
-        words.iter_mut().enumerate().for_each(|(i, w)| *w = (i as u32) ^ ((rep as u32) << 24));
+        let rep = self.rep;
+        self.rep = self.rep.wrapping_add(1);
+        self.words.iter_mut().enumerate().for_each(|(i, w)| *w = (i as u32) ^ (rep << 24));
         let started = Instant::now();
-        gpu.queue.write_buffer(input, 0, bytemuck::cast_slice(&words));
-        let mut enc = dev.create_command_encoder(&Default::default());
+        gpu.queue.write_buffer(&self.input, 0, bytemuck::cast_slice(&self.words));
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
-            pass.set_pipeline(pipeline);
-            pass.set_bind_group(0, bind, &[]);
-            dispatch(&mut pass, n);
+            pass.set_pipeline(&self.pipeline);
+            pass.set_bind_group(0, &self.bind, &[]);
+            dispatch(&mut pass, n as u64);
         }
-        enc.copy_buffer_to_buffer(output, 0, readback, 0, bytes);
+        enc.copy_buffer_to_buffer(&self.output, 0, &self.readback, 0, bytes);
         gpu.queue.submit([enc.finish()]);
-        read.clear();
-        map_read(gpu, readback, 0..bytes, |b| read.extend_from_slice(bytemuck::cast_slice::<u8, u32>(b)))?;
+        self.read.clear();
+        let read = &mut self.read;
+        map_read(gpu, &self.readback, 0..bytes, |b| {
+            read.extend_from_slice(bytemuck::cast_slice::<u8, u32>(b))
+        })?;
         let took = started.elapsed();
-        if let Some(i) = (0..n as usize).find(|&i| read[i] != words[i].wrapping_add(1)) {
+        if let Some(i) = (0..n).find(|&i| self.read[i] != self.words[i].wrapping_add(1)) {
             return Err(Error::Gpu(format!(
                 "round trip of {n} words: word {i} read back as {} for {}",
-                read[i], words[i]
+                self.read[i], self.words[i]
             )));
         }
-        if rep >= WARMUP {
-            times.push(took);
-        }
+        Ok(took)
     }
-    let (median, min, max) = spread(times);
-    Ok(RoundTrip { items: n, reps, median, min, max })
 }
 
 #[cfg(test)]

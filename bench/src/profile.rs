@@ -51,6 +51,10 @@ pub struct ProfileBench {
     /// Run the batches as [`gphash::DeviceBatch`]es (`execute_device`): their inputs are
     /// uploaded to device buffers before the timing and their results stay there.
     pub device: bool,
+    /// Instead of the stages: this many pairs per repetition of one bare round trip and one
+    /// batch (of gets, then of inserts of new keys), timed one after the other, with the
+    /// kernels untimed ([`Alternated`]).
+    pub alternate: usize,
 }
 
 /// One repetition: its batches' wall time and what the index's counters say of it.
@@ -187,6 +191,107 @@ impl fmt::Display for Measured {
     }
 }
 
+/// A loaded table and what measures it.
+struct Loaded {
+    gpu: Option<std::sync::Arc<Gpu>>,
+    untimed: Option<String>,
+    index: GpHash,
+    _dir: tempfile::TempDir,
+}
+
+/// Batches and bare round trips of as many words, timed in turn (`bench profile --alternate`): both see the same clock and the same load of the host, so that the ratio of
+/// their medians is the batch's cost over the latency floor.
+#[derive(Clone, Debug)]
+pub struct Alternated {
+    /// `search` or `insert`.
+    pub workload: &'static str,
+    /// Operations per batch (and words per round trip).
+    pub batch: usize,
+    /// Device batches (`execute_device`), or host batches (`execute_ordered`).
+    pub device: bool,
+    /// Pairs per repetition.
+    pub pairs: usize,
+    /// Per repetition: the batches' and the round trips' times.
+    pub reps: Vec<(Vec<Duration>, Vec<Duration>)>,
+    /// Per repetition, the index's stages over its batches (the host's recording and
+    /// submitting do not depend on the GPU's clock, unlike the batches' and round trips'
+    /// times).
+    pub stages: Vec<Profile>,
+}
+
+impl Alternated {
+    /// Per repetition, the median batch over the median round trip.
+    pub fn ratios(&self) -> Vec<f64> {
+        self.reps
+            .iter()
+            .map(|(b, t)| {
+                let (b, t) = (quantile(b, 0.5), quantile(t, 0.5));
+                b.as_secs_f64() / t.as_secs_f64().max(f64::MIN_POSITIVE)
+            })
+            .collect()
+    }
+}
+
+/// The `q` quantile of `xs` (not empty).
+fn quantile(xs: &[Duration], q: f64) -> Duration {
+    let mut xs = xs.to_vec();
+    xs.sort();
+    xs[((xs.len() - 1) as f64 * q).round() as usize]
+}
+
+impl fmt::Display for Alternated {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let kind = if self.device { "device batches" } else { "host batches (execute_ordered)" };
+        writeln!(
+            f,
+            "# {} batches of {} operations, {kind}, alternated with bare round trips of {} words: {} repetitions of {} pairs",
+            self.workload,
+            self.batch,
+            self.batch,
+            self.reps.len(),
+            self.pairs
+        )?;
+        writeln!(
+            f,
+            "{:<4} {:>13} {:>13} {:>15} {:>15} {:>7} {:>10} {:>10} {:>10}",
+            "rep",
+            "batch p50 ms",
+            "batch p99 ms",
+            "round trip p50",
+            "round trip p99",
+            "ratio",
+            "record µs",
+            "submit µs",
+            "wait µs"
+        )?;
+        let per_batch = |d: Duration| d.as_secs_f64() * 1e6 / self.pairs.max(1) as f64;
+        for (i, (((b, t), r), p)) in self.reps.iter().zip(self.ratios()).zip(&self.stages).enumerate() {
+            writeln!(
+                f,
+                "{i:<4} {:>13.4} {:>13.4} {:>15.4} {:>15.4} {r:>6.2}x {:>10.1} {:>10.1} {:>10.1}",
+                ms(quantile(b, 0.5)),
+                ms(quantile(b, 0.99)),
+                ms(quantile(t, 0.5)),
+                ms(quantile(t, 0.99)),
+                per_batch(p.record),
+                per_batch(p.submit),
+                per_batch(p.wait)
+            )?;
+        }
+        let mut ratios = self.ratios();
+        ratios.sort_by(f64::total_cmp);
+        writeln!(
+            f,
+            "batch p50 over round trip p50: median {:.2}x (min {:.2}, max {:.2}) of {} repetitions",
+            ratios[ratios.len() / 2],
+            ratios[0],
+            ratios[ratios.len() - 1],
+            ratios.len()
+        )
+    }
+}
+
 /// Width of a table's first column.
 const NAME: usize = 24;
 
@@ -200,10 +305,11 @@ impl Measured {
 }
 
 impl ProfileBench {
-    /// Loads the keys, then measures search and insert batches at each batch size; `report`
-    /// is given each measurement as it completes.
-    pub fn run(&self, options: &Options, report: &mut dyn FnMut(&Measured)) -> Result<Vec<Measured>> {
-        let (kb, vb) = (self.key_bytes as usize, self.value_bytes as usize);
+    /// Opens the device and the table (kernels timed or not), with room for `inserted` more
+    /// keys than it loads, and loads them.
+    fn load(&self, options: &Options, time_kernels: bool, inserted: u64) -> Result<Loaded> {
+        let vb = self.value_bytes as usize;
+        let kb = self.key_bytes as usize;
         // The index and the round trips share one device, as `GpHash` would pick it.
         let gpu = match (options.executor, &options.device) {
             (Executor::Cpu, _) => None,
@@ -214,18 +320,17 @@ impl ProfileBench {
         let untimed = match &gpu {
             None => Some("the CPU engine runs no kernels".to_string()),
             Some(g) if !g.info.timestamps => Some(format!("{} has no timestamp queries", g.info.name)),
+            Some(_) if !time_kernels => Some("kernels untimed".to_string()),
             Some(_) => None,
         };
         let options = Options {
             device: gpu.clone(),
-            gpu: gphash::GpuOptions { time_kernels: true, ..options.gpu.clone() },
+            gpu: gphash::GpuOptions { time_kernels, ..options.gpu.clone() },
             ..options.clone()
         };
         if self.device && gpu.is_none() {
             return Err(Error::InvalidConfig("device batches need a GPU".into()));
         }
-        let (reps, rounds) = (self.reps.max(1), self.rounds.max(1));
-        let inserted: u64 = self.batches.iter().map(|&b| (b * reps * rounds) as u64).sum();
         let dir = crate::basic::pool_dir(&self.pool_dir)?;
         // Room for every insertion: no growth during a measurement.
         let config = Config {
@@ -246,6 +351,16 @@ impl ProfileBench {
         if self.load_cache {
             index.load_cache()?;
         }
+        Ok(Loaded { gpu, untimed, index, _dir: dir })
+    }
+
+    /// Loads the keys, then measures search and insert batches at each batch size; `report`
+    /// is given each measurement as it completes.
+    pub fn run(&self, options: &Options, report: &mut dyn FnMut(&Measured)) -> Result<Vec<Measured>> {
+        let (kb, vb) = (self.key_bytes as usize, self.value_bytes as usize);
+        let (reps, rounds) = (self.reps.max(1), self.rounds.max(1));
+        let inserted: u64 = self.batches.iter().map(|&b| (b * reps * rounds) as u64).sum();
+        let Loaded { gpu, untimed, index, _dir } = self.load(options, true, inserted)?;
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(self.seed);
         let uniform = Uniform::new(0, self.keys.max(1));
         let mut next_new = self.keys;
@@ -328,6 +443,98 @@ impl ProfileBench {
                 out.push(measured);
             }
         }
+        index.close()?;
+        Ok(out)
+    }
+
+    /// At each batch size, for batches of uniform gets and then of inserts of new keys,
+    /// [`ProfileBench::alternate`] pairs per repetition of a bare round trip and a batch (a
+    /// device batch with [`ProfileBench::device`]), after half a second of them untimed so
+    /// that the GPU's clock is up.
+    pub fn alternated(
+        &self,
+        options: &Options,
+        report: &mut dyn FnMut(&Alternated),
+    ) -> Result<Vec<Alternated>> {
+        // The warm-up searches.
+        const WARM_UP: Duration = Duration::from_millis(500);
+        let inserted: u64 =
+            self.batches.iter().map(|&b| (b * self.alternate * self.reps.max(1)) as u64).sum();
+        let Loaded { gpu, index, _dir, .. } = self.load(options, false, inserted)?;
+        let gpu = gpu.ok_or_else(|| Error::InvalidConfig("a round trip needs a GPU".into()))?;
+        let (kb, vb) = (self.key_bytes as usize, self.value_bytes as usize);
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(self.seed);
+        let uniform = Uniform::new(0, self.keys.max(1));
+        let mut next_new = self.keys;
+        let mut make = |workload: &str, n: usize| {
+            if workload == "search" {
+                let keys: Vec<u8> = (0..n).flat_map(|_| key(uniform.next(&mut rng), kb)).collect();
+                Batch::of_kind(OpKind::Get, kb, vb, &keys, None)
+            } else {
+                let keys: Vec<u8> = (next_new..next_new + n as u64).flat_map(|i| key(i, kb)).collect();
+                next_new += n as u64;
+                Batch::of_kind(OpKind::Insert, kb, vb, &keys, Some(&vec![9; n * vb]))
+            }
+        };
+        // A device batch's buffers are the same from batch to batch, as an application's on the
+        // GPU would be. Its next operations are uploaded before it runs and not waited for, so
+        // the timed batch may wait for their copy. (With a host wait for them, the round trips
+        // of a run on the H200 took 77 µs for 4,096 words, against 49 µs in a run of host
+        // batches; the cause was not isolated.)
+        let mut live: Option<DeviceOps> = None;
+        let mut run = |batch: &Batch| -> Result<Duration> {
+            if self.device {
+                let ops = DeviceOps::reuse(&mut live, &gpu, batch);
+                let t = Instant::now();
+                index.execute_device(&ops.batch())?;
+                Ok(t.elapsed())
+            } else {
+                let t = Instant::now();
+                let result = index.execute_ordered(batch)?;
+                let took = t.elapsed();
+                // Every key searched was loaded; every key inserted is new.
+                if let Some(i) = result.statuses.iter().position(|&s| s != gphash::Status::Ok) {
+                    return Err(Error::Inconsistent(format!(
+                        "operation {i} of a batch: {:?}",
+                        result.statuses[i]
+                    )));
+                }
+                Ok(took)
+            }
+        };
+        let mut out = vec![];
+        for &n in &self.batches {
+            let mut trips = ceiling::RoundTripper::new(&gpu, n as u64)?;
+            for workload in ["search", "insert"] {
+                let warm = Instant::now();
+                while warm.elapsed() < WARM_UP {
+                    trips.once()?;
+                    run(&make("search", n)?)?;
+                }
+                let mut measured = Alternated {
+                    workload,
+                    batch: n,
+                    device: self.device,
+                    pairs: self.alternate,
+                    reps: vec![],
+                    stages: vec![],
+                };
+                for _ in 0..self.reps.max(1) {
+                    let (mut batches, mut floor) = (vec![], vec![]);
+                    let before = index.activity().profile;
+                    for _ in 0..self.alternate {
+                        let batch = make(workload, n)?;
+                        floor.push(trips.once()?);
+                        batches.push(run(&batch)?);
+                    }
+                    measured.stages.push(index.activity().profile.since(&before));
+                    measured.reps.push((batches, floor));
+                }
+                report(&measured);
+                out.push(measured);
+            }
+        }
+        drop(live);
         index.close()?;
         Ok(out)
     }

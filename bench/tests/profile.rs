@@ -36,6 +36,7 @@ fn profile(placement: Placement, pipeline: bool, device: bool) -> Vec<Measured> 
         pipeline,
         load_cache: false,
         device,
+        alternate: 0,
     };
     let options = common::gpu_options(GpuOptions { placement, ..GpuOptions::default() });
     let mut reported = 0;
@@ -164,6 +165,68 @@ fn kernel_times_only_when_asked() {
             assert_eq!(p.kernels, KernelTimes::default());
         }
         index.close().unwrap();
+    }
+}
+
+/// `--alternate`: for each batch size, searches then inserts, each repetition with as many
+/// batches as round trips, every batch recorded and waited for (the bench checks each host
+/// batch's statuses), and each repetition's ratio that of its medians; host and device
+/// batches.
+#[test]
+fn alternated_batches_and_round_trips() {
+    let _alone = alone();
+    let Some(_) = common::gpu() else { return };
+    for device in [false, true] {
+        let dir = common::pool_dir();
+        let bench = ProfileBench {
+            keys: 3000,
+            batches: vec![64, 1024],
+            reps: 2,
+            rounds: 1,
+            key_bytes: 8,
+            value_bytes: 8,
+            seed: 7,
+            floor_reps: 0,
+            pool_dir: dir.path().into(),
+            pipeline: false,
+            load_cache: false,
+            device,
+            alternate: 5,
+        };
+        let options = common::gpu_options(GpuOptions::default());
+        let mut reported = 0;
+        let measured = bench.alternated(&options, &mut |_| reported += 1).unwrap();
+        assert_eq!(reported, measured.len());
+        assert_eq!(
+            measured.iter().map(|m| (m.workload, m.batch, m.device)).collect::<Vec<_>>(),
+            [
+                ("search", 64, device),
+                ("insert", 64, device),
+                ("search", 1024, device),
+                ("insert", 1024, device)
+            ]
+        );
+        for m in &measured {
+            assert_eq!((m.reps.len(), m.stages.len()), (2, 2), "{m}");
+            for ((batches, trips), stages) in m.reps.iter().zip(&m.stages) {
+                assert_eq!((batches.len(), trips.len()), (5, 5), "{m}");
+                assert!(batches.iter().chain(trips).all(|t| *t > Duration::ZERO), "{m}");
+                assert!(stages.record > Duration::ZERO && stages.wait > Duration::ZERO, "{m}");
+                // Only host batches are encoded.
+                assert_eq!(stages.encode > Duration::ZERO, !device, "{m}");
+            }
+            for (r, (batches, trips)) in m.ratios().iter().zip(&m.reps) {
+                let median = |xs: &[Duration]| {
+                    let mut xs = xs.to_vec();
+                    xs.sort();
+                    xs[2]
+                };
+                let want = median(batches).as_secs_f64() / median(trips).as_secs_f64();
+                assert!((r - want).abs() < 1e-9, "{r} against {want}: {m}");
+            }
+            let table = m.to_string();
+            assert!(table.contains("batch p50 over round trip p50: median"), "{table}");
+        }
     }
 }
 

@@ -90,6 +90,11 @@ pub(crate) struct ProfileArgs {
     /// --placement).
     #[arg(long)]
     volatile: bool,
+    /// Instead of the stages: per repetition, this many pairs of a bare round trip and one
+    /// batch of gets (kernels untimed), timed in turn after half a second of them untimed;
+    /// each repetition's median batch over its median round trip.
+    #[arg(long, default_value_t = 0)]
+    alternate: usize,
     #[command(flatten)]
     dir: PoolDir,
 }
@@ -399,7 +404,23 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
                 pipeline: a.pipeline,
                 load_cache: a.load_cache,
                 device: a.device,
+                alternate: a.alternate,
             };
+            let mut options = options.clone();
+            if a.volatile {
+                options.gpu.placement = Placement::Volatile;
+            }
+            if a.alternate > 0 {
+                println!(
+                    "# {} keys of {} bytes, {}-byte values, loaded; {}batches of gets alternated with round trips",
+                    a.keys,
+                    a.key_bytes,
+                    a.value_bytes,
+                    if a.volatile { "a volatile table in device memory; " } else { "" }
+                );
+                bench.alternated(&options, &mut |m| println!("{m}"))?;
+                return Ok(());
+            }
             println!(
                 "# {} keys of {} bytes, {}-byte values, loaded; {}",
                 a.keys,
@@ -415,9 +436,7 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
                     "execute_ordered batches, one call at a time"
                 }
             );
-            let mut options = options.clone();
             if a.volatile {
-                options.gpu.placement = Placement::Volatile;
                 println!("# a volatile table in device memory, nothing persisted");
             }
             bench.run(&options, &mut |m| println!("{m}"))?;
