@@ -289,29 +289,51 @@ pub fn build_pipelines<K: KernelEntry + Send>(
     Ok(Pipelines(out))
 }
 
-/// Records a compute pass of `invocations` invocations for each pipeline, in order (wgpu puts
-/// barriers between passes), each with bind groups `binds` (0, 1, ...) and `immediates` (the
-/// kernels' parameters), and writing its timestamps where a `timer` is given; returns the
-/// number of passes.
+/// Records `invocations` invocations of each pipeline, in order, with bind groups `binds` (0,
+/// 1, ...) and `immediates` (the kernels' parameters); returns the number of kernels.
+///
+/// Timed (`timer`), each kernel is a compute pass of its own that writes its timestamps.
+/// Untimed, they are the dispatches of one pass: the pipelines share one layout, so the bind
+/// groups and immediates are set once, and wgpu still orders the dispatches (each is a usage
+/// scope of its own, with the barriers a pass per kernel had), while recording a pass and
+/// binding its groups costs the host each time (BENCHMARKS.md, "One compute pass a submit").
 pub fn record_passes<'a>(
     enc: &mut wgpu::CommandEncoder,
     (binds, immediates): (&[&wgpu::BindGroup], &[u8]),
     passes: impl IntoIterator<Item = (&'a wgpu::ComputePipeline, u64)>,
     timer: Option<&PassTimer>,
 ) -> u32 {
-    let mut recorded = 0;
-    for (pipeline, invocations) in passes {
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: None,
-            timestamp_writes: timer.and_then(|t| t.writes(recorded)),
-        });
-        pass.set_pipeline(pipeline);
-        for (i, &bind) in binds.iter().enumerate() {
-            pass.set_bind_group(i as u32, bind, &[]);
+    let bind = |pass: &mut wgpu::ComputePass<'_>| {
+        for (i, &group) in binds.iter().enumerate() {
+            pass.set_bind_group(i as u32, group, &[]);
         }
         pass.set_immediates(0, immediates);
-        dispatch(&mut pass, invocations);
-        recorded += 1;
+    };
+    let mut recorded = 0;
+    match timer {
+        Some(t) => {
+            for (pipeline, invocations) in passes {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: t.writes(recorded),
+                });
+                pass.set_pipeline(pipeline);
+                bind(&mut pass);
+                dispatch(&mut pass, invocations);
+                recorded += 1;
+            }
+        }
+        None => {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for (pipeline, invocations) in passes {
+                pass.set_pipeline(pipeline);
+                if recorded == 0 {
+                    bind(&mut pass);
+                }
+                dispatch(&mut pass, invocations);
+                recorded += 1;
+            }
+        }
     }
     recorded
 }
