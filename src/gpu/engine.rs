@@ -659,10 +659,10 @@ impl GpuEngine {
         }
     }
 
-    /// Records `kernels` for the batch in `slot` (one compute pass each, so wgpu orders them
-    /// with barriers; the parameters are immediates), the write-back gather in staged mode, and
-    /// the copies of the control block and, when asked, the results; submits without waiting
-    /// (`collect` waits).
+    /// Records `kernels` for the batch in `slot` (the dispatches of one compute pass, a pass
+    /// each when timed: wgpu orders them with barriers; the parameters are immediates), the
+    /// write-back gather in staged mode, and the copies of the control block and, when asked,
+    /// the results; submits without waiting (`collect` waits).
     fn submit(&mut self, slot: usize, kernels: &[Kernel], results: Results) -> Result<()> {
         let scopes = ErrorScopes::push(&self.gpu.device);
         let started = Instant::now();
