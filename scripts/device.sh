@@ -17,7 +17,7 @@
 #   scripts/device.sh serve-threads  gphash serve against redis-server (always) under redis-benchmark
 #                                    with 4, 8 and 16 client threads (needs .gl-redis, .gpu-serve)
 #   scripts/device.sh scoreboard PART...  issue 12's aims in one build (PART: profile, volatile, pcie,
-#                                          latency, side-by-side), each under a time limit
+#                                          latency, alternate, side-by-side), each under a time limit
 set -uo pipefail
 stage=$1; shift
 root=$(pwd)
@@ -212,6 +212,13 @@ scoreboard)
     S="--key-bytes 8 --value-bytes 128 --records 16777216 --macro-ops 4194304 --batches 65536 --workloads a,b,c,d,f --reps 5"
     run side-by-side 330 bench suite $S --distribution uniform,zipf:0.99 --systems gphash-zc,cpu-map --ceiling-mib 0 --out /tmp/gph/s1
     run side-by-side 150 bench suite $S --distribution uniform,zipf:0.99 --systems gphash-zc --ceiling-mib 0 --in-flight --out /tmp/gph/s2 ;;
+  alternate)
+    # Issue 12's latency aim: batches of 4,096 timed in turn with the bare round trip, kernels
+    # untimed: device and host batches on a volatile table, host batches on a zero-copy pool.
+    A="--keys 16777216 --batches 4096 --reps 5 --alternate 200"
+    run alternate 60 bench profile $A --volatile --device
+    run alternate 60 bench profile $A --volatile
+    run alternate 90 bench profile $A --value-bytes 128 --load-cache --cache-period 1099511627776 ;;
   *) echo "unknown scoreboard part: $part" >&2; exit 2 ;;
   esac; done
   ;;
