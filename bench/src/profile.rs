@@ -456,6 +456,9 @@ impl ProfileBench {
         options: &Options,
         report: &mut dyn FnMut(&Alternated),
     ) -> Result<Vec<Alternated>> {
+        if self.alternate == 0 {
+            return Err(Error::InvalidConfig("alternated batches need at least one pair".into()));
+        }
         // The warm-up searches.
         const WARM_UP: Duration = Duration::from_millis(500);
         let inserted: u64 =

@@ -194,6 +194,8 @@ fn alternated_batches_and_round_trips() {
             alternate: 5,
         };
         let options = common::gpu_options(GpuOptions::default());
+        let none = ProfileBench { alternate: 0, ..bench.clone() };
+        assert!(matches!(none.alternated(&options, &mut |_| {}), Err(gphash::Error::InvalidConfig(_))));
         let mut reported = 0;
         let measured = bench.alternated(&options, &mut |_| reported += 1).unwrap();
         assert_eq!(reported, measured.len());

@@ -93,7 +93,7 @@ pub(crate) struct ProfileArgs {
     /// Instead of the stages: per repetition, this many pairs of a bare round trip and one
     /// batch of gets (kernels untimed), timed in turn after half a second of them untimed;
     /// each repetition's median batch over its median round trip.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, conflicts_with = "pipeline")]
     alternate: usize,
     #[command(flatten)]
     dir: PoolDir,
