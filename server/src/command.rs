@@ -14,8 +14,9 @@ pub(crate) enum Command {
     Reply(Frame),
     /// `+OK`, then the connection closes.
     Quit,
-    /// Operations on the index, and how their results make the reply.
-    Ops(Ops, Shape),
+    /// Operations on the index, this many, appended to the [`Ops`] given to [`parse`], and how
+    /// their results make the reply.
+    Ops(Shape, usize),
     /// A question about the whole index, answered between batches so that it sees the
     /// connection's earlier writes and none of its later ones.
     Control(Control),
@@ -41,7 +42,25 @@ pub(crate) struct Ops {
     pub(crate) values: Vec<u8>,
 }
 
+/// How far [`Ops`] went before a request's operations: what a refused request is cut back to.
+#[derive(Clone, Copy)]
+struct Mark {
+    kinds: usize,
+    keys: usize,
+    values: usize,
+}
+
 impl Ops {
+    fn mark(&self) -> Mark {
+        Mark { kinds: self.kinds.len(), keys: self.keys.len(), values: self.values.len() }
+    }
+
+    fn cut(&mut self, to: Mark) {
+        self.kinds.truncate(to.kinds);
+        self.keys.truncate(to.keys);
+        self.values.truncate(to.values);
+    }
+
     fn push(&mut self, w: &Widths, kind: OpKind, key: &[u8], value: Option<&[u8]>) -> Result<(), Frame> {
         w.put_key(key, &mut self.keys).map_err(|e| error(format!("ERR {e}")))?;
         if let Some(v) = value
@@ -90,19 +109,6 @@ pub(crate) struct Group {
     pub(crate) requests: Vec<(Shape, usize)>,
 }
 
-impl Group {
-    pub(crate) fn push(&mut self, ops: Ops, shape: Shape) {
-        self.requests.push((shape, ops.len()));
-        if self.ops.kinds.is_empty() {
-            self.ops = ops;
-            return;
-        }
-        self.ops.kinds.extend_from_slice(&ops.kinds);
-        self.ops.keys.extend_from_slice(&ops.keys);
-        self.ops.values.extend_from_slice(&ops.values);
-    }
-}
-
 /// How a request's results make its reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Shape {
@@ -136,71 +142,87 @@ fn arity(name: &str) -> Frame {
 /// Parameters CONFIG GET knows, with their values (what redis-benchmark and redis-cli ask).
 const CONFIG: &[(&str, &str)] = &[("save", ""), ("appendonly", "no"), ("databases", "1"), ("maxmemory", "0")];
 
+/// The longest command name [`parse`] knows.
+const LONGEST_NAME: usize = "COMMAND".len();
+
 /// Turns a request's arguments (at least one: the command's name) into a command for a pool
-/// of these widths.
-pub(crate) fn parse(args: &[Bytes], w: &Widths) -> Command {
-    let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+/// of these widths. A data command appends its operations to `ops` (the connection's group, so
+/// that a request costs no buffers of its own); one refused leaves `ops` as it was.
+pub(crate) fn parse(args: &[Bytes], w: &Widths, ops: &mut Ops) -> Command {
+    // The name in capitals, on the stack: longer names are none of ours.
+    let mut upper = [0u8; LONGEST_NAME];
+    let name: &[u8] = match args[0].len() {
+        len if len <= LONGEST_NAME => {
+            upper[..len].copy_from_slice(&args[0]);
+            upper[..len].make_ascii_uppercase();
+            &upper[..len]
+        }
+        _ => b"",
+    };
     let rest = &args[1..];
     let n = rest.len();
-    let batch = |kind: OpKind, keys: &[Bytes], shape: Shape| {
-        let mut ops = Ops::default();
+    let mark = ops.mark();
+    let mut batch = |kind: OpKind, keys: &[Bytes], shape: Shape| {
         for k in keys {
             if let Err(e) = ops.push(w, kind, k, None) {
+                ops.cut(mark);
                 return Command::Reply(e);
             }
         }
-        Command::Ops(ops, shape)
+        Command::Ops(shape, keys.len())
     };
-    match name.as_str() {
-        "PING" if n == 0 => Command::Reply(Frame::SimpleString(Bytes::from_static(b"PONG"))),
-        "PING" if n == 1 => Command::Reply(Frame::BulkString(rest[0].clone())),
-        "ECHO" if n == 1 => Command::Reply(Frame::BulkString(rest[0].clone())),
-        "QUIT" => Command::Quit,
-        "SELECT" if n == 1 => {
+    match name {
+        b"PING" if n == 0 => Command::Reply(Frame::SimpleString(Bytes::from_static(b"PONG"))),
+        b"PING" if n == 1 => Command::Reply(Frame::BulkString(rest[0].clone())),
+        b"ECHO" if n == 1 => Command::Reply(Frame::BulkString(rest[0].clone())),
+        b"QUIT" => Command::Quit,
+        b"SELECT" if n == 1 => {
             Command::Reply(match std::str::from_utf8(&rest[0]).ok().and_then(|s| s.parse::<i64>().ok()) {
                 Some(0) => ok(),
                 Some(_) => error("ERR DB index is out of range"),
                 None => error("ERR value is not an integer or out of range"),
             })
         }
-        "GET" if n == 1 => batch(OpKind::Get, rest, Shape::Value),
-        "SET" if n >= 2 => set(rest, w),
-        "SETNX" if n == 2 => writes(OpKind::Insert, rest, w, Shape::Flag),
-        "GETDEL" if n == 1 => {
-            let mut ops = Ops::default();
+        b"GET" if n == 1 => batch(OpKind::Get, rest, Shape::Value),
+        b"SET" if n >= 2 => set(rest, w, ops),
+        b"SETNX" if n == 2 => writes(OpKind::Insert, rest, w, Shape::Flag, ops),
+        b"GETDEL" if n == 1 => {
             match ops
                 .push(w, OpKind::Get, &rest[0], None)
                 .and_then(|()| ops.push(w, OpKind::Delete, &rest[0], None))
             {
-                Ok(()) => Command::Ops(ops, Shape::Value),
-                Err(e) => Command::Reply(e),
+                Ok(()) => Command::Ops(Shape::Value, 2),
+                Err(e) => {
+                    ops.cut(mark);
+                    Command::Reply(e)
+                }
             }
         }
-        "DEL" if n >= 1 => batch(OpKind::Delete, rest, Shape::Count),
-        "EXISTS" if n >= 1 => batch(OpKind::Get, rest, Shape::Count),
-        "MGET" if n >= 1 => batch(OpKind::Get, rest, Shape::Values),
-        "MSET" if n >= 2 && n.is_multiple_of(2) => writes(OpKind::Upsert, rest, w, Shape::Ok),
-        "DBSIZE" if n == 0 => Command::Control(Control::DbSize),
-        "INFO" => Command::Control(Control::Info(
+        b"DEL" if n >= 1 => batch(OpKind::Delete, rest, Shape::Count),
+        b"EXISTS" if n >= 1 => batch(OpKind::Get, rest, Shape::Count),
+        b"MGET" if n >= 1 => batch(OpKind::Get, rest, Shape::Values),
+        b"MSET" if n >= 2 && n.is_multiple_of(2) => writes(OpKind::Upsert, rest, w, Shape::Ok, ops),
+        b"DBSIZE" if n == 0 => Command::Control(Control::DbSize),
+        b"INFO" => Command::Control(Control::Info(
             rest.iter().map(|s| String::from_utf8_lossy(s).to_ascii_lowercase()).collect(),
         )),
-        "COMMAND" => Command::Reply(match rest.first().map(|s| s.to_ascii_uppercase()) {
-            Some(sub) if sub == b"COUNT" => Frame::Integer(0),
+        b"COMMAND" => Command::Reply(match rest.first() {
+            Some(sub) if sub.eq_ignore_ascii_case(b"COUNT") => Frame::Integer(0),
             _ => Frame::Array(vec![]),
         }),
-        "CONFIG" if n == 2 && rest[0].eq_ignore_ascii_case(b"GET") => {
+        b"CONFIG" if n == 2 && rest[0].eq_ignore_ascii_case(b"GET") => {
             let pattern = String::from_utf8_lossy(&rest[1]).to_ascii_lowercase();
             let found = CONFIG.iter().filter(|(k, _)| pattern == "*" || pattern == *k);
             let pairs =
                 found.flat_map(|(k, v)| [k, v].map(|s| Frame::BulkString(Bytes::from_static(s.as_bytes()))));
             Command::Reply(Frame::Array(pairs.collect()))
         }
-        "CONFIG" if n >= 1 => Command::Reply(error(format!(
+        b"CONFIG" if n >= 1 => Command::Reply(error(format!(
             "ERR CONFIG {} is not supported by gphash (only CONFIG GET)",
             String::from_utf8_lossy(&rest[0]).to_ascii_uppercase()
         ))),
-        "PING" | "ECHO" | "SELECT" | "GET" | "SET" | "SETNX" | "GETDEL" | "DEL" | "EXISTS" | "MGET"
-        | "MSET" | "DBSIZE" | "CONFIG" => Command::Reply(arity(&name)),
+        b"PING" | b"ECHO" | b"SELECT" | b"GET" | b"SET" | b"SETNX" | b"GETDEL" | b"DEL" | b"EXISTS"
+        | b"MGET" | b"MSET" | b"DBSIZE" | b"CONFIG" => Command::Reply(arity(&String::from_utf8_lossy(name))),
         _ => {
             let shown: String =
                 rest.iter().take(3).map(|a| format!("'{}' ", String::from_utf8_lossy(a))).collect();
@@ -210,42 +232,49 @@ pub(crate) fn parse(args: &[Bytes], w: &Widths) -> Command {
     }
 }
 
-/// Key-value pairs written by `kind` (MSET, SETNX).
-fn writes(kind: OpKind, pairs: &[Bytes], w: &Widths, shape: Shape) -> Command {
-    let mut ops = Ops::default();
+/// Key-value pairs written by `kind` (MSET, SETNX), appended to `ops`.
+fn writes(kind: OpKind, pairs: &[Bytes], w: &Widths, shape: Shape, ops: &mut Ops) -> Command {
+    let mark = ops.mark();
     for kv in pairs.chunks(2) {
         if let Err(e) = ops.push(w, kind, &kv[0], Some(&kv[1])) {
+            ops.cut(mark);
             return Command::Reply(e);
         }
     }
-    Command::Ops(ops, shape)
+    Command::Ops(shape, pairs.len() / 2)
 }
 
-/// SET key value [NX | XX] [GET]; expiry options are refused.
-fn set(args: &[Bytes], w: &Widths) -> Command {
+/// SET key value [NX | XX] [GET], appended to `ops`; expiry options are refused.
+fn set(args: &[Bytes], w: &Widths, ops: &mut Ops) -> Command {
     let (mut kind, mut get) = (OpKind::Upsert, false);
     for option in &args[2..] {
-        match option.to_ascii_uppercase().as_slice() {
-            b"NX" if kind == OpKind::Upsert => kind = OpKind::Insert,
-            b"XX" if kind == OpKind::Upsert => kind = OpKind::Update,
-            b"GET" => get = true,
-            b"EX" | b"PX" | b"EXAT" | b"PXAT" | b"KEEPTTL" => {
-                return Command::Reply(error(
-                    "ERR gphash keeps keys until they are deleted: SET EX, PX, EXAT, PXAT and KEEPTTL are not supported",
-                ));
-            }
-            _ => return Command::Reply(error("ERR syntax error")),
+        let is = |word: &[u8]| option.eq_ignore_ascii_case(word);
+        if is(b"NX") && kind == OpKind::Upsert {
+            kind = OpKind::Insert;
+        } else if is(b"XX") && kind == OpKind::Upsert {
+            kind = OpKind::Update;
+        } else if is(b"GET") {
+            get = true;
+        } else if [&b"EX"[..], b"PX", b"EXAT", b"PXAT", b"KEEPTTL"].iter().any(|w| is(w)) {
+            return Command::Reply(error(
+                "ERR gphash keeps keys until they are deleted: SET EX, PX, EXAT, PXAT and KEEPTTL are not supported",
+            ));
+        } else {
+            return Command::Reply(error("ERR syntax error"));
         }
     }
-    let mut ops = Ops::default();
+    let mark = ops.mark();
     let (key, value) = (&args[0], &args[1]);
     let pushed = if get { ops.push(w, OpKind::Get, key, None) } else { Ok(()) }
         .and_then(|()| ops.push(w, kind, key, Some(value)));
     match pushed {
-        Err(e) => Command::Reply(e),
-        Ok(()) if get => Command::Ops(ops, Shape::Value),
-        Ok(()) if kind == OpKind::Upsert => Command::Ops(ops, Shape::Ok),
-        Ok(()) => Command::Ops(ops, Shape::OkOrNil),
+        Err(e) => {
+            ops.cut(mark);
+            Command::Reply(e)
+        }
+        Ok(()) if get => Command::Ops(Shape::Value, 2),
+        Ok(()) if kind == OpKind::Upsert => Command::Ops(Shape::Ok, 1),
+        Ok(()) => Command::Ops(Shape::OkOrNil, 1),
     }
 }
 
@@ -253,21 +282,42 @@ fn set(args: &[Bytes], w: &Widths) -> Command {
 mod tests {
     use super::*;
 
-    fn run(line: &str) -> Command {
+    impl Ops {
+        /// Appends an operation whose key and value are already in the pool's widths.
+        fn push_encoded(&mut self, kind: OpKind, key: &[u8], value: Option<&[u8]>) {
+            self.kinds.push(kind);
+            self.keys.extend_from_slice(key);
+            self.values.extend_from_slice(value.unwrap_or_default());
+        }
+    }
+
+    /// The command, and the operations it appended to a group that held one already.
+    fn run_with(line: &str) -> (Command, Ops) {
         let args: Vec<Bytes> = line.split(' ').map(|s| Bytes::copy_from_slice(s.as_bytes())).collect();
-        parse(&args, &Widths::new(8, 8).unwrap())
+        let w = Widths::new(8, 8).unwrap();
+        let mut group = Ops::default();
+        group.push(&w, OpKind::Upsert, b"before", Some(b"v")).unwrap();
+        let command = parse(&args, &w, &mut group);
+        let mut appended = Ops::default();
+        group.each(&w, 1..group.len(), |kind, key, value| appended.push_encoded(kind, key, value));
+        (command, appended)
+    }
+
+    fn run(line: &str) -> Command {
+        run_with(line).0
     }
 
     fn reply(line: &str) -> Frame {
-        match run(line) {
-            Command::Reply(f) => f,
+        match run_with(line) {
+            // A refused request appends nothing.
+            (Command::Reply(f), appended) if appended.len() == 0 => f,
             other => panic!("{line}: {other:?}"),
         }
     }
 
     fn ops(line: &str) -> (Vec<OpKind>, Shape, usize) {
-        match run(line) {
-            Command::Ops(ops, shape) => (ops.kinds, shape, ops.values.len()),
+        match run_with(line) {
+            (Command::Ops(shape, n), ops) if n == ops.len() => (ops.kinds, shape, ops.values.len()),
             other => panic!("{line}: {other:?}"),
         }
     }

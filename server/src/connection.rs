@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::batcher::{Job, Message, Work};
-use crate::command::{self, Command, Control, Group, Ops, Shape, error};
+use crate::command::{self, Command, Control, Group, Shape, error};
 use crate::info::Counters;
 use crate::record::Widths;
 use crate::reply::Outcome;
@@ -61,9 +61,9 @@ enum Part {
 }
 
 impl Chunk {
-    /// A data command: its operations join the group.
-    fn ops(&mut self, ops: Ops, shape: Shape) {
-        self.group.push(ops, shape);
+    /// A data command whose `n` operations [`command::parse`] appended to the group.
+    fn ops(&mut self, shape: Shape, n: usize) {
+        self.group.requests.push((shape, n));
     }
 
     /// A reply known at once, after those of the requests before it.
@@ -124,8 +124,8 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
                 }
             };
             Counters::add(&shared.counters.commands, 1);
-            match command::parse(&args, &shared.widths) {
-                Command::Ops(ops, shape) => chunk.ops(ops, shape),
+            match command::parse(&args, &shared.widths, &mut chunk.group.ops) {
+                Command::Ops(shape, n) => chunk.ops(shape, n),
                 Command::Control(c) => chunk.control(c, &shared),
                 Command::Reply(frame) => chunk.now(frame, &shared),
                 Command::Quit => {
@@ -192,11 +192,12 @@ mod tests {
         let shared =
             Shared { requests, widths, limits: Limits::default(), counters: Arc::new(Counters::default()) };
         let mut chunk = Chunk::default();
-        for key in [&b"a"[..], b"b", b"c"] {
-            let mut ops = Ops::default();
-            ops.kinds.push(gphash::OpKind::Get);
-            widths.put_key(key, &mut ops.keys).unwrap();
-            chunk.ops(ops, Shape::Value);
+        for key in ["a", "b", "c"] {
+            let args = [Bytes::from_static(b"GET"), Bytes::from(key)];
+            match command::parse(&args, &widths, &mut chunk.group.ops) {
+                Command::Ops(shape, n) => chunk.ops(shape, n),
+                other => panic!("GET {key}: {other:?}"),
+            }
         }
         chunk.submit(&shared);
         assert!(chunk.group.requests.is_empty(), "the group was handed over");
