@@ -70,26 +70,38 @@ impl RequestCodec {
     }
 }
 
-/// Takes a line ending in `\r\n` (or a bare `\n`) off `src`, without its end; `None` until it
-/// has arrived. A line longer than `max_line` is an error (`what` names it).
-fn take_line(src: &mut BytesMut, max_line: usize, what: &str) -> Result<Option<BytesMut>, RequestError> {
+/// The length of the line at the start of `src` without its end (`\r\n` or a bare `\n`),
+/// and with it; `None` until it has arrived. A line longer than `max_line` is an error (`what`
+/// names it).
+fn line_at(src: &[u8], max_line: usize, what: &str) -> Result<Option<(usize, usize)>, RequestError> {
     let end = match src.iter().position(|&b| b == b'\n') {
         Some(end) if end <= max_line => end,
         None if src.len() <= max_line => return Ok(None),
         _ => return protocol(format!("too big {what}")),
     };
-    let mut line = src.split_to(end + 1);
-    line.truncate(end);
-    if line.last() == Some(&b'\r') {
-        line.truncate(end - 1);
-    }
-    Ok(Some(line))
+    let len = if end > 0 && src[end - 1] == b'\r' { end - 1 } else { end };
+    Ok(Some((len, end + 1)))
+}
+
+/// Takes a header line (`*3`, `$5`) off `src` and reads its number (`None` inside when it is
+/// not one); `None` until the line has arrived. Read in place: a header is no buffer of its own.
+fn take_header(
+    src: &mut BytesMut,
+    max_line: usize,
+    what: &str,
+) -> Result<Option<(Option<i64>, usize)>, RequestError> {
+    let Some((len, taken)) = line_at(src, max_line, what)? else { return Ok(None) };
+    let number = header_number(&src[..len]);
+    src.advance(taken);
+    Ok(Some((number, len)))
 }
 
 /// An inline command: arguments separated by blanks; `None` until its line has arrived,
 /// `Some(None)` for an empty line.
 fn inline(src: &mut BytesMut, max_line: usize) -> Result<Option<Option<Vec<Bytes>>>, RequestError> {
-    let Some(line) = take_line(src, max_line, "inline request")? else { return Ok(None) };
+    let Some((len, taken)) = line_at(src, max_line, "inline request")? else { return Ok(None) };
+    let mut line = src.split_to(taken);
+    line.truncate(len);
     let line = line.freeze();
     let args: Vec<Bytes> = line
         .split(|b| b.is_ascii_whitespace())
@@ -99,9 +111,27 @@ fn inline(src: &mut BytesMut, max_line: usize) -> Result<Option<Option<Vec<Bytes
     Ok(Some((!args.is_empty()).then_some(args)))
 }
 
-/// The number after a header's type byte (`*3`, `$5`).
+/// The number after a header's type byte (`*3`, `$5`): an optional sign and decimal digits
+/// (as `str::parse::<i64>` takes them), without making a string of them.
 fn header_number(line: &[u8]) -> Option<i64> {
-    std::str::from_utf8(line.get(1..)?).ok()?.parse().ok()
+    let digits = line.get(1..)?;
+    let (negative, digits) = match digits.split_first()? {
+        (b'-', rest) => (true, rest),
+        (b'+', rest) => (false, rest),
+        _ => (false, digits),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    // Accumulated negative, so that i64::MIN is read too.
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_sub((d - b'0') as i64)?;
+    }
+    if negative { Some(n) } else { n.checked_neg() }
 }
 
 impl Decoder for RequestCodec {
@@ -121,16 +151,17 @@ impl Decoder for RequestCodec {
                         Some(Some(args)) => return Ok(Some(args)),
                     }
                 }
-                let Some(line) = take_line(src, self.limits.max_line, "mbulk count string")? else {
+                let Some((number, line)) = take_header(src, self.limits.max_line, "mbulk count string")?
+                else {
                     return Ok(None);
                 };
-                match header_number(&line) {
+                match number {
                     // An empty request is skipped, as Redis does.
                     Some(n) if n <= 0 => continue,
                     Some(n) if n as u64 <= self.limits.max_args as u64 => {
                         let argc = n as usize;
                         let args = Vec::with_capacity(argc.min(1024));
-                        self.partial = Some(Partial { argc, args, bulk: None, bytes: line.len() });
+                        self.partial = Some(Partial { argc, args, bulk: None, bytes: line });
                         continue;
                     }
                     _ => return protocol("invalid multibulk length"),
@@ -143,14 +174,16 @@ impl Decoder for RequestCodec {
                         if first != b'$' {
                             return protocol(format!("expected '$', got '{}'", first.escape_ascii()));
                         }
-                        let Some(line) = take_line(src, self.limits.max_line, "bulk count string")? else {
+                        let Some((number, line)) =
+                            take_header(src, self.limits.max_line, "bulk count string")?
+                        else {
                             return Ok(None);
                         };
-                        let len = match header_number(&line) {
+                        let len = match number {
                             Some(n) if n >= 0 && n as u64 <= self.limits.max_bulk as u64 => n as usize,
                             _ => return protocol("invalid bulk length"),
                         };
-                        p.bytes += line.len() + 2 + len + 2;
+                        p.bytes += line + 2 + len + 2;
                         if p.bytes > self.limits.max_request {
                             return protocol(format!(
                                 "request larger than {} bytes",
@@ -243,6 +276,34 @@ mod tests {
             let err = decode_all(&mut RequestCodec::new(limits), input).unwrap_err();
             assert!(err.to_string().contains(want), "{:?}: {err}", input.escape_ascii().to_string());
         }
+    }
+
+    /// Headers read in place take the numbers `str::parse::<i64>` takes, and refuse the rest.
+    #[test]
+    fn header_numbers_as_str_parse_reads_them() {
+        let cases = [
+            "*3",
+            "$0",
+            "*-1",
+            "$+5",
+            "*-",
+            "*+",
+            "*",
+            "$12a",
+            "$ 1",
+            "*9223372036854775807",
+            "*9223372036854775808",
+            "*-9223372036854775808",
+            "*-9223372036854775809",
+            "$007",
+            "$-0",
+            "$١",
+        ];
+        for line in cases {
+            let want = line.get(1..).and_then(|d| d.parse::<i64>().ok());
+            assert_eq!(header_number(line.as_bytes()), want, "{line}");
+        }
+        assert_eq!(header_number(b""), None);
     }
 
     #[test]
