@@ -6,6 +6,7 @@ use gphash::OpKind;
 use redis_protocol::resp2::types::BytesFrame as Frame;
 
 use crate::record::Widths;
+use crate::request::Request;
 
 /// What a request asks for.
 #[derive(Debug)]
@@ -145,52 +146,48 @@ const CONFIG: &[(&str, &str)] = &[("save", ""), ("appendonly", "no"), ("database
 /// The longest command name [`parse`] knows.
 const LONGEST_NAME: usize = "COMMAND".len();
 
-/// Turns a request's arguments (at least one: the command's name) into a command for a pool
-/// of these widths. A data command appends its operations to `ops` (the connection's group, so
+/// Turns a request (at least one argument: the command's name) into a command for a pool of
+/// these widths. A data command appends its operations to `ops` (the connection's group, so
 /// that a request costs no buffers of its own); one refused leaves `ops` as it was.
-pub(crate) fn parse(args: &[Bytes], w: &Widths, ops: &mut Ops) -> Command {
+pub(crate) fn parse(req: &Request, w: &Widths, ops: &mut Ops) -> Command {
     // The name in capitals, on the stack: longer names are none of ours.
     let mut upper = [0u8; LONGEST_NAME];
-    let name: &[u8] = match args[0].len() {
+    let name: &[u8] = match req.arg(0).len() {
         len if len <= LONGEST_NAME => {
-            upper[..len].copy_from_slice(&args[0]);
+            upper[..len].copy_from_slice(req.arg(0));
             upper[..len].make_ascii_uppercase();
             &upper[..len]
         }
         _ => b"",
     };
-    let rest = &args[1..];
-    let n = rest.len();
+    let n = req.len() - 1;
     let mark = ops.mark();
-    let mut batch = |kind: OpKind, keys: &[Bytes], shape: Shape| {
-        for k in keys {
+    let mut batch = |kind: OpKind, shape: Shape| {
+        for k in req.args(1) {
             if let Err(e) = ops.push(w, kind, k, None) {
                 ops.cut(mark);
                 return Command::Reply(e);
             }
         }
-        Command::Ops(shape, keys.len())
+        Command::Ops(shape, n)
     };
     match name {
         b"PING" if n == 0 => Command::Reply(Frame::SimpleString(Bytes::from_static(b"PONG"))),
-        b"PING" if n == 1 => Command::Reply(Frame::BulkString(rest[0].clone())),
-        b"ECHO" if n == 1 => Command::Reply(Frame::BulkString(rest[0].clone())),
+        b"PING" | b"ECHO" if n == 1 => Command::Reply(Frame::BulkString(req.bytes(1))),
         b"QUIT" => Command::Quit,
         b"SELECT" if n == 1 => {
-            Command::Reply(match std::str::from_utf8(&rest[0]).ok().and_then(|s| s.parse::<i64>().ok()) {
+            Command::Reply(match std::str::from_utf8(req.arg(1)).ok().and_then(|s| s.parse::<i64>().ok()) {
                 Some(0) => ok(),
                 Some(_) => error("ERR DB index is out of range"),
                 None => error("ERR value is not an integer or out of range"),
             })
         }
-        b"GET" if n == 1 => batch(OpKind::Get, rest, Shape::Value),
-        b"SET" if n >= 2 => set(rest, w, ops),
-        b"SETNX" if n == 2 => writes(OpKind::Insert, rest, w, Shape::Flag, ops),
+        b"GET" if n == 1 => batch(OpKind::Get, Shape::Value),
+        b"SET" if n >= 2 => set(req, w, ops),
+        b"SETNX" if n == 2 => writes(OpKind::Insert, req, w, Shape::Flag, ops),
         b"GETDEL" if n == 1 => {
-            match ops
-                .push(w, OpKind::Get, &rest[0], None)
-                .and_then(|()| ops.push(w, OpKind::Delete, &rest[0], None))
-            {
+            let key = req.arg(1);
+            match ops.push(w, OpKind::Get, key, None).and_then(|()| ops.push(w, OpKind::Delete, key, None)) {
                 Ok(()) => Command::Ops(Shape::Value, 2),
                 Err(e) => {
                     ops.cut(mark);
@@ -198,20 +195,20 @@ pub(crate) fn parse(args: &[Bytes], w: &Widths, ops: &mut Ops) -> Command {
                 }
             }
         }
-        b"DEL" if n >= 1 => batch(OpKind::Delete, rest, Shape::Count),
-        b"EXISTS" if n >= 1 => batch(OpKind::Get, rest, Shape::Count),
-        b"MGET" if n >= 1 => batch(OpKind::Get, rest, Shape::Values),
-        b"MSET" if n >= 2 && n.is_multiple_of(2) => writes(OpKind::Upsert, rest, w, Shape::Ok, ops),
+        b"DEL" if n >= 1 => batch(OpKind::Delete, Shape::Count),
+        b"EXISTS" if n >= 1 => batch(OpKind::Get, Shape::Count),
+        b"MGET" if n >= 1 => batch(OpKind::Get, Shape::Values),
+        b"MSET" if n >= 2 && n.is_multiple_of(2) => writes(OpKind::Upsert, req, w, Shape::Ok, ops),
         b"DBSIZE" if n == 0 => Command::Control(Control::DbSize),
         b"INFO" => Command::Control(Control::Info(
-            rest.iter().map(|s| String::from_utf8_lossy(s).to_ascii_lowercase()).collect(),
+            req.args(1).map(|s| String::from_utf8_lossy(s).to_ascii_lowercase()).collect(),
         )),
-        b"COMMAND" => Command::Reply(match rest.first() {
+        b"COMMAND" => Command::Reply(match req.args(1).next() {
             Some(sub) if sub.eq_ignore_ascii_case(b"COUNT") => Frame::Integer(0),
             _ => Frame::Array(vec![]),
         }),
-        b"CONFIG" if n == 2 && rest[0].eq_ignore_ascii_case(b"GET") => {
-            let pattern = String::from_utf8_lossy(&rest[1]).to_ascii_lowercase();
+        b"CONFIG" if n == 2 && req.arg(1).eq_ignore_ascii_case(b"GET") => {
+            let pattern = String::from_utf8_lossy(req.arg(2)).to_ascii_lowercase();
             let found = CONFIG.iter().filter(|(k, _)| pattern == "*" || pattern == *k);
             let pairs =
                 found.flat_map(|(k, v)| [k, v].map(|s| Frame::BulkString(Bytes::from_static(s.as_bytes()))));
@@ -219,35 +216,36 @@ pub(crate) fn parse(args: &[Bytes], w: &Widths, ops: &mut Ops) -> Command {
         }
         b"CONFIG" if n >= 1 => Command::Reply(error(format!(
             "ERR CONFIG {} is not supported by gphash (only CONFIG GET)",
-            String::from_utf8_lossy(&rest[0]).to_ascii_uppercase()
+            String::from_utf8_lossy(req.arg(1)).to_ascii_uppercase()
         ))),
         b"PING" | b"ECHO" | b"SELECT" | b"GET" | b"SET" | b"SETNX" | b"GETDEL" | b"DEL" | b"EXISTS"
         | b"MGET" | b"MSET" | b"DBSIZE" | b"CONFIG" => Command::Reply(arity(&String::from_utf8_lossy(name))),
         _ => {
             let shown: String =
-                rest.iter().take(3).map(|a| format!("'{}' ", String::from_utf8_lossy(a))).collect();
-            let name = String::from_utf8_lossy(&args[0]);
+                req.args(1).take(3).map(|a| format!("'{}' ", String::from_utf8_lossy(a))).collect();
+            let name = String::from_utf8_lossy(req.arg(0));
             Command::Reply(error(format!("ERR unknown command '{name}', with args beginning with: {shown}")))
         }
     }
 }
 
 /// Key-value pairs written by `kind` (MSET, SETNX), appended to `ops`.
-fn writes(kind: OpKind, pairs: &[Bytes], w: &Widths, shape: Shape, ops: &mut Ops) -> Command {
+fn writes(kind: OpKind, req: &Request, w: &Widths, shape: Shape, ops: &mut Ops) -> Command {
     let mark = ops.mark();
-    for kv in pairs.chunks(2) {
-        if let Err(e) = ops.push(w, kind, &kv[0], Some(&kv[1])) {
+    let pairs = (req.len() - 1) / 2;
+    for i in 0..pairs {
+        if let Err(e) = ops.push(w, kind, req.arg(1 + 2 * i), Some(req.arg(2 + 2 * i))) {
             ops.cut(mark);
             return Command::Reply(e);
         }
     }
-    Command::Ops(shape, pairs.len() / 2)
+    Command::Ops(shape, pairs)
 }
 
 /// SET key value [NX | XX] [GET], appended to `ops`; expiry options are refused.
-fn set(args: &[Bytes], w: &Widths, ops: &mut Ops) -> Command {
+fn set(req: &Request, w: &Widths, ops: &mut Ops) -> Command {
     let (mut kind, mut get) = (OpKind::Upsert, false);
-    for option in &args[2..] {
+    for option in req.args(3) {
         let is = |word: &[u8]| option.eq_ignore_ascii_case(word);
         if is(b"NX") && kind == OpKind::Upsert {
             kind = OpKind::Insert;
@@ -264,7 +262,7 @@ fn set(args: &[Bytes], w: &Widths, ops: &mut Ops) -> Command {
         }
     }
     let mark = ops.mark();
-    let (key, value) = (&args[0], &args[1]);
+    let (key, value) = (req.arg(1), req.arg(2));
     let pushed = if get { ops.push(w, OpKind::Get, key, None) } else { Ok(()) }
         .and_then(|()| ops.push(w, kind, key, Some(value)));
     match pushed {
@@ -293,11 +291,11 @@ mod tests {
 
     /// The command, and the operations it appended to a group that held one already.
     fn run_with(line: &str) -> (Command, Ops) {
-        let args: Vec<Bytes> = line.split(' ').map(|s| Bytes::copy_from_slice(s.as_bytes())).collect();
+        let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
         let w = Widths::new(8, 8).unwrap();
         let mut group = Ops::default();
         group.push(&w, OpKind::Upsert, b"before", Some(b"v")).unwrap();
-        let command = parse(&args, &w, &mut group);
+        let command = parse(&Request::of(&args), &w, &mut group);
         let mut appended = Ops::default();
         group.each(&w, 1..group.len(), |kind, key, value| appended.push_encoded(kind, key, value));
         (command, appended)

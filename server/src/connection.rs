@@ -109,8 +109,8 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
         let mut chunk = Chunk::default();
         let mut gone = false;
         for request in read {
-            let args = match request {
-                Ok(args) => args,
+            let request = match request {
+                Ok(request) => request,
                 Err(RequestError::Protocol(why)) => {
                     Counters::add(&shared.counters.protocol_errors, 1);
                     chunk.now(error(format!("ERR Protocol error: {why}")), &shared);
@@ -124,7 +124,7 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
                 }
             };
             Counters::add(&shared.counters.commands, 1);
-            match command::parse(&args, &shared.widths, &mut chunk.group.ops) {
+            match command::parse(&request, &shared.widths, &mut chunk.group.ops) {
                 Command::Ops(shape, n) => chunk.ops(shape, n),
                 Command::Control(c) => chunk.control(c, &shared),
                 Command::Reply(frame) => chunk.now(frame, &shared),
@@ -181,6 +181,7 @@ async fn write_replies(write: OwnedWriteHalf, mut pending: mpsc::Receiver<Chunk>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::Request;
 
     /// Requests handed over after the batcher stopped each get their own error, so that the
     /// replies stay in step with the requests.
@@ -193,8 +194,8 @@ mod tests {
             Shared { requests, widths, limits: Limits::default(), counters: Arc::new(Counters::default()) };
         let mut chunk = Chunk::default();
         for key in ["a", "b", "c"] {
-            let args = [Bytes::from_static(b"GET"), Bytes::from(key)];
-            match command::parse(&args, &widths, &mut chunk.group.ops) {
+            let request = Request::of(&[b"GET", key.as_bytes()]);
+            match command::parse(&request, &widths, &mut chunk.group.ops) {
                 Command::Ops(shape, n) => chunk.ops(shape, n),
                 other => panic!("GET {key}: {other:?}"),
             }

@@ -8,6 +8,8 @@
 //! shape, incrementally (a large request arriving in pieces is scanned once), and refuses
 //! anything else with the error Redis gives before closing the connection.
 
+use std::ops::Range;
+
 use bytes::{Buf, Bytes, BytesMut};
 use tokio_util::codec::Decoder;
 
@@ -57,10 +59,56 @@ pub(crate) struct RequestCodec {
 #[derive(Debug)]
 struct Partial {
     argc: usize,
-    args: Vec<Bytes>,
+    /// The arguments read so far, as ranges of the request (which stays at the front of the
+    /// read buffer until it is whole).
+    args: Vec<Range<usize>>,
     /// Length of the bulk string whose header was read, if its data has not all arrived.
     bulk: Option<usize>,
     bytes: usize,
+    /// How far into the read buffer the request has been read.
+    at: usize,
+}
+
+/// A request's arguments (the command's name first): ranges of one buffer, so that framing a
+/// request takes one buffer off the connection's stream, not one per argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Request {
+    buf: Bytes,
+    args: Vec<Range<usize>>,
+}
+
+impl Request {
+    /// A request of these arguments (tests).
+    #[cfg(test)]
+    pub(crate) fn of(args: &[&[u8]]) -> Request {
+        let mut buf = Vec::new();
+        let mut ranges = Vec::new();
+        for a in args {
+            ranges.push(buf.len()..buf.len() + a.len());
+            buf.extend_from_slice(a);
+        }
+        Request { buf: buf.into(), args: ranges }
+    }
+
+    /// Its number of arguments, the name included (at least one).
+    pub(crate) fn len(&self) -> usize {
+        self.args.len()
+    }
+
+    /// Argument `i`.
+    pub(crate) fn arg(&self, i: usize) -> &[u8] {
+        &self.buf[self.args[i].clone()]
+    }
+
+    /// Argument `i`, sharing the request's buffer (for a reply that returns it).
+    pub(crate) fn bytes(&self, i: usize) -> Bytes {
+        self.buf.slice(self.args[i].clone())
+    }
+
+    /// Arguments `from..`.
+    pub(crate) fn args(&self, from: usize) -> impl ExactSizeIterator<Item = &[u8]> {
+        self.args[from..].iter().map(|r| &self.buf[r.clone()])
+    }
 }
 
 impl RequestCodec {
@@ -83,32 +131,40 @@ fn line_at(src: &[u8], max_line: usize, what: &str) -> Result<Option<(usize, usi
     Ok(Some((len, end + 1)))
 }
 
-/// Takes a header line (`*3`, `$5`) off `src` and reads its number (`None` inside when it is
-/// not one); `None` until the line has arrived. Read in place: a header is no buffer of its own.
-fn take_header(
-    src: &mut BytesMut,
+/// Reads the header line (`*3`, `$5`) at `src[*at..]` and moves `at` past it; its number
+/// (`None` inside when it is not one) and the line's length; `None` until it has arrived.
+fn read_header(
+    src: &[u8],
+    at: &mut usize,
     max_line: usize,
     what: &str,
 ) -> Result<Option<(Option<i64>, usize)>, RequestError> {
-    let Some((len, taken)) = line_at(src, max_line, what)? else { return Ok(None) };
-    let number = header_number(&src[..len]);
-    src.advance(taken);
+    let Some((len, taken)) = line_at(&src[*at..], max_line, what)? else { return Ok(None) };
+    let number = header_number(&src[*at..*at + len]);
+    *at += taken;
     Ok(Some((number, len)))
 }
 
 /// An inline command: arguments separated by blanks; `None` until its line has arrived,
 /// `Some(None)` for an empty line.
-fn inline(src: &mut BytesMut, max_line: usize) -> Result<Option<Option<Vec<Bytes>>>, RequestError> {
+fn inline(src: &mut BytesMut, max_line: usize) -> Result<Option<Option<Request>>, RequestError> {
     let Some((len, taken)) = line_at(src, max_line, "inline request")? else { return Ok(None) };
     let mut line = src.split_to(taken);
     line.truncate(len);
-    let line = line.freeze();
-    let args: Vec<Bytes> = line
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|a| !a.is_empty())
-        .map(|a| line.slice_ref(a))
-        .collect();
-    Ok(Some((!args.is_empty()).then_some(args)))
+    let buf = line.freeze();
+    let mut args = Vec::new();
+    let mut start = None;
+    for (i, &b) in buf.iter().chain([b' '].iter()).enumerate() {
+        match (b.is_ascii_whitespace(), start) {
+            (false, None) => start = Some(i),
+            (true, Some(from)) => {
+                args.push(from..i);
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    Ok(Some((!args.is_empty()).then_some(Request { buf, args })))
 }
 
 /// The number after a header's type byte (`*3`, `$5`): an optional sign and decimal digits
@@ -135,10 +191,10 @@ fn header_number(line: &[u8]) -> Option<i64> {
 }
 
 impl Decoder for RequestCodec {
-    type Item = Vec<Bytes>;
+    type Item = Request;
     type Error = RequestError;
 
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Vec<Bytes>>, RequestError> {
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Request>, RequestError> {
         loop {
             let Some(p) = self.partial.as_mut() else {
                 if src.is_empty() {
@@ -148,20 +204,25 @@ impl Decoder for RequestCodec {
                     match inline(src, self.limits.max_line)? {
                         None => return Ok(None),
                         Some(None) => continue,
-                        Some(Some(args)) => return Ok(Some(args)),
+                        Some(Some(request)) => return Ok(Some(request)),
                     }
                 }
-                let Some((number, line)) = take_header(src, self.limits.max_line, "mbulk count string")?
+                let mut at = 0;
+                let Some((number, line)) =
+                    read_header(src, &mut at, self.limits.max_line, "mbulk count string")?
                 else {
                     return Ok(None);
                 };
                 match number {
                     // An empty request is skipped, as Redis does.
-                    Some(n) if n <= 0 => continue,
+                    Some(n) if n <= 0 => {
+                        src.advance(at);
+                        continue;
+                    }
                     Some(n) if n as u64 <= self.limits.max_args as u64 => {
                         let argc = n as usize;
                         let args = Vec::with_capacity(argc.min(1024));
-                        self.partial = Some(Partial { argc, args, bulk: None, bytes: line });
+                        self.partial = Some(Partial { argc, args, bulk: None, bytes: line, at });
                         continue;
                     }
                     _ => return protocol("invalid multibulk length"),
@@ -170,12 +231,12 @@ impl Decoder for RequestCodec {
             while p.args.len() < p.argc {
                 match p.bulk {
                     None => {
-                        let Some(&first) = src.first() else { return Ok(None) };
+                        let Some(&first) = src.get(p.at) else { return Ok(None) };
                         if first != b'$' {
                             return protocol(format!("expected '$', got '{}'", first.escape_ascii()));
                         }
                         let Some((number, line)) =
-                            take_header(src, self.limits.max_line, "bulk count string")?
+                            read_header(src, &mut p.at, self.limits.max_line, "bulk count string")?
                         else {
                             return Ok(None);
                         };
@@ -193,21 +254,23 @@ impl Decoder for RequestCodec {
                         p.bulk = Some(len);
                     }
                     Some(len) => {
-                        if src.len() < len + 2 {
-                            src.reserve(len + 2 - src.len());
+                        let end = p.at + len;
+                        if src.len() < end + 2 {
+                            src.reserve(end + 2 - src.len());
                             return Ok(None);
                         }
-                        if &src[len..len + 2] != b"\r\n" {
+                        if &src[end..end + 2] != b"\r\n" {
                             return protocol("bulk string not ended by CRLF");
                         }
-                        let data = src.split_to(len).freeze();
-                        src.advance(2);
-                        p.args.push(data);
+                        p.args.push(p.at..end);
+                        p.at = end + 2;
                         p.bulk = None;
                     }
                 }
             }
-            return Ok(self.partial.take().map(|p| p.args));
+            let p = self.partial.take().expect("a request is being read");
+            let buf = src.split_to(p.at).freeze();
+            return Ok(Some(Request { buf, args: p.args }));
         }
     }
 }
@@ -216,17 +279,17 @@ impl Decoder for RequestCodec {
 mod tests {
     use super::*;
 
-    fn decode_all(codec: &mut RequestCodec, input: &[u8]) -> Result<Vec<Vec<Bytes>>, RequestError> {
+    fn decode_all(codec: &mut RequestCodec, input: &[u8]) -> Result<Vec<Request>, RequestError> {
         let mut buf = BytesMut::from(input);
         let mut out = vec![];
-        while let Some(args) = codec.decode(&mut buf)? {
-            out.push(args);
+        while let Some(request) = codec.decode(&mut buf)? {
+            out.push(request);
         }
         Ok(out)
     }
 
-    fn strings(requests: &[Vec<Bytes>]) -> Vec<Vec<&str>> {
-        requests.iter().map(|r| r.iter().map(|a| std::str::from_utf8(a).unwrap()).collect()).collect()
+    fn strings(requests: &[Request]) -> Vec<Vec<&str>> {
+        requests.iter().map(|r| r.args(0).map(|a| std::str::from_utf8(a).unwrap()).collect()).collect()
     }
 
     #[test]
@@ -242,7 +305,8 @@ mod tests {
         let input = b"*3\r\n$3\r\nSET\r\n$5\r\nkey\r\n\r\n$4\r\nv\0\xffx\r\n*1\r\n$4\r\nPING\r\n";
         let whole = decode_all(&mut RequestCodec::new(Limits::default()), input).unwrap();
         assert_eq!(whole.len(), 2);
-        assert_eq!(&whole[0][1][..], b"key\r\n", "bulk strings are binary-safe");
+        assert_eq!(whole[0].arg(1), b"key\r\n", "bulk strings are binary-safe");
+        assert_eq!(whole[0].arg(2), b"v\0\xffx");
         for cut in 1..input.len() {
             let mut c = RequestCodec::new(Limits::default());
             let mut buf = BytesMut::new();
@@ -254,6 +318,7 @@ mod tests {
                 }
             }
             assert_eq!(got, whole, "cut at {cut}");
+            assert!(buf.is_empty(), "cut at {cut}: {buf:?} left");
         }
     }
 
