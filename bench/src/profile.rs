@@ -191,6 +191,41 @@ impl fmt::Display for Measured {
     }
 }
 
+/// The batches measured: uniform gets of the loaded keys, inserts of keys not loaded yet.
+struct Batches {
+    rng: Xoshiro256PlusPlus,
+    uniform: Uniform,
+    next_new: u64,
+    key_bytes: usize,
+    value_bytes: usize,
+}
+
+impl Batches {
+    fn new(bench: &ProfileBench) -> Self {
+        Batches {
+            rng: Xoshiro256PlusPlus::seed_from_u64(bench.seed),
+            uniform: Uniform::new(0, bench.keys.max(1)),
+            next_new: bench.keys,
+            key_bytes: bench.key_bytes as usize,
+            value_bytes: bench.value_bytes as usize,
+        }
+    }
+
+    /// A batch of `n` operations of `workload` (`search` or `insert`).
+    fn next(&mut self, workload: &str, n: usize) -> Result<Batch> {
+        let (kb, vb) = (self.key_bytes, self.value_bytes);
+        if workload == "search" {
+            let keys: Vec<u8> = (0..n).flat_map(|_| key(self.uniform.next(&mut self.rng), kb)).collect();
+            Batch::of_kind(OpKind::Get, kb, vb, &keys, None)
+        } else {
+            let first = self.next_new;
+            self.next_new += n as u64;
+            let keys: Vec<u8> = (first..self.next_new).flat_map(|i| key(i, kb)).collect();
+            Batch::of_kind(OpKind::Insert, kb, vb, &keys, Some(&vec![9; n * vb]))
+        }
+    }
+}
+
 /// A loaded table and what measures it.
 struct Loaded {
     gpu: Option<std::sync::Arc<Gpu>>,
@@ -199,8 +234,9 @@ struct Loaded {
     _dir: tempfile::TempDir,
 }
 
-/// Batches and bare round trips of as many words, timed in turn (`bench profile --alternate`): both see the same clock and the same load of the host, so that the ratio of
-/// their medians is the batch's cost over the latency floor.
+/// Batches and bare round trips of as many words, timed in turn (`bench profile --alternate`):
+/// both see the same clock and the same load of the host, so that the ratio of their medians
+/// is the batch's cost over the latency floor.
 #[derive(Clone, Debug)]
 pub struct Alternated {
     /// `search` or `insert`.
@@ -266,7 +302,8 @@ impl fmt::Display for Alternated {
             "wait µs"
         )?;
         let per_batch = |d: Duration| d.as_secs_f64() * 1e6 / self.pairs.max(1) as f64;
-        for (i, (((b, t), r), p)) in self.reps.iter().zip(self.ratios()).zip(&self.stages).enumerate() {
+        let mut ratios = self.ratios();
+        for (i, (((b, t), r), p)) in self.reps.iter().zip(&ratios).zip(&self.stages).enumerate() {
             writeln!(
                 f,
                 "{i:<4} {:>13.4} {:>13.4} {:>15.4} {:>15.4} {r:>6.2}x {:>10.1} {:>10.1} {:>10.1}",
@@ -279,7 +316,6 @@ impl fmt::Display for Alternated {
                 per_batch(p.wait)
             )?;
         }
-        let mut ratios = self.ratios();
         ratios.sort_by(f64::total_cmp);
         writeln!(
             f,
@@ -357,13 +393,10 @@ impl ProfileBench {
     /// Loads the keys, then measures search and insert batches at each batch size; `report`
     /// is given each measurement as it completes.
     pub fn run(&self, options: &Options, report: &mut dyn FnMut(&Measured)) -> Result<Vec<Measured>> {
-        let (kb, vb) = (self.key_bytes as usize, self.value_bytes as usize);
         let (reps, rounds) = (self.reps.max(1), self.rounds.max(1));
         let inserted: u64 = self.batches.iter().map(|&b| (b * reps * rounds) as u64).sum();
         let Loaded { gpu, untimed, index, _dir } = self.load(options, true, inserted)?;
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(self.seed);
-        let uniform = Uniform::new(0, self.keys.max(1));
-        let mut next_new = self.keys;
+        let mut make = Batches::new(self);
         let mut out = vec![];
         for &batch in &self.batches {
             let floor = match &gpu {
@@ -374,23 +407,8 @@ impl ProfileBench {
                 let mut measured =
                     Measured { workload, batch, rounds, reps: vec![], floor, untimed: untimed.clone() };
                 for _ in 0..reps {
-                    let batches = (0..rounds)
-                        .map(|_| {
-                            let ids: Vec<u64> = if workload == "search" {
-                                (0..batch).map(|_| uniform.next(&mut rng)).collect()
-                            } else {
-                                next_new += batch as u64;
-                                (next_new - batch as u64..next_new).collect()
-                            };
-                            let keys: Vec<u8> = ids.iter().flat_map(|&i| key(i, kb)).collect();
-                            match workload {
-                                "search" => Batch::of_kind(OpKind::Get, kb, vb, &keys, None),
-                                _ => {
-                                    Batch::of_kind(OpKind::Insert, kb, vb, &keys, Some(&vec![9; batch * vb]))
-                                }
-                            }
-                        })
-                        .collect::<Result<Vec<_>>>()?;
+                    let batches =
+                        (0..rounds).map(|_| make.next(workload, batch)).collect::<Result<Vec<_>>>()?;
                     let uploaded: Vec<DeviceOps> = match &gpu {
                         Some(g) if self.device => {
                             let ops = batches.iter().map(|b| DeviceOps::new(g, b)).collect();
@@ -465,20 +483,7 @@ impl ProfileBench {
             self.batches.iter().map(|&b| (b * self.alternate * self.reps.max(1)) as u64).sum();
         let Loaded { gpu, index, _dir, .. } = self.load(options, false, inserted)?;
         let gpu = gpu.ok_or_else(|| Error::InvalidConfig("a round trip needs a GPU".into()))?;
-        let (kb, vb) = (self.key_bytes as usize, self.value_bytes as usize);
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(self.seed);
-        let uniform = Uniform::new(0, self.keys.max(1));
-        let mut next_new = self.keys;
-        let mut make = |workload: &str, n: usize| {
-            if workload == "search" {
-                let keys: Vec<u8> = (0..n).flat_map(|_| key(uniform.next(&mut rng), kb)).collect();
-                Batch::of_kind(OpKind::Get, kb, vb, &keys, None)
-            } else {
-                let keys: Vec<u8> = (next_new..next_new + n as u64).flat_map(|i| key(i, kb)).collect();
-                next_new += n as u64;
-                Batch::of_kind(OpKind::Insert, kb, vb, &keys, Some(&vec![9; n * vb]))
-            }
-        };
+        let mut make = Batches::new(self);
         // A device batch's buffers are the same from batch to batch, as an application's on the
         // GPU would be. Its next operations are uploaded before it runs and not waited for, so
         // the timed batch may wait for their copy. (With a host wait for them, the round trips
@@ -512,7 +517,7 @@ impl ProfileBench {
                 let warm = Instant::now();
                 while warm.elapsed() < WARM_UP {
                     trips.once()?;
-                    run(&make("search", n)?)?;
+                    run(&make.next("search", n)?)?;
                 }
                 let mut measured = Alternated {
                     workload,
@@ -526,7 +531,7 @@ impl ProfileBench {
                     let (mut batches, mut floor) = (vec![], vec![]);
                     let before = index.activity().profile;
                     for _ in 0..self.alternate {
-                        let batch = make(workload, n)?;
+                        let batch = make.next(workload, n)?;
                         floor.push(trips.once()?);
                         batches.push(run(&batch)?);
                     }

@@ -21,9 +21,10 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|held| held.into_inner())
 }
 
-fn profile(placement: Placement, pipeline: bool, device: bool) -> Vec<Measured> {
-    let dir = common::pool_dir();
-    let bench = ProfileBench {
+/// A small profile of batches of 64 and 1,024 with its pool in `dir`: 3 repetitions of 2
+/// batches, 5 round trips, one call at a time, host batches.
+fn small(dir: &tempfile::TempDir) -> ProfileBench {
+    ProfileBench {
         keys: 3000,
         batches: vec![64, 1024],
         reps: 3,
@@ -33,11 +34,16 @@ fn profile(placement: Placement, pipeline: bool, device: bool) -> Vec<Measured> 
         seed: 7,
         floor_reps: 5,
         pool_dir: dir.path().into(),
-        pipeline,
+        pipeline: false,
         load_cache: false,
-        device,
+        device: false,
         alternate: 0,
-    };
+    }
+}
+
+fn profile(placement: Placement, pipeline: bool, device: bool) -> Vec<Measured> {
+    let dir = common::pool_dir();
+    let bench = ProfileBench { pipeline, device, ..small(&dir) };
     let options = common::gpu_options(GpuOptions { placement, ..GpuOptions::default() });
     let mut reported = 0;
     let measured = bench.run(&options, &mut |_| reported += 1).unwrap();
@@ -178,21 +184,7 @@ fn alternated_batches_and_round_trips() {
     let Some(_) = common::gpu() else { return };
     for device in [false, true] {
         let dir = common::pool_dir();
-        let bench = ProfileBench {
-            keys: 3000,
-            batches: vec![64, 1024],
-            reps: 2,
-            rounds: 1,
-            key_bytes: 8,
-            value_bytes: 8,
-            seed: 7,
-            floor_reps: 0,
-            pool_dir: dir.path().into(),
-            pipeline: false,
-            load_cache: false,
-            device,
-            alternate: 5,
-        };
+        let bench = ProfileBench { reps: 2, device, alternate: 5, ..small(&dir) };
         let options = common::gpu_options(GpuOptions::default());
         let none = ProfileBench { alternate: 0, ..bench.clone() };
         assert!(matches!(none.alternated(&options, &mut |_| {}), Err(gphash::Error::InvalidConfig(_))));

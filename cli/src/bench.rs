@@ -91,8 +91,8 @@ pub(crate) struct ProfileArgs {
     #[arg(long)]
     volatile: bool,
     /// Instead of the stages: per repetition, this many pairs of a bare round trip and one
-    /// batch of gets (kernels untimed), timed in turn after half a second of them untimed;
-    /// each repetition's median batch over its median round trip.
+    /// batch (of gets, then of inserts; kernels untimed), timed in turn after half a second of
+    /// them untimed; each repetition's median batch over its median round trip.
     #[arg(long, default_value_t = 0, conflicts_with = "pipeline")]
     alternate: usize,
     #[command(flatten)]
@@ -412,7 +412,7 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
             }
             if a.alternate > 0 {
                 println!(
-                    "# {} keys of {} bytes, {}-byte values, loaded; {}batches of gets alternated with round trips",
+                    "# {} keys of {} bytes, {}-byte values, loaded; {}batches of gets, then of inserts, alternated with round trips",
                     a.keys,
                     a.key_bytes,
                     a.value_bytes,

@@ -152,17 +152,14 @@ fn inline(src: &mut BytesMut, max_line: usize) -> Result<Option<Option<Request>>
     let mut line = src.split_to(taken);
     line.truncate(len);
     let buf = line.freeze();
+    // Each piece is followed by one blank (or the line's end).
     let mut args = Vec::new();
-    let mut start = None;
-    for (i, &b) in buf.iter().chain([b' '].iter()).enumerate() {
-        match (b.is_ascii_whitespace(), start) {
-            (false, None) => start = Some(i),
-            (true, Some(from)) => {
-                args.push(from..i);
-                start = None;
-            }
-            _ => {}
+    let mut at = 0;
+    for piece in buf.split(|b| b.is_ascii_whitespace()) {
+        if !piece.is_empty() {
+            args.push(at..at + piece.len());
         }
+        at += piece.len() + 1;
     }
     Ok(Some((!args.is_empty()).then_some(Request { buf, args })))
 }
