@@ -176,3 +176,80 @@ pub fn host_read_barrier(gpu: &Gpu) -> wgpu::CommandBuffer {
     };
     enc.finish()
 }
+
+/// Host memory of its own, imported as one storage buffer: the host writes a batch's inputs
+/// into it and reads its results out of it in place, with no staging copy, no copy command
+/// and no mapping on either side.
+///
+/// The host must touch it only while no submit that uses it runs (the engine's slots), and a
+/// submit whose shaders or copies write it must end with [`host_read_barrier`].
+pub struct HostBuffer {
+    /// `None` once dropped (before the memory is freed).
+    buffer: Option<wgpu::Buffer>,
+    memory: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+    guard: ImportGuard,
+    gpu: Arc<Gpu>,
+}
+
+// SAFETY: the memory is owned by the value, like a `Box<[u8]>`; the GPU's access to it is
+// ordered by the submits that use it (see the type's contract).
+unsafe impl Send for HostBuffer {}
+// SAFETY: as for `Send`; shared access reads only.
+unsafe impl Sync for HostBuffer {}
+
+impl HostBuffer {
+    /// `len` bytes (rounded up to the import alignment), zeroed and imported. `Err` carries
+    /// why the driver would not import them (the caller falls back to device buffers).
+    pub fn new(gpu: &Arc<Gpu>, len: u64, label: &str) -> Result<Self, String> {
+        let align = gpu.info.import_alignment.max(1);
+        let len = len.max(1).next_multiple_of(align);
+        let layout =
+            std::alloc::Layout::from_size_align(len as usize, align as usize).map_err(|e| e.to_string())?;
+        // SAFETY: a layout of non-zero size.
+        let memory = std::ptr::NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
+            .ok_or_else(|| format!("no host memory for {len} bytes"))?;
+        let guard = ImportGuard::default();
+        // SAFETY: `memory` is `len` writable bytes aligned to the import alignment, freed only
+        // in `drop` after `guard` counts no live import.
+        match unsafe { import(gpu, memory.as_ptr(), len, &guard, label) } {
+            Ok(buffer) => Ok(HostBuffer { buffer: Some(buffer), memory, layout, guard, gpu: gpu.clone() }),
+            Err(e) => {
+                // SAFETY: allocated above with `layout`; nothing imported it.
+                unsafe { std::alloc::dealloc(memory.as_ptr(), layout) };
+                Err(e)
+            }
+        }
+    }
+
+    /// The imported buffer.
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        self.buffer.as_ref().expect("live until dropped")
+    }
+
+    /// The memory, to read results once the submits that wrote them ended.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `layout.size()` bytes owned by `self`, initialised (zeroed at allocation).
+        unsafe { std::slice::from_raw_parts(self.memory.as_ptr(), self.layout.size()) }
+    }
+
+    /// The memory, to write inputs while no submit that uses it runs.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as `bytes`, borrowed exclusively.
+        unsafe { std::slice::from_raw_parts_mut(self.memory.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        if let Some(b) = self.buffer.take() {
+            b.destroy();
+        }
+        crate::resources::release_imports(&self.gpu, &self.guard);
+        if self.guard.live() == 0 {
+            // SAFETY: allocated in `new` with `layout`; the driver let go of its import.
+            unsafe { std::alloc::dealloc(self.memory.as_ptr(), self.layout) };
+        }
+        // Otherwise leaked: the driver may still reach the memory (`release_imports` logged it).
+    }
+}

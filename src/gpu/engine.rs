@@ -3,8 +3,10 @@
 //! each phase.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use gphash_gpu::hostmem::{self, HostBuffer};
 use gphash_gpu::resources::{
     ErrorScopes, Pipelines, PoolRef, PoolWindows, Residence, batch_layout, bind_group, bind_group_layout,
     build_pipelines, download_words, map_read_after, max_window, read_dirty, record_passes, scoped,
@@ -12,7 +14,7 @@ use gphash_gpu::resources::{
 };
 use gphash_gpu::shader::Windows;
 use gphash_gpu::timing::PassTimer;
-use gphash_gpu::{DeviceInfo, Gpu, hostmem};
+use gphash_gpu::{DeviceInfo, Gpu};
 use host_pm::{Pool, Region};
 
 use super::cache::DeviceCache;
@@ -174,6 +176,8 @@ struct Running {
     /// Whether the staged write-back gather ran after the kernels.
     writeback: bool,
     submitted: Instant,
+    /// Set once the submit ran, where its results are in host memory ([`OpBuffers::Host`]).
+    done: Option<Arc<AtomicBool>>,
 }
 
 /// Buffers sized for the largest batch so far.
@@ -181,11 +185,7 @@ struct BatchBuffers {
     cap: u32,
     dirty_cap: u32,
     layout: ReadbackLayout,
-    kinds: wgpu::Buffer,
-    keys: wgpu::Buffer,
-    vals_in: wgpu::Buffer,
-    statuses: wgpu::Buffer,
-    vals_out: wgpu::Buffer,
+    ops: OpBuffers,
     dirty: wgpu::Buffer,
     staging: wgpu::Buffer,
     claims: wgpu::Buffer,
@@ -194,6 +194,79 @@ struct BatchBuffers {
     bind: wgpu::BindGroup,
     /// The batch bind group of these operation buffers (host batches).
     io_bind: wgpu::BindGroup,
+}
+
+/// Where a slot's operations (kinds, keys, input values) and results (statuses, found values)
+/// live.
+enum OpBuffers {
+    /// Device buffers: the inputs written through wgpu's staging memory, the results copied to
+    /// the readback buffer, which the host maps.
+    Device([wgpu::Buffer; 5]),
+    /// Host memory that the kernels read and write in place, with the control block's copy.
+    Host(HostOps),
+}
+
+/// A slot's operations and results in host memory ([`OpBuffers::Host`]): two imports, since
+/// a dispatch may not bind one buffer both read-only and read-write.
+struct HostOps {
+    /// Kinds, keys and input values.
+    inputs: HostBuffer,
+    /// The control block's copy, statuses and found values.
+    outputs: HostBuffer,
+    /// Byte offsets of the control block's copy (in `outputs`), then of kinds, keys, input
+    /// values (in `inputs`), statuses and found values (in `outputs`), each on a 256-byte
+    /// boundary (binding offsets must be aligned).
+    at: [usize; 6],
+}
+
+/// The largest batch whose operations and results live in host memory ([`OpBuffers::Host`]):
+/// no staging copy, copy command or mapping. On the H200 that took 25% off batches of
+/// 16,384 gets and 8% off inserts, but made batches of 65,536 gets 20-25% slower, their
+/// kernels reading and writing over PCIe (BENCHMARKS.md, "A small batch's operations in host
+/// memory").
+const HOST_OPS_MAX: u32 = 1 << 14;
+
+impl HostOps {
+    /// Host memory for the control block and the five operation buffers of `bytes` each, or
+    /// `None` where the driver imports no host memory (the reason logged).
+    fn new(gpu: &Arc<Gpu>, bytes: [u64; 5]) -> Option<HostOps> {
+        let up = |x: u64| x.max(4).next_multiple_of(256) as usize;
+        let mut at = [0; 6];
+        let (mut inputs, mut outputs) = (0, up((control::WORDS * 4) as u64));
+        for (i, b) in bytes.into_iter().enumerate() {
+            let end = if i < 3 { &mut inputs } else { &mut outputs };
+            at[i + 1] = *end;
+            *end += up(b);
+        }
+        let made = HostBuffer::new(gpu, inputs as u64, "batch inputs")
+            .and_then(|inputs| Ok((inputs, HostBuffer::new(gpu, outputs as u64, "batch outputs")?)));
+        match made {
+            Ok((inputs, outputs)) => Some(HostOps { inputs, outputs, at }),
+            Err(why) => {
+                log::info!("a batch's operations stay in device buffers: {why}");
+                None
+            }
+        }
+    }
+
+    /// Buffer `i` (0: kinds ... 4: found values) as bound, `bytes` long.
+    fn binding(&self, i: usize, bytes: u64) -> wgpu::BindingResource<'_> {
+        wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: if i < 3 { self.inputs.buffer() } else { self.outputs.buffer() },
+            offset: self.at[i + 1] as u64,
+            size: wgpu::BufferSize::new(bytes.max(4)),
+        })
+    }
+
+    /// Writes a host batch's operations in place.
+    fn write(&mut self, e: &crate::batch::Encoded) {
+        let at = self.at;
+        let memory = self.inputs.bytes_mut();
+        for (i, words) in [&e.kinds, &e.keys, &e.values].into_iter().enumerate() {
+            let bytes: &[u8] = bytemuck::cast_slice(words);
+            crate::bulk::copy(&mut memory[at[i + 1]..at[i + 1] + bytes.len()], bytes);
+        }
+    }
 }
 
 /// Offsets inside the readback buffer.
@@ -587,8 +660,19 @@ impl GpuEngine {
         );
         let scopes = ErrorScopes::push(&self.gpu.device);
         let dev = &self.gpu.device;
-        let [kinds, keys, vals_in, statuses, vals_out, opstate, dirty, staging, claims] =
-            sizes.bound.map(|(label, bytes)| storage_buffer(dev, label, bytes));
+        let [kinds, keys, vals_in, statuses, vals_out, opstate, dirty, staging, claims] = sizes.bound;
+        let op_sizes = [kinds, keys, vals_in, statuses, vals_out];
+        let host = if cap <= HOST_OPS_MAX && self.gpu.info.host_import {
+            HostOps::new(&self.gpu, op_sizes.map(|(_, bytes)| bytes))
+        } else {
+            None
+        };
+        let ops = match host {
+            Some(host) => OpBuffers::Host(host),
+            None => OpBuffers::Device(op_sizes.map(|(label, bytes)| storage_buffer(dev, label, bytes))),
+        };
+        let [opstate, dirty, staging, claims] =
+            [opstate, dirty, staging, claims].map(|(label, bytes)| storage_buffer(dev, label, bytes));
         let readback = dev.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
             size: sizes.readback.total,
@@ -596,19 +680,16 @@ impl GpuEngine {
             mapped_at_creation: false,
         });
         let bind = self.bind_group([&opstate, &dirty, &staging, &claims]);
-        let io_bind = self.batch_bind_group(
-            [&kinds, &keys, &vals_in, &statuses, &vals_out].map(wgpu::Buffer::as_entire_binding),
-        );
+        let io_bind = self.batch_bind_group(match &ops {
+            OpBuffers::Device(buffers) => buffers.each_ref().map(wgpu::Buffer::as_entire_binding),
+            OpBuffers::Host(host) => std::array::from_fn(|i| host.binding(i, op_sizes[i].1)),
+        });
         scopes.pop(|| format!("the buffers of a batch of {cap} operations"))?;
         self.slots[slot].io = Some(BatchBuffers {
             cap,
             dirty_cap: sizes.dirty_cap,
             layout: sizes.readback,
-            kinds,
-            keys,
-            vals_in,
-            statuses,
-            vals_out,
+            ops,
             dirty,
             staging,
             claims,
@@ -700,22 +781,43 @@ impl GpuEngine {
             timer.resolve(&mut enc, passes, &io.readback, rl.timestamps);
         }
         let vw = self.cfg.geo.value_words() as u64;
-        enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, (control::WORDS * 4) as u64);
-        if results != Results::None && n > 0 {
-            enc.copy_buffer_to_buffer(&io.statuses, 0, &io.readback, rl.statuses, n as u64 * 4);
-        }
-        if results == Results::WithValues && n > 0 {
-            enc.copy_buffer_to_buffer(&io.vals_out, 0, &io.readback, rl.values, n as u64 * vw * 4);
+        let control_bytes = (control::WORDS * 4) as u64;
+        match &io.ops {
+            OpBuffers::Device([.., statuses, vals_out]) => {
+                enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, control_bytes);
+                if results != Results::None && n > 0 {
+                    enc.copy_buffer_to_buffer(statuses, 0, &io.readback, rl.statuses, n as u64 * 4);
+                }
+                if results == Results::WithValues && n > 0 {
+                    enc.copy_buffer_to_buffer(vals_out, 0, &io.readback, rl.values, n as u64 * vw * 4);
+                }
+            }
+            // The kernels wrote the results in place.
+            OpBuffers::Host(host) => enc.copy_buffer_to_buffer(
+                &self.control,
+                0,
+                host.outputs.buffer(),
+                host.at[0] as u64,
+                control_bytes,
+            ),
         }
         let mut cmds = vec![enc.finish()];
-        // The host reads what the kernels wrote into the pool (persists, recovery); a submit
-        // that writes none of it (a batch of gets) needs no barrier, and each one that writes
-        // has its own.
-        if !self.windows.staged() && writes {
+        // The host reads what the kernels wrote into the pool (persists, recovery) and into
+        // host memory of the batch's own; a submit that writes neither (a batch of gets in
+        // device buffers) needs no barrier, and each one that writes has its own.
+        let host_ops = matches!(io.ops, OpBuffers::Host(_));
+        if host_ops || (!self.windows.staged() && writes) {
             cmds.push(hostmem::host_read_barrier(&self.gpu));
         }
         let recorded = Instant::now();
         let submission = self.gpu.queue.submit(cmds);
+        // Nothing is mapped to say when host-memory results are there: the queue says.
+        let done = host_ops.then(|| {
+            let done = Arc::new(AtomicBool::new(false));
+            let flag = done.clone();
+            self.gpu.queue.on_submitted_work_done(move || flag.store(true, Ordering::Release));
+            done
+        });
         // An invalid submit (a buffer beyond a device limit, say) ran nothing: its results are
         // garbage and must not be read.
         scopes.pop(|| format!("submitting {kernels:?} for {n} operations"))?;
@@ -731,6 +833,7 @@ impl GpuEngine {
             passes,
             writeback: writeback.is_some(),
             submitted,
+            done,
         });
         Ok(())
     }
@@ -754,18 +857,40 @@ impl GpuEngine {
         let mut mapped = r.submitted;
         let timer = self.timer.as_ref();
         let mut times = None;
-        map_read_after(&self.gpu, Some(r.submission), &io.readback, 0..end, |bytes| {
-            mapped = Instant::now();
-            ctl.copy_from_slice(bytemuck::cast_slice(&bytes[..control::WORDS * 4]));
-            times = timer.map(|t| t.times(&bytes[rl.timestamps as usize..rl.statuses as usize], r.passes));
-            // Refilled in place: the vectors keep their allocations from batch to batch.
-            let (s, v) = (rl.statuses as usize, rl.values as usize);
+        // The control block at 0, the statuses and values at `at`: refilled in place (the
+        // vectors keep their allocations from batch to batch).
+        let mut take = |bytes: &[u8], [c, s, v]: [usize; 3]| {
+            ctl.copy_from_slice(bytemuck::cast_slice(&bytes[c..c + control::WORDS * 4]));
             let some = |on: bool, at: usize, len: usize| if on { &bytes[at..at + len] } else { &[][..] };
             let status_bytes = some(r.results != Results::None, s, n as usize * 4);
             let value_bytes = some(r.results == Results::WithValues, v, (n as u64 * vw * 4) as usize);
             crate::bulk::refill_words(statuses, status_bytes);
             crate::bulk::refill_words(values, value_bytes);
-        })?;
+        };
+        let stamps = rl.timestamps as usize..rl.statuses as usize;
+        match &io.ops {
+            OpBuffers::Device(_) => {
+                map_read_after(&self.gpu, Some(r.submission), &io.readback, 0..end, |bytes| {
+                    mapped = Instant::now();
+                    times = timer.map(|t| t.times(&bytes[stamps], r.passes));
+                    take(bytes, [0, rl.statuses as usize, rl.values as usize]);
+                })?;
+            }
+            OpBuffers::Host(host) => {
+                let done = r.done.as_ref().expect("a submit with host results has a flag");
+                if self.gpu.poll_until(|| done.load(Ordering::Acquire).then_some(()))?.is_none() {
+                    self.gpu.wait_for(Some(r.submission))?;
+                }
+                mapped = Instant::now();
+                if let Some(t) = timer {
+                    let range = stamps.start as u64..stamps.end as u64;
+                    map_read_after(&self.gpu, None, &io.readback, range, |bytes| {
+                        times = Some(t.times(bytes, r.passes))
+                    })?;
+                }
+                take(host.outputs.bytes(), [host.at[0], host.at[4], host.at[5]]);
+            }
+        }
         let done = Instant::now();
         let p = &mut self.profile;
         p.wait += mapped - r.submitted;
@@ -929,19 +1054,24 @@ impl GpuEngine {
         } else {
             &[Kernel::Alloc, Kernel::PhaseA]
         });
-        let io = self.slots[slot].io.as_ref().expect("reserved");
+        let io = self.slots[slot].io.as_mut().expect("reserved");
         let results = match batch {
             Input::Host(e) => {
                 let q = &self.gpu.queue;
                 let writing = Instant::now();
-                q.write_buffer(&io.kinds, 0, bytemuck::cast_slice(&e.kinds));
-                q.write_buffer(&io.keys, 0, bytemuck::cast_slice(&e.keys));
-                if let Some(size) = wgpu::BufferSize::new(e.values.len() as u64 * 4) {
-                    // Into wgpu's staging memory on all host threads (`None`: refused, which
-                    // the error scope reports).
-                    if let Some(mut staging) = q.write_buffer_with(&io.vals_in, 0, size) {
-                        crate::bulk::copy_to_staging(&mut staging, bytemuck::cast_slice(&e.values));
+                match &mut io.ops {
+                    OpBuffers::Device([kinds, keys, vals_in, ..]) => {
+                        q.write_buffer(kinds, 0, bytemuck::cast_slice(&e.kinds));
+                        q.write_buffer(keys, 0, bytemuck::cast_slice(&e.keys));
+                        if let Some(size) = wgpu::BufferSize::new(e.values.len() as u64 * 4) {
+                            // Into wgpu's staging memory on all host threads (`None`: refused,
+                            // which the error scope reports).
+                            if let Some(mut staging) = q.write_buffer_with(vals_in, 0, size) {
+                                crate::bulk::copy_to_staging(&mut staging, bytemuck::cast_slice(&e.values));
+                            }
+                        }
                     }
+                    OpBuffers::Host(host) => host.write(e),
                 }
                 self.profile.writes += writing.elapsed();
                 // A reads-only batch ends here: its results come back with phase A's control.
