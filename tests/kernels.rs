@@ -198,7 +198,9 @@ fn gpu_matches_model_on_random_batches() {
 
 /// Batches large enough that phase A narrows its tiles below the configured width (4 lanes
 /// serving their lanes' operations in turns, while the other kernels keep 32-lane tiles), every
-/// kind of operation: the same results and table as the model.
+/// kind of operation, between smaller ones whose operations and results the kernels read and
+/// write in host memory (up to 16,384 operations, where the driver imports host memory): the
+/// same results and table as the model.
 #[test]
 fn gpu_matches_model_on_large_batches() {
     let seed = common::seed("gpu_matches_model_on_large_batches");
@@ -211,7 +213,7 @@ fn gpu_matches_model_on_large_batches() {
     let mut oracle = Oracle::default();
     let space = 100_000;
     // 2^17 / 70,000 rounds to one invocation per operation: 4-lane tiles, 4 operations each.
-    for (round, n) in [70_000usize, 40_000, 70_000].into_iter().enumerate() {
+    for (round, n) in [70_000usize, 3_000, 40_000, 16_384, 70_000, 500].into_iter().enumerate() {
         let mut batch = gpu.batch();
         for k in sample(&mut rng, space, n) {
             let kind = common::random_kind(&mut rng);

@@ -145,6 +145,8 @@ struct Slot {
     device_bind: Option<DeviceBind>,
     /// Whether the running batch is a device batch (bound by `device_bind`).
     device: bool,
+    /// Whether the running batch's operations are in host memory (`BatchBuffers::host_ops`).
+    host: bool,
     /// Operations in the batch.
     n: u32,
     running: Option<Running>,
@@ -176,7 +178,7 @@ struct Running {
     /// Whether the staged write-back gather ran after the kernels.
     writeback: bool,
     submitted: Instant,
-    /// Set once the submit ran, where its results are in host memory ([`OpBuffers::Host`]).
+    /// Set once the submit ran, where its results are in host memory ([`HostOps`]).
     done: Option<Arc<AtomicBool>>,
 }
 
@@ -185,29 +187,32 @@ struct BatchBuffers {
     cap: u32,
     dirty_cap: u32,
     layout: ReadbackLayout,
-    ops: OpBuffers,
+    /// The operations of batches larger than [`HOST_OPS_MAX`] (or of all, where the driver
+    /// imports no host memory), made at the first.
+    device_ops: Option<Ops<[wgpu::Buffer; 5]>>,
+    /// The operations of smaller batches, made at the first.
+    host_ops: Option<Ops<HostOps>>,
     dirty: wgpu::Buffer,
     staging: wgpu::Buffer,
     claims: wgpu::Buffer,
     readback: wgpu::Buffer,
     /// The table's bind group with these working buffers.
     bind: wgpu::BindGroup,
-    /// The batch bind group of these operation buffers (host batches).
-    io_bind: wgpu::BindGroup,
 }
 
-/// Where a slot's operations (kinds, keys, input values) and results (statuses, found values)
-/// live.
-enum OpBuffers {
-    /// Device buffers: the inputs written through wgpu's staging memory, the results copied to
-    /// the readback buffer, which the host maps.
-    Device([wgpu::Buffer; 5]),
-    /// Host memory that the kernels read and write in place, with the control block's copy.
-    Host(HostOps),
+/// A slot's operations (kinds, keys, input values) and results (statuses, found values) for
+/// host batches of up to `cap` operations, and the batch bind group that binds them: device
+/// buffers (the inputs written through wgpu's staging memory, the results copied to the
+/// readback buffer, which the host maps), or [`HostOps`].
+struct Ops<B> {
+    cap: u32,
+    buffers: B,
+    bind: wgpu::BindGroup,
 }
 
-/// A slot's operations and results in host memory ([`OpBuffers::Host`]): two imports, since
-/// a dispatch may not bind one buffer both read-only and read-write.
+/// A slot's operations and results in host memory that the kernels read and write in place,
+/// with the control block's copy: two imports, since a dispatch may not bind one buffer both
+/// read-only and read-write.
 struct HostOps {
     /// Kinds, keys and input values.
     inputs: HostBuffer,
@@ -219,7 +224,7 @@ struct HostOps {
     at: [usize; 6],
 }
 
-/// The largest batch whose operations and results live in host memory ([`OpBuffers::Host`]):
+/// The largest batch whose operations and results live in host memory ([`HostOps`]):
 /// no staging copy, copy command or mapping. On the H200 that took 25% off batches of
 /// 16,384 gets and 8% off inserts, but made batches of 65,536 gets 20-25% slower, their
 /// kernels reading and writing over PCIe (BENCHMARKS.md, "A small batch's operations in host
@@ -227,9 +232,9 @@ struct HostOps {
 const HOST_OPS_MAX: u32 = 1 << 14;
 
 impl HostOps {
-    /// Host memory for the control block and the five operation buffers of `bytes` each, or
-    /// `None` where the driver imports no host memory (the reason logged).
-    fn new(gpu: &Arc<Gpu>, bytes: [u64; 5]) -> Option<HostOps> {
+    /// Host memory for the control block and the five operation buffers of `bytes` each
+    /// (`Err`: why the driver would not import it).
+    fn new(gpu: &Arc<Gpu>, bytes: [u64; 5]) -> std::result::Result<HostOps, String> {
         let up = |x: u64| x.max(4).next_multiple_of(256) as usize;
         let mut at = [0; 6];
         let (mut inputs, mut outputs) = (0, up((control::WORDS * 4) as u64));
@@ -238,15 +243,9 @@ impl HostOps {
             at[i + 1] = *end;
             *end += up(b);
         }
-        let made = HostBuffer::new(gpu, inputs as u64, "batch inputs")
-            .and_then(|inputs| Ok((inputs, HostBuffer::new(gpu, outputs as u64, "batch outputs")?)));
-        match made {
-            Ok((inputs, outputs)) => Some(HostOps { inputs, outputs, at }),
-            Err(why) => {
-                log::info!("a batch's operations stay in device buffers: {why}");
-                None
-            }
-        }
+        let inputs = HostBuffer::new(gpu, inputs as u64, "batch inputs")?;
+        let outputs = HostBuffer::new(gpu, outputs as u64, "batch outputs")?;
+        Ok(HostOps { inputs, outputs, at })
     }
 
     /// Buffer `i` (0: kinds ... 4: found values) as bound, `bytes` long.
@@ -442,6 +441,9 @@ pub(crate) struct GpuEngine {
     /// The largest batch the buffers can hold on this device.
     max_batch: u32,
     track_lines: bool,
+    /// Whether small host batches keep their operations in host memory ([`HOST_OPS_MAX`]):
+    /// the driver imports host memory, and did so far.
+    host_ops: bool,
     /// Batches started (the LRU stamp).
     batches: u32,
     /// Fills of the cache slice in the current submit.
@@ -526,6 +528,7 @@ impl GpuEngine {
         laps.lap("rest");
         let windows = placed.0.take().expect("placed");
         drop(placed);
+        let host_ops = gpu.info.host_import;
         Ok(GpuEngine {
             gpu,
             cfg,
@@ -540,6 +543,7 @@ impl GpuEngine {
             slots: Default::default(),
             max_batch,
             track_lines,
+            host_ops,
             batches: 0,
             fills: 0,
             busy: Duration::ZERO,
@@ -652,25 +656,10 @@ impl GpuEngine {
             return Ok(());
         }
         let cap = n.next_power_of_two().max(256).min(self.max_batch);
-        let sizes = BatchSizes::new(
-            cap as u64,
-            &self.cfg.geo,
-            staged_line(&self.windows),
-            timestamp_bytes(&self.timer),
-        );
+        let sizes = self.batch_sizes(cap);
         let scopes = ErrorScopes::push(&self.gpu.device);
         let dev = &self.gpu.device;
-        let [kinds, keys, vals_in, statuses, vals_out, opstate, dirty, staging, claims] = sizes.bound;
-        let op_sizes = [kinds, keys, vals_in, statuses, vals_out];
-        let host = if cap <= HOST_OPS_MAX && self.gpu.info.host_import {
-            HostOps::new(&self.gpu, op_sizes.map(|(_, bytes)| bytes))
-        } else {
-            None
-        };
-        let ops = match host {
-            Some(host) => OpBuffers::Host(host),
-            None => OpBuffers::Device(op_sizes.map(|(label, bytes)| storage_buffer(dev, label, bytes))),
-        };
+        let [.., opstate, dirty, staging, claims] = sizes.bound;
         let [opstate, dirty, staging, claims] =
             [opstate, dirty, staging, claims].map(|(label, bytes)| storage_buffer(dev, label, bytes));
         let readback = dev.create_buffer(&wgpu::BufferDescriptor {
@@ -680,24 +669,68 @@ impl GpuEngine {
             mapped_at_creation: false,
         });
         let bind = self.bind_group([&opstate, &dirty, &staging, &claims]);
-        let io_bind = self.batch_bind_group(match &ops {
-            OpBuffers::Device(buffers) => buffers.each_ref().map(wgpu::Buffer::as_entire_binding),
-            OpBuffers::Host(host) => std::array::from_fn(|i| host.binding(i, op_sizes[i].1)),
-        });
         scopes.pop(|| format!("the buffers of a batch of {cap} operations"))?;
+        // The operation buffers do not depend on the others: they are kept.
+        let old = self.slots[slot].io.take();
+        let (device_ops, host_ops) = old.map_or((None, None), |io| (io.device_ops, io.host_ops));
         self.slots[slot].io = Some(BatchBuffers {
             cap,
             dirty_cap: sizes.dirty_cap,
             layout: sizes.readback,
-            ops,
+            device_ops,
+            host_ops,
             dirty,
             staging,
             claims,
             readback,
             bind,
-            io_bind,
         });
         Ok(())
+    }
+
+    /// The sizes of the buffers of a batch of `cap` operations.
+    fn batch_sizes(&self, cap: u32) -> BatchSizes {
+        BatchSizes::new(cap as u64, &self.cfg.geo, staged_line(&self.windows), timestamp_bytes(&self.timer))
+    }
+
+    /// Makes sure `slot` (reserved for `n`) has operation buffers for a host batch of `n`: in
+    /// host memory up to [`HOST_OPS_MAX`] where the driver imports it, device buffers
+    /// otherwise. Says which.
+    fn reserve_ops(&mut self, slot: usize, n: u32) -> Result<bool> {
+        let host = n <= HOST_OPS_MAX && self.host_ops;
+        let io = self.slots[slot].io.as_ref().expect("reserved");
+        let held =
+            if host { io.host_ops.as_ref().map(|o| o.cap) } else { io.device_ops.as_ref().map(|o| o.cap) };
+        if held.is_some_and(|cap| cap >= n) {
+            return Ok(host);
+        }
+        let cap = n.next_power_of_two().max(256).min(if host { HOST_OPS_MAX } else { self.max_batch });
+        let [kinds, keys, vals_in, statuses, vals_out, ..] = self.batch_sizes(cap).bound;
+        let sizes = [kinds, keys, vals_in, statuses, vals_out];
+        let scopes = ErrorScopes::push(&self.gpu.device);
+        if host {
+            match HostOps::new(&self.gpu, sizes.map(|(_, bytes)| bytes)) {
+                Ok(buffers) => {
+                    let bind = self.batch_bind_group(std::array::from_fn(|i| buffers.binding(i, sizes[i].1)));
+                    let io = self.slots[slot].io.as_mut().expect("reserved");
+                    io.host_ops = Some(Ops { cap, buffers, bind });
+                }
+                Err(why) => {
+                    log::info!("batches' operations stay in device buffers: {why}");
+                    self.host_ops = false;
+                    scopes.pop(|| "importing host memory for a batch".into())?;
+                    return self.reserve_ops(slot, n);
+                }
+            }
+        } else {
+            let dev = &self.gpu.device;
+            let buffers = sizes.map(|(label, bytes)| storage_buffer(dev, label, bytes));
+            let bind = self.batch_bind_group(buffers.each_ref().map(wgpu::Buffer::as_entire_binding));
+            let io = self.slots[slot].io.as_mut().expect("reserved");
+            io.device_ops = Some(Ops { cap, buffers, bind });
+        }
+        scopes.pop(|| format!("the operation buffers of a batch of {cap}"))?;
+        Ok(host)
     }
 
     /// The table's bind group with a slot's working buffers (`opstate`, `dirty`, `staging`,
@@ -761,9 +794,11 @@ impl GpuEngine {
         if kernels.contains(&Kernel::PhaseA) {
             enc.clear_buffer(&io.claims, 0, None);
         }
+        let host_ops = s.host && !s.device;
         let batch_bind = match &s.device_bind {
             Some(d) if s.device => &d.group,
-            _ => &io.io_bind,
+            _ if host_ops => &io.host_ops.as_ref().expect("reserved").bind,
+            _ => &io.device_ops.as_ref().expect("reserved").bind,
         };
         // A batch of gets (`Search`) claims nothing: nothing to write back.
         let writes = kernels.iter().any(|k| k.writes_pool());
@@ -782,30 +817,31 @@ impl GpuEngine {
         }
         let vw = self.cfg.geo.value_words() as u64;
         let control_bytes = (control::WORDS * 4) as u64;
-        match &io.ops {
-            OpBuffers::Device([.., statuses, vals_out]) => {
-                enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, control_bytes);
-                if results != Results::None && n > 0 {
-                    enc.copy_buffer_to_buffer(statuses, 0, &io.readback, rl.statuses, n as u64 * 4);
-                }
-                if results == Results::WithValues && n > 0 {
-                    enc.copy_buffer_to_buffer(vals_out, 0, &io.readback, rl.values, n as u64 * vw * 4);
-                }
-            }
+        if host_ops {
             // The kernels wrote the results in place.
-            OpBuffers::Host(host) => enc.copy_buffer_to_buffer(
+            let host = &io.host_ops.as_ref().expect("reserved").buffers;
+            enc.copy_buffer_to_buffer(
                 &self.control,
                 0,
                 host.outputs.buffer(),
                 host.at[0] as u64,
                 control_bytes,
-            ),
+            );
+        } else {
+            enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, control_bytes);
+            // Only host batches ask for results: theirs are in `device_ops`.
+            let ops = || &io.device_ops.as_ref().expect("a host batch's operations").buffers;
+            if results != Results::None && n > 0 {
+                enc.copy_buffer_to_buffer(&ops()[3], 0, &io.readback, rl.statuses, n as u64 * 4);
+            }
+            if results == Results::WithValues && n > 0 {
+                enc.copy_buffer_to_buffer(&ops()[4], 0, &io.readback, rl.values, n as u64 * vw * 4);
+            }
         }
         let mut cmds = vec![enc.finish()];
         // The host reads what the kernels wrote into the pool (persists, recovery) and into
         // host memory of the batch's own; a submit that writes neither (a batch of gets in
         // device buffers) needs no barrier, and each one that writes has its own.
-        let host_ops = matches!(io.ops, OpBuffers::Host(_));
         if host_ops || (!self.windows.staged() && writes) {
             cmds.push(hostmem::host_read_barrier(&self.gpu));
         }
@@ -868,16 +904,15 @@ impl GpuEngine {
             crate::bulk::refill_words(values, value_bytes);
         };
         let stamps = rl.timestamps as usize..rl.statuses as usize;
-        match &io.ops {
-            OpBuffers::Device(_) => {
+        match &r.done {
+            None => {
                 map_read_after(&self.gpu, Some(r.submission), &io.readback, 0..end, |bytes| {
                     mapped = Instant::now();
                     times = timer.map(|t| t.times(&bytes[stamps], r.passes));
                     take(bytes, [0, rl.statuses as usize, rl.values as usize]);
                 })?;
             }
-            OpBuffers::Host(host) => {
-                let done = r.done.as_ref().expect("a submit with host results has a flag");
+            Some(done) => {
                 if self.gpu.poll_until(|| done.load(Ordering::Acquire).then_some(()))?.is_none() {
                     self.gpu.wait_for(Some(r.submission))?;
                 }
@@ -888,6 +923,7 @@ impl GpuEngine {
                         times = Some(t.times(bytes, r.passes))
                     })?;
                 }
+                let host = &io.host_ops.as_ref().expect("a batch in host memory").buffers;
                 take(host.outputs.bytes(), [host.at[0], host.at[4], host.at[5]]);
             }
         }
@@ -1041,6 +1077,11 @@ impl GpuEngine {
             d.validate(kw, vw)?;
         }
         self.reserve(slot, n)?;
+        let host = match batch {
+            Input::Host(_) => self.reserve_ops(slot, n)?,
+            Input::Device(_) => false,
+        };
+        self.slots[slot].host = host;
         self.slots[slot].n = n;
         self.batches = self.batches.wrapping_add(1);
         let scopes = ErrorScopes::push(&self.gpu.device);
@@ -1059,8 +1100,9 @@ impl GpuEngine {
             Input::Host(e) => {
                 let q = &self.gpu.queue;
                 let writing = Instant::now();
-                match &mut io.ops {
-                    OpBuffers::Device([kinds, keys, vals_in, ..]) => {
+                match (&mut io.host_ops, &io.device_ops) {
+                    (Some(ops), _) if host => ops.buffers.write(e),
+                    (_, Some(Ops { buffers: [kinds, keys, vals_in, ..], .. })) => {
                         q.write_buffer(kinds, 0, bytemuck::cast_slice(&e.kinds));
                         q.write_buffer(keys, 0, bytemuck::cast_slice(&e.keys));
                         if let Some(size) = wgpu::BufferSize::new(e.values.len() as u64 * 4) {
@@ -1071,7 +1113,7 @@ impl GpuEngine {
                             }
                         }
                     }
-                    OpBuffers::Host(host) => host.write(e),
+                    _ => unreachable!("reserve_ops made the batch's operation buffers"),
                 }
                 self.profile.writes += writing.elapsed();
                 // A reads-only batch ends here: its results come back with phase A's control.
@@ -1186,6 +1228,7 @@ impl Engine for GpuEngine {
         self.reserve(0, 1)?;
         self.slots[0].n = 0;
         self.slots[0].device = false;
+        self.slots[0].host = self.reserve_ops(0, 1)?;
         let kernels = self.cache_kernels(true)?;
         let started = Instant::now();
         let report = self.submit(0, &kernels, Results::None).and_then(|()| self.collect_control(0));
