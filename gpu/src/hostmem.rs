@@ -36,6 +36,22 @@ pub unsafe fn import(
     guard: &ImportGuard,
     label: &str,
 ) -> Result<wgpu::Buffer, String> {
+    // SAFETY: the caller's contract.
+    unsafe { import_as(gpu, (ptr, len), guard, label, false) }
+}
+
+/// [`import`], refused (`Err`) unless the memory type is host-coherent when `coherent_only`
+/// (host and GPU then see each other's writes with no flush or invalidate).
+///
+/// # Safety
+/// As [`import`].
+unsafe fn import_as(
+    gpu: &Gpu,
+    (ptr, len): (*mut u8, u64),
+    guard: &ImportGuard,
+    label: &str,
+    coherent_only: bool,
+) -> Result<wgpu::Buffer, String> {
     let align = gpu.info.import_alignment;
     if !gpu.info.host_import {
         return Err("the driver lacks VK_EXT_external_memory_host".into());
@@ -89,7 +105,7 @@ pub unsafe fn import(
         Err(why)
     };
     let Some(index) = pick(vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT)
-        .or_else(|| pick(vk::MemoryPropertyFlags::HOST_VISIBLE))
+        .or_else(|| if coherent_only { None } else { pick(vk::MemoryPropertyFlags::HOST_VISIBLE) })
     else {
         return destroy(format!(
             "no host-visible memory type can import it (pointer types {:#x}, buffer types {:#x})",
@@ -195,7 +211,7 @@ pub struct HostBuffer {
 // SAFETY: the memory is owned by the value, like a `Box<[u8]>`; the GPU's access to it is
 // ordered by the submits that use it (see the type's contract).
 unsafe impl Send for HostBuffer {}
-// SAFETY: as for `Send`; shared access reads only.
+// SAFETY: as for `Send`; through `&self` the host only reads, under `bytes`'s contract.
 unsafe impl Sync for HostBuffer {}
 
 impl HostBuffer {
@@ -211,8 +227,8 @@ impl HostBuffer {
             .ok_or_else(|| format!("no host memory for {len} bytes"))?;
         let guard = ImportGuard::default();
         // SAFETY: `memory` is `len` writable bytes aligned to the import alignment, freed only
-        // in `drop` after `guard` counts no live import.
-        match unsafe { import(gpu, memory.as_ptr(), len, &guard, label) } {
+        // in `drop` after `guard` counts no live import. Coherent only: nothing flushes it.
+        match unsafe { import_as(gpu, (memory.as_ptr(), len), &guard, label, true) } {
             Ok(buffer) => Ok(HostBuffer { buffer: Some(buffer), memory, layout, guard, gpu: gpu.clone() }),
             Err(e) => {
                 // SAFETY: allocated above with `layout`; nothing imported it.
@@ -227,15 +243,23 @@ impl HostBuffer {
         self.buffer.as_ref().expect("live until dropped")
     }
 
-    /// The memory, to read results once the submits that wrote them ended.
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: `layout.size()` bytes owned by `self`, initialised (zeroed at allocation).
+    /// The memory, to read results.
+    ///
+    /// # Safety
+    /// No submit that writes the buffer may run while the slice lives, and those before it must
+    /// have ended behind [`host_read_barrier`].
+    pub unsafe fn bytes(&self) -> &[u8] {
+        // SAFETY: `layout.size()` bytes owned by `self`, initialised (zeroed at allocation), not
+        // written by the GPU while borrowed (the caller's contract).
         unsafe { std::slice::from_raw_parts(self.memory.as_ptr(), self.layout.size()) }
     }
 
-    /// The memory, to write inputs while no submit that uses it runs.
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as `bytes`, borrowed exclusively.
+    /// The memory, to write inputs.
+    ///
+    /// # Safety
+    /// No submit that reads or writes the buffer may run while the slice lives.
+    pub unsafe fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as `bytes`, borrowed exclusively, and not read by the GPU meanwhile.
         unsafe { std::slice::from_raw_parts_mut(self.memory.as_ptr(), self.layout.size()) }
     }
 }

@@ -225,10 +225,10 @@ struct HostOps {
 }
 
 /// The largest batch whose operations and results live in host memory ([`HostOps`]):
-/// no staging copy, copy command or mapping. On the H200 that took 25% off batches of
-/// 16,384 gets and 8% off inserts, but made batches of 65,536 gets 20-25% slower, their
-/// kernels reading and writing over PCIe (BENCHMARKS.md, "A small batch's operations in host
-/// memory").
+/// no staging copy, copy command or mapping. On the H200 that took 20% off batches of
+/// 16,384 gets and 10% off inserts, and 12-19% off gets of 4,096; a limit of 2^16 made
+/// batches of 65,536 gets 20-25% slower, their kernels reading and writing over PCIe
+/// (BENCHMARKS.md, "A small batch's operations in host memory").
 const HOST_OPS_MAX: u32 = 1 << 14;
 
 impl HostOps {
@@ -260,7 +260,9 @@ impl HostOps {
     /// Writes a host batch's operations in place.
     fn write(&mut self, e: &crate::batch::Encoded) {
         let at = self.at;
-        let memory = self.inputs.bytes_mut();
+        // SAFETY: the engine writes a slot's inputs only between its submits (`start_a`), and
+        // a slot's submits run one at a time, each collected before the next starts.
+        let memory = unsafe { self.inputs.bytes_mut() };
         for (i, words) in [&e.kinds, &e.keys, &e.values].into_iter().enumerate() {
             let bytes: &[u8] = bytemuck::cast_slice(words);
             crate::bulk::copy(&mut memory[at[i + 1]..at[i + 1] + bytes.len()], bytes);
@@ -716,7 +718,7 @@ impl GpuEngine {
                     io.host_ops = Some(Ops { cap, buffers, bind });
                 }
                 Err(why) => {
-                    log::info!("batches' operations stay in device buffers: {why}");
+                    log::warn!("batches' operations stay in device buffers: {why}");
                     self.host_ops = false;
                     scopes.pop(|| "importing host memory for a batch".into())?;
                     return self.reserve_ops(slot, n);
@@ -914,17 +916,19 @@ impl GpuEngine {
             }
             Some(done) => {
                 if self.gpu.poll_until(|| done.load(Ordering::Acquire).then_some(()))?.is_none() {
-                    self.gpu.wait_for(Some(r.submission))?;
+                    self.gpu.wait_for(Some(r.submission.clone()))?;
                 }
                 mapped = Instant::now();
                 if let Some(t) = timer {
                     let range = stamps.start as u64..stamps.end as u64;
-                    map_read_after(&self.gpu, None, &io.readback, range, |bytes| {
+                    map_read_after(&self.gpu, Some(r.submission), &io.readback, range, |bytes| {
                         times = Some(t.times(bytes, r.passes))
                     })?;
                 }
                 let host = &io.host_ops.as_ref().expect("a batch in host memory").buffers;
-                take(host.outputs.bytes(), [host.at[0], host.at[4], host.at[5]]);
+                // SAFETY: the slot's submit ended (waited for above), behind the host-read barrier,
+                // and no other submit uses its host memory.
+                take(unsafe { host.outputs.bytes() }, [host.at[0], host.at[4], host.at[5]]);
             }
         }
         let done = Instant::now();
