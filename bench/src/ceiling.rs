@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use gphash::Gpu;
 use gphash::{Error, Result};
-use gphash_gpu::hostmem::{self, ImportGuard};
-use gphash_gpu::resources::{dispatch, map_read, release_imports, scoped, shader_module, single_pipeline};
+use gphash_gpu::hostmem::{self, ImportGuard, release_imports};
+use gphash_gpu::resources::{dispatch, map_read, scoped, shader_module, single_pipeline};
 use gphash_gpu::shader::{self, Files, SHARED};
 
 use crate::basic::spread;

@@ -269,11 +269,29 @@ impl Drop for HostBuffer {
         if let Some(b) = self.buffer.take() {
             b.destroy();
         }
-        crate::resources::release_imports(&self.gpu, &self.guard);
+        release_imports(&self.gpu, &self.guard);
         if self.guard.live() == 0 {
             // SAFETY: allocated in `new` with `layout`; the driver let go of its import.
             unsafe { std::alloc::dealloc(self.memory.as_ptr(), self.layout) };
         }
         // Otherwise leaked: the driver may still reach the memory (`release_imports` logged it).
     }
+}
+
+/// Waits until every buffer imported under `guard` is destroyed (the pool may then move).
+pub fn release_imports(gpu: &Gpu, guard: &ImportGuard) {
+    release_imports_to(gpu, guard, 0)
+}
+
+/// Waits until no more than `alive` buffers imported under `guard` are left.
+pub(crate) fn release_imports_to(gpu: &Gpu, guard: &ImportGuard, alive: usize) {
+    // wgpu frees buffers that never took part in a submit at the next submit.
+    gpu.queue.submit([]);
+    for _ in 0..100 {
+        if guard.live() <= alive {
+            return;
+        }
+        let _ = gpu.wait();
+    }
+    log::error!("{} imported buffers still alive after their owner was dropped", guard.live() - alive);
 }

@@ -4,7 +4,7 @@
 use host_pm::{Backend, Mapping, PersistMode, Pool, Region};
 
 use super::context::{DeviceInfo, Gpu};
-use super::hostmem::{self, ImportGuard};
+use super::hostmem::{self, ImportGuard, release_imports, release_imports_to};
 use super::shader::{BATCH_BUFFERS, KernelEntry, WORKGROUP, Windows};
 use super::timing::PassTimer;
 use crate::error::{Error, Result};
@@ -700,24 +700,6 @@ pub fn download_region(
 /// The largest storage window the device and the options allow.
 pub fn max_window(info: &DeviceInfo, max_window_bytes: Option<u64>) -> u64 {
     max_window_bytes.unwrap_or(info.max_binding).min(info.max_binding).min(info.max_buffer)
-}
-
-/// Waits until every buffer imported under `guard` is destroyed (the pool may then move).
-pub fn release_imports(gpu: &Gpu, guard: &ImportGuard) {
-    release_imports_to(gpu, guard, 0)
-}
-
-/// Waits until no more than `alive` buffers imported under `guard` are left.
-fn release_imports_to(gpu: &Gpu, guard: &ImportGuard, alive: usize) {
-    // wgpu frees buffers that never took part in a submit at the next submit.
-    gpu.queue.submit([]);
-    for _ in 0..100 {
-        if guard.live() <= alive {
-            return;
-        }
-        let _ = gpu.wait();
-    }
-    log::error!("{} imported buffers still alive after their owner was dropped", guard.live() - alive);
 }
 
 /// Refuses a configuration of `storage` storage bindings for `what` when the device allows

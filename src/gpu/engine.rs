@@ -445,7 +445,7 @@ pub(crate) struct GpuEngine {
     track_lines: bool,
     /// Whether small host batches keep their operations in host memory ([`HOST_OPS_MAX`]):
     /// the driver imports host memory, and did so far.
-    host_ops: bool,
+    ops_in_host_memory: bool,
     /// Batches started (the LRU stamp).
     batches: u32,
     /// Fills of the cache slice in the current submit.
@@ -530,7 +530,7 @@ impl GpuEngine {
         laps.lap("rest");
         let windows = placed.0.take().expect("placed");
         drop(placed);
-        let host_ops = gpu.info.host_import;
+        let ops_in_host_memory = gpu.info.host_import;
         Ok(GpuEngine {
             gpu,
             cfg,
@@ -545,7 +545,7 @@ impl GpuEngine {
             slots: Default::default(),
             max_batch,
             track_lines,
-            host_ops,
+            ops_in_host_memory,
             batches: 0,
             fills: 0,
             busy: Duration::ZERO,
@@ -699,7 +699,7 @@ impl GpuEngine {
     /// host memory up to [`HOST_OPS_MAX`] where the driver imports it, device buffers
     /// otherwise. Says which.
     fn reserve_ops(&mut self, slot: usize, n: u32) -> Result<bool> {
-        let host = n <= HOST_OPS_MAX && self.host_ops;
+        let host = n <= HOST_OPS_MAX && self.ops_in_host_memory;
         let io = self.slots[slot].io.as_ref().expect("reserved");
         let held =
             if host { io.host_ops.as_ref().map(|o| o.cap) } else { io.device_ops.as_ref().map(|o| o.cap) };
@@ -719,7 +719,7 @@ impl GpuEngine {
                 }
                 Err(why) => {
                     log::warn!("batches' operations stay in device buffers: {why}");
-                    self.host_ops = false;
+                    self.ops_in_host_memory = false;
                     scopes.pop(|| "importing host memory for a batch".into())?;
                     return self.reserve_ops(slot, n);
                 }
@@ -796,10 +796,10 @@ impl GpuEngine {
         if kernels.contains(&Kernel::PhaseA) {
             enc.clear_buffer(&io.claims, 0, None);
         }
-        let host_ops = s.host && !s.device;
+        let in_host = s.host && !s.device;
         let batch_bind = match &s.device_bind {
             Some(d) if s.device => &d.group,
-            _ if host_ops => &io.host_ops.as_ref().expect("reserved").bind,
+            _ if in_host => &io.host_ops.as_ref().expect("reserved").bind,
             _ => &io.device_ops.as_ref().expect("reserved").bind,
         };
         // A batch of gets (`Search`) claims nothing: nothing to write back.
@@ -819,7 +819,7 @@ impl GpuEngine {
         }
         let vw = self.cfg.geo.value_words() as u64;
         let control_bytes = (control::WORDS * 4) as u64;
-        if host_ops {
+        if in_host {
             // The kernels wrote the results in place.
             let host = &io.host_ops.as_ref().expect("reserved").buffers;
             enc.copy_buffer_to_buffer(
@@ -831,26 +831,27 @@ impl GpuEngine {
             );
         } else {
             enc.copy_buffer_to_buffer(&self.control, 0, &io.readback, 0, control_bytes);
-            // Only host batches ask for results: theirs are in `device_ops`.
-            let ops = || &io.device_ops.as_ref().expect("a host batch's operations").buffers;
             if results != Results::None && n > 0 {
-                enc.copy_buffer_to_buffer(&ops()[3], 0, &io.readback, rl.statuses, n as u64 * 4);
-            }
-            if results == Results::WithValues && n > 0 {
-                enc.copy_buffer_to_buffer(&ops()[4], 0, &io.readback, rl.values, n as u64 * vw * 4);
+                // Only host batches ask for results: theirs are in `device_ops`.
+                let [.., statuses, vals_out] =
+                    &io.device_ops.as_ref().expect("a host batch's operations").buffers;
+                enc.copy_buffer_to_buffer(statuses, 0, &io.readback, rl.statuses, n as u64 * 4);
+                if results == Results::WithValues {
+                    enc.copy_buffer_to_buffer(vals_out, 0, &io.readback, rl.values, n as u64 * vw * 4);
+                }
             }
         }
         let mut cmds = vec![enc.finish()];
         // The host reads what the kernels wrote into the pool (persists, recovery) and into
         // host memory of the batch's own; a submit that writes neither (a batch of gets in
         // device buffers) needs no barrier, and each one that writes has its own.
-        if host_ops || (!self.windows.staged() && writes) {
+        if in_host || (!self.windows.staged() && writes) {
             cmds.push(hostmem::host_read_barrier(&self.gpu));
         }
         let recorded = Instant::now();
         let submission = self.gpu.queue.submit(cmds);
         // Nothing is mapped to say when host-memory results are there: the queue says.
-        let done = host_ops.then(|| {
+        let done = in_host.then(|| {
             let done = Arc::new(AtomicBool::new(false));
             let flag = done.clone();
             self.gpu.queue.on_submitted_work_done(move || flag.store(true, Ordering::Release));

@@ -7,10 +7,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use gphash_gpu::Gpu;
-use gphash_gpu::hostmem::{self, ImportGuard};
+use gphash_gpu::hostmem::{self, ImportGuard, release_imports};
 use gphash_gpu::resources::{
     ErrorScopes, Pipelines, bind_group, bind_group_layout, build_pipelines, download_region, import_region,
-    map_read, max_window, record_passes, release_imports, staged_reason, upload_region,
+    map_read, max_window, record_passes, staged_reason, upload_region,
 };
 use gphash_gpu::shader::{Reach, Windows};
 use host_pm::{Pool, Region};
