@@ -1,5 +1,7 @@
-//! Zero-copy import of host memory (the pool mapping) as wgpu storage buffers, through
-//! `VK_EXT_external_memory_host`, and the barrier that makes GPU writes visible to the host.
+//! Zero-copy import of host memory (the pool mapping, and a batch's operations in
+//! [`HostBuffer`]) as wgpu storage buffers, through `VK_EXT_external_memory_host`; the wait
+//! for the driver to let go of imports; and the barrier that makes GPU writes visible to the
+//! host.
 
 use std::ffi::c_void;
 use std::sync::Arc;
