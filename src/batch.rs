@@ -125,6 +125,37 @@ impl Batch {
         self.value_bytes
     }
 
+    /// The batch cut into `parts` batches by `route` (the part of each operation), each with
+    /// its operations in batch order, and beside each the positions they had in this batch.
+    pub(crate) fn split(&self, route: &[u32], parts: usize) -> Vec<(Batch, Vec<u32>)> {
+        let mut counts = vec![0usize; parts];
+        for &r in route {
+            counts[r as usize] += 1;
+        }
+        let (kb, vb) = (self.key_bytes, self.value_bytes);
+        let mut out: Vec<(Batch, Vec<u32>)> = counts
+            .iter()
+            .map(|&n| {
+                let b = Batch {
+                    key_bytes: kb,
+                    value_bytes: vb,
+                    kinds: Vec::with_capacity(n),
+                    keys: Vec::with_capacity(n * kb),
+                    values: Vec::with_capacity(n * vb),
+                };
+                (b, Vec::with_capacity(n))
+            })
+            .collect();
+        for (i, &r) in route.iter().enumerate() {
+            let (b, at) = &mut out[r as usize];
+            b.kinds.push(self.kinds[i]);
+            b.keys.extend_from_slice(&self.keys[i * kb..(i + 1) * kb]);
+            b.values.extend_from_slice(&self.values[i * vb..(i + 1) * vb]);
+            at.push(i as u32);
+        }
+        out
+    }
+
     /// Whether every operation is a read: the call changes nothing.
     pub(crate) fn read_only(&self) -> bool {
         self.kinds.iter().all(|&k| k == OpKind::Get)
@@ -550,6 +581,14 @@ impl BatchResult {
         self.reads[i] = found.is_some();
         if let Some(v) = found {
             self.values[i * vb..(i + 1) * vb].copy_from_slice(v);
+        }
+    }
+
+    /// Takes the results of a part of the batch (see [`Batch::split`]): `part`'s operation `j`
+    /// was this batch's operation `positions[j]`.
+    pub(crate) fn gather(&mut self, positions: &[u32], part: &BatchResult) {
+        for (j, &i) in positions.iter().enumerate() {
+            self.set(i as usize, part.statuses[j], part.value(j));
         }
     }
 

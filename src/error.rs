@@ -156,6 +156,22 @@ pub enum Error {
     /// An earlier failure left the index unusable until it is reopened (which recovers).
     #[error("the index must be reopened after an earlier failure: {0}")]
     Poisoned(String),
+    /// Shards of a [`crate::ShardedGpHash`] failed their parts of a batch: those parts did not
+    /// take effect; the parts of the shards in `applied` did.
+    #[error(
+        "shard {shard} failed its part of the batch: {source}; the parts on shards {failed:?} did not take \
+         effect, those on shards {applied:?} did"
+    )]
+    Shard {
+        /// The first shard that failed.
+        shard: usize,
+        /// Every shard that failed, `shard` among them.
+        failed: Vec<usize>,
+        /// The shards whose parts took effect.
+        applied: Vec<usize>,
+        /// `shard`'s error.
+        source: Box<Error>,
+    },
     /// A trace file line that cannot be parsed.
     #[error("{path}:{line}: {why}")]
     Trace {

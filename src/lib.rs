@@ -52,6 +52,7 @@ mod recovery;
 mod reopen;
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 mod resize;
+mod sharded;
 mod table_stats;
 mod typed;
 
@@ -72,6 +73,7 @@ pub use layout::{Candidate, Geometry, Layout, MAX_CELLS, TARGET_LOAD};
 pub use profile::{KernelTimes, Profile};
 pub use protocol::{OpKind, Status};
 pub use recovery::{CheckReport, Recovery, Violation, check};
+pub use sharded::{MAX_SHARDS, ShardedGpHash};
 pub use table_stats::TableStats;
 pub use typed::{TypedBatch, TypedIndex, TypedResult};
 

@@ -9,6 +9,7 @@ pub mod ceiling;
 pub mod plots;
 pub mod profile;
 pub mod runner;
+pub mod sharded;
 pub mod systems;
 pub mod traces;
 pub mod ycsb;

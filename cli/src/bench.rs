@@ -8,6 +8,7 @@ use gphash_bench::bktcache::{self, CacheBench};
 use gphash_bench::ceiling::{self, Method};
 use gphash_bench::profile::ProfileBench;
 use gphash_bench::runner::{self, Suite, SystemKind};
+use gphash_bench::sharded::ShardedLoad;
 use gphash_bench::ycsb::{Distribution, Workload};
 use gphash_bench::{Fill, LoadSearch, PersistCost, ResizeRecovery};
 use gphash_bench::{plots, traces};
@@ -43,6 +44,38 @@ pub(crate) enum Bench {
     /// has timestamp queries), for search and insert batches of each size: medians of several
     /// repetitions, with min and max, and each size's wall time over the bare wgpu round trip.
     Profile(ProfileArgs),
+    /// A table of several shards, each a pool of its own on one GPU: loaded (shards grow one at
+    /// a time past `--capacity`), a sample searched with its values checked, every shard
+    /// checked, closed and reopened. For tables of more keys than one table holds (2^32 slots).
+    Sharded(ShardedArgs),
+}
+
+/// `bench sharded` settings.
+#[derive(Args, Clone)]
+pub(crate) struct ShardedArgs {
+    /// Keys inserted.
+    #[arg(long, default_value_t = 1 << 24)]
+    keys: u64,
+    /// Keys the table is made for (default: `--keys`, so no shard grows).
+    #[arg(long)]
+    capacity: Option<u64>,
+    /// Shards.
+    #[arg(long, default_value_t = 16)]
+    shards: usize,
+    /// Operations per batch.
+    #[arg(long, default_value_t = 1 << 20)]
+    batch: usize,
+    /// Key width in bytes.
+    #[arg(long, default_value_t = 8)]
+    key_bytes: u32,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 8)]
+    value_bytes: u32,
+    /// Loaded keys searched afterwards, drawn at random, their values checked.
+    #[arg(long, default_value_t = 1 << 24)]
+    searches: u64,
+    #[command(flatten)]
+    dir: PoolDir,
 }
 
 /// `bench profile` settings.
@@ -390,6 +423,27 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
             Ok(())
         }
         Bench::LoadSearch(a) => load_search(a, options),
+        Bench::Sharded(a) => {
+            let bench = ShardedLoad {
+                keys: a.keys,
+                capacity: a.capacity.unwrap_or(a.keys),
+                shards: a.shards,
+                batch: a.batch,
+                key_bytes: a.key_bytes,
+                value_bytes: a.value_bytes,
+                searches: a.searches,
+                pool_dir: a.dir.pool_dir.clone(),
+            };
+            let bar = progress(a.keys + a.searches, "bench");
+            let figures = bench.run(options, &|n| bar.inc(n))?;
+            bar.finish_and_clear();
+            println!(
+                "# {} keys of {} bytes, values of {} bytes, {} shards made for {} keys, batch {}",
+                a.keys, a.key_bytes, a.value_bytes, a.shards, bench.capacity, a.batch
+            );
+            println!("{figures}");
+            Ok(())
+        }
         Bench::Profile(a) => {
             let bench = ProfileBench {
                 keys: a.keys,

@@ -1,0 +1,236 @@
+//! A sharded table loaded, searched, checked and reopened (`gphash bench sharded`): tables of
+//! more keys than one table's 32-bit slot numbers reach, and the pauses of growth one shard at
+//! a time.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rayon::prelude::*;
+
+use gphash::{Config, Error, Executor, Gpu, Options, Result, ShardedGpHash, Status};
+
+use crate::basic::{key, pool_dir, spread};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct ShardedLoad {
+    /// Keys inserted.
+    pub keys: u64,
+    /// Keys the table is made for (it grows past them, a shard at a time).
+    pub capacity: u64,
+    /// Shards.
+    pub shards: usize,
+    /// Operations per batch.
+    pub batch: usize,
+    /// Key width.
+    pub key_bytes: u32,
+    /// Value size.
+    pub value_bytes: u32,
+    /// Loaded keys searched afterwards, drawn at random, their values checked.
+    pub searches: u64,
+    /// Directory in which the table's directory is made.
+    pub pool_dir: PathBuf,
+}
+
+/// Operations per second of a phase, and its batches' latencies.
+#[derive(Clone, Debug)]
+pub struct Phase {
+    /// Operations.
+    pub ops: u64,
+    /// Wall time.
+    pub time: Duration,
+    /// Median, minimum and maximum batch latency.
+    pub batches: (Duration, Duration, Duration),
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        write!(
+            f,
+            "{} ops in {:.1} s: {:.2} M/s; batch p50 {:.1} ms (min {:.1}, max {:.1})",
+            self.ops,
+            self.time.as_secs_f64(),
+            self.ops as f64 / self.time.as_secs_f64() / 1e6,
+            ms(self.batches.0),
+            ms(self.batches.1),
+            ms(self.batches.2)
+        )
+    }
+}
+
+/// What [`ShardedLoad`] measured.
+#[derive(Clone, Debug)]
+pub struct ShardedFigures {
+    /// Making the table (pools, imports, engines).
+    pub create: Duration,
+    /// Loading its keys.
+    pub load: Phase,
+    /// The load's batches during which shards grew: keys before the batch, growths in it,
+    /// and its latency.
+    pub growth_batches: Vec<(u64, u64, Duration)>,
+    /// Growths of shards during the load.
+    pub growths: u64,
+    /// Searching the sample.
+    pub search: Phase,
+    /// Keys over all shards, and the fewest and most in one shard.
+    pub keys: (u64, u64, u64),
+    /// Slots over all shards, and the most in one.
+    pub slots: (u64, u64),
+    /// Bytes of the pool files.
+    pub pool_bytes: u64,
+    /// The consistency check of every shard: its time and whether all passed.
+    pub check: (Duration, bool),
+    /// A clean close, and the open after it.
+    pub close: Duration,
+    /// See `close`.
+    pub reopen: Duration,
+}
+
+impl fmt::Display for ShardedFigures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = |d: Duration| d.as_secs_f64();
+        writeln!(f, "create        {:.2} s", s(self.create))?;
+        writeln!(f, "load          {}", self.load)?;
+        writeln!(f, "growths       {} of a shard, in {} batches", self.growths, self.growth_batches.len())?;
+        for (keys, growths, spent) in &self.growth_batches {
+            writeln!(f, "  batch after {keys} keys: {growths} growth(s), {:.1} ms", s(*spent) * 1e3)?;
+        }
+        writeln!(f, "search        {} (values checked)", self.search)?;
+        writeln!(
+            f,
+            "keys          {} (2^{:.3}); per shard {} to {}",
+            self.keys.0,
+            (self.keys.0 as f64).log2(),
+            self.keys.1,
+            self.keys.2
+        )?;
+        writeln!(f, "slots         {} (most in one shard: {})", self.slots.0, self.slots.1)?;
+        writeln!(f, "pool files    {:.2} GiB", self.pool_bytes as f64 / (1u64 << 30) as f64)?;
+        writeln!(
+            f,
+            "check         {} in {:.1} s",
+            if self.check.1 { "consistent" } else { "FAILED" },
+            s(self.check.0)
+        )?;
+        write!(f, "close {:.2} s, open after it {:.3} s", s(self.close), s(self.reopen))
+    }
+}
+
+/// The value stored under key number `i`.
+fn value(i: u64, bytes: usize) -> Vec<u8> {
+    (0..bytes).map(|b| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> ((b % 8) * 8)) as u8 ^ b as u8).collect()
+}
+
+fn gathered(ids: impl ParallelIterator<Item = u64>, bytes: usize, f: fn(u64, usize) -> Vec<u8>) -> Vec<u8> {
+    ids.flat_map_iter(|i| f(i, bytes)).collect()
+}
+
+impl ShardedLoad {
+    /// Runs it; `progress` is told of each batch's operations.
+    pub fn run(&self, options: &Options, progress: &dyn Fn(u64)) -> Result<ShardedFigures> {
+        let (kb, vb) = (self.key_bytes as usize, self.value_bytes as usize);
+        // One device for the create and the reopen, so the reopen's time is the table's.
+        let mut options = options.clone();
+        if options.device.is_none() && options.executor != Executor::Cpu {
+            options.device = Gpu::new().ok();
+        }
+        let options = &options;
+        let dir = pool_dir(&self.pool_dir)?;
+        let path = dir.path().join("sharded");
+        let config = Config {
+            key_bytes: self.key_bytes,
+            value_bytes: self.value_bytes,
+            capacity: self.capacity,
+            ..Config::default()
+        };
+        let t = Instant::now();
+        let table = ShardedGpHash::create(&path, &config, self.shards, options)?;
+        let create = t.elapsed();
+        let batch = self.batch.max(1) as u64;
+        let growths =
+            |table: &ShardedGpHash| table.shards().iter().map(|s| s.activity().resizes).sum::<u64>();
+        let (mut latencies, mut growth_batches) = (vec![], vec![]);
+        let t = Instant::now();
+        for start in (0..self.keys).step_by(batch as usize) {
+            let ids = start..(start + batch).min(self.keys);
+            let keys = gathered(ids.clone().into_par_iter(), kb, key);
+            let values = gathered(ids.into_par_iter(), vb, value);
+            let before = growths(&table);
+            let s = Instant::now();
+            let statuses = table.insert(&keys, &values)?;
+            let spent = s.elapsed();
+            if let Some(i) = statuses.iter().position(|&s| s != Status::Ok) {
+                return Err(Error::Inconsistent(format!(
+                    "insert of key {} gave {:?}",
+                    start + i as u64,
+                    statuses[i]
+                )));
+            }
+            match growths(&table) - before {
+                0 => latencies.push(spent),
+                grew => growth_batches.push((start, grew, spent)),
+            }
+            progress(statuses.len() as u64);
+        }
+        let load = Phase { ops: self.keys, time: t.elapsed(), batches: spread(latencies) };
+        let grown = growths(&table);
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(7);
+        let sample: Vec<u64> = (0..self.searches).map(|_| rng.random_range(0..self.keys.max(1))).collect();
+        let mut latencies = vec![];
+        let t = Instant::now();
+        for ids in sample.chunks(batch as usize) {
+            let keys = gathered(ids.par_iter().copied(), kb, key);
+            let s = Instant::now();
+            let found = table.get(&keys)?;
+            latencies.push(s.elapsed());
+            if let Some(j) = (0..ids.len()).find(|&j| found.value(j) != Some(&value(ids[j], vb)[..])) {
+                return Err(Error::Inconsistent(format!("key {} read {:?}", ids[j], found.value(j))));
+            }
+            progress(ids.len() as u64);
+        }
+        let search = Phase { ops: self.searches, time: t.elapsed(), batches: spread(latencies) };
+        let per_shard: Vec<u64> = table.shards().iter().map(|s| s.len()).collect();
+        let keys = (table.len(), *per_shard.iter().min().unwrap(), *per_shard.iter().max().unwrap());
+        let most_slots = table.shards().iter().map(|s| s.geometry().slots()).max().unwrap_or(0);
+        let slots = (table.slots(), most_slots);
+        let t = Instant::now();
+        let check_ok = table.check().iter().all(|r| r.ok());
+        let check = (t.elapsed(), check_ok);
+        let t = Instant::now();
+        table.close()?;
+        let close = t.elapsed();
+        let pool_bytes = std::fs::read_dir(&path)
+            .and_then(|entries| {
+                entries.map(|e| e.and_then(|e| e.metadata()).map(|m| m.len())).sum::<std::io::Result<u64>>()
+            })
+            .map_err(|source| Error::Io { what: format!("sizing {}", path.display()), source })?;
+        let t = Instant::now();
+        let table = ShardedGpHash::open(&path, options)?;
+        let reopen = t.elapsed();
+        if table.len() != keys.0 {
+            return Err(Error::Inconsistent(format!(
+                "{} keys after reopening, {} before",
+                table.len(),
+                keys.0
+            )));
+        }
+        table.close()?;
+        Ok(ShardedFigures {
+            create,
+            load,
+            growth_batches,
+            growths: grown,
+            search,
+            keys,
+            slots,
+            pool_bytes,
+            check,
+            close,
+            reopen,
+        })
+    }
+}

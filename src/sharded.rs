@@ -1,0 +1,398 @@
+//! A table spread over several pools by a hash of the key: more keys than one table's 32-bit
+//! slot numbers and state words reach (`docs/design.md`, "Pools past 16 GiB"), and growth one
+//! shard at a time, each pause moving a shard's keys rather than the whole table's (TurboHash's
+//! segments, seed 003, at the scale of whole tables).
+//!
+//! Each shard is a [`GpHash`] of its own in `DIR/shard-NNNN.pool`; all of them share one GPU.
+//! The file `DIR/gphash-shards` names how many there are. It is written last when the table is
+//! made, so a directory without it holds nothing acknowledged.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+
+use crate::batch::{Batch, BatchResult};
+use crate::error::{Error, Result};
+use crate::index::{Config, Executor, GpHash, Options};
+use crate::protocol::{OpKind, Status};
+use crate::recovery::CheckReport;
+use gphash_gpu::Gpu;
+
+/// The file that names a directory's shards.
+const MANIFEST: &str = "gphash-shards";
+/// Its first line: the format and its version.
+const MANIFEST_HEAD: &str = "gphash-shards 1";
+/// The most shards a table has (each is a pool, an engine and its GPU buffers).
+pub const MAX_SHARDS: usize = 1024;
+
+/// A table of `GpHash` shards, each key in the one [`ShardedGpHash::shard_of`] names.
+///
+/// A batch is cut by shard and each shard runs its part on a thread of its own, as
+/// [`GpHash::execute`] or [`GpHash::execute_ordered`] would: each key's operations are in one
+/// part, in batch order, so results are those of one-by-one application. What differs from one
+/// table:
+/// - a shard that fails leaves its part of the batch without effect, but the parts of the other
+///   shards stand ([`Error::Shard`] names both);
+/// - a call of another thread may run between the parts of two shards.
+///
+/// A crash leaves each key as it was before the batch or after it, as in each shard.
+pub struct ShardedGpHash {
+    dir: PathBuf,
+    shards: Vec<GpHash>,
+    key_bytes: usize,
+    value_bytes: usize,
+}
+
+impl ShardedGpHash {
+    /// Creates a table of `shards` new pools in the directory `dir` (made if absent; it must not
+    /// hold a sharded table already). `config.capacity` and `config.max_bytes` are the whole
+    /// table's, shared evenly; each shard grows on its own.
+    pub fn create(dir: &Path, config: &Config, shards: usize, options: &Options) -> Result<Self> {
+        if !(1..=MAX_SHARDS).contains(&shards) {
+            return Err(Error::InvalidConfig(format!("{shards} shards: must be 1 to {MAX_SHARDS}")));
+        }
+        let io = |what: &str| {
+            let what = format!("{what} {}", dir.display());
+            move |source| Error::Io { what, source }
+        };
+        fs::create_dir_all(dir).map_err(io("creating the directory"))?;
+        let manifest = dir.join(MANIFEST);
+        if manifest.exists() {
+            let held = std::io::Error::new(std::io::ErrorKind::AlreadyExists, "it holds a sharded table");
+            return Err(io("creating a sharded table in")(held));
+        }
+        let options = with_shared_device(options)?;
+        let config = Config {
+            capacity: shard_capacity(config.capacity, shards),
+            max_bytes: config.max_bytes.map(|b| b / shards as u64),
+            ..*config
+        };
+        let made = in_parallel((0..shards).collect(), |i| {
+            GpHash::create(Some(&shard_path(dir, i)), &config, &options)
+        });
+        let table = Self::gathered(dir, made)?;
+        if let Err(e) = write_manifest(dir, shards) {
+            // The shards were made by this call and hold nothing acknowledged.
+            let _ = table.close();
+            for i in 0..shards {
+                let _ = fs::remove_file(shard_path(dir, i));
+            }
+            return Err(e);
+        }
+        Ok(table)
+    }
+
+    /// Opens the sharded table in `dir`, recovering each shard that was not closed cleanly.
+    pub fn open(dir: &Path, options: &Options) -> Result<Self> {
+        let shards = read_manifest(dir)?;
+        let options = with_shared_device(options)?;
+        let opened = in_parallel((0..shards).collect(), |i| GpHash::open(&shard_path(dir, i), &options));
+        let table = Self::gathered(dir, opened)?;
+        let widths = |s: &GpHash| (s.geometry().key_bytes, s.geometry().value_bytes);
+        if let Some(i) = table.shards.iter().position(|s| widths(s) != widths(&table.shards[0])) {
+            let why = format!(
+                "shard {i} has {:?}-byte keys and values, shard 0 {:?}",
+                widths(&table.shards[i]),
+                widths(&table.shards[0])
+            );
+            let _ = table.close();
+            return Err(Error::IncompatiblePool { path: shard_path(dir, i), why });
+        }
+        Ok(table)
+    }
+
+    /// The table of the shards `made` for `dir`, or the first error, the others closed (a
+    /// shard made by this call is left as a pool of its own, never removed: see `create`).
+    fn gathered(dir: &Path, made: Vec<Result<GpHash>>) -> Result<Self> {
+        if made.iter().all(Result::is_ok) {
+            let shards: Vec<GpHash> = made.into_iter().flatten().collect();
+            let geo = shards[0].geometry();
+            let (key_bytes, value_bytes) = (geo.key_bytes as usize, geo.value_bytes as usize);
+            return Ok(ShardedGpHash { dir: dir.to_path_buf(), shards, key_bytes, value_bytes });
+        }
+        let mut first = None;
+        for m in made {
+            match m {
+                Ok(shard) => drop(shard.close()),
+                Err(e) => first = first.or(Some(e)),
+            }
+        }
+        Err(first.expect("a shard failed"))
+    }
+
+    /// The shard of `key` among `shards`: FNV-1a of its bytes, mixed by SplitMix64's
+    /// finaliser, scaled to `shards`. It is independent of the tables' own hashes (a 32-bit
+    /// `fmix` of the key's words with the pool's seed), so each shard's keys spread over all
+    /// of its buckets.
+    pub fn shard_of(key: &[u8], shards: usize) -> usize {
+        let mut h: u64 = 0xCBF2_9CE4_8422_2325;
+        for &b in key {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3);
+        }
+        h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        h ^= h >> 31;
+        ((u128::from(h) * shards as u128) >> 64) as usize
+    }
+
+    /// The shards, in the order [`ShardedGpHash::shard_of`] numbers them.
+    pub fn shards(&self) -> &[GpHash] {
+        &self.shards
+    }
+
+    /// The table's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Key width in bytes.
+    pub fn key_bytes(&self) -> usize {
+        self.key_bytes
+    }
+
+    /// Value size in bytes.
+    pub fn value_bytes(&self) -> usize {
+        self.value_bytes
+    }
+
+    /// Published keys, over all shards.
+    pub fn len(&self) -> u64 {
+        self.shards.iter().map(GpHash::len).sum()
+    }
+
+    /// Whether no shard holds a key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Slots over all shards.
+    pub fn slots(&self) -> u64 {
+        self.shards.iter().map(|s| s.geometry().slots()).sum()
+    }
+
+    /// Each shard's consistency check (see [`GpHash::check`]), all shards at once.
+    pub fn check(&self) -> Vec<CheckReport> {
+        in_parallel(self.shards.iter().collect(), GpHash::check)
+    }
+
+    /// Closes every shard cleanly; the first failure is returned after all were tried.
+    pub fn close(self) -> Result<()> {
+        in_parallel(self.shards, GpHash::close).into_iter().collect()
+    }
+
+    /// Runs a batch as [`GpHash::execute`] does, each shard's part on its shard.
+    pub fn execute(&self, batch: &Batch) -> Result<BatchResult> {
+        self.run(batch, GpHash::execute)
+    }
+
+    /// Runs a batch as [`GpHash::execute_ordered`] does: the results of applying its
+    /// operations one by one, in order.
+    pub fn execute_ordered(&self, batch: &Batch) -> Result<BatchResult> {
+        self.run(batch, GpHash::execute_ordered)
+    }
+
+    /// Reads concatenated keys.
+    pub fn get(&self, keys: &[u8]) -> Result<BatchResult> {
+        self.execute(&Batch::of_kind(OpKind::Get, self.key_bytes, self.value_bytes, keys, None)?)
+    }
+
+    /// Inserts absent keys (`Exists` for the others).
+    pub fn insert(&self, keys: &[u8], values: &[u8]) -> Result<Vec<Status>> {
+        self.bulk(OpKind::Insert, keys, Some(values))
+    }
+
+    /// Inserts or overwrites keys.
+    pub fn upsert(&self, keys: &[u8], values: &[u8]) -> Result<Vec<Status>> {
+        self.bulk(OpKind::Upsert, keys, Some(values))
+    }
+
+    /// Overwrites present keys (`NotFound` for the others).
+    pub fn update(&self, keys: &[u8], values: &[u8]) -> Result<Vec<Status>> {
+        self.bulk(OpKind::Update, keys, Some(values))
+    }
+
+    /// Removes keys.
+    pub fn delete(&self, keys: &[u8]) -> Result<Vec<Status>> {
+        self.bulk(OpKind::Delete, keys, None)
+    }
+
+    fn bulk(&self, kind: OpKind, keys: &[u8], values: Option<&[u8]>) -> Result<Vec<Status>> {
+        let batch = Batch::of_kind(kind, self.key_bytes, self.value_bytes, keys, values)?;
+        Ok(self.execute(&batch)?.statuses)
+    }
+
+    fn run(&self, batch: &Batch, call: fn(&GpHash, &Batch) -> Result<BatchResult>) -> Result<BatchResult> {
+        if batch.key_bytes() != self.key_bytes {
+            return Err(Error::KeyWidth { found: batch.key_bytes(), expected: self.key_bytes });
+        }
+        if batch.value_bytes() != self.value_bytes {
+            return Err(Error::ValueSize { found: batch.value_bytes(), expected: self.value_bytes });
+        }
+        let n = self.shards.len();
+        if n == 1 {
+            return call(&self.shards[0], batch);
+        }
+        let route: Vec<u32> =
+            (0..batch.len()).into_par_iter().map(|i| Self::shard_of(batch.op(i).1, n) as u32).collect();
+        let parts: Vec<(usize, (Batch, Vec<u32>))> =
+            batch.split(&route, n).into_iter().enumerate().filter(|(_, (b, _))| !b.is_empty()).collect();
+        let outcomes = in_parallel(parts, |(i, (part, at))| (i, call(&self.shards[i], &part), at));
+        let mut result = BatchResult::new(batch.len(), self.value_bytes);
+        let (mut applied, mut failed) = (vec![], vec![]);
+        for (i, outcome, at) in outcomes {
+            match outcome {
+                Ok(part) => {
+                    result.gather(&at, &part);
+                    applied.push(i);
+                }
+                Err(e) => failed.push((i, e)),
+            }
+        }
+        if failed.is_empty() {
+            return Ok(result);
+        }
+        let shards: Vec<usize> = failed.iter().map(|(i, _)| *i).collect();
+        let (shard, source) = failed.swap_remove(0);
+        for (i, e) in failed {
+            log::error!("shard {i} also failed its part of the batch: {e}");
+        }
+        Err(Error::Shard { shard, failed: shards, applied, source: Box::new(source) })
+    }
+}
+
+/// `DIR/shard-NNNN.pool`.
+fn shard_path(dir: &Path, i: usize) -> PathBuf {
+    dir.join(format!("shard-{i:04}.pool"))
+}
+
+/// A shard's share of `capacity` keys: the mean with four standard deviations of a binomial
+/// share to spare, so that no shard of a table filled to its capacity is likely to grow.
+fn shard_capacity(capacity: u64, shards: usize) -> u64 {
+    let mean = capacity as f64 / shards as f64;
+    (mean + 4.0 * mean.sqrt()).ceil().max(1.0) as u64
+}
+
+/// `options` with one GPU for every shard: the one given, else the best adapter; with
+/// [`Executor::Auto`] and no adapter, the CPU model for all of them.
+fn with_shared_device(options: &Options) -> Result<Options> {
+    let mut options = options.clone();
+    if options.device.is_none() && options.executor != Executor::Cpu {
+        match Gpu::new() {
+            Ok(gpu) => options.device = Some(gpu),
+            Err(e) if options.executor == Executor::Auto => {
+                log::warn!("no GPU, every shard runs on the CPU model: {e}");
+                options.executor = Executor::Cpu;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(options)
+}
+
+/// Runs `f` on every item, each on a thread of its own (inline for one), results in order.
+fn in_parallel<I: Send, T: Send>(items: Vec<I>, f: impl Fn(I) -> T + Sync) -> Vec<T> {
+    if items.len() == 1 {
+        return items.into_iter().map(f).collect();
+    }
+    let f = &f;
+    std::thread::scope(|s| {
+        let running: Vec<_> = items.into_iter().map(|item| s.spawn(move || f(item))).collect();
+        running
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .collect()
+    })
+}
+
+/// Publishes the manifest: written and synced under a temporary name, then linked to its own
+/// name, which fails rather than replace one that exists.
+fn write_manifest(dir: &Path, shards: usize) -> Result<()> {
+    let io =
+        |what: &'static str| move |source| Error::Io { what: format!("{what} in {}", dir.display()), source };
+    let temp = dir.join(format!(".{MANIFEST}.{}", std::process::id()));
+    let mut file = fs::File::create(&temp).map_err(io("writing the shards' manifest"))?;
+    let text = format!("{MANIFEST_HEAD}\nshards {shards}\n");
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(io("writing the shards' manifest"))?;
+    let linked = fs::hard_link(&temp, dir.join(MANIFEST));
+    let _ = fs::remove_file(&temp);
+    linked.map_err(io("publishing the shards' manifest"))?;
+    fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io("syncing the directory"))
+}
+
+/// The number of shards the manifest of `dir` names.
+fn read_manifest(dir: &Path) -> Result<usize> {
+    let path = dir.join(MANIFEST);
+    let text = fs::read_to_string(&path).map_err(|source| Error::Io {
+        what: format!(
+            "opening the sharded table in {}: no readable {MANIFEST} (a table whose creation was \
+             interrupted has shard pools but no manifest, and holds nothing acknowledged)",
+            dir.display()
+        ),
+        source,
+    })?;
+    let bad = |why: &str| Error::IncompatiblePool { path: path.clone(), why: why.into() };
+    let mut lines = text.lines();
+    if lines.next() != Some(MANIFEST_HEAD) {
+        return Err(bad(&format!("the first line is not `{MANIFEST_HEAD}`")));
+    }
+    let shards = lines
+        .next()
+        .and_then(|l| l.strip_prefix("shards "))
+        .and_then(|n| n.parse::<usize>().ok())
+        .filter(|n| (1..=MAX_SHARDS).contains(n))
+        .ok_or_else(|| bad(&format!("the second line is not `shards N` with N from 1 to {MAX_SHARDS}")))?;
+    if lines.next().is_some() {
+        return Err(bad("it has more than two lines"));
+    }
+    Ok(shards)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_are_even_and_stable() {
+        let mut counts = [0u32; 7];
+        for k in 0u64..70_000 {
+            counts[ShardedGpHash::shard_of(&k.to_le_bytes(), 7)] += 1;
+        }
+        assert!(counts.iter().all(|&c| (9_500..10_500).contains(&c)), "{counts:?}");
+        assert_eq!(ShardedGpHash::shard_of(b"any key", 1), 0);
+        // The route is part of the on-disk format: a key's shard never changes between builds.
+        assert_eq!(ShardedGpHash::shard_of(&42u64.to_le_bytes(), 16), 14);
+    }
+
+    #[test]
+    fn a_shard_has_room_for_its_share() {
+        assert_eq!(shard_capacity(0, 4), 1);
+        assert_eq!(shard_capacity(1600, 16), 140);
+        assert_eq!(shard_capacity(1 << 32, 16), (1 << 28) + (1 << 16));
+    }
+
+    #[test]
+    fn manifests_are_read_strictly() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(read_manifest(dir.path()).unwrap_err().to_string().contains("no readable gphash-shards"));
+        write_manifest(dir.path(), 12).unwrap();
+        assert_eq!(read_manifest(dir.path()).unwrap(), 12);
+        let again = write_manifest(dir.path(), 3).unwrap_err();
+        assert!(again.to_string().contains("publishing"), "{again}");
+        assert_eq!(read_manifest(dir.path()).unwrap(), 12, "an existing manifest is never replaced");
+        for (text, why) in [
+            ("gphash-shards 2\nshards 4\n", "first line"),
+            ("gphash-shards 1\nshards 0\n", "second line"),
+            ("gphash-shards 1\nshards 4096\n", "second line"),
+            ("gphash-shards 1\nshards four\n", "second line"),
+            ("gphash-shards 1\nshards 4\nmore\n", "more than two lines"),
+        ] {
+            fs::write(dir.path().join(MANIFEST), text).unwrap();
+            let e = read_manifest(dir.path()).unwrap_err().to_string();
+            assert!(e.contains(why), "{text:?}: {e}");
+        }
+    }
+}

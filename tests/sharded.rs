@@ -1,0 +1,156 @@
+//! Sharded tables (`ShardedGpHash`): results equal the model's, each key lives in the shard its
+//! hash names, shards grow on their own, a failing shard leaves the others' parts applied and
+//! says so, and a table is never replaced or opened without its manifest.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::oracle::{Oracle, assert_same_content};
+use gphash::{Batch, Config, Error, GpHash, GpuOptions, Options, ShardedGpHash, Status};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn options() -> Options {
+    common::gpu_options(GpuOptions { max_window_bytes: Some(1 << 20), ..GpuOptions::default() })
+}
+
+/// Every key of every shard, after checking that each lies in the shard its hash names.
+fn content(t: &ShardedGpHash) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let n = t.shards().len();
+    let mut all = vec![];
+    for (i, shard) in t.shards().iter().enumerate() {
+        for (k, v) in shard.entries() {
+            assert_eq!(ShardedGpHash::shard_of(&k, n), i, "a key in the wrong shard");
+            all.push((k, v));
+        }
+    }
+    all
+}
+
+/// Random ordered batches over few keys (so keys repeat within a batch) and unordered batches
+/// of distinct keys, on four shards that start small and grow: every result is the model's,
+/// before and after a reopen.
+#[test]
+fn sharded_tables_match_the_model() {
+    let seed = common::seed("sharded_tables_match_the_model");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = common::pool_dir();
+    let path = dir.path().join("sharded");
+    let config = Config { capacity: 64, value_bytes: 12, ..Config::default() };
+    let t = ShardedGpHash::create(&path, &config, 4, &options()).unwrap();
+    let mut oracle = Oracle::default();
+    let space = 3_000u64;
+    for round in 0..24 {
+        let mut batch = Batch::new(8, 12);
+        let ordered = round % 3 != 2;
+        let mut keys: Vec<u64> = (0..rng.random_range(1..600)).map(|_| rng.random_range(0..space)).collect();
+        if !ordered {
+            keys.sort_unstable();
+            keys.dedup();
+        }
+        for k in keys {
+            let (kind, v) = (common::random_kind(&mut rng), common::value(&mut rng, 12));
+            batch.push(kind, &common::key(k, 8), kind.writes_value().then_some(&v[..])).unwrap();
+        }
+        let result = if ordered { t.execute_ordered(&batch) } else { t.execute(&batch) }.unwrap();
+        let want = oracle.run(&batch);
+        for (i, (status, value)) in want.iter().enumerate() {
+            assert_eq!(
+                (result.statuses[i], result.value(i)),
+                (*status, value.as_deref()),
+                "round {round}, operation {i} ({:?})",
+                batch.op(i).0
+            );
+        }
+        assert_eq!(t.len(), oracle.map.len() as u64, "round {round}");
+    }
+    let grown: u64 = t.shards().iter().map(|s| s.activity().resizes).sum();
+    assert!(grown >= 4, "the shards grew {grown} times: each should have");
+    assert_same_content(content(&t), &oracle.map, "before closing");
+    assert!(t.check().iter().all(|r| r.ok()));
+    t.close().unwrap();
+    let t = ShardedGpHash::open(&path, &options()).unwrap();
+    assert_same_content(content(&t), &oracle.map, "after reopening");
+    let keys: Vec<u8> = (0..space).flat_map(|k| common::key(k, 8)).collect();
+    let found = t.get(&keys).unwrap();
+    for k in 0..space as usize {
+        assert_eq!(found.value(k), oracle.map.get(&common::key(k as u64, 8)).map(|v| &v[..]), "key {k}");
+    }
+    t.close().unwrap();
+}
+
+/// A shard that cannot take its part (a table full, growth off) fails alone: the error names it,
+/// its part took no effect, the other shards' parts did.
+#[test]
+fn a_failing_shard_leaves_the_others_applied() {
+    let dir = common::pool_dir();
+    let path = dir.path().join("sharded");
+    let options = Options { grow: false, ..options() };
+    let t =
+        ShardedGpHash::create(&path, &Config { capacity: 400, ..Config::default() }, 3, &options).unwrap();
+    // Shard 0 gets far more keys than its slots; the others a few each.
+    let mut per_shard = [0u32; 3];
+    let mut keys = vec![];
+    for k in 0u64.. {
+        let key = common::key(k, 8);
+        let s = ShardedGpHash::shard_of(&key, 3);
+        if per_shard[s] < [2_000, 50, 50][s] {
+            per_shard[s] += 1;
+            keys.extend_from_slice(&key);
+        }
+        if per_shard == [2_000, 50, 50] {
+            break;
+        }
+    }
+    let values = vec![7u8; keys.len()];
+    match t.insert(&keys, &values) {
+        Err(Error::Shard { shard: 0, failed, applied, source }) => {
+            assert_eq!((failed, applied), (vec![0], vec![1, 2]));
+            assert!(matches!(*source, Error::TableFull { .. }), "{source}");
+        }
+        other => panic!("expected shard 0 to fail alone: {other:?}"),
+    }
+    assert_eq!(t.shards().iter().map(GpHash::len).collect::<Vec<_>>(), [0, 50, 50]);
+    let found = t.get(&keys).unwrap();
+    for (i, key) in keys.chunks(8).enumerate() {
+        let applied = ShardedGpHash::shard_of(key, 3) != 0;
+        assert_eq!(found.statuses[i] == Status::Ok, applied, "key {i}");
+    }
+    assert!(matches!(t.get(&[0; 7]), Err(Error::KeysLength { .. })));
+    assert!(matches!(t.execute(&Batch::new(16, 8)), Err(Error::KeyWidth { found: 16, expected: 8 })));
+    t.close().unwrap();
+}
+
+/// Creating never replaces a table; opening needs the manifest and shards of one width.
+#[test]
+fn a_sharded_table_is_never_replaced() {
+    let dir = common::pool_dir();
+    let path = dir.path().join("sharded");
+    let t = ShardedGpHash::create(&path, &Config::default(), 2, &options()).unwrap();
+    let keys: Vec<u8> = (0..100u64).flat_map(|k| common::key(k, 8)).collect();
+    assert!(t.insert(&keys, &vec![1; 800]).unwrap().iter().all(|&s| s == Status::Ok));
+    t.close().unwrap();
+    let again = ShardedGpHash::create(&path, &Config::default(), 3, &options()).err().unwrap();
+    assert!(again.to_string().contains("it holds a sharded table"), "{again}");
+    let t = ShardedGpHash::open(&path, &options()).unwrap();
+    assert_eq!((t.len(), t.shards().len()), (100, 2));
+    let want: HashMap<Vec<u8>, Vec<u8>> = keys.chunks(8).map(|k| (k.to_vec(), vec![1; 8])).collect();
+    assert_same_content(content(&t), &want, "after a refused create");
+    t.close().unwrap();
+    // Shards without a manifest (a create cut short) are refused, never opened as empty.
+    std::fs::remove_file(path.join("gphash-shards")).unwrap();
+    let open = ShardedGpHash::open(&path, &options()).err().unwrap();
+    assert!(open.to_string().contains("no readable gphash-shards"), "{open}");
+    // A shard of other widths.
+    let mixed = dir.path().join("mixed");
+    drop(ShardedGpHash::create(&mixed, &Config::default(), 2, &options()).unwrap().close());
+    std::fs::remove_file(mixed.join("shard-0001.pool")).unwrap();
+    let wide = Config { key_bytes: 16, ..Config::default() };
+    GpHash::create(Some(&mixed.join("shard-0001.pool")), &wide, &options()).unwrap().close().unwrap();
+    let open = ShardedGpHash::open(&mixed, &options()).err().unwrap();
+    assert!(matches!(open, Error::IncompatiblePool { .. }), "{open}");
+    let zero =
+        ShardedGpHash::create(&dir.path().join("none"), &Config::default(), 0, &options()).err().unwrap();
+    assert!(zero.to_string().contains("0 shards"), "{zero}");
+}
