@@ -3,13 +3,15 @@
 //! shard at a time, each pause moving a shard's keys rather than the whole table's (TurboHash's
 //! segments, seed 003, at the scale of whole tables).
 //!
-//! Each shard is a [`GpHash`] of its own in `DIR/shard-NNNN.pool`; all of them share one GPU.
+//! Each shard is a [`GpHash`] of its own in `DIR/shard-NNNN.pool`; the shards share the host's
+//! GPUs, in turn.
 //! The file `DIR/gphash-shards` names how many there are. It is written last when the table is
 //! made, so a directory without it holds nothing acknowledged.
 
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 
@@ -47,9 +49,22 @@ pub struct ShardedGpHash {
 
 impl ShardedGpHash {
     /// Creates a table of `shards` new pools in the directory `dir` (made if absent; it must not
-    /// hold a sharded table already). `config.capacity` and `config.max_bytes` are the whole
-    /// table's, shared evenly; each shard grows on its own.
+    /// hold a sharded table already), on the GPUs [`ShardedGpHash::devices`] gives.
+    /// `config.capacity` and `config.max_bytes` are the whole table's, shared evenly; each
+    /// shard grows on its own.
     pub fn create(dir: &Path, config: &Config, shards: usize, options: &Options) -> Result<Self> {
+        Self::create_on(dir, config, shards, options, &Self::devices(options)?)
+    }
+
+    /// [`ShardedGpHash::create`] on the GPUs given: shard `i` on `gpus[i % gpus.len()]`; with
+    /// none, every shard on the CPU model.
+    pub fn create_on(
+        dir: &Path,
+        config: &Config,
+        shards: usize,
+        options: &Options,
+        gpus: &[Arc<Gpu>],
+    ) -> Result<Self> {
         if !(1..=MAX_SHARDS).contains(&shards) {
             return Err(Error::InvalidConfig(format!("{shards} shards: must be 1 to {MAX_SHARDS}")));
         }
@@ -63,14 +78,13 @@ impl ShardedGpHash {
             let held = std::io::Error::new(std::io::ErrorKind::AlreadyExists, "it holds a sharded table");
             return Err(io("creating a sharded table in")(held));
         }
-        let options = with_shared_device(options)?;
         let config = Config {
             capacity: shard_capacity(config.capacity, shards),
             max_bytes: config.max_bytes.map(|b| b / shards as u64),
             ..*config
         };
         let made = in_parallel((0..shards).collect(), |i| {
-            GpHash::create(Some(&shard_path(dir, i)), &config, &options)
+            GpHash::create(Some(&shard_path(dir, i)), &config, &on_device(options, gpus, i)?)
         });
         let table = Self::gathered(dir, made)?;
         if let Err(e) = write_manifest(dir, shards) {
@@ -84,11 +98,18 @@ impl ShardedGpHash {
         Ok(table)
     }
 
-    /// Opens the sharded table in `dir`, recovering each shard that was not closed cleanly.
+    /// Opens the sharded table in `dir`, recovering each shard that was not closed cleanly, on
+    /// the GPUs [`ShardedGpHash::devices`] gives.
     pub fn open(dir: &Path, options: &Options) -> Result<Self> {
+        Self::open_on(dir, options, &Self::devices(options)?)
+    }
+
+    /// [`ShardedGpHash::open`] on the GPUs given, as [`ShardedGpHash::create_on`] uses them.
+    pub fn open_on(dir: &Path, options: &Options, gpus: &[Arc<Gpu>]) -> Result<Self> {
         let shards = read_manifest(dir)?;
-        let options = with_shared_device(options)?;
-        let opened = in_parallel((0..shards).collect(), |i| GpHash::open(&shard_path(dir, i), &options));
+        let opened = in_parallel((0..shards).collect(), |i| {
+            GpHash::open(&shard_path(dir, i), &on_device(options, gpus, i)?)
+        });
         let table = Self::gathered(dir, opened)?;
         let widths = |s: &GpHash| (s.geometry().key_bytes, s.geometry().value_bytes);
         if let Some(i) = table.shards.iter().position(|s| widths(s) != widths(&table.shards[0])) {
@@ -101,6 +122,25 @@ impl ShardedGpHash {
             return Err(Error::IncompatiblePool { path: shard_path(dir, i), why });
         }
         Ok(table)
+    }
+
+    /// The GPUs shards run on under `options`: `options.device` where it is set; none (the CPU
+    /// model) under [`Executor::Cpu`]; else the host's best GPU and its identical twins
+    /// ([`Gpu::all`]), so a table's shards spread over all of them. With [`Executor::Auto`] and
+    /// no GPU, none.
+    pub fn devices(options: &Options) -> Result<Vec<Arc<Gpu>>> {
+        match (&options.device, options.executor) {
+            (Some(gpu), _) => Ok(vec![gpu.clone()]),
+            (None, Executor::Cpu) => Ok(vec![]),
+            (None, executor) => match Gpu::all() {
+                Ok(gpus) => Ok(gpus),
+                Err(e) if executor == Executor::Auto => {
+                    log::warn!("no GPU, every shard runs on the CPU model: {e}");
+                    Ok(vec![])
+                }
+                Err(e) => Err(e.into()),
+            },
+        }
     }
 
     /// The table of the shards `made` for `dir`, or the first error, the others closed (a
@@ -274,19 +314,13 @@ fn shard_capacity(capacity: u64, shards: usize) -> u64 {
     (mean + 4.0 * mean.sqrt()).ceil().max(1.0) as u64
 }
 
-/// `options` with one GPU for every shard: the one given, else the best adapter; with
-/// [`Executor::Auto`] and no adapter, the CPU model for all of them.
-fn with_shared_device(options: &Options) -> Result<Options> {
+/// `options` for shard `i` of a table on `gpus`.
+fn on_device(options: &Options, gpus: &[Arc<Gpu>], i: usize) -> Result<Options> {
     let mut options = options.clone();
-    if options.device.is_none() && options.executor != Executor::Cpu {
-        match Gpu::new() {
-            Ok(gpu) => options.device = Some(gpu),
-            Err(e) if options.executor == Executor::Auto => {
-                log::warn!("no GPU, every shard runs on the CPU model: {e}");
-                options.executor = Executor::Cpu;
-            }
-            Err(e) => return Err(e.into()),
-        }
+    match (gpus.len(), options.executor) {
+        (0, Executor::Gpu) => return Err(Error::NoAdapter("no GPU for the shards".into())),
+        (0, _) => options.executor = Executor::Cpu,
+        (n, _) => options.device = Some(gpus[i % n].clone()),
     }
     Ok(options)
 }

@@ -70,7 +70,19 @@ fn sharded_tables_match_the_model() {
     assert_same_content(content(&t), &oracle.map, "before closing");
     assert!(t.check().iter().all(|r| r.ok()));
     t.close().unwrap();
-    let t = ShardedGpHash::open(&path, &options()).unwrap();
+    // Reopened on two device handles (one device here): the shards alternate between them.
+    let t = match common::gpu() {
+        Some(g) => {
+            let twin = common::gpu_with_binding_limit(g.info.max_binding);
+            let t = ShardedGpHash::open_on(&path, &options(), &[g.clone(), twin.clone()]).unwrap();
+            for (i, shard) in t.shards().iter().enumerate() {
+                let on = shard.gpu().expect("a shard on a GPU");
+                assert!(std::sync::Arc::ptr_eq(on, [&g, &twin][i % 2]), "shard {i}");
+            }
+            t
+        }
+        None => ShardedGpHash::open(&path, &options()).unwrap(),
+    };
     assert_same_content(content(&t), &oracle.map, "after reopening");
     let keys: Vec<u8> = (0..space).flat_map(|k| common::key(k, 8)).collect();
     let found = t.get(&keys).unwrap();

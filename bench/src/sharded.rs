@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
 
-use gphash::{Config, Error, Executor, Gpu, Options, Result, ShardedGpHash, Status};
+use gphash::{Config, Error, Options, Result, ShardedGpHash, Status};
 
 use crate::basic::{key, pool_dir, spread};
 
@@ -31,7 +31,14 @@ pub struct ShardedLoad {
     pub value_bytes: u32,
     /// Loaded keys searched afterwards, drawn at random, their values checked.
     pub searches: u64,
-    /// Directory in which the table's directory is made.
+    /// The table's directory, kept after the run (`None`: a temporary one in `pool_dir`).
+    pub table_dir: Option<PathBuf>,
+    /// Open the table in `table_dir`, made and loaded by an earlier run with the same keys and
+    /// widths, instead of making and loading one.
+    pub existing: bool,
+    /// Check every shard's consistency.
+    pub check: bool,
+    /// Directory in which the temporary table's directory is made.
     pub pool_dir: PathBuf,
 }
 
@@ -65,17 +72,17 @@ impl fmt::Display for Phase {
 /// What [`ShardedLoad`] measured.
 #[derive(Clone, Debug)]
 pub struct ShardedFigures {
-    /// Making the table (pools, imports, engines).
-    pub create: Duration,
+    /// GPUs the shards ran on (0: the CPU model).
+    pub gpus: usize,
+    /// Making the table (pools, imports, engines), or opening it.
+    pub start: (&'static str, Duration),
     /// Loading its keys.
-    pub load: Phase,
+    pub load: Option<Phase>,
     /// The load's batches during which shards grew: keys before the batch, growths in it,
     /// and its latency.
     pub growth_batches: Vec<(u64, u64, Duration)>,
-    /// Growths of shards during the load.
-    pub growths: u64,
     /// Searching the sample.
-    pub search: Phase,
+    pub search: Option<Phase>,
     /// Keys over all shards, and the fewest and most in one shard.
     pub keys: (u64, u64, u64),
     /// Slots over all shards, and the most in one.
@@ -83,7 +90,7 @@ pub struct ShardedFigures {
     /// Bytes of the pool files.
     pub pool_bytes: u64,
     /// The consistency check of every shard: its time and whether all passed.
-    pub check: (Duration, bool),
+    pub check: Option<(Duration, bool)>,
     /// A clean close, and the open after it.
     pub close: Duration,
     /// See `close`.
@@ -93,29 +100,26 @@ pub struct ShardedFigures {
 impl fmt::Display for ShardedFigures {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = |d: Duration| d.as_secs_f64();
-        writeln!(f, "create        {:.2} s", s(self.create))?;
-        writeln!(f, "load          {}", self.load)?;
-        writeln!(f, "growths       {} of a shard, in {} batches", self.growths, self.growth_batches.len())?;
-        for (keys, growths, spent) in &self.growth_batches {
-            writeln!(f, "  batch after {keys} keys: {growths} growth(s), {:.1} ms", s(*spent) * 1e3)?;
+        writeln!(f, "gpus          {}", self.gpus)?;
+        writeln!(f, "{:<13} {:.2} s", self.start.0, s(self.start.1))?;
+        if let Some(load) = &self.load {
+            writeln!(f, "load          {load}")?;
+            let growths: u64 = self.growth_batches.iter().map(|g| g.1).sum();
+            writeln!(f, "growths       {growths} of a shard, in {} batches", self.growth_batches.len())?;
+            for (keys, growths, spent) in &self.growth_batches {
+                writeln!(f, "  batch after {keys} keys: {growths} growth(s), {:.1} ms", s(*spent) * 1e3)?;
+            }
         }
-        writeln!(f, "search        {} (values checked)", self.search)?;
-        writeln!(
-            f,
-            "keys          {} (2^{:.3}); per shard {} to {}",
-            self.keys.0,
-            (self.keys.0 as f64).log2(),
-            self.keys.1,
-            self.keys.2
-        )?;
+        if let Some(search) = &self.search {
+            writeln!(f, "search        {search} (values checked)")?;
+        }
+        let (keys, fewest, most) = self.keys;
+        writeln!(f, "keys          {keys} (2^{:.3}); per shard {fewest} to {most}", (keys as f64).log2())?;
         writeln!(f, "slots         {} (most in one shard: {})", self.slots.0, self.slots.1)?;
         writeln!(f, "pool files    {:.2} GiB", self.pool_bytes as f64 / (1u64 << 30) as f64)?;
-        writeln!(
-            f,
-            "check         {} in {:.1} s",
-            if self.check.1 { "consistent" } else { "FAILED" },
-            s(self.check.0)
-        )?;
+        if let Some((time, ok)) = self.check {
+            writeln!(f, "check         {} in {:.1} s", if ok { "consistent" } else { "FAILED" }, s(time))?;
+        }
         write!(f, "close {:.2} s, open after it {:.3} s", s(self.close), s(self.reopen))
     }
 }
@@ -132,74 +136,53 @@ fn gathered(ids: impl ParallelIterator<Item = u64>, bytes: usize, f: fn(u64, usi
 impl ShardedLoad {
     /// Runs it; `progress` is told of each batch's operations.
     pub fn run(&self, options: &Options, progress: &dyn Fn(u64)) -> Result<ShardedFigures> {
-        let (kb, vb) = (self.key_bytes as usize, self.value_bytes as usize);
-        // One device for the create and the reopen, so the reopen's time is the table's.
-        let mut options = options.clone();
-        if options.device.is_none() && options.executor != Executor::Cpu {
-            options.device = Gpu::new().ok();
-        }
-        let options = &options;
-        let dir = pool_dir(&self.pool_dir)?;
-        let path = dir.path().join("sharded");
-        let config = Config {
-            key_bytes: self.key_bytes,
-            value_bytes: self.value_bytes,
-            capacity: self.capacity,
-            ..Config::default()
+        // The same devices for the start and the reopen, so the reopen's time is the table's.
+        let gpus = ShardedGpHash::devices(options)?;
+        let temporary = match &self.table_dir {
+            Some(_) => None,
+            None => Some(pool_dir(&self.pool_dir)?),
+        };
+        let path = match (&self.table_dir, &temporary) {
+            (Some(dir), _) => dir.clone(),
+            (None, t) => t.as_ref().expect("a temporary directory").path().join("sharded"),
         };
         let t = Instant::now();
-        let table = ShardedGpHash::create(&path, &config, self.shards, options)?;
-        let create = t.elapsed();
-        let batch = self.batch.max(1) as u64;
-        let growths =
-            |table: &ShardedGpHash| table.shards().iter().map(|s| s.activity().resizes).sum::<u64>();
-        let (mut latencies, mut growth_batches) = (vec![], vec![]);
-        let t = Instant::now();
-        for start in (0..self.keys).step_by(batch as usize) {
-            let ids = start..(start + batch).min(self.keys);
-            let keys = gathered(ids.clone().into_par_iter(), kb, key);
-            let values = gathered(ids.into_par_iter(), vb, value);
-            let before = growths(&table);
-            let s = Instant::now();
-            let statuses = table.insert(&keys, &values)?;
-            let spent = s.elapsed();
-            if let Some(i) = statuses.iter().position(|&s| s != Status::Ok) {
-                return Err(Error::Inconsistent(format!(
-                    "insert of key {} gave {:?}",
-                    start + i as u64,
-                    statuses[i]
-                )));
+        let (table, start) = if self.existing {
+            (ShardedGpHash::open_on(&path, options, &gpus)?, "open")
+        } else {
+            let config = Config {
+                key_bytes: self.key_bytes,
+                value_bytes: self.value_bytes,
+                capacity: self.capacity,
+                ..Config::default()
+            };
+            (ShardedGpHash::create_on(&path, &config, self.shards, options, &gpus)?, "create")
+        };
+        let start = (start, t.elapsed());
+        let (load, growth_batches) = match self.existing {
+            true => (None, vec![]),
+            false => {
+                let (load, growths) = self.load(&table, progress)?;
+                (Some(load), growths)
             }
-            match growths(&table) - before {
-                0 => latencies.push(spent),
-                grew => growth_batches.push((start, grew, spent)),
-            }
-            progress(statuses.len() as u64);
+        };
+        let search = (self.searches > 0).then(|| self.search(&table, progress)).transpose()?;
+        if table.len() != self.keys {
+            return Err(Error::Inconsistent(format!(
+                "the table holds {} keys, not {}",
+                table.len(),
+                self.keys
+            )));
         }
-        let load = Phase { ops: self.keys, time: t.elapsed(), batches: spread(latencies) };
-        let grown = growths(&table);
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(7);
-        let sample: Vec<u64> = (0..self.searches).map(|_| rng.random_range(0..self.keys.max(1))).collect();
-        let mut latencies = vec![];
-        let t = Instant::now();
-        for ids in sample.chunks(batch as usize) {
-            let keys = gathered(ids.par_iter().copied(), kb, key);
-            let s = Instant::now();
-            let found = table.get(&keys)?;
-            latencies.push(s.elapsed());
-            if let Some(j) = (0..ids.len()).find(|&j| found.value(j) != Some(&value(ids[j], vb)[..])) {
-                return Err(Error::Inconsistent(format!("key {} read {:?}", ids[j], found.value(j))));
-            }
-            progress(ids.len() as u64);
-        }
-        let search = Phase { ops: self.searches, time: t.elapsed(), batches: spread(latencies) };
         let per_shard: Vec<u64> = table.shards().iter().map(|s| s.len()).collect();
         let keys = (table.len(), *per_shard.iter().min().unwrap(), *per_shard.iter().max().unwrap());
         let most_slots = table.shards().iter().map(|s| s.geometry().slots()).max().unwrap_or(0);
         let slots = (table.slots(), most_slots);
-        let t = Instant::now();
-        let check_ok = table.check().iter().all(|r| r.ok());
-        let check = (t.elapsed(), check_ok);
+        let check = self.check.then(|| {
+            let t = Instant::now();
+            let ok = table.check().iter().all(|r| r.ok());
+            (t.elapsed(), ok)
+        });
         let t = Instant::now();
         table.close()?;
         let close = t.elapsed();
@@ -209,7 +192,7 @@ impl ShardedLoad {
             })
             .map_err(|source| Error::Io { what: format!("sizing {}", path.display()), source })?;
         let t = Instant::now();
-        let table = ShardedGpHash::open(&path, options)?;
+        let table = ShardedGpHash::open_on(&path, options, &gpus)?;
         let reopen = t.elapsed();
         if table.len() != keys.0 {
             return Err(Error::Inconsistent(format!(
@@ -220,10 +203,10 @@ impl ShardedLoad {
         }
         table.close()?;
         Ok(ShardedFigures {
-            create,
+            gpus: gpus.len(),
+            start,
             load,
             growth_batches,
-            growths: grown,
             search,
             keys,
             slots,
@@ -232,5 +215,58 @@ impl ShardedLoad {
             close,
             reopen,
         })
+    }
+
+    /// Inserts keys `0..keys`; the load's figures and its batches that grew shards.
+    fn load(
+        &self,
+        table: &ShardedGpHash,
+        progress: &dyn Fn(u64),
+    ) -> Result<(Phase, Vec<(u64, u64, Duration)>)> {
+        let (kb, vb) = (self.key_bytes as usize, self.value_bytes as usize);
+        let batch = self.batch.max(1) as u64;
+        let growths =
+            |table: &ShardedGpHash| table.shards().iter().map(|s| s.activity().resizes).sum::<u64>();
+        let (mut latencies, mut growth_batches) = (vec![], vec![]);
+        let t = Instant::now();
+        for start in (0..self.keys).step_by(batch as usize) {
+            let ids = start..(start + batch).min(self.keys);
+            let keys = gathered(ids.clone().into_par_iter(), kb, key);
+            let values = gathered(ids.into_par_iter(), vb, value);
+            let before = growths(table);
+            let s = Instant::now();
+            let statuses = table.insert(&keys, &values)?;
+            let spent = s.elapsed();
+            if let Some(i) = statuses.iter().position(|&s| s != Status::Ok) {
+                let key = start + i as u64;
+                return Err(Error::Inconsistent(format!("insert of key {key} gave {:?}", statuses[i])));
+            }
+            match growths(table) - before {
+                0 => latencies.push(spent),
+                grew => growth_batches.push((start, grew, spent)),
+            }
+            progress(statuses.len() as u64);
+        }
+        Ok((Phase { ops: self.keys, time: t.elapsed(), batches: spread(latencies) }, growth_batches))
+    }
+
+    /// Reads `searches` loaded keys drawn at random and checks their values.
+    fn search(&self, table: &ShardedGpHash, progress: &dyn Fn(u64)) -> Result<Phase> {
+        let (kb, vb) = (self.key_bytes as usize, self.value_bytes as usize);
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(7);
+        let sample: Vec<u64> = (0..self.searches).map(|_| rng.random_range(0..self.keys.max(1))).collect();
+        let mut latencies = vec![];
+        let t = Instant::now();
+        for ids in sample.chunks(self.batch.max(1)) {
+            let keys = gathered(ids.par_iter().copied(), kb, key);
+            let s = Instant::now();
+            let found = table.get(&keys)?;
+            latencies.push(s.elapsed());
+            if let Some(j) = (0..ids.len()).find(|&j| found.value(j) != Some(&value(ids[j], vb)[..])) {
+                return Err(Error::Inconsistent(format!("key {} read {:?}", ids[j], found.value(j))));
+            }
+            progress(ids.len() as u64);
+        }
+        Ok(Phase { ops: self.searches, time: t.elapsed(), batches: spread(latencies) })
     }
 }

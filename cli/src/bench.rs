@@ -74,6 +74,16 @@ pub(crate) struct ShardedArgs {
     /// Loaded keys searched afterwards, drawn at random, their values checked.
     #[arg(long, default_value_t = 1 << 24)]
     searches: u64,
+    /// The table's directory, kept after the run (default: a temporary one in --pool-dir).
+    #[arg(long)]
+    table: Option<PathBuf>,
+    /// Open the table in --table, made and loaded by an earlier run with the same --keys and
+    /// widths, instead of making and loading one.
+    #[arg(long, requires = "table")]
+    existing: bool,
+    /// Skip the consistency check of every shard.
+    #[arg(long)]
+    no_check: bool,
     #[command(flatten)]
     dir: PoolDir,
 }
@@ -432,15 +442,23 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
                 key_bytes: a.key_bytes,
                 value_bytes: a.value_bytes,
                 searches: a.searches,
+                table_dir: a.table.clone(),
+                existing: a.existing,
+                check: !a.no_check,
                 pool_dir: a.dir.pool_dir.clone(),
             };
-            let bar = progress(a.keys + a.searches, "bench");
+            let bar = progress(if a.existing { 0 } else { a.keys } + a.searches, "bench");
             let figures = bench.run(options, &|n| bar.inc(n))?;
             bar.finish_and_clear();
-            println!(
-                "# {} keys of {} bytes, values of {} bytes, {} shards made for {} keys, batch {}",
-                a.keys, a.key_bytes, a.value_bytes, a.shards, bench.capacity, a.batch
-            );
+            match &a.table {
+                Some(dir) if a.existing => {
+                    println!("# the table in {}, {} keys, batch {}", dir.display(), a.keys, a.batch)
+                }
+                _ => println!(
+                    "# {} keys of {} bytes, values of {} bytes, {} shards made for {} keys, batch {}",
+                    a.keys, a.key_bytes, a.value_bytes, a.shards, bench.capacity, a.batch
+                ),
+            }
             println!("{figures}");
             Ok(())
         }

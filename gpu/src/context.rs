@@ -104,6 +104,26 @@ impl Gpu {
     /// when none exists; `Err(MissingFeature)` when the adapter lacks subgroups.
     pub(crate) fn open_best() -> Result<Gpu> {
         let instance = compute_instance()?;
+        Self::open(Self::best_adapter(&instance)?)
+    }
+
+    /// Opens the best adapter and every other one of the same name and type (the host's
+    /// identical GPUs), unchecked, as [`Gpu::open_best`].
+    pub(crate) fn open_alike() -> Result<Vec<Gpu>> {
+        let instance = compute_instance()?;
+        let best = Self::best_adapter(&instance)?.get_info();
+        let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN));
+        adapters
+            .into_iter()
+            .filter(|a| {
+                let info = a.get_info();
+                (&info.name, info.device_type) == (&best.name, best.device_type)
+            })
+            .map(Self::open)
+            .collect()
+    }
+
+    fn best_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
         let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN));
         let adapter = match std::env::var(ADAPTER_ENV) {
             Ok(want) => adapters
@@ -118,7 +138,7 @@ impl Gpu {
             }))
             .map_err(|e| Error::NoAdapter(format!("no Vulkan adapter: {e}")))?,
         };
-        Self::open(adapter)
+        Ok(adapter)
     }
 
     fn open(adapter: wgpu::Adapter) -> Result<Gpu> {

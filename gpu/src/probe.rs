@@ -19,6 +19,14 @@ impl Gpu {
         Ok(Arc::new(gpu))
     }
 
+    /// Opens the best Vulkan adapter and every other adapter of the same name and type (a
+    /// host's identical GPUs; the one `GPHASH_ADAPTER` names and its like), each checked as
+    /// [`Gpu::new`] checks one.
+    pub fn all() -> Result<Vec<Arc<Gpu>>> {
+        let gpus = Gpu::open_alike()?;
+        gpus.into_iter().map(|gpu| gpu.check_subgroup_width().map(|()| Arc::new(gpu))).collect()
+    }
+
     /// Refuses a device whose subgroups run fewer lanes than the subgroup size it reports:
     /// a tile would leave the words of its missing lanes unwritten and shuffle from them.
     /// lavapipe does this: with `LP_NATIVE_VECTOR_WIDTH` of 1024 bits or more it reports
