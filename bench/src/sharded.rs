@@ -69,6 +69,17 @@ impl fmt::Display for Phase {
     }
 }
 
+/// A batch of the load during which shards grew.
+#[derive(Clone, Copy, Debug)]
+pub struct GrowthBatch {
+    /// Keys loaded before it.
+    pub after: u64,
+    /// Shards that grew.
+    pub growths: u64,
+    /// Its latency.
+    pub time: Duration,
+}
+
 /// What [`ShardedLoad`] measured.
 #[derive(Clone, Debug)]
 pub struct ShardedFigures {
@@ -78,9 +89,8 @@ pub struct ShardedFigures {
     pub start: (&'static str, Duration),
     /// Loading its keys.
     pub load: Option<Phase>,
-    /// The load's batches during which shards grew: keys before the batch, growths in it,
-    /// and its latency.
-    pub growth_batches: Vec<(u64, u64, Duration)>,
+    /// The load's batches during which shards grew.
+    pub growth_batches: Vec<GrowthBatch>,
     /// Searching the sample.
     pub search: Option<Phase>,
     /// Keys over all shards, and the fewest and most in one shard.
@@ -104,10 +114,16 @@ impl fmt::Display for ShardedFigures {
         writeln!(f, "{:<13} {:.2} s", self.start.0, s(self.start.1))?;
         if let Some(load) = &self.load {
             writeln!(f, "load          {load}")?;
-            let growths: u64 = self.growth_batches.iter().map(|g| g.1).sum();
+            let growths: u64 = self.growth_batches.iter().map(|g| g.growths).sum();
             writeln!(f, "growths       {growths} of a shard, in {} batches", self.growth_batches.len())?;
-            for (keys, growths, spent) in &self.growth_batches {
-                writeln!(f, "  batch after {keys} keys: {growths} growth(s), {:.1} ms", s(*spent) * 1e3)?;
+            for g in &self.growth_batches {
+                writeln!(
+                    f,
+                    "  batch after {} keys: {} growth(s), {:.1} ms",
+                    g.after,
+                    g.growths,
+                    s(g.time) * 1e3
+                )?;
             }
         }
         if let Some(search) = &self.search {
@@ -218,11 +234,7 @@ impl ShardedLoad {
     }
 
     /// Inserts keys `0..keys`; the load's figures and its batches that grew shards.
-    fn load(
-        &self,
-        table: &ShardedGpHash,
-        progress: &dyn Fn(u64),
-    ) -> Result<(Phase, Vec<(u64, u64, Duration)>)> {
+    fn load(&self, table: &ShardedGpHash, progress: &dyn Fn(u64)) -> Result<(Phase, Vec<GrowthBatch>)> {
         let (kb, vb) = (self.key_bytes as usize, self.value_bytes as usize);
         let batch = self.batch.max(1) as u64;
         let growths =
@@ -243,7 +255,7 @@ impl ShardedLoad {
             }
             match growths(table) - before {
                 0 => latencies.push(spent),
-                grew => growth_batches.push((start, grew, spent)),
+                grew => growth_batches.push(GrowthBatch { after: start, growths: grew, time: spent }),
             }
             progress(statuses.len() as u64);
         }
