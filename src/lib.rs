@@ -73,7 +73,7 @@ pub use layout::{Candidate, Geometry, Layout, MAX_CELLS, TARGET_LOAD};
 pub use profile::{KernelTimes, Profile};
 pub use protocol::{OpKind, Status};
 pub use recovery::{CheckReport, Recovery, Violation, check};
-pub use sharded::{MAX_SHARDS, ShardedGpHash};
+pub use sharded::{GROW_AHEAD_LOAD, MAX_SHARDS, ShardedGpHash};
 pub use table_stats::TableStats;
 pub use typed::{TypedBatch, TypedIndex, TypedResult};
 

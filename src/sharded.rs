@@ -12,6 +12,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
 
@@ -28,6 +29,11 @@ const MANIFEST: &str = "gphash-shards";
 const MANIFEST_HEAD: &str = "gphash-shards 1";
 /// The most shards a table has (each is a pool, an engine and its GPU buffers).
 pub const MAX_SHARDS: usize = 1024;
+/// The load at which a shard grows before a batch that writes, one shard a batch, the fullest
+/// first: shards of equal load would otherwise fill up in the same batch (near 0.90 for the
+/// default layout, `BENCHMARKS.md`, "Load factor at the first resize") and that batch would
+/// wait for all of their growths at once.
+pub const GROW_AHEAD_LOAD: f64 = 0.85;
 
 /// A table of `GpHash` shards, each key in the one [`ShardedGpHash::shard_of`] names.
 ///
@@ -39,10 +45,18 @@ pub const MAX_SHARDS: usize = 1024;
 ///   shards stand ([`Error::Shard`] names both);
 /// - a call of another thread may run between the parts of two shards.
 ///
+/// Before a batch that writes, the fullest shard at [`GROW_AHEAD_LOAD`] or more grows (with
+/// [`Options::grow`]), so that each batch waits for at most one shard's growth where batches are
+/// small against the table.
+///
 /// A crash leaves each key as it was before the batch or after it, as in each shard.
 pub struct ShardedGpHash {
     dir: PathBuf,
     shards: Vec<GpHash>,
+    /// Whether shards grow ahead of need ([`GROW_AHEAD_LOAD`]); per shard, whether a growth
+    /// ahead failed (it is not tried again: the shard grows when it must, or says why not).
+    grow_ahead: bool,
+    ahead_failed: Vec<AtomicBool>,
     key_bytes: usize,
     value_bytes: usize,
 }
@@ -86,7 +100,7 @@ impl ShardedGpHash {
         let made = in_parallel((0..shards).collect(), |i| {
             GpHash::create(Some(&shard_path(dir, i)), &config, &on_device(options, gpus, i)?)
         });
-        let table = Self::gathered(dir, made)?;
+        let table = Self::gathered(dir, made, options)?;
         if let Err(e) = write_manifest(dir, shards) {
             // The shards were made by this call and hold nothing acknowledged.
             let _ = table.close();
@@ -110,7 +124,7 @@ impl ShardedGpHash {
         let opened = in_parallel((0..shards).collect(), |i| {
             GpHash::open(&shard_path(dir, i), &on_device(options, gpus, i)?)
         });
-        let table = Self::gathered(dir, opened)?;
+        let table = Self::gathered(dir, opened, options)?;
         let widths = |s: &GpHash| (s.geometry().key_bytes, s.geometry().value_bytes);
         if let Some(i) = table.shards.iter().position(|s| widths(s) != widths(&table.shards[0])) {
             let why = format!(
@@ -145,12 +159,18 @@ impl ShardedGpHash {
 
     /// The table of the shards `made` for `dir`, or the first error, the others closed (a
     /// shard made by this call is left as a pool of its own, never removed: see `create`).
-    fn gathered(dir: &Path, made: Vec<Result<GpHash>>) -> Result<Self> {
+    fn gathered(dir: &Path, made: Vec<Result<GpHash>>, options: &Options) -> Result<Self> {
         if made.iter().all(Result::is_ok) {
             let shards: Vec<GpHash> = made.into_iter().flatten().collect();
             let geo = shards[0].geometry();
-            let (key_bytes, value_bytes) = (geo.key_bytes as usize, geo.value_bytes as usize);
-            return Ok(ShardedGpHash { dir: dir.to_path_buf(), shards, key_bytes, value_bytes });
+            return Ok(ShardedGpHash {
+                dir: dir.to_path_buf(),
+                grow_ahead: options.grow && shards.len() > 1,
+                ahead_failed: shards.iter().map(|_| AtomicBool::new(false)).collect(),
+                shards,
+                key_bytes: geo.key_bytes as usize,
+                value_bytes: geo.value_bytes as usize,
+            });
         }
         let mut first = None;
         for m in made {
@@ -274,6 +294,9 @@ impl ShardedGpHash {
         if n == 1 {
             return call(&self.shards[0], batch);
         }
+        if self.grow_ahead && !batch.read_only() {
+            self.grow_fullest();
+        }
         let route: Vec<u32> =
             (0..batch.len()).into_par_iter().map(|i| Self::shard_of(batch.op(i).1, n) as u32).collect();
         let parts: Vec<(usize, (Batch, Vec<u32>))> =
@@ -299,6 +322,24 @@ impl ShardedGpHash {
             log::error!("shard {i} also failed its part of the batch: {e}");
         }
         Err(Error::Shard { shard, failed: shards, applied, source: Box::new(source) })
+    }
+}
+
+impl ShardedGpHash {
+    /// Grows the fullest shard at [`GROW_AHEAD_LOAD`] or more, if any. A failure is logged, not
+    /// returned: the batch may still fit, and a shard that must grow grows in its own call.
+    fn grow_fullest(&self) {
+        let fullest = (self.shards.iter().enumerate())
+            .filter(|(i, _)| !self.ahead_failed[*i].load(Ordering::Relaxed))
+            .map(|(i, s)| (i, s.len() as f64 / s.geometry().slots() as f64))
+            .filter(|&(_, load)| load >= GROW_AHEAD_LOAD)
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((i, load)) = fullest
+            && let Err(e) = self.shards[i].grow()
+        {
+            log::warn!("shard {i} (load {load:.3}) could not grow ahead of need: {e}");
+            self.ahead_failed[i].store(true, Ordering::Relaxed);
+        }
     }
 }
 

@@ -166,3 +166,33 @@ fn a_sharded_table_is_never_replaced() {
         ShardedGpHash::create(&dir.path().join("none"), &Config::default(), 0, &options()).err().unwrap();
     assert!(zero.to_string().contains("0 shards"), "{zero}");
 }
+
+/// Shards of equal load grow ahead of need, one a batch, where batches are small against the
+/// table: no batch waits for two growths, and the content stays the model's.
+#[test]
+fn shards_grow_one_a_batch() {
+    let dir = common::pool_dir();
+    let t = ShardedGpHash::create(
+        &dir.path().join("sharded"),
+        &Config { capacity: 4_000, ..Config::default() },
+        4,
+        &options(),
+    )
+    .unwrap();
+    let growths = |t: &ShardedGpHash| t.shards().iter().map(|s| s.activity().resizes).sum::<u64>();
+    let mut want = HashMap::new();
+    let mut most = 0;
+    for start in (0..30_000u64).step_by(100) {
+        let keys: Vec<u8> = (start..start + 100).flat_map(|k| common::key(k, 8)).collect();
+        let values: Vec<u8> = (start..start + 100).flat_map(|k| k.to_le_bytes()).collect();
+        let before = growths(&t);
+        assert!(t.insert(&keys, &values).unwrap().iter().all(|&s| s == Status::Ok));
+        most = most.max(growths(&t) - before);
+        want.extend((start..start + 100).map(|k| (common::key(k, 8), k.to_le_bytes().to_vec())));
+    }
+    let grown = growths(&t);
+    assert!(grown >= 8, "the shards grew {grown} times");
+    assert_eq!(most, 1, "a batch waited for {most} growths");
+    assert_same_content(content(&t), &want, "after growing");
+    t.close().unwrap();
+}

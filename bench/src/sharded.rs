@@ -36,6 +36,9 @@ pub struct ShardedLoad {
     /// Open the table in `table_dir`, made and loaded by an earlier run with the same keys and
     /// widths, instead of making and loading one.
     pub existing: bool,
+    /// With `existing`: load keys from this one up to `keys` into the opened table first (the
+    /// rest of a load that was cut short).
+    pub load_from: Option<u64>,
     /// Check every shard's consistency.
     pub check: bool,
     /// Directory in which the temporary table's directory is made.
@@ -175,10 +178,14 @@ impl ShardedLoad {
             (ShardedGpHash::create_on(&path, &config, self.shards, options, &gpus)?, "create")
         };
         let start = (start, t.elapsed());
-        let (load, growth_batches) = match self.existing {
-            true => (None, vec![]),
-            false => {
-                let (load, growths) = self.load(&table, progress)?;
+        let from = match (self.existing, self.load_from) {
+            (false, _) => Some(0),
+            (true, from) => from,
+        };
+        let (load, growth_batches) = match from {
+            None => (None, vec![]),
+            Some(from) => {
+                let (load, growths) = self.load(&table, from, progress)?;
                 (Some(load), growths)
             }
         };
@@ -233,15 +240,20 @@ impl ShardedLoad {
         })
     }
 
-    /// Inserts keys `0..keys`; the load's figures and its batches that grew shards.
-    fn load(&self, table: &ShardedGpHash, progress: &dyn Fn(u64)) -> Result<(Phase, Vec<GrowthBatch>)> {
+    /// Inserts keys `from..keys`; the load's figures and its batches that grew shards.
+    fn load(
+        &self,
+        table: &ShardedGpHash,
+        from: u64,
+        progress: &dyn Fn(u64),
+    ) -> Result<(Phase, Vec<GrowthBatch>)> {
         let (kb, vb) = (self.key_bytes as usize, self.value_bytes as usize);
         let batch = self.batch.max(1) as u64;
         let growths =
             |table: &ShardedGpHash| table.shards().iter().map(|s| s.activity().resizes).sum::<u64>();
         let (mut latencies, mut growth_batches) = (vec![], vec![]);
         let t = Instant::now();
-        for start in (0..self.keys).step_by(batch as usize) {
+        for start in (from..self.keys).step_by(batch as usize) {
             let ids = start..(start + batch).min(self.keys);
             let keys = gathered(ids.clone().into_par_iter(), kb, key);
             let values = gathered(ids.into_par_iter(), vb, value);
@@ -259,7 +271,8 @@ impl ShardedLoad {
             }
             progress(statuses.len() as u64);
         }
-        Ok((Phase { ops: self.keys, time: t.elapsed(), batches: spread(latencies) }, growth_batches))
+        let ops = self.keys.saturating_sub(from);
+        Ok((Phase { ops, time: t.elapsed(), batches: spread(latencies) }, growth_batches))
     }
 
     /// Reads `searches` loaded keys drawn at random and checks their values.

@@ -81,6 +81,10 @@ pub(crate) struct ShardedArgs {
     /// widths, instead of making and loading one.
     #[arg(long, requires = "table")]
     existing: bool,
+    /// With --existing: first load the keys from this one up to --keys (the rest of a load
+    /// that was cut short).
+    #[arg(long, requires = "existing")]
+    load_from: Option<u64>,
     /// Skip the consistency check of every shard.
     #[arg(long)]
     no_check: bool,
@@ -444,6 +448,7 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
                 searches: a.searches,
                 table_dir: a.table.clone(),
                 existing: a.existing,
+                load_from: a.load_from,
                 check: !a.no_check,
                 pool_dir: a.dir.pool_dir.clone(),
             };
