@@ -30,9 +30,11 @@ const MANIFEST_HEAD: &str = "gphash-shards 1";
 /// The most shards a table has (each is a pool, an engine and its GPU buffers).
 pub const MAX_SHARDS: usize = 1024;
 /// The load at which a shard grows before a batch that writes, one shard a batch, the fullest
-/// first: shards of equal load would otherwise fill up in the same batch (near 0.90 for the
-/// default layout, `BENCHMARKS.md`, "Load factor at the first resize") and that batch would
-/// wait for all of their growths at once.
+/// first, less the load a batch as large as the one coming would add to a shard if all of it
+/// went there (at most down to 0.5): so that shards of equal load, which would otherwise fill up
+/// in the same batch (near 0.90 for the default layout, `BENCHMARKS.md`, "Load factor at the
+/// first resize") and make that batch wait for all of their growths, grow in turn, each before
+/// it is full.
 pub const GROW_AHEAD_LOAD: f64 = 0.85;
 
 /// A table of `GpHash` shards, each key in the one [`ShardedGpHash::shard_of`] names.
@@ -45,9 +47,8 @@ pub const GROW_AHEAD_LOAD: f64 = 0.85;
 ///   shards stand ([`Error::Shard`] names both);
 /// - a call of another thread may run between the parts of two shards.
 ///
-/// Before a batch that writes, the fullest shard at [`GROW_AHEAD_LOAD`] or more grows (with
-/// [`Options::grow`]), so that each batch waits for at most one shard's growth where batches are
-/// small against the table.
+/// Before a batch that writes, one shard near full grows (with [`Options::grow`]; see
+/// [`GROW_AHEAD_LOAD`]), so that a batch waits for one shard's growth, not for all of theirs.
 ///
 /// A crash leaves each key as it was before the batch or after it, as in each shard.
 pub struct ShardedGpHash {
@@ -295,7 +296,7 @@ impl ShardedGpHash {
             return call(&self.shards[0], batch);
         }
         if self.grow_ahead && !batch.read_only() {
-            self.grow_fullest();
+            self.grow_fullest(batch.len());
         }
         let route: Vec<u32> =
             (0..batch.len()).into_par_iter().map(|i| Self::shard_of(batch.op(i).1, n) as u32).collect();
@@ -326,18 +327,23 @@ impl ShardedGpHash {
 }
 
 impl ShardedGpHash {
-    /// Grows the fullest shard at [`GROW_AHEAD_LOAD`] or more, if any. A failure is logged, not
-    /// returned: the batch may still fit, and a shard that must grow grows in its own call.
-    fn grow_fullest(&self) {
+    /// Grows the shard furthest past its load to grow ahead at, if any, before a batch of
+    /// `ops` operations (see [`GROW_AHEAD_LOAD`]). A failure is logged, not returned: the batch
+    /// may still fit, and a shard that must grow grows in its own call.
+    fn grow_fullest(&self, ops: usize) {
+        let past = |s: &GpHash| {
+            let slots = s.geometry().slots() as f64;
+            s.len() as f64 / slots - (GROW_AHEAD_LOAD - ops as f64 / slots).max(0.5)
+        };
         let fullest = (self.shards.iter().enumerate())
             .filter(|(i, _)| !self.ahead_failed[*i].load(Ordering::Relaxed))
-            .map(|(i, s)| (i, s.len() as f64 / s.geometry().slots() as f64))
-            .filter(|&(_, load)| load >= GROW_AHEAD_LOAD)
+            .map(|(i, s)| (i, past(s)))
+            .filter(|&(_, past)| past >= 0.0)
             .max_by(|a, b| a.1.total_cmp(&b.1));
-        if let Some((i, load)) = fullest
+        if let Some((i, _)) = fullest
             && let Err(e) = self.shards[i].grow()
         {
-            log::warn!("shard {i} (load {load:.3}) could not grow ahead of need: {e}");
+            log::warn!("shard {i} could not grow ahead of need: {e}");
             self.ahead_failed[i].store(true, Ordering::Relaxed);
         }
     }
