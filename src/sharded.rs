@@ -198,6 +198,12 @@ impl ShardedGpHash {
         ((u128::from(h) * shards as u128) >> 64) as usize
     }
 
+    /// The pool files of the sharded table in `dir`, as its manifest names them, without
+    /// opening them (for tools that check or inspect each shard).
+    pub fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
+        Ok((0..read_manifest(dir)?).map(|i| shard_path(dir, i)).collect())
+    }
+
     /// The shards, in the order [`ShardedGpHash::shard_of`] numbers them.
     pub fn shards(&self) -> &[GpHash] {
         &self.shards

@@ -189,10 +189,11 @@ enum Command {
         pool: PathBuf,
     },
     /// Verify every invariant of a pool without writing it; a pool not closed cleanly is
-    /// checked as recovery would leave it. Exit 0: consistent; 1: inconsistent; 2: could not
+    /// checked as recovery would leave it. A directory is checked as a sharded table
+    /// (`ShardedGpHash`): each of its shards' pools. Exit 0: consistent; 1: inconsistent; 2: could not
     /// check (unreadable, not a pool, another version, in use by another process).
     Check {
-        /// Pool path.
+        /// Pool path, or a sharded table's directory.
         pool: PathBuf,
         /// Recover a consistent pool that was not closed cleanly (as opening it does) and
         /// close it cleanly. An inconsistent pool is left as it is.
@@ -276,6 +277,30 @@ const INCONSISTENT: u8 = 1;
 const CANNOT_CHECK: u8 = 2;
 
 fn check(path: &Path, repair: bool, options: &Options) -> ExitCode {
+    if !path.is_dir() {
+        return check_pool(path, repair, options);
+    }
+    // A sharded table: each shard's pool in turn; the worst outcome is the table's.
+    match gphash::ShardedGpHash::shard_paths(path) {
+        Ok(shards) => {
+            let outcomes: Vec<ExitCode> = (shards.iter().enumerate())
+                .map(|(i, shard)| {
+                    println!("shard {i}: {}", shard.display());
+                    check_pool(shard, repair, options)
+                })
+                .collect();
+            let worst =
+                [CANNOT_CHECK, INCONSISTENT].into_iter().find(|&c| outcomes.contains(&ExitCode::from(c)));
+            ExitCode::from(worst.unwrap_or(CONSISTENT))
+        }
+        Err(e) => {
+            println!("cannot check {}: a directory, but not a sharded table: {e}", path.display());
+            ExitCode::from(CANNOT_CHECK)
+        }
+    }
+}
+
+fn check_pool(path: &Path, repair: bool, options: &Options) -> ExitCode {
     let found = match gphash::inspect(path) {
         Ok(found) => found,
         Err(gphash::Error::Pool(host_pm::PoolError::Locked { .. })) => {

@@ -160,6 +160,22 @@ fn a_trace_for_other_key_widths_is_refused() {
     assert!(text(&out).contains("32 hex digits"), "the error says what a key must be");
 }
 
+/// Overwrites the pool's first published fingerprint: its key no longer matches its slot.
+fn flip_a_fingerprint(pool: &Path) {
+    let p = host_pm::Pool::open(pool).unwrap();
+    let geo = gphash::GpHash::geometry_of(&p).unwrap();
+    let table: &[u32] = bytemuck::cast_slice(p.region(p.header().table_region));
+    let (bucket, slot) = (0..geo.buckets())
+        .flat_map(|b| (0..geo.layout.slots).map(move |s| (b, s)))
+        .find(|&(b, s)| table[geo.state_word(b, s) as usize] >= 2)
+        .unwrap();
+    let at = p.header().table_region.offset + geo.fp_word(bucket, slot) * 4;
+    drop(p);
+    let mut bytes = std::fs::read(pool).unwrap();
+    bytes[at as usize] ^= 0xFF;
+    std::fs::write(pool, bytes).unwrap();
+}
+
 #[test]
 fn check_reports_a_damaged_pool() {
     let dir = common::pool_dir();
@@ -173,22 +189,35 @@ fn check_reports_a_damaged_pool() {
             .status
             .success()
     );
-    // Overwrite one published fingerprint: the key no longer matches its slot.
-    let p = host_pm::Pool::open(&pool).unwrap();
-    let geo = gphash::GpHash::geometry_of(&p).unwrap();
-    let table: &[u32] = bytemuck::cast_slice(p.region(p.header().table_region));
-    let (bucket, slot) = (0..geo.buckets())
-        .flat_map(|b| (0..geo.layout.slots).map(move |s| (b, s)))
-        .find(|&(b, s)| table[geo.state_word(b, s) as usize] >= 2)
-        .unwrap();
-    let at = p.header().table_region.offset + geo.fp_word(bucket, slot) * 4;
-    drop(p);
-    let mut bytes = std::fs::read(&pool).unwrap();
-    bytes[at as usize] ^= 0xFF;
-    std::fs::write(&pool, bytes).unwrap();
+    flip_a_fingerprint(&pool);
     let out = gphash(&["check", s(&pool)]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out).contains("fingerprint"), "the report says what is wrong");
+}
+
+/// `gphash check DIR` checks each shard of a sharded table and exits with the worst outcome.
+#[test]
+fn check_covers_every_shard_of_a_sharded_table() {
+    let dir = common::pool_dir();
+    let table = dir.path().join("sharded");
+    let options = common::gpu_options(gphash::GpuOptions::default());
+    let t = gphash::ShardedGpHash::create(&table, &gphash::Config::default(), 3, &options).unwrap();
+    let keys: Vec<u8> = (0..300u64).flat_map(|k| common::key(k, 8)).collect();
+    assert!(t.insert(&keys, &vec![5; 2400]).unwrap().iter().all(|&s| s == Status::Ok));
+    t.close().unwrap();
+    let out = gphash(&["check", s(&table)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for i in 0..3 {
+        assert!(text(&out).contains(&format!("shard {i}: ")), "shard {i} is checked");
+    }
+    // A fingerprint of shard 1 overwritten: the table is inconsistent.
+    flip_a_fingerprint(&table.join("shard-0001.pool"));
+    let out = gphash(&["check", s(&table)]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    std::fs::remove_file(table.join("gphash-shards")).unwrap();
+    let out = gphash(&["check", s(&table)]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("no readable gphash-shards"));
 }
 
 #[test]
@@ -269,7 +298,7 @@ fn check_says_why_it_cannot_check_with_status_2() {
         (dir.path().join("missing"), "No such file"),
         (zeros, "not a gphash pool"),
         (newer, newer_why.as_str()),
-        (dir.path().to_path_buf(), "neither a regular file nor a devdax device"),
+        (dir.path().to_path_buf(), "a directory, but not a sharded table"),
     ];
     for (path, why) in cases {
         let out = gphash(&["check", s(&path)]);
