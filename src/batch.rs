@@ -126,34 +126,72 @@ impl Batch {
     }
 
     /// The batch cut into `parts` batches by `route` (the part of each operation), each with
-    /// its operations in batch order, and beside each the positions they had in this batch.
-    pub(crate) fn split(&self, route: &[u32], parts: usize) -> Vec<(Batch, Vec<u32>)> {
-        let mut counts = vec![0usize; parts];
-        for &r in route {
-            counts[r as usize] += 1;
-        }
+    /// its operations in batch order, and where each operation went. On all threads: each
+    /// stretch of the batch counts its operations per part, which gives it its place in each
+    /// part, and then copies them there.
+    pub(crate) fn split(&self, route: Vec<u32>, parts: usize) -> (Vec<Batch>, Cut) {
         let (kb, vb) = (self.key_bytes, self.value_bytes);
-        let mut out: Vec<(Batch, Vec<u32>)> = counts
-            .iter()
-            .map(|&n| {
-                let b = Batch {
-                    key_bytes: kb,
-                    value_bytes: vb,
-                    kinds: Vec::with_capacity(n),
-                    keys: Vec::with_capacity(n * kb),
-                    values: Vec::with_capacity(n * vb),
-                };
-                (b, Vec::with_capacity(n))
+        let stretch = route.len().div_ceil(4 * rayon::current_num_threads()).max(4096);
+        let counts: Vec<Vec<usize>> = route
+            .par_chunks(stretch)
+            .map(|c| {
+                c.iter().fold(vec![0; parts], |mut k, &r| {
+                    k[r as usize] += 1;
+                    k
+                })
             })
             .collect();
-        for (i, &r) in route.iter().enumerate() {
-            let (b, at) = &mut out[r as usize];
-            b.kinds.push(self.kinds[i]);
-            b.keys.extend_from_slice(&self.keys[i * kb..(i + 1) * kb]);
-            b.values.extend_from_slice(&self.values[i * vb..(i + 1) * vb]);
-            at.push(i as u32);
+        // Each stretch's first place in each part, and the parts' sizes.
+        let mut sizes = vec![0usize; parts];
+        let starts: Vec<Vec<usize>> = (counts.iter())
+            .map(|k| {
+                let start = sizes.clone();
+                sizes.iter_mut().zip(k).for_each(|(s, n)| *s += n);
+                start
+            })
+            .collect();
+        let mut out: Vec<Batch> = (sizes.par_iter())
+            .map(|&n| Batch {
+                key_bytes: kb,
+                value_bytes: vb,
+                kinds: vec![OpKind::Get; n],
+                keys: vec![0; n * kb],
+                values: vec![0; n * vb],
+            })
+            .collect();
+        // Each part's columns cut into the stretches' shares of them.
+        // A stretch's share of one part: its kinds, keys and values.
+        type Share<'a> = (&'a mut [OpKind], &'a mut [u8], &'a mut [u8]);
+        let mut shares: Vec<Vec<Share<'_>>> = counts.iter().map(|_| vec![]).collect();
+        for (p, b) in out.iter_mut().enumerate() {
+            let (mut kinds, mut keys, mut values) = (&mut b.kinds[..], &mut b.keys[..], &mut b.values[..]);
+            for (c, k) in counts.iter().enumerate() {
+                let n = k[p];
+                let (kind, rest) = std::mem::take(&mut kinds).split_at_mut(n);
+                let (key, krest) = std::mem::take(&mut keys).split_at_mut(n * kb);
+                let (value, vrest) = std::mem::take(&mut values).split_at_mut(n * vb);
+                (kinds, keys, values) = (rest, krest, vrest);
+                shares[c].push((kind, key, value));
+            }
         }
-        out
+        let mut rank = vec![0u32; route.len()];
+        (route.par_chunks(stretch), rank.par_chunks_mut(stretch), shares, starts)
+            .into_par_iter()
+            .enumerate()
+            .for_each(|(c, (route, rank, mut shares, starts))| {
+                let mut filled = vec![0usize; parts];
+                for (j, (&r, rank)) in route.iter().zip(rank).enumerate() {
+                    let (i, p) = (c * stretch + j, r as usize);
+                    let (kinds, keys, values) = &mut shares[p];
+                    let at = filled[p];
+                    kinds[at] = self.kinds[i];
+                    keys[at * kb..(at + 1) * kb].copy_from_slice(&self.keys[i * kb..(i + 1) * kb]);
+                    values[at * vb..(at + 1) * vb].copy_from_slice(&self.values[i * vb..(i + 1) * vb]);
+                    *rank = (starts[p] + at) as u32;
+                    filled[p] += 1;
+                }
+            });
+        (out, Cut { route, rank })
     }
 
     /// Whether every operation is a read: the call changes nothing.
@@ -482,6 +520,12 @@ impl Encoded {
     }
 }
 
+/// Where [`Batch::split`] put each operation of a batch: its part, and its place there.
+pub(crate) struct Cut {
+    route: Vec<u32>,
+    rank: Vec<u32>,
+}
+
 /// Results of a batch: a status per operation and the values of successful reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BatchResult {
@@ -584,12 +628,25 @@ impl BatchResult {
         }
     }
 
-    /// Takes the results of a part of the batch (see [`Batch::split`]): `part`'s operation `j`
-    /// was this batch's operation `positions[j]`.
-    pub(crate) fn gather(&mut self, positions: &[u32], part: &BatchResult) {
-        for (j, &i) in positions.iter().enumerate() {
-            self.set(i as usize, part.statuses[j], part.value(j));
+    /// The results of a batch cut by [`Batch::split`] from those of its parts, on all threads.
+    pub(crate) fn gathered(cut: &Cut, parts: &[BatchResult], value_bytes: usize) -> BatchResult {
+        let mut all = BatchResult::new(cut.route.len(), value_bytes);
+        let from = |i: usize| (&parts[cut.route[i] as usize], cut.rank[i] as usize);
+        (all.statuses.par_iter_mut(), all.reads.par_iter_mut()).into_par_iter().enumerate().for_each(
+            |(i, (status, read))| {
+                let (part, k) = from(i);
+                (*status, *read) = (part.statuses[k], part.reads[k]);
+            },
+        );
+        if value_bytes > 0 {
+            all.values.par_chunks_mut(value_bytes).enumerate().for_each(|(i, value)| {
+                let (part, k) = from(i);
+                if part.reads[k] {
+                    value.copy_from_slice(&part.values[k * value_bytes..(k + 1) * value_bytes]);
+                }
+            });
         }
+        all
     }
 
     /// Operations in the batch.
@@ -611,6 +668,46 @@ impl BatchResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Cut and put back together on all threads, a batch of several stretches gives each part
+    /// its operations in batch order, and each operation its part's result.
+    #[test]
+    fn split_and_gathered_agree_with_one_by_one() {
+        let (n, parts, kb, vb) = (50_000usize, 7usize, 8usize, 12usize);
+        let mut b = Batch::new(kb, vb);
+        let mut route = vec![];
+        for i in 0..n as u64 {
+            let key = (i * 0x9E37_79B9_7F4A_7C15).to_le_bytes();
+            match i % 3 {
+                0 => b.get(&key).unwrap(),
+                1 => b.upsert(&key, &[i as u8; 12]).unwrap(),
+                _ => b.delete(&key).unwrap(),
+            }
+            route.push(((i * i + 3 * i) % parts as u64) as u32);
+        }
+        let (cut_parts, cut) = b.split(route.clone(), parts);
+        let mut results = vec![];
+        for (p, part) in cut_parts.iter().enumerate() {
+            let mine: Vec<usize> = (0..n).filter(|&i| route[i] as usize == p).collect();
+            assert_eq!(part.len(), mine.len(), "part {p}");
+            let mut r = BatchResult::new(part.len(), vb);
+            for (j, &i) in mine.iter().enumerate() {
+                assert_eq!(part.op(j), b.op(i), "part {p}, operation {j}");
+                // A made-up result that names the operation: reads of even ones find a value.
+                let value = [(i % 251) as u8; 12];
+                let status = if i % 2 == 0 { Status::Ok } else { Status::NotFound };
+                r.set(j, status, (i % 2 == 0 && b.op(i).0 == OpKind::Get).then_some(&value[..]));
+            }
+            results.push(r);
+        }
+        let all = BatchResult::gathered(&cut, &results, vb);
+        for i in 0..n {
+            let want = if i % 2 == 0 { Status::Ok } else { Status::NotFound };
+            assert_eq!(all.statuses[i], want, "operation {i}");
+            let value = (i % 2 == 0 && b.op(i).0 == OpKind::Get).then_some([(i % 251) as u8; 12]);
+            assert_eq!(all.value(i), value.as_ref().map(|v| &v[..]), "operation {i}");
+        }
+    }
 
     #[test]
     fn widths_are_checked() {

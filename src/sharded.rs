@@ -19,6 +19,7 @@ use rayon::prelude::*;
 use crate::batch::{Batch, BatchResult};
 use crate::error::{Error, Result};
 use crate::index::{Config, Executor, GpHash, Options};
+use crate::profile::Laps;
 use crate::protocol::{OpKind, Status};
 use crate::recovery::CheckReport;
 use gphash_gpu::Gpu;
@@ -31,7 +32,7 @@ const MANIFEST_HEAD: &str = "gphash-shards 1";
 pub const MAX_SHARDS: usize = 1024;
 /// The load at which a shard grows before a batch that writes, one shard a batch, the fullest
 /// first, less the load a batch as large as the one coming would add to a shard if all of it
-/// went there (at most down to 0.5): so that shards of equal load, which would otherwise fill up
+/// went there (but not below 0.5): so that shards of equal load, which would otherwise fill up
 /// in the same batch (near 0.90 for the default layout, `BENCHMARKS.md`, "Load factor at the
 /// first resize") and make that batch wait for all of their growths, grow in turn, each before
 /// it is full.
@@ -40,9 +41,9 @@ pub const GROW_AHEAD_LOAD: f64 = 0.85;
 /// A table of `GpHash` shards, each key in the one [`ShardedGpHash::shard_of`] names.
 ///
 /// A batch is cut by shard and each shard runs its part on a thread of its own, as
-/// [`GpHash::execute`] or [`GpHash::execute_ordered`] would: each key's operations are in one
-/// part, in batch order, so results are those of one-by-one application. What differs from one
-/// table:
+/// [`GpHash::execute`] or [`GpHash::execute_ordered`] would. Each key's operations are in one
+/// part, in batch order, so each key's results are those the call promises (one-by-one
+/// application for `execute_ordered`). What differs from one table:
 /// - a shard that fails leaves its part of the batch without effect, but the parts of the other
 ///   shards stand ([`Error::Shard`] names both);
 /// - a call of another thread may run between the parts of two shards.
@@ -99,15 +100,17 @@ impl ShardedGpHash {
             ..*config
         };
         let made = in_parallel((0..shards).collect(), |i| {
-            GpHash::create(Some(&shard_path(dir, i)), &config, &on_device(options, gpus, i)?)
+            GpHash::create(Some(&shard_path(dir, i)), &config, &on_device(options, gpus, shards, i)?)
         });
-        let table = Self::gathered(dir, made, options)?;
+        // Without the manifest, the pools this call made hold nothing acknowledged: on a
+        // failure they are removed, so that the directory can take a table again.
+        let made_here: Vec<PathBuf> =
+            (made.iter().enumerate()).filter(|(_, m)| m.is_ok()).map(|(i, _)| shard_path(dir, i)).collect();
+        let remove = || made_here.iter().for_each(|p| drop(fs::remove_file(p)));
+        let table = Self::gathered(dir, made, options).inspect_err(|_| remove())?;
         if let Err(e) = write_manifest(dir, shards) {
-            // The shards were made by this call and hold nothing acknowledged.
             let _ = table.close();
-            for i in 0..shards {
-                let _ = fs::remove_file(shard_path(dir, i));
-            }
+            remove();
             return Err(e);
         }
         Ok(table)
@@ -123,7 +126,7 @@ impl ShardedGpHash {
     pub fn open_on(dir: &Path, options: &Options, gpus: &[Arc<Gpu>]) -> Result<Self> {
         let shards = read_manifest(dir)?;
         let opened = in_parallel((0..shards).collect(), |i| {
-            GpHash::open(&shard_path(dir, i), &on_device(options, gpus, i)?)
+            GpHash::open(&shard_path(dir, i), &on_device(options, gpus, shards, i)?)
         });
         let table = Self::gathered(dir, opened, options)?;
         let widths = |s: &GpHash| (s.geometry().key_bytes, s.geometry().value_bytes);
@@ -158,8 +161,7 @@ impl ShardedGpHash {
         }
     }
 
-    /// The table of the shards `made` for `dir`, or the first error, the others closed (a
-    /// shard made by this call is left as a pool of its own, never removed: see `create`).
+    /// The table of the shards `made` for `dir`, or the first error, the others closed.
     fn gathered(dir: &Path, made: Vec<Result<GpHash>>, options: &Options) -> Result<Self> {
         if made.iter().all(Result::is_ok) {
             let shards: Vec<GpHash> = made.into_iter().flatten().collect();
@@ -301,30 +303,41 @@ impl ShardedGpHash {
         if n == 1 {
             return call(&self.shards[0], batch);
         }
+        let mut laps = Laps::start("sharded batch");
         if self.grow_ahead && !batch.read_only() {
             self.grow_fullest(batch.len());
+            laps.lap("growth ahead");
         }
         let route: Vec<u32> =
             (0..batch.len()).into_par_iter().map(|i| Self::shard_of(batch.op(i).1, n) as u32).collect();
-        let parts: Vec<(usize, (Batch, Vec<u32>))> =
-            batch.split(&route, n).into_iter().enumerate().filter(|(_, (b, _))| !b.is_empty()).collect();
-        let outcomes = in_parallel(parts, |(i, (part, at))| (i, call(&self.shards[i], &part), at));
-        let mut result = BatchResult::new(batch.len(), self.value_bytes);
+        laps.lap("route");
+        let (parts, cut) = batch.split(route, n);
+        laps.lap("split");
+        let work: Vec<(usize, Batch)> =
+            parts.into_iter().enumerate().filter(|(_, b)| !b.is_empty()).collect();
+        let outcomes = in_parallel(work, |(i, part)| (i, call(&self.shards[i], &part)));
+        laps.lap("shards");
         let (mut applied, mut failed) = (vec![], vec![]);
-        for (i, outcome, at) in outcomes {
+        let mut results: Vec<BatchResult> = vec![];
+        for (i, outcome) in outcomes {
             match outcome {
                 Ok(part) => {
-                    result.gather(&at, &part);
+                    // Parts without operations were not run; their (empty) results keep the
+                    // parts' numbering.
+                    results.resize_with(i, || BatchResult::new(0, self.value_bytes));
+                    results.push(part);
                     applied.push(i);
                 }
                 Err(e) => failed.push((i, e)),
             }
         }
         if failed.is_empty() {
+            let result = BatchResult::gathered(&cut, &results, self.value_bytes);
+            laps.lap("gather");
             return Ok(result);
         }
         let shards: Vec<usize> = failed.iter().map(|(i, _)| *i).collect();
-        let (shard, source) = failed.swap_remove(0);
+        let (shard, source) = failed.remove(0);
         for (i, e) in failed {
             log::error!("shard {i} also failed its part of the batch: {e}");
         }
@@ -367,15 +380,29 @@ fn shard_capacity(capacity: u64, shards: usize) -> u64 {
     (mean + 4.0 * mean.sqrt()).ceil().max(1.0) as u64
 }
 
-/// `options` for shard `i` of a table on `gpus`.
-fn on_device(options: &Options, gpus: &[Arc<Gpu>], i: usize) -> Result<Options> {
+/// `options` for shard `i` of `shards` on `gpus`. Where the cache's budget is not set, the
+/// shards on one GPU share the one a table would have alone there (half its memory), rather
+/// than each taking it.
+fn on_device(options: &Options, gpus: &[Arc<Gpu>], shards: usize, i: usize) -> Result<Options> {
     let mut options = options.clone();
     match (gpus.len(), options.executor) {
         (0, Executor::Gpu) => return Err(Error::NoAdapter("no GPU for the shards".into())),
         (0, _) => options.executor = Executor::Cpu,
-        (n, _) => options.device = Some(gpus[i % n].clone()),
+        (n, _) => {
+            let gpu = &gpus[i % n];
+            let cache = &mut options.gpu.cache;
+            if cache.max_bytes.is_none() {
+                cache.max_bytes = Some(gpu.info.device_memory / 2 / shards_on(i % n, shards, n) as u64);
+            }
+            options.device = Some(gpu.clone());
+        }
     }
     Ok(options)
+}
+
+/// Shards on GPU `g` of `gpus` when shard `i` runs on GPU `i % gpus`.
+fn shards_on(g: usize, shards: usize, gpus: usize) -> usize {
+    shards / gpus + usize::from(g < shards % gpus)
 }
 
 /// Runs `f` on every item, each on a thread of its own (inline for one), results in order.
@@ -452,6 +479,17 @@ mod tests {
         assert_eq!(ShardedGpHash::shard_of(b"any key", 1), 0);
         // The route is part of the on-disk format: a key's shard never changes between builds.
         assert_eq!(ShardedGpHash::shard_of(&42u64.to_le_bytes(), 16), 14);
+    }
+
+    #[test]
+    fn shards_share_the_gpus_evenly() {
+        for (shards, gpus) in [(1, 1), (32, 2), (5, 2), (3, 4), (1024, 3)] {
+            let on: Vec<usize> = (0..gpus).map(|g| shards_on(g, shards, gpus)).collect();
+            assert_eq!(on.iter().sum::<usize>(), shards, "{shards} shards on {gpus} GPUs: {on:?}");
+            for (g, &n) in on.iter().enumerate() {
+                assert_eq!(n, (0..shards).filter(|i| i % gpus == g).count(), "GPU {g} of {gpus}");
+            }
+        }
     }
 
     #[test]

@@ -162,6 +162,24 @@ fn a_sharded_table_is_never_replaced() {
     GpHash::create(Some(&mixed.join("shard-0001.pool")), &wide, &options()).unwrap().close().unwrap();
     let open = ShardedGpHash::open(&mixed, &options()).err().unwrap();
     assert!(matches!(open, Error::IncompatiblePool { .. }), "{open}");
+    // A create that fails on one shard (a file of someone else's in its place) removes the
+    // pools it made and leaves that file alone.
+    let stray = dir.path().join("stray");
+    std::fs::create_dir(&stray).unwrap();
+    std::fs::write(stray.join("shard-0001.pool"), b"not ours").unwrap();
+    let failed = ShardedGpHash::create(&stray, &Config::default(), 3, &options()).err().unwrap();
+    assert!(failed.to_string().contains("shard-0001.pool"), "{failed}");
+    let mut left: Vec<String> =
+        std::fs::read_dir(&stray).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    left.sort();
+    assert_eq!(left, ["shard-0001.pool"]);
+    assert_eq!(std::fs::read(stray.join("shard-0001.pool")).unwrap(), b"not ours");
+    // Without a device given, the shards take the host's GPUs; under the CPU executor, none.
+    if common::gpu().is_some() {
+        assert!(!ShardedGpHash::devices(&Options::default()).unwrap().is_empty());
+    }
+    let cpu = Options { executor: gphash::Executor::Cpu, ..Options::default() };
+    assert!(ShardedGpHash::devices(&cpu).unwrap().is_empty());
     let zero =
         ShardedGpHash::create(&dir.path().join("none"), &Config::default(), 0, &options()).err().unwrap();
     assert!(zero.to_string().contains("0 shards"), "{zero}");
