@@ -194,6 +194,11 @@ impl Batch {
         (out, Cut { route, rank })
     }
 
+    /// Operations that may add a key (inserts and upserts).
+    pub(crate) fn adds(&self) -> usize {
+        self.kinds.iter().filter(|&&k| matches!(k, OpKind::Insert | OpKind::Upsert)).count()
+    }
+
     /// Whether every operation is a read: the call changes nothing.
     pub(crate) fn read_only(&self) -> bool {
         self.kinds.iter().all(|&k| k == OpKind::Get)
@@ -669,43 +674,57 @@ impl BatchResult {
 mod tests {
     use super::*;
 
-    /// Cut and put back together on all threads, a batch of several stretches gives each part
-    /// its operations in batch order, and each operation its part's result.
+    /// Cut and put back together on all threads, a batch gives each part its operations in
+    /// batch order, and each operation its part's result: batches of several stretches and of
+    /// less than one, empty, and one part; routes that fill every part or leave some empty.
     #[test]
     fn split_and_gathered_agree_with_one_by_one() {
-        let (n, parts, kb, vb) = (50_000usize, 7usize, 8usize, 12usize);
-        let mut b = Batch::new(kb, vb);
-        let mut route = vec![];
-        for i in 0..n as u64 {
-            let key = (i * 0x9E37_79B9_7F4A_7C15).to_le_bytes();
-            match i % 3 {
-                0 => b.get(&key).unwrap(),
-                1 => b.upsert(&key, &[i as u8; 12]).unwrap(),
-                _ => b.delete(&key).unwrap(),
+        let (kb, vb) = (8usize, 12usize);
+        // Operations, parts, and the part of operation `i`.
+        type Case = (usize, usize, fn(u64) -> u64);
+        let cases: [Case; 5] = [
+            (50_000, 7, |i| (i * i + 3 * i) % 7), // parts 1, 2 and 6 stay empty
+            (50_000, 7, |i| (i * 0x9E37_79B9) % 7),
+            (1_000, 5, |i| i % 5),
+            (0, 3, |i| i % 3),
+            (9_000, 1, |_| 0),
+        ];
+        for (n, parts, part_of) in cases {
+            let mut b = Batch::new(kb, vb);
+            let mut route = vec![];
+            for i in 0..n as u64 {
+                let key = (i * 0x9E37_79B9_7F4A_7C15).to_le_bytes();
+                match i % 3 {
+                    0 => b.get(&key).unwrap(),
+                    1 => b.upsert(&key, &[i as u8; 12]).unwrap(),
+                    _ => b.delete(&key).unwrap(),
+                }
+                route.push(part_of(i) as u32);
             }
-            route.push(((i * i + 3 * i) % parts as u64) as u32);
-        }
-        let (cut_parts, cut) = b.split(route.clone(), parts);
-        let mut results = vec![];
-        for (p, part) in cut_parts.iter().enumerate() {
-            let mine: Vec<usize> = (0..n).filter(|&i| route[i] as usize == p).collect();
-            assert_eq!(part.len(), mine.len(), "part {p}");
-            let mut r = BatchResult::new(part.len(), vb);
-            for (j, &i) in mine.iter().enumerate() {
-                assert_eq!(part.op(j), b.op(i), "part {p}, operation {j}");
-                // A made-up result that names the operation: reads of even ones find a value.
-                let value = [(i % 251) as u8; 12];
-                let status = if i % 2 == 0 { Status::Ok } else { Status::NotFound };
-                r.set(j, status, (i % 2 == 0 && b.op(i).0 == OpKind::Get).then_some(&value[..]));
+            let (cut_parts, cut) = b.split(route.clone(), parts);
+            assert_eq!(cut_parts.len(), parts);
+            let mut results = vec![];
+            for (p, part) in cut_parts.iter().enumerate() {
+                let mine: Vec<usize> = (0..n).filter(|&i| route[i] as usize == p).collect();
+                assert_eq!(part.len(), mine.len(), "{n} operations, part {p}");
+                let mut r = BatchResult::new(part.len(), vb);
+                for (j, &i) in mine.iter().enumerate() {
+                    assert_eq!(part.op(j), b.op(i), "{n} operations, part {p}, operation {j}");
+                    // A made-up result that names the operation: reads of even ones find a value.
+                    let value = [(i % 251) as u8; 12];
+                    let status = if i % 2 == 0 { Status::Ok } else { Status::NotFound };
+                    r.set(j, status, (i % 2 == 0 && b.op(i).0 == OpKind::Get).then_some(&value[..]));
+                }
+                results.push(r);
             }
-            results.push(r);
-        }
-        let all = BatchResult::gathered(&cut, &results, vb);
-        for i in 0..n {
-            let want = if i % 2 == 0 { Status::Ok } else { Status::NotFound };
-            assert_eq!(all.statuses[i], want, "operation {i}");
-            let value = (i % 2 == 0 && b.op(i).0 == OpKind::Get).then_some([(i % 251) as u8; 12]);
-            assert_eq!(all.value(i), value.as_ref().map(|v| &v[..]), "operation {i}");
+            let all = BatchResult::gathered(&cut, &results, vb);
+            assert_eq!(all.len(), n);
+            for i in 0..n {
+                let want = if i % 2 == 0 { Status::Ok } else { Status::NotFound };
+                assert_eq!(all.statuses[i], want, "{n} operations, operation {i}");
+                let value = (i % 2 == 0 && b.op(i).0 == OpKind::Get).then_some([(i % 251) as u8; 12]);
+                assert_eq!(all.value(i), value.as_ref().map(|v| &v[..]), "{n} operations, operation {i}");
+            }
         }
     }
 

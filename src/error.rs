@@ -156,11 +156,13 @@ pub enum Error {
     /// An earlier failure left the index unusable until it is reopened (which recovers).
     #[error("the index must be reopened after an earlier failure: {0}")]
     Poisoned(String),
-    /// Shards of a [`crate::ShardedGpHash`] failed their parts of a batch: those parts did not
-    /// take effect; the parts of the shards in `applied` did.
+    /// Shards of a [`crate::ShardedGpHash`] failed their parts of a batch. Those parts took no
+    /// effect, as a failed call on one table takes none (a shard the error poisoned recovers on
+    /// reopening, each key as before or after the batch); the parts of the shards in `applied`
+    /// did take effect, and their results are not returned: read their keys to see them.
     #[error(
-        "shard {shard} failed its part of the batch: {source}; the parts on shards {failed:?} did not take \
-         effect, those on shards {applied:?} did"
+        "shard {shard} failed its part of the batch: {source}; the parts on shards {applied:?} took effect, \
+         those on shards {failed:?} did not (read the batch's keys to see their state)"
     )]
     Shard {
         /// The first shard that failed.

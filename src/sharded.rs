@@ -30,9 +30,9 @@ const MANIFEST: &str = "gphash-shards";
 const MANIFEST_HEAD: &str = "gphash-shards 1";
 /// The most shards a table has (each is a pool, an engine and its GPU buffers).
 pub const MAX_SHARDS: usize = 1024;
-/// The load at which a shard grows before a batch that writes, one shard a batch, the fullest
-/// first, less the load a batch as large as the one coming would add to a shard if all of it
-/// went there (but not below 0.5): so that shards of equal load, which would otherwise fill up
+/// The load at which a shard grows before a batch that may add keys to it, one shard a batch
+/// (the one furthest past its load to grow at), less the load the batch's inserts and upserts
+/// for that shard could add (but not below 0.5): so that shards of equal load, which would otherwise fill up
 /// in the same batch (near 0.90 for the default layout, `BENCHMARKS.md`, "Load factor at the
 /// first resize") and make that batch wait for all of their growths, grow in turn, each before
 /// it is full.
@@ -48,16 +48,19 @@ pub const GROW_AHEAD_LOAD: f64 = 0.85;
 ///   shards stand ([`Error::Shard`] names both);
 /// - a call of another thread may run between the parts of two shards.
 ///
-/// Before a batch that writes, one shard near full grows (with [`Options::grow`]; see
-/// [`GROW_AHEAD_LOAD`]), so that a batch waits for one shard's growth, not for all of theirs.
+/// Before a batch that may add keys, one shard near full grows (with [`Options::grow`]; see
+/// [`GROW_AHEAD_LOAD`]), so that a batch mostly waits for one shard's growth, not for all of
+/// theirs.
 ///
 /// A crash leaves each key as it was before the batch or after it, as in each shard.
 pub struct ShardedGpHash {
     dir: PathBuf,
     shards: Vec<GpHash>,
-    /// Whether shards grow ahead of need ([`GROW_AHEAD_LOAD`]); per shard, whether a growth
-    /// ahead failed (it is not tried again: the shard grows when it must, or says why not).
+    /// Whether shards grow ahead of need ([`GROW_AHEAD_LOAD`]); per shard, whether a thread is
+    /// growing it ahead (so two threads never both do), and whether a growth ahead failed (it
+    /// is not tried again: the shard grows when it must, or says why not).
     grow_ahead: bool,
+    growing: Vec<AtomicBool>,
     ahead_failed: Vec<AtomicBool>,
     key_bytes: usize,
     value_bytes: usize,
@@ -94,6 +97,19 @@ impl ShardedGpHash {
             let held = std::io::Error::new(std::io::ErrorKind::AlreadyExists, "it holds a sharded table");
             return Err(io("creating a sharded table in")(held));
         }
+        // Nothing may stand where a shard's pool goes (a file, a directory, a link to a
+        // device): this call removes the pools it made if it fails, and only those.
+        if let Some(taken) = (0..shards).map(|i| shard_path(dir, i)).find(|p| fs::symlink_metadata(p).is_ok())
+        {
+            let why = format!(
+                "{} exists: a sharded table's pools go there (left by a create cut short? remove them)",
+                taken.display()
+            );
+            return Err(io("creating a sharded table in")(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                why,
+            )));
+        }
         let config = Config {
             capacity: shard_capacity(config.capacity, shards),
             max_bytes: config.max_bytes.map(|b| b / shards as u64),
@@ -103,11 +119,10 @@ impl ShardedGpHash {
             GpHash::create(Some(&shard_path(dir, i)), &config, &on_device(options, gpus, shards, i)?)
         });
         // Without the manifest, the pools this call made hold nothing acknowledged: on a
-        // failure they are removed, so that the directory can take a table again.
-        let made_here: Vec<PathBuf> =
-            (made.iter().enumerate()).filter(|(_, m)| m.is_ok()).map(|(i, _)| shard_path(dir, i)).collect();
-        let remove = || made_here.iter().for_each(|p| drop(fs::remove_file(p)));
-        let table = Self::gathered(dir, made, options).inspect_err(|_| remove())?;
+        // failure they are removed (nothing stood in their place before), so that the
+        // directory can take a table again.
+        let remove = || (0..shards).for_each(|i| drop(fs::remove_file(shard_path(dir, i))));
+        let table = Self::from_shards(dir, made, options).inspect_err(|_| remove())?;
         if let Err(e) = write_manifest(dir, shards) {
             let _ = table.close();
             remove();
@@ -128,7 +143,7 @@ impl ShardedGpHash {
         let opened = in_parallel((0..shards).collect(), |i| {
             GpHash::open(&shard_path(dir, i), &on_device(options, gpus, shards, i)?)
         });
-        let table = Self::gathered(dir, opened, options)?;
+        let table = Self::from_shards(dir, opened, options)?;
         let widths = |s: &GpHash| (s.geometry().key_bytes, s.geometry().value_bytes);
         if let Some(i) = table.shards.iter().position(|s| widths(s) != widths(&table.shards[0])) {
             let why = format!(
@@ -162,13 +177,14 @@ impl ShardedGpHash {
     }
 
     /// The table of the shards `made` for `dir`, or the first error, the others closed.
-    fn gathered(dir: &Path, made: Vec<Result<GpHash>>, options: &Options) -> Result<Self> {
+    fn from_shards(dir: &Path, made: Vec<Result<GpHash>>, options: &Options) -> Result<Self> {
         if made.iter().all(Result::is_ok) {
             let shards: Vec<GpHash> = made.into_iter().flatten().collect();
             let geo = shards[0].geometry();
             return Ok(ShardedGpHash {
                 dir: dir.to_path_buf(),
                 grow_ahead: options.grow && shards.len() > 1,
+                growing: shards.iter().map(|_| AtomicBool::new(false)).collect(),
                 ahead_failed: shards.iter().map(|_| AtomicBool::new(false)).collect(),
                 shards,
                 key_bytes: geo.key_bytes as usize,
@@ -303,16 +319,19 @@ impl ShardedGpHash {
         if n == 1 {
             return call(&self.shards[0], batch);
         }
-        let mut laps = Laps::start("sharded batch");
-        if self.grow_ahead && !batch.read_only() {
-            self.grow_fullest(batch.len());
-            laps.lap("growth ahead");
+        if u32::try_from(batch.len()).is_err() {
+            return Err(Error::BatchTooLarge { len: batch.len() as u64, max: u32::MAX as u64 });
         }
+        let mut laps = Laps::start("sharded batch");
         let route: Vec<u32> =
             (0..batch.len()).into_par_iter().map(|i| Self::shard_of(batch.op(i).1, n) as u32).collect();
         laps.lap("route");
         let (parts, cut) = batch.split(route, n);
         laps.lap("split");
+        if self.grow_ahead {
+            self.grow_one_ahead(&parts.par_iter().map(Batch::adds).collect::<Vec<_>>());
+            laps.lap("growth ahead");
+        }
         let work: Vec<(usize, Batch)> =
             parts.into_iter().enumerate().filter(|(_, b)| !b.is_empty()).collect();
         let outcomes = in_parallel(work, |(i, part)| (i, call(&self.shards[i], &part)));
@@ -346,25 +365,34 @@ impl ShardedGpHash {
 }
 
 impl ShardedGpHash {
-    /// Grows the shard furthest past its load to grow ahead at, if any, before a batch of
-    /// `ops` operations (see [`GROW_AHEAD_LOAD`]). A failure is logged, not returned: the batch
-    /// may still fit, and a shard that must grow grows in its own call.
-    fn grow_fullest(&self, ops: usize) {
-        let past = |s: &GpHash| {
+    /// Grows one shard ahead of need before a batch that may add `adds[i]` keys to shard `i`:
+    /// among the shards it adds to, the one furthest past its load to grow at (see
+    /// [`GROW_AHEAD_LOAD`]), if any. A failure is logged, not returned: the batch may still
+    /// fit, and a shard that must grow grows in its own call.
+    fn grow_one_ahead(&self, adds: &[usize]) {
+        let past = |i: usize| {
+            let s = &self.shards[i];
             let slots = s.geometry().slots() as f64;
-            s.len() as f64 / slots - (GROW_AHEAD_LOAD - ops as f64 / slots).max(0.5)
+            s.len() as f64 / slots - (GROW_AHEAD_LOAD - adds[i] as f64 / slots).max(0.5)
         };
-        let fullest = (self.shards.iter().enumerate())
-            .filter(|(i, _)| !self.ahead_failed[*i].load(Ordering::Relaxed))
-            .map(|(i, s)| (i, past(s)))
+        let fullest = (0..self.shards.len())
+            .filter(|&i| adds[i] > 0 && !self.ahead_failed[i].load(Ordering::Relaxed))
+            .map(|i| (i, past(i)))
             .filter(|&(_, past)| past >= 0.0)
             .max_by(|a, b| a.1.total_cmp(&b.1));
-        if let Some((i, _)) = fullest
+        let Some((i, _)) = fullest else { return };
+        // Another thread's call may be growing it, or may have grown it since: look again
+        // once it is ours.
+        if self.growing[i].compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            return;
+        }
+        if past(i) >= 0.0
             && let Err(e) = self.shards[i].grow()
         {
             log::warn!("shard {i} could not grow ahead of need: {e}");
             self.ahead_failed[i].store(true, Ordering::Relaxed);
         }
+        self.growing[i].store(false, Ordering::Release);
     }
 }
 
@@ -381,8 +409,9 @@ fn shard_capacity(capacity: u64, shards: usize) -> u64 {
 }
 
 /// `options` for shard `i` of `shards` on `gpus`. Where the cache's budget is not set, the
-/// shards on one GPU share the one a table would have alone there (half its memory), rather
-/// than each taking it.
+/// shards on one GPU share the one a table would have alone there (half its memory, or three
+/// quarters of what is free if that is less), rather than each taking it; a budget that is set
+/// is each shard's.
 fn on_device(options: &Options, gpus: &[Arc<Gpu>], shards: usize, i: usize) -> Result<Options> {
     let mut options = options.clone();
     match (gpus.len(), options.executor) {
@@ -392,7 +421,8 @@ fn on_device(options: &Options, gpus: &[Arc<Gpu>], shards: usize, i: usize) -> R
             let gpu = &gpus[i % n];
             let cache = &mut options.gpu.cache;
             if cache.max_bytes.is_none() {
-                cache.max_bytes = Some(gpu.info.device_memory / 2 / shards_on(i % n, shards, n) as u64);
+                let (alone, _) = cache.budget(&gpu.info, gpu.device_memory_available());
+                cache.max_bytes = Some(alone / shards_on(i % n, shards, n) as u64);
             }
             options.device = Some(gpu.clone());
         }
@@ -421,7 +451,8 @@ fn in_parallel<I: Send, T: Send>(items: Vec<I>, f: impl Fn(I) -> T + Sync) -> Ve
 }
 
 /// Publishes the manifest: written and synced under a temporary name, then linked to its own
-/// name, which fails rather than replace one that exists.
+/// name, which fails rather than replace one that exists; then the directory and its parent
+/// (which may just have got it) are synced. A failed sync takes the manifest back.
 fn write_manifest(dir: &Path, shards: usize) -> Result<()> {
     let io =
         |what: &'static str| move |source| Error::Io { what: format!("{what} in {}", dir.display()), source };
@@ -434,21 +465,29 @@ fn write_manifest(dir: &Path, shards: usize) -> Result<()> {
     let linked = fs::hard_link(&temp, dir.join(MANIFEST));
     let _ = fs::remove_file(&temp);
     linked.map_err(io("publishing the shards' manifest"))?;
-    fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io("syncing the directory"))
+    let sync = |d: &Path| fs::File::open(d).and_then(|d| d.sync_all());
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    sync(dir).and_then(|()| sync(parent)).map_err(|e| {
+        let _ = fs::remove_file(dir.join(MANIFEST));
+        io("syncing the directory")(e)
+    })
 }
 
 /// The number of shards the manifest of `dir` names.
 fn read_manifest(dir: &Path) -> Result<usize> {
     let path = dir.join(MANIFEST);
-    let text = fs::read_to_string(&path).map_err(|source| Error::Io {
-        what: format!(
-            "opening the sharded table in {}: no readable {MANIFEST} (a table whose creation was \
-             interrupted has shard pools but no manifest, and holds nothing acknowledged)",
-            dir.display()
-        ),
-        source,
-    })?;
     let bad = |why: &str| Error::IncompatiblePool { path: path.clone(), why: why.into() };
+    let text = fs::read_to_string(&path).map_err(|source| match source.kind() {
+        std::io::ErrorKind::InvalidData => bad("it is not text"),
+        _ => Error::Io {
+            what: format!(
+                "opening the sharded table in {}: no readable {MANIFEST} (a table whose creation was \
+             interrupted has shard pools but no manifest, and holds nothing acknowledged)",
+                dir.display()
+            ),
+            source,
+        },
+    })?;
     let mut lines = text.lines();
     if lines.next() != Some(MANIFEST_HEAD) {
         return Err(bad(&format!("the first line is not `{MANIFEST_HEAD}`")));

@@ -44,9 +44,10 @@ pub(crate) enum Bench {
     /// has timestamp queries), for search and insert batches of each size: medians of several
     /// repetitions, with min and max, and each size's wall time over the bare wgpu round trip.
     Profile(ProfileArgs),
-    /// A table of several shards, each a pool of its own on one GPU: loaded (shards grow one at
-    /// a time past `--capacity`), a sample searched with its values checked, every shard
-    /// checked, closed and reopened. For tables of more keys than one table holds (2^32 slots).
+    /// A table of several shards, each a pool of its own, spread over the host's identical GPUs:
+    /// loaded (shards grow, mostly one a batch, past `--capacity`), a sample searched with its
+    /// values checked, every shard checked, closed and reopened. For tables of more keys than
+    /// one table holds (2^32 slots).
     Sharded(ShardedArgs),
 }
 

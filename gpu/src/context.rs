@@ -108,19 +108,27 @@ impl Gpu {
     }
 
     /// Opens the best adapter and every other one of the same name and type (the host's
-    /// identical GPUs), unchecked, as [`Gpu::open_best`].
+    /// identical GPUs, each once: adapters on the same PCI bus are one GPU), unchecked, as
+    /// [`Gpu::open_best`]. A twin that fails to open is left out, with a warning.
     pub(crate) fn open_alike() -> Result<Vec<Gpu>> {
         let instance = compute_instance()?;
-        let best = Self::best_adapter(&instance)?.get_info();
-        let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN));
-        adapters
-            .into_iter()
-            .filter(|a| {
-                let info = a.get_info();
-                (&info.name, info.device_type) == (&best.name, best.device_type)
-            })
-            .map(Self::open)
-            .collect()
+        let best = Self::best_adapter(&instance)?;
+        let info = best.get_info();
+        let mut buses = vec![info.device_pci_bus_id.clone()];
+        let mut gpus = vec![Self::open(best)?];
+        for adapter in pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN)) {
+            let a = adapter.get_info();
+            let twin = (&a.name, a.device_type) == (&info.name, info.device_type);
+            if !twin || a.device_pci_bus_id.is_empty() || buses.contains(&a.device_pci_bus_id) {
+                continue;
+            }
+            buses.push(a.device_pci_bus_id.clone());
+            match Self::open(adapter) {
+                Ok(gpu) => gpus.push(gpu),
+                Err(e) => log::warn!("{} at {} is left out: {e}", a.name, a.device_pci_bus_id),
+            }
+        }
+        Ok(gpus)
     }
 
     fn best_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {

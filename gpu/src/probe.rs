@@ -21,10 +21,18 @@ impl Gpu {
 
     /// Opens the best Vulkan adapter and every other adapter of the same name and type (a
     /// host's identical GPUs; the one `GPHASH_ADAPTER` names and its like), each checked as
-    /// [`Gpu::new`] checks one.
+    /// [`Gpu::new`] checks one. A twin that fails the check is left out, with a warning; the
+    /// best one's failure is the error.
     pub fn all() -> Result<Vec<Arc<Gpu>>> {
-        let gpus = Gpu::open_alike()?;
-        gpus.into_iter().map(|gpu| gpu.check_subgroup_width().map(|()| Arc::new(gpu))).collect()
+        let mut checked = vec![];
+        for (i, gpu) in Gpu::open_alike()?.into_iter().enumerate() {
+            match gpu.check_subgroup_width() {
+                Ok(()) => checked.push(Arc::new(gpu)),
+                Err(e) if i == 0 => return Err(e),
+                Err(e) => log::warn!("{} is left out: {e}", gpu.info.name),
+            }
+        }
+        Ok(checked)
     }
 
     /// Refuses a device whose subgroups run fewer lanes than the subgroup size it reports:
