@@ -19,6 +19,7 @@ use rayon::prelude::*;
 use crate::batch::{Batch, BatchResult};
 use crate::error::{Error, Result};
 use crate::index::{Config, Executor, GpHash, Options};
+use crate::layout::TARGET_LOAD;
 use crate::profile::Laps;
 use crate::protocol::{OpKind, Status};
 use crate::recovery::CheckReport;
@@ -32,10 +33,11 @@ const MANIFEST_HEAD: &str = "gphash-shards 1";
 pub const MAX_SHARDS: usize = 1024;
 /// The load at which a shard grows before a batch that may add keys to it, one shard a batch
 /// (the one furthest past its load to grow at), less the load the batch's inserts and upserts
-/// for that shard could add (but not below 0.5): so that shards of equal load, which would otherwise fill up
-/// in the same batch (near 0.90 for the default layout, `BENCHMARKS.md`, "Load factor at the
-/// first resize") and make that batch wait for all of their growths, grow in turn, each before
-/// it is full.
+/// could add to that shard if all of them went there, but not below [`TARGET_LOAD`]: so that
+/// shards of equal load, which would otherwise fill up in the same batch (near 0.90 for the
+/// default layout, `BENCHMARKS.md`, "Load factor at the first resize") and make that batch wait
+/// for all of their growths, grow in turn, each before it is full; and a table made for its
+/// keys (sized for [`TARGET_LOAD`]) does not grow ahead before it holds them.
 pub const GROW_AHEAD_LOAD: f64 = 0.85;
 
 /// A table of `GpHash` shards, each key in the one [`ShardedGpHash::shard_of`] names.
@@ -370,10 +372,13 @@ impl ShardedGpHash {
     /// [`GROW_AHEAD_LOAD`]), if any. A failure is logged, not returned: the batch may still
     /// fit, and a shard that must grow grows in its own call.
     fn grow_one_ahead(&self, adds: &[usize]) {
+        // The shards grow one a batch: the batch's inserts and upserts as a whole measure how
+        // soon each must start.
+        let all = adds.iter().sum::<usize>() as f64;
         let past = |i: usize| {
             let s = &self.shards[i];
             let slots = s.geometry().slots() as f64;
-            s.len() as f64 / slots - (GROW_AHEAD_LOAD - adds[i] as f64 / slots).max(0.5)
+            s.len() as f64 / slots - (GROW_AHEAD_LOAD - all / slots).max(TARGET_LOAD)
         };
         let fullest = (0..self.shards.len())
             .filter(|&i| adds[i] > 0 && !self.ahead_failed[i].load(Ordering::Relaxed))
