@@ -181,6 +181,10 @@ impl Laps {
 
 impl Drop for Laps {
     fn drop(&mut self) {
+        // Every sharded batch keeps laps: format them only when they are logged.
+        if !log::log_enabled!(log::Level::Debug) {
+            return;
+        }
         let total: Duration = self.laps.iter().map(|l| l.1).sum();
         let steps: Vec<String> =
             self.laps.iter().map(|(n, d)| format!("{n} {:.2}", d.as_secs_f64() * 1e3)).collect();

@@ -148,7 +148,12 @@ fn value(i: u64, bytes: usize) -> Vec<u8> {
     (0..bytes).map(|b| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> ((b % 8) * 8)) as u8 ^ b as u8).collect()
 }
 
-fn gathered(ids: impl ParallelIterator<Item = u64>, bytes: usize, f: fn(u64, usize) -> Vec<u8>) -> Vec<u8> {
+/// The bytes `f` gives each of `ids`, one after another.
+fn concatenated(
+    ids: impl ParallelIterator<Item = u64>,
+    bytes: usize,
+    f: fn(u64, usize) -> Vec<u8>,
+) -> Vec<u8> {
     ids.flat_map_iter(|i| f(i, bytes)).collect()
 }
 
@@ -255,8 +260,8 @@ impl ShardedLoad {
         let t = Instant::now();
         for start in (from..self.keys).step_by(batch as usize) {
             let ids = start..(start + batch).min(self.keys);
-            let keys = gathered(ids.clone().into_par_iter(), kb, key);
-            let values = gathered(ids.into_par_iter(), vb, value);
+            let keys = concatenated(ids.clone().into_par_iter(), kb, key);
+            let values = concatenated(ids.into_par_iter(), vb, value);
             let before = growths(table);
             let s = Instant::now();
             let statuses = table.insert(&keys, &values)?;
@@ -283,7 +288,7 @@ impl ShardedLoad {
         let mut latencies = vec![];
         let t = Instant::now();
         for ids in sample.chunks(self.batch.max(1)) {
-            let keys = gathered(ids.par_iter().copied(), kb, key);
+            let keys = concatenated(ids.par_iter().copied(), kb, key);
             let s = Instant::now();
             let found = table.get(&keys)?;
             latencies.push(s.elapsed());
