@@ -5,10 +5,12 @@
 //!
 //! Each shard is a [`GpHash`] of its own in `DIR/shard-NNNN.pool`; the shards share the host's
 //! GPUs, in turn.
-//! The file `DIR/gphash-shards` names how many there are. It is written last when the table is
-//! made, so a directory without it holds nothing acknowledged.
+//! The file `DIR/gphash-shards` names how many there are and the table's identity, from which
+//! each shard's hash seed derives (so a pool put in another shard's place is refused). It is
+//! written last when the table is made, so a directory without it holds nothing acknowledged.
 
 use std::fs;
+use std::hash::BuildHasher;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,11 +26,14 @@ use crate::profile::Laps;
 use crate::protocol::{OpKind, Status};
 use crate::recovery::CheckReport;
 use gphash_gpu::Gpu;
+use host_pm::Pool;
 
 /// The file that names a directory's shards.
 const MANIFEST: &str = "gphash-shards";
-/// Its first line: the format and its version.
-const MANIFEST_HEAD: &str = "gphash-shards 1";
+/// Its first line: the format and its version. Version 1 (no `table` line) is still read;
+/// its shards' places are not checked.
+const MANIFEST_HEAD: &str = "gphash-shards 2";
+const MANIFEST_HEAD_V1: &str = "gphash-shards 1";
 /// The most shards a table has (each is a pool, an engine and its GPU buffers).
 pub const MAX_SHARDS: usize = 1024;
 /// The load at which a shard grows before a batch that may add keys to it, one shard a batch
@@ -72,7 +77,8 @@ impl ShardedGpHash {
     /// Creates a table of `shards` new pools in the directory `dir` (made if absent; it must not
     /// hold a sharded table already), on the GPUs [`ShardedGpHash::devices`] gives.
     /// `config.capacity` and `config.max_bytes` are the whole table's, shared evenly; each
-    /// shard grows on its own.
+    /// shard grows on its own. `config.seed` is not used: each shard's hash seed derives from
+    /// a random identity of the table and the shard's number, which opening checks.
     pub fn create(dir: &Path, config: &Config, shards: usize, options: &Options) -> Result<Self> {
         Self::create_on(dir, config, shards, options, &Self::devices(options)?)
     }
@@ -117,20 +123,22 @@ impl ShardedGpHash {
             max_bytes: config.max_bytes.map(|b| b / shards as u64),
             ..*config
         };
+        let table = new_identity();
         let made = in_parallel((0..shards).collect(), |i| {
+            let config = Config { seed: shard_seed(table, i), ..config };
             GpHash::create(Some(&shard_path(dir, i)), &config, &on_device(options, gpus, shards, i)?)
         });
         // Without the manifest, the pools this call made hold nothing acknowledged: on a
         // failure they are removed (nothing stood in their place before), so that the
         // directory can take a table again.
         let remove = || (0..shards).for_each(|i| drop(fs::remove_file(shard_path(dir, i))));
-        let table = Self::from_shards(dir, made, options).inspect_err(|_| remove())?;
-        if let Err(e) = write_manifest(dir, shards) {
-            let _ = table.close();
+        let made = Self::from_shards(dir, made, options).inspect_err(|_| remove())?;
+        if let Err(e) = write_manifest(dir, &Manifest { shards, table: Some(table) }) {
+            let _ = made.close();
             remove();
             return Err(e);
         }
-        Ok(table)
+        Ok(made)
     }
 
     /// Opens the sharded table in `dir`, recovering each shard that was not closed cleanly, on
@@ -140,9 +148,13 @@ impl ShardedGpHash {
     }
 
     /// [`ShardedGpHash::open`] on the GPUs given, as [`ShardedGpHash::create_on`] uses them.
+    /// A pool that is not this table's shard `i` (another table's, or another shard's: files
+    /// moved or swapped) is refused before it is opened for writing.
     pub fn open_on(dir: &Path, options: &Options, gpus: &[Arc<Gpu>]) -> Result<Self> {
-        let shards = read_manifest(dir)?;
+        let manifest = read_manifest(dir)?;
+        let shards = manifest.shards;
         let opened = in_parallel((0..shards).collect(), |i| {
+            manifest.check_place(dir, i)?;
             GpHash::open(&shard_path(dir, i), &on_device(options, gpus, shards, i)?)
         });
         let table = Self::from_shards(dir, opened, options)?;
@@ -221,7 +233,22 @@ impl ShardedGpHash {
     /// The pool files of the sharded table in `dir`, as its manifest names them, without
     /// opening them (for tools that check or inspect each shard).
     pub fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
-        Ok((0..read_manifest(dir)?).map(|i| shard_path(dir, i)).collect())
+        Ok((0..read_manifest(dir)?.shards).map(|i| shard_path(dir, i)).collect())
+    }
+
+    /// Why each shard's pool that can be read is not in its place (another table's pool, or
+    /// another shard's), as opening would refuse it; without opening any for writing (for
+    /// tools that check each shard). A table of manifest version 1 names no identity: none.
+    pub fn misplaced(dir: &Path) -> Result<Vec<(usize, Error)>> {
+        let manifest = read_manifest(dir)?;
+        let checked = in_parallel((0..manifest.shards).collect(), |i| (i, manifest.check_place(dir, i)));
+        Ok(checked
+            .into_iter()
+            .filter_map(|(i, placed)| match placed {
+                Err(e @ Error::IncompatiblePool { .. }) => Some((i, e)),
+                _ => None,
+            })
+            .collect())
     }
 
     /// The shards, in the order [`ShardedGpHash::shard_of`] numbers them.
@@ -455,15 +482,58 @@ fn in_parallel<I: Send, T: Send>(items: Vec<I>, f: impl Fn(I) -> T + Sync) -> Ve
     })
 }
 
+/// What a table's manifest says.
+#[derive(Debug, PartialEq, Eq)]
+struct Manifest {
+    shards: usize,
+    /// The table's identity, from which each shard's hash seed derives ([`shard_seed`]);
+    /// `None` in a version 1 manifest.
+    table: Option<u64>,
+}
+
+impl Manifest {
+    /// Refuses the pool at shard `i`'s path if its hash seed is not shard `i`'s of this table,
+    /// reading its header through a private view (nothing is written to it).
+    fn check_place(&self, dir: &Path, i: usize) -> Result<()> {
+        let Some(table) = self.table else { return Ok(()) };
+        let path = shard_path(dir, i);
+        let seed = Pool::open_private(&path)?.header().table.seed;
+        let want = shard_seed(table, i);
+        if seed == want {
+            return Ok(());
+        }
+        let why = format!(
+            "it is not shard {i} of this table (hash seed {seed:#018x}, shard {i}'s is {want:#018x}): \
+             a pool of another table or another shard was put in its place"
+        );
+        Err(Error::IncompatiblePool { path, why })
+    }
+}
+
+/// A new table's identity: random, so that no two tables' shards share seeds.
+fn new_identity() -> u64 {
+    std::hash::RandomState::new().hash_one((std::time::SystemTime::now(), std::process::id()))
+}
+
+/// Shard `i`'s hash seed in the table `table`: SplitMix64 of both, so that each shard's
+/// header names its table and its place.
+fn shard_seed(table: u64, i: usize) -> u64 {
+    let mut h = table ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    h ^ (h >> 31)
+}
+
 /// Publishes the manifest: written and synced under a temporary name, then linked to its own
 /// name, which fails rather than replace one that exists; then the directory and its parent
 /// (which may just have got it) are synced. A failed sync takes the manifest back.
-fn write_manifest(dir: &Path, shards: usize) -> Result<()> {
+fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<()> {
     let io =
         |what: &'static str| move |source| Error::Io { what: format!("{what} in {}", dir.display()), source };
     let temp = dir.join(format!(".{MANIFEST}.{}", std::process::id()));
     let mut file = fs::File::create(&temp).map_err(io("writing the shards' manifest"))?;
-    let text = format!("{MANIFEST_HEAD}\nshards {shards}\n");
+    let table = manifest.table.expect("new manifests name their table");
+    let text = format!("{MANIFEST_HEAD}\nshards {}\ntable {table:016x}\n", manifest.shards);
     file.write_all(text.as_bytes())
         .and_then(|()| file.sync_all())
         .map_err(io("writing the shards' manifest"))?;
@@ -478,8 +548,8 @@ fn write_manifest(dir: &Path, shards: usize) -> Result<()> {
     })
 }
 
-/// The number of shards the manifest of `dir` names.
-fn read_manifest(dir: &Path) -> Result<usize> {
+/// The manifest of `dir`.
+fn read_manifest(dir: &Path) -> Result<Manifest> {
     let path = dir.join(MANIFEST);
     let bad = |why: &str| Error::IncompatiblePool { path: path.clone(), why: why.into() };
     let text = fs::read_to_string(&path).map_err(|source| match source.kind() {
@@ -494,19 +564,32 @@ fn read_manifest(dir: &Path) -> Result<usize> {
         },
     })?;
     let mut lines = text.lines();
-    if lines.next() != Some(MANIFEST_HEAD) {
-        return Err(bad(&format!("the first line is not `{MANIFEST_HEAD}`")));
-    }
+    let v1 = match lines.next() {
+        Some(MANIFEST_HEAD) => false,
+        Some(MANIFEST_HEAD_V1) => true,
+        _ => return Err(bad(&format!("the first line is not `{MANIFEST_HEAD}` (or version 1's)"))),
+    };
     let shards = lines
         .next()
         .and_then(|l| l.strip_prefix("shards "))
         .and_then(|n| n.parse::<usize>().ok())
         .filter(|n| (1..=MAX_SHARDS).contains(n))
         .ok_or_else(|| bad(&format!("the second line is not `shards N` with N from 1 to {MAX_SHARDS}")))?;
+    let table = match v1 {
+        true => None,
+        false => Some(
+            lines
+                .next()
+                .and_then(|l| l.strip_prefix("table "))
+                .filter(|id| id.len() == 16)
+                .and_then(|id| u64::from_str_radix(id, 16).ok())
+                .ok_or_else(|| bad("the third line is not `table` and 16 hexadecimal digits"))?,
+        ),
+    };
     if lines.next().is_some() {
-        return Err(bad("it has more than two lines"));
+        return Err(bad("it has more lines than its version's"));
     }
-    Ok(shards)
+    Ok(Manifest { shards, table })
 }
 
 #[cfg(test)]
@@ -544,20 +627,40 @@ mod tests {
     }
 
     #[test]
+    fn each_shard_of_each_table_has_its_own_seed() {
+        let tables = [new_identity(), new_identity(), 0, u64::MAX];
+        assert_ne!(tables[0], tables[1]);
+        let mut seeds: Vec<u64> =
+            tables.iter().flat_map(|&t| (0..MAX_SHARDS).map(move |i| shard_seed(t, i))).collect();
+        seeds.sort_unstable();
+        seeds.dedup();
+        assert_eq!(seeds.len(), tables.len() * MAX_SHARDS);
+        // Part of the format: a shard's seed never changes between builds.
+        assert_eq!(shard_seed(0x0123_4567_89ab_cdef, 3), 0x1a8f_ed80_c595_2760);
+    }
+
+    #[test]
     fn manifests_are_read_strictly() {
         let dir = tempfile::tempdir().unwrap();
         assert!(read_manifest(dir.path()).unwrap_err().to_string().contains("no readable gphash-shards"));
-        write_manifest(dir.path(), 12).unwrap();
-        assert_eq!(read_manifest(dir.path()).unwrap(), 12);
-        let again = write_manifest(dir.path(), 3).unwrap_err();
+        let twelve = Manifest { shards: 12, table: Some(0x0123_4567_89ab_cdef) };
+        write_manifest(dir.path(), &twelve).unwrap();
+        assert_eq!(read_manifest(dir.path()).unwrap(), twelve);
+        let again = write_manifest(dir.path(), &Manifest { shards: 3, table: Some(1) }).unwrap_err();
         assert!(again.to_string().contains("publishing"), "{again}");
-        assert_eq!(read_manifest(dir.path()).unwrap(), 12, "an existing manifest is never replaced");
+        assert_eq!(read_manifest(dir.path()).unwrap(), twelve, "an existing manifest is never replaced");
+        fs::write(dir.path().join(MANIFEST), "gphash-shards 1\nshards 4\n").unwrap();
+        assert_eq!(read_manifest(dir.path()).unwrap(), Manifest { shards: 4, table: None }, "version 1");
         for (text, why) in [
-            ("gphash-shards 2\nshards 4\n", "first line"),
-            ("gphash-shards 1\nshards 0\n", "second line"),
+            ("gphash-shards 3\nshards 4\n", "first line"),
+            ("gphash-shards 2\nshards 0\ntable 0000000000000001\n", "second line"),
             ("gphash-shards 1\nshards 4096\n", "second line"),
             ("gphash-shards 1\nshards four\n", "second line"),
-            ("gphash-shards 1\nshards 4\nmore\n", "more than two lines"),
+            ("gphash-shards 1\nshards 4\nmore\n", "more lines"),
+            ("gphash-shards 2\nshards 4\n", "third line"),
+            ("gphash-shards 2\nshards 4\ntable 12\n", "third line"),
+            ("gphash-shards 2\nshards 4\ntable 000000000000000g\n", "third line"),
+            ("gphash-shards 2\nshards 4\ntable 0000000000000001\nmore\n", "more lines"),
         ] {
             fs::write(dir.path().join(MANIFEST), text).unwrap();
             let e = read_manifest(dir.path()).unwrap_err().to_string();

@@ -5,6 +5,7 @@
 mod common;
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use common::oracle::{Oracle, assert_same_content};
 use gphash::{Batch, Config, Error, GpHash, GpuOptions, Options, ShardedGpHash, Status};
@@ -154,14 +155,16 @@ fn a_sharded_table_is_never_replaced() {
     std::fs::remove_file(path.join("gphash-shards")).unwrap();
     let open = ShardedGpHash::open(&path, &options()).err().unwrap();
     assert!(open.to_string().contains("no readable gphash-shards"), "{open}");
-    // A shard of other widths.
+    // A shard of other widths, in its place (its seed).
     let mixed = dir.path().join("mixed");
     drop(ShardedGpHash::create(&mixed, &Config::default(), 2, &options()).unwrap().close());
+    let seed_of = |p: &Path| gphash::Pool::open_private(p).unwrap().header().table.seed;
+    let seed = seed_of(&mixed.join("shard-0001.pool"));
     std::fs::remove_file(mixed.join("shard-0001.pool")).unwrap();
-    let wide = Config { key_bytes: 16, ..Config::default() };
+    let wide = Config { key_bytes: 16, seed, ..Config::default() };
     GpHash::create(Some(&mixed.join("shard-0001.pool")), &wide, &options()).unwrap().close().unwrap();
     let open = ShardedGpHash::open(&mixed, &options()).err().unwrap();
-    assert!(matches!(open, Error::IncompatiblePool { .. }), "{open}");
+    assert!(matches!(open, Error::IncompatiblePool { .. }) && open.to_string().contains("16"), "{open}");
     // Anything where a shard's pool goes (a file, a directory) is refused before a pool is
     // made, and left alone.
     let stray = dir.path().join("stray");
@@ -187,6 +190,51 @@ fn a_sharded_table_is_never_replaced() {
     let zero =
         ShardedGpHash::create(&dir.path().join("none"), &Config::default(), 0, &options()).err().unwrap();
     assert!(zero.to_string().contains("0 shards"), "{zero}");
+}
+
+/// A pool put in another shard's place, or one of another table, is refused before it is
+/// opened for writing, and the table opens again once the files are back in place.
+#[test]
+fn shards_out_of_place_are_refused() {
+    let dir = common::pool_dir();
+    let (path, other) = (dir.path().join("sharded"), dir.path().join("other"));
+    let t = ShardedGpHash::create(&path, &Config::default(), 3, &options()).unwrap();
+    let keys: Vec<u8> = (0..300u64).flat_map(|k| common::key(k, 8)).collect();
+    assert!(t.insert(&keys, &vec![7; 2400]).unwrap().iter().all(|&s| s == Status::Ok));
+    t.close().unwrap();
+    ShardedGpHash::create(&other, &Config::default(), 3, &options()).unwrap().close().unwrap();
+    let shard = |d: &Path, i: usize| d.join(format!("shard-{i:04}.pool"));
+    let bytes = |p: &Path| std::fs::read(p).unwrap();
+    let refused = |why: &str| {
+        let before: Vec<Vec<u8>> = (0..3).map(|i| bytes(&shard(&path, i))).collect();
+        let e = ShardedGpHash::open(&path, &options()).err().unwrap();
+        assert!(matches!(e, Error::IncompatiblePool { .. }) && e.to_string().contains(why), "{e}");
+        let after: Vec<Vec<u8>> = (0..3).map(|i| bytes(&shard(&path, i))).collect();
+        assert!(before == after, "a refused open wrote to a pool");
+        let misplaced = ShardedGpHash::misplaced(&path).unwrap();
+        misplaced.iter().map(|(i, _)| *i).collect::<Vec<_>>()
+    };
+    // Two shards swapped.
+    let swap = |a: usize, b: usize| {
+        let temp = path.join("swap");
+        std::fs::rename(shard(&path, a), &temp).unwrap();
+        std::fs::rename(shard(&path, b), shard(&path, a)).unwrap();
+        std::fs::rename(&temp, shard(&path, b)).unwrap();
+    };
+    swap(0, 2);
+    assert_eq!(refused("not shard"), [0, 2]);
+    swap(0, 2);
+    assert!(ShardedGpHash::misplaced(&path).unwrap().is_empty());
+    // Another table's shard 1, in the same place.
+    let own = path.join("own");
+    std::fs::rename(shard(&path, 1), &own).unwrap();
+    std::fs::copy(shard(&other, 1), shard(&path, 1)).unwrap();
+    assert_eq!(refused("another table or another shard"), [1]);
+    std::fs::rename(&own, shard(&path, 1)).unwrap();
+    let t = ShardedGpHash::open(&path, &options()).unwrap();
+    let want: HashMap<Vec<u8>, Vec<u8>> = keys.chunks(8).map(|k| (k.to_vec(), vec![7; 8])).collect();
+    assert_same_content(content(&t), &want, "with every shard back in place");
+    t.close().unwrap();
 }
 
 /// Shards of equal load grow ahead of need, one a batch, where batches are small against the

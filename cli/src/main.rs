@@ -190,7 +190,7 @@ enum Command {
     },
     /// Verify every invariant of a pool without writing it; a pool not closed cleanly is
     /// checked as recovery would leave it. A directory is checked as a sharded table
-    /// (`ShardedGpHash`): each of its shards' pools. Exit 0: consistent; 1: inconsistent; 2: could not
+    /// (`ShardedGpHash`): each of its shards' pools, and that each is in its place. Exit 0: consistent; 1: inconsistent; 2: could not
     /// check (unreadable, not a pool, another version, in use by another process).
     Check {
         /// Pool path, or a sharded table's directory.
@@ -280,15 +280,30 @@ fn check(path: &Path, repair: bool, options: &Options) -> ExitCode {
     if !path.is_dir() {
         return check_pool(path, repair, options);
     }
-    // A sharded table: each shard's pool in turn; the worst outcome is the table's.
+    // A sharded table: each shard's pool in turn, and each in its place; the worst outcome is
+    // the table's.
     match gphash::ShardedGpHash::shard_paths(path) {
         Ok(shards) => {
-            let outcomes: Vec<ExitCode> = (shards.iter().enumerate())
+            let mut outcomes: Vec<ExitCode> = (shards.iter().enumerate())
                 .map(|(i, shard)| {
                     println!("shard {i}: {}", shard.display());
                     check_pool(shard, repair, options)
                 })
                 .collect();
+            match gphash::ShardedGpHash::misplaced(path) {
+                Ok(misplaced) => {
+                    for (i, why) in &misplaced {
+                        println!("shard {i} is out of place, the table does not open: {why}");
+                    }
+                    if !misplaced.is_empty() {
+                        outcomes.push(ExitCode::from(INCONSISTENT));
+                    }
+                }
+                Err(e) => {
+                    println!("cannot check the shards' places: {e}");
+                    outcomes.push(ExitCode::from(CANNOT_CHECK));
+                }
+            }
             let worst =
                 [CANNOT_CHECK, INCONSISTENT].into_iter().find(|&c| outcomes.contains(&ExitCode::from(c)));
             ExitCode::from(worst.unwrap_or(CONSISTENT))

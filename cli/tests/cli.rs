@@ -210,6 +210,19 @@ fn check_covers_every_shard_of_a_sharded_table() {
     for i in 0..3 {
         assert!(text(&out).contains(&format!("shard {i}: ")), "shard {i} is checked");
     }
+    // Shards 0 and 2 swapped: each is consistent, but out of place.
+    let swap = |a: &str, b: &str| {
+        std::fs::rename(table.join(a), table.join("swap")).unwrap();
+        std::fs::rename(table.join(b), table.join(a)).unwrap();
+        std::fs::rename(table.join("swap"), table.join(b)).unwrap();
+    };
+    swap("shard-0000.pool", "shard-0002.pool");
+    let out = gphash(&["check", s(&table)]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    for i in [0, 2] {
+        assert!(text(&out).contains(&format!("shard {i} is out of place")), "{}", text(&out));
+    }
+    swap("shard-0000.pool", "shard-0002.pool");
     // A fingerprint of shard 1 overwritten: the table is inconsistent.
     flip_a_fingerprint(&table.join("shard-0001.pool"));
     let out = gphash(&["check", s(&table)]);
