@@ -24,7 +24,7 @@ pub(crate) fn recover_pool(
     if pool.header().resize.state == 0 {
         return Ok((*geo, recovery, allocator));
     }
-    match resize::complete(pool, builder, geo, recovery.items) {
+    match resize::complete(pool, builder, geo, recovery.items, resize::Zeroed(false)) {
         Ok((grown, bitmap)) => {
             recovery.resumed_resize = Some(true);
             Ok((grown, recovery, Allocator::Built(bitmap)))

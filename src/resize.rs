@@ -68,8 +68,11 @@ pub fn plan(pool: &Pool, geo: &Geometry) -> Result<[Region; 2]> {
 
 /// Step 1: reserves the planned regions and durably records them in the header (a pool
 /// still marked clean is marked dirty first: what its close saved may lie where they go).
-pub fn begin(pool: &mut Pool, geo: &Geometry, [table, heap]: [Region; 2]) -> Result<()> {
+/// Returns whether the new table's region lies past the pool's old end, where a growth's new
+/// bytes read as zero ([`Pool::grow`]): then [`complete`] need not zero it.
+pub fn begin(pool: &mut Pool, geo: &Geometry, [table, heap]: [Region; 2]) -> Result<Zeroed> {
     let mut laps = Laps::start("growth begin");
+    let zeroed = Zeroed(table.offset >= pool.len());
     pool.mark_dirty()?;
     pool.grow(table.end().max(heap.end()))?;
     laps.lap("pool grow");
@@ -83,8 +86,15 @@ pub fn begin(pool: &mut Pool, geo: &Geometry, [table, heap]: [Region; 2]) -> Res
     pool.write_header(&h)?;
     laps.lap("header");
     log::info!("growing the table from level {}", geo.top_level);
-    Ok(())
+    Ok(zeroed)
 }
+
+/// Whether the grown table's region is known to read as zero: true only right after [`begin`]
+/// placed it past the pool's old end. A build resumed after a crash, or a region in free space
+/// within the pool (where a discard may have left bytes: devdax, or a file system without
+/// holes), is zeroed first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Zeroed(pub bool);
 
 /// Abandons a recorded resize: the header forgets it and its regions are discarded.
 pub(crate) fn abandon(pool: &mut Pool) -> Result<()> {
@@ -104,6 +114,7 @@ pub(crate) fn complete(
     builder: Builder,
     old: &Geometry,
     items: u64,
+    zeroed: Zeroed,
 ) -> Result<(Geometry, Bitmap)> {
     let h = *pool.header();
     let record = h.resize;
@@ -120,8 +131,11 @@ pub(crate) fn complete(
         return Err(corrupt("its regions are smaller than the grown table needs".into()));
     }
     let mut laps = Laps::start("growth build");
-    // Whatever an interrupted build left in the new regions is cleared first.
-    pool.region_mut(record.new_table).par_chunks_mut(COPY_TASK_BYTES).for_each(|c| c.fill(0));
+    // Whatever an interrupted build (or an earlier use of the space) left in the new table's
+    // region is cleared first.
+    if !zeroed.0 {
+        pool.region_mut(record.new_table).par_chunks_mut(COPY_TASK_BYTES).for_each(|c| c.fill(0));
+    }
     laps.lap("zero table");
     let (from, to) = split_regions(pool, h.heap_region, record.new_heap);
     let heap = old.heap_bytes() as usize;

@@ -53,6 +53,9 @@ impl Persist {
 /// Dropping a pool without [`Pool::close`] is what a crash looks like: nothing is written,
 /// `clean_shutdown` stays false, and the lock goes with the file descriptor.
 pub struct Pool {
+    /// A growth's storage being made ahead ([`Pool::prepare_growth`]). Declared first: dropping
+    /// the pool waits for it before anything else goes.
+    preparing: Option<Preparing>,
     // Declared before `file`: the mapping holds a reference to the open file, and the flock is
     // released only when the last reference goes, so unmap first.
     map: MmapMut,
@@ -79,6 +82,33 @@ pub struct Pool {
     /// Persist calls that succeed before every later one fails (`u64::MAX`: all succeed).
     #[cfg(feature = "faults")]
     persists_left: std::sync::atomic::AtomicU64,
+}
+
+/// The storage of a growth, made on a thread of its own ([`Pool::prepare_growth`]): a file of
+/// `bytes` once the thread returns `Ok`. Dropping it waits for the thread.
+struct Preparing {
+    bytes: u64,
+    thread: Option<std::thread::JoinHandle<Result<()>>>,
+}
+
+impl Preparing {
+    /// Waits for the thread; the bytes it made, if it made them.
+    fn wait(&mut self) -> Option<u64> {
+        match self.thread.take()?.join() {
+            Ok(Ok(())) => Some(self.bytes),
+            Ok(Err(e)) => {
+                log::debug!("the pool's growth was not prepared: {e}");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+impl Drop for Preparing {
+    fn drop(&mut self) {
+        self.wait();
+    }
 }
 
 /// A function shown the whole pool at every persist point: after each `persist_*` call, header
@@ -479,6 +509,7 @@ impl Pool {
         let Some(path) = path else {
             let map = map_anon(total)?;
             let pool = Pool {
+                preparing: None,
                 map,
                 file: None,
                 path: None,
@@ -590,6 +621,7 @@ impl Pool {
             );
         }
         Pool {
+            preparing: None,
             map,
             file: Some(file),
             path: Some(path.to_path_buf()),
@@ -987,8 +1019,46 @@ impl Pool {
         self.persist_range(0, self.len)
     }
 
+    /// Starts making the storage of a pool of `new_bytes` (rounded as [`Pool::grow`] rounds
+    /// it) on a thread of its own, so that a later [`Pool::grow`] to at most that size finds it
+    /// made. On tmpfs, making and zeroing a growth's pages is most of what a growth costs (0.35
+    /// to 0.39 s of a 0.8 to 0.9 s growth of 16 M keys, `BENCHMARKS.md`); elsewhere there is
+    /// nothing to gain (a disk file's `fallocate` is quick, a devdax device has its storage),
+    /// and this does nothing. Nor for a private view, or past [`Pool::max_bytes`].
+    ///
+    /// The file grows, with zeroed pages, past the pool's length; the pool's length, mapping
+    /// and bytes do not change. [`Pool::grow`] and dropping the pool wait for the thread
+    /// first; one that failed (a full tmpfs) leaves the file as it was, and `grow` reports it.
+    pub fn prepare_growth(&mut self, new_bytes: u64) {
+        let Some(new) = new_bytes.checked_next_multiple_of(self.granule) else { return };
+        let prepared = self.preparing.as_ref().map_or(self.len, |p| p.bytes);
+        if new <= prepared || self.backend != Backend::Tmpfs || self.private {
+            return;
+        }
+        if check_limit(new, self.max_bytes()).is_err() {
+            return;
+        }
+        drop(self.preparing.take());
+        let (Some(file), Some(path)) = (&self.file, &self.path) else { return };
+        let (file, path) = match file.try_clone() {
+            Ok(file) => (file, path.clone()),
+            Err(e) => return log::debug!("the pool's growth is not prepared: {e}"),
+        };
+        let thread = std::thread::Builder::new().name("gphash-prepare".into()).spawn(move || {
+            let t = std::time::Instant::now();
+            allocate(&file, &path, new, Backend::Tmpfs)?;
+            log::debug!("storage for {new} bytes prepared in {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
+            Ok(())
+        });
+        match thread {
+            Ok(thread) => self.preparing = Some(Preparing { bytes: new, thread: Some(thread) }),
+            Err(e) => log::debug!("the pool's growth is not prepared: no thread ({e})"),
+        }
+    }
+
     /// Grow the pool to `new_bytes` (rounded up to [`REGION_ALIGN`], or to the huge page
     /// size); the new bytes read as zero. A size not above the current length is a no-op.
+    /// Storage [`Pool::prepare_growth`] made is used, once its thread is done.
     ///
     /// The mapping may move: pointers and slices taken before are invalid. Beyond
     /// [`Pool::max_bytes`] (a devdax pool cannot pass its device) the error is
@@ -1003,6 +1073,7 @@ impl Pool {
             return Ok(());
         }
         check_limit(new, limit)?;
+        let prepared = self.preparing.take().and_then(|mut p| p.wait()).unwrap_or(0);
         let old = self.len;
         match (self.backend, &self.file, &self.path) {
             // A private view copies itself below, leaving the file as it is.
@@ -1012,7 +1083,9 @@ impl Pool {
                 self.persist_span(old, new)?;
             }
             (Backend::Tmpfs | Backend::File, Some(file), Some(path)) if !self.private => {
-                allocate(file, path, new, self.backend)?;
+                if prepared < new {
+                    allocate(file, path, new, self.backend)?;
+                }
                 if self.backend == Backend::File {
                     // The new length must be durable before a header can point past the old one.
                     file.sync_data().map_err(io_err(path, "sync"))?;

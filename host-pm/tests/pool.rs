@@ -491,6 +491,35 @@ fn grow_on(dir: &Path, backend: Backend) {
     assert_eq!(pool.header().resize, next.resize);
 }
 
+/// Storage prepared ahead is used by the growth it was made for; dropping the pool waits
+/// for it; a preparation past `max_bytes` or below the length does nothing.
+#[test]
+fn a_prepared_growth_is_used_and_waited_for() {
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    let (h, total) = sample();
+    let limit = total + 64 * REGION_ALIGN;
+    let mut pool = Pool::create(Some(&path), total, &h, &CreateOptions { max_bytes: Some(limit) }).unwrap();
+    pool.region_mut(h.heap_region).fill(0xAB);
+    pool.prepare_growth(limit + 1);
+    pool.prepare_growth(total - 1);
+    pool.prepare_growth(total + 8 * REGION_ALIGN - 3);
+    assert_eq!(pool.len(), total, "preparing leaves the pool's length");
+    assert!(pool.region(h.heap_region).iter().all(|&b| b == 0xAB));
+    pool.grow(total + 5 * REGION_ALIGN).unwrap();
+    let grown = total + 8 * REGION_ALIGN;
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), grown, "the prepared file");
+    assert_eq!(pool.len(), total + 5 * REGION_ALIGN);
+    assert!(pool.region(h.heap_region).iter().all(|&b| b == 0xAB), "contents preserved");
+    assert!(pool.bytes()[total as usize..].iter().all(|&b| b == 0), "new bytes are zero");
+    pool.prepare_growth(total + 40 * REGION_ALIGN);
+    drop(pool);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), total + 40 * REGION_ALIGN, "waited for at drop");
+    let pool = Pool::open(&path).unwrap();
+    assert_eq!(pool.len(), total + 40 * REGION_ALIGN, "prepared storage no header names still opens");
+    assert!(pool.region(h.heap_region).iter().all(|&b| b == 0xAB));
+}
+
 #[test]
 fn grow_tmpfs() {
     grow_on(shm_dir().path(), Backend::Tmpfs);

@@ -1,7 +1,7 @@
 //! A tmpfs pool that cannot get the room for a large growth (its new pages made on all host
 //! threads) refuses it with `OutOfSpace` and keeps its length and contents. The file system is
 //! made "full" for the pool with `RLIMIT_FSIZE` (no privilege needed): extending a file past it
-//! fails with `EFBIG`. The limit holds for the whole process, so this file has one test.
+//! fails with `EFBIG`, whether the growth was prepared ahead or not. The limit holds for the whole process, so this file has one test.
 
 mod common;
 
@@ -26,6 +26,8 @@ fn a_large_tmpfs_growth_without_room_is_refused_and_loses_nothing() {
         let open = lim.rlim_cur;
         lim.rlim_cur = (total + (64 << 20)).min(lim.rlim_max);
         assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &lim), 0);
+        // Prepared ahead, the growth fails on its thread; `grow` then tries and reports it.
+        pool.prepare_growth(big);
         let err = pool.grow(big).unwrap_err();
         lim.rlim_cur = open;
         assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &lim), 0);
