@@ -454,11 +454,26 @@ pub(crate) fn new_header(
 impl GpHash {
     /// Creates a table in a new pool at `path` (`None`: anonymous, volatile memory).
     pub fn create(path: Option<&Path>, config: &Config, options: &Options) -> Result<GpHash> {
+        Self::create_placed(path, config, options, None)
+    }
+
+    /// [`GpHash::create`]; `shard`: the sharded table's identity and this shard's number, which
+    /// the header records (`src/sharded.rs`).
+    pub(crate) fn create_placed(
+        path: Option<&Path>,
+        config: &Config,
+        options: &Options,
+        shard: Option<(u64, usize)>,
+    ) -> Result<GpHash> {
         let geo =
             Geometry::for_capacity(config.layout, config.key_bytes, config.value_bytes, config.capacity)?
                 .with_keys_apart(config.keys_apart)?;
         let (table_region, heap_region, bytes) = host_pm::layout_regions(geo.table_bytes(), geo.heap_bytes());
-        let header = new_header(&geo, config.seed, [table_region, heap_region]);
+        let mut header = new_header(&geo, config.seed, [table_region, heap_region]);
+        if let Some((table, number)) = shard {
+            header.user[crate::layout::SHARD_TABLE_WORD] = table;
+            header.user[crate::layout::SHARD_NUMBER_WORD] = number as u64 + 1;
+        }
         let pool = Pool::create(path, bytes, &header, &CreateOptions { max_bytes: config.max_bytes })?;
         let index = Self::start(pool, options)?;
         index.state().recovery.created = true;

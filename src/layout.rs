@@ -50,6 +50,10 @@ pub(crate) const KEYS_APART_WORD: usize = 0;
 /// The pool header's user word that records how hash locations share the top level (0: each
 /// hashes into all of it, as pools made before 2026-11-26 do; 1: each into a part of its own).
 pub(crate) const LOCATIONS_APART_WORD: usize = 1;
+/// The pool header's user words that name a sharded table's shard (`src/sharded.rs`): the
+/// table's identity, and the shard's number plus one (both 0: not a shard).
+pub(crate) const SHARD_TABLE_WORD: usize = 2;
+pub(crate) const SHARD_NUMBER_WORD: usize = 3;
 /// Load factor the table is sized for when created with a capacity.
 pub const TARGET_LOAD: f64 = 0.75;
 

@@ -5,9 +5,10 @@
 //!
 //! Each shard is a [`GpHash`] of its own in `DIR/shard-NNNN.pool`; the shards share the host's
 //! GPUs, in turn.
-//! The file `DIR/gphash-shards` names how many there are and the table's identity, from which
-//! each shard's hash seed derives (so a pool put in another shard's place is refused). It is
-//! written last when the table is made, so a directory without it holds nothing acknowledged.
+//! The file `DIR/gphash-shards` names how many there are and the table's identity, which each
+//! shard's header records with its number (so a pool put in another shard's place is refused).
+//! It is written last when the table is made, so a directory without it holds nothing
+//! acknowledged.
 
 use std::fs;
 use std::hash::BuildHasher;
@@ -21,7 +22,7 @@ use rayon::prelude::*;
 use crate::batch::{Batch, BatchResult};
 use crate::error::{Error, Result};
 use crate::index::{Config, Executor, GpHash, Options};
-use crate::layout::TARGET_LOAD;
+use crate::layout::{SHARD_NUMBER_WORD, SHARD_TABLE_WORD, TARGET_LOAD};
 use crate::profile::Laps;
 use crate::protocol::{OpKind, Status};
 use crate::recovery::CheckReport;
@@ -77,8 +78,8 @@ impl ShardedGpHash {
     /// Creates a table of `shards` new pools in the directory `dir` (made if absent; it must not
     /// hold a sharded table already), on the GPUs [`ShardedGpHash::devices`] gives.
     /// `config.capacity` and `config.max_bytes` are the whole table's, shared evenly; each
-    /// shard grows on its own. `config.seed` is not used: each shard's hash seed derives from
-    /// a random identity of the table and the shard's number, which opening checks.
+    /// shard grows on its own. Each shard's header records a random identity of the table and
+    /// the shard's number, which opening checks.
     pub fn create(dir: &Path, config: &Config, shards: usize, options: &Options) -> Result<Self> {
         Self::create_on(dir, config, shards, options, &Self::devices(options)?)
     }
@@ -125,8 +126,8 @@ impl ShardedGpHash {
         };
         let table = new_identity();
         let made = in_parallel((0..shards).collect(), |i| {
-            let config = Config { seed: shard_seed(table, i), ..config };
-            GpHash::create(Some(&shard_path(dir, i)), &config, &on_device(options, gpus, shards, i)?)
+            let options = on_device(options, gpus, shards, i)?;
+            GpHash::create_placed(Some(&shard_path(dir, i)), &config, &options, Some((table, i)))
         });
         // Without the manifest, the pools this call made hold nothing acknowledged: on a
         // failure they are removed (nothing stood in their place before), so that the
@@ -486,42 +487,35 @@ fn in_parallel<I: Send, T: Send>(items: Vec<I>, f: impl Fn(I) -> T + Sync) -> Ve
 #[derive(Debug, PartialEq, Eq)]
 struct Manifest {
     shards: usize,
-    /// The table's identity, from which each shard's hash seed derives ([`shard_seed`]);
-    /// `None` in a version 1 manifest.
+    /// The table's identity, which each shard's header records with its number
+    /// (`SHARD_TABLE_WORD`, `SHARD_NUMBER_WORD`); `None` in a version 1 manifest.
     table: Option<u64>,
 }
 
 impl Manifest {
-    /// Refuses the pool at shard `i`'s path if its hash seed is not shard `i`'s of this table,
-    /// reading its header through a private view (nothing is written to it).
+    /// Refuses the pool at shard `i`'s path if its header does not name this table and shard
+    /// `i`, reading it through a private view (nothing is written to it).
     fn check_place(&self, dir: &Path, i: usize) -> Result<()> {
         let Some(table) = self.table else { return Ok(()) };
         let path = shard_path(dir, i);
-        let seed = Pool::open_private(&path)?.header().table.seed;
-        let want = shard_seed(table, i);
-        if seed == want {
+        let user = Pool::open_private(&path)?.header().user;
+        let (found, number) = (user[SHARD_TABLE_WORD], user[SHARD_NUMBER_WORD]);
+        if (found, number) == (table, i as u64 + 1) {
             return Ok(());
         }
-        let why = format!(
-            "it is not shard {i} of this table (hash seed {seed:#018x}, shard {i}'s is {want:#018x}): \
-             a pool of another table or another shard was put in its place"
-        );
+        let is = match (found, number) {
+            (0, 0) => "a pool of no sharded table".to_string(),
+            (t, n) if t == table => format!("this table's shard {}", n.wrapping_sub(1)),
+            (t, n) => format!("shard {} of table {t:016x}", n.wrapping_sub(1)),
+        };
+        let why = format!("it is not shard {i} of table {table:016x} but {is}: put in its place by hand?");
         Err(Error::IncompatiblePool { path, why })
     }
 }
 
-/// A new table's identity: random, so that no two tables' shards share seeds.
+/// A new table's identity: random, so that no two tables' shards share it.
 fn new_identity() -> u64 {
-    std::hash::RandomState::new().hash_one((std::time::SystemTime::now(), std::process::id()))
-}
-
-/// Shard `i`'s hash seed in the table `table`: SplitMix64 of both, so that each shard's
-/// header names its table and its place.
-fn shard_seed(table: u64, i: usize) -> u64 {
-    let mut h = table ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    h ^ (h >> 31)
+    std::hash::RandomState::new().hash_one((std::time::SystemTime::now(), std::process::id())).max(1)
 }
 
 /// Publishes the manifest: written and synced under a temporary name, then linked to its own
@@ -624,19 +618,6 @@ mod tests {
         assert_eq!(shard_capacity(0, 4), 1);
         assert_eq!(shard_capacity(1600, 16), 140);
         assert_eq!(shard_capacity(1 << 32, 16), (1 << 28) + (1 << 16));
-    }
-
-    #[test]
-    fn each_shard_of_each_table_has_its_own_seed() {
-        let tables = [new_identity(), new_identity(), 0, u64::MAX];
-        assert_ne!(tables[0], tables[1]);
-        let mut seeds: Vec<u64> =
-            tables.iter().flat_map(|&t| (0..MAX_SHARDS).map(move |i| shard_seed(t, i))).collect();
-        seeds.sort_unstable();
-        seeds.dedup();
-        assert_eq!(seeds.len(), tables.len() * MAX_SHARDS);
-        // Part of the format: a shard's seed never changes between builds.
-        assert_eq!(shard_seed(0x0123_4567_89ab_cdef, 3), 0x1a8f_ed80_c595_2760);
     }
 
     #[test]

@@ -155,14 +155,21 @@ fn a_sharded_table_is_never_replaced() {
     std::fs::remove_file(path.join("gphash-shards")).unwrap();
     let open = ShardedGpHash::open(&path, &options()).err().unwrap();
     assert!(open.to_string().contains("no readable gphash-shards"), "{open}");
-    // A shard of other widths, in its place (its seed).
+    // A shard of other widths, in its place (its header's words naming it).
     let mixed = dir.path().join("mixed");
     drop(ShardedGpHash::create(&mixed, &Config::default(), 2, &options()).unwrap().close());
-    let seed_of = |p: &Path| gphash::Pool::open_private(p).unwrap().header().table.seed;
-    let seed = seed_of(&mixed.join("shard-0001.pool"));
-    std::fs::remove_file(mixed.join("shard-0001.pool")).unwrap();
-    let wide = Config { key_bytes: 16, seed, ..Config::default() };
-    GpHash::create(Some(&mixed.join("shard-0001.pool")), &wide, &options()).unwrap().close().unwrap();
+    let shard1 = mixed.join("shard-0001.pool");
+    let user = gphash::Pool::open_private(&shard1).unwrap().header().user;
+    std::fs::remove_file(&shard1).unwrap();
+    let wide = Config { key_bytes: 16, ..Config::default() };
+    GpHash::create(Some(&shard1), &wide, &options()).unwrap().close().unwrap();
+    let open = ShardedGpHash::open(&mixed, &options()).err().unwrap();
+    assert!(open.to_string().contains("a pool of no sharded table"), "{open}");
+    let mut pool = gphash::Pool::open(&shard1).unwrap();
+    let mut h = *pool.header();
+    h.user = user;
+    pool.write_header(&h).unwrap();
+    pool.close().unwrap();
     let open = ShardedGpHash::open(&mixed, &options()).err().unwrap();
     assert!(matches!(open, Error::IncompatiblePool { .. }) && open.to_string().contains("16"), "{open}");
     // Anything where a shard's pool goes (a file, a directory) is refused before a pool is
@@ -222,14 +229,14 @@ fn shards_out_of_place_are_refused() {
         std::fs::rename(&temp, shard(&path, b)).unwrap();
     };
     swap(0, 2);
-    assert_eq!(refused("not shard"), [0, 2]);
+    assert_eq!(refused("this table's shard 2"), [0, 2]);
     swap(0, 2);
     assert!(ShardedGpHash::misplaced(&path).unwrap().is_empty());
     // Another table's shard 1, in the same place.
     let own = path.join("own");
     std::fs::rename(shard(&path, 1), &own).unwrap();
     std::fs::copy(shard(&other, 1), shard(&path, 1)).unwrap();
-    assert_eq!(refused("another table or another shard"), [1]);
+    assert_eq!(refused("of table"), [1]);
     std::fs::rename(&own, shard(&path, 1)).unwrap();
     let t = ShardedGpHash::open(&path, &options()).unwrap();
     let want: HashMap<Vec<u8>, Vec<u8>> = keys.chunks(8).map(|k| (k.to_vec(), vec![7; 8])).collect();
