@@ -25,8 +25,7 @@ pub(crate) fn recover_pool(
         return Ok((*geo, recovery, allocator));
     }
     match resize::complete(pool, builder, geo, recovery.items, resize::Zeroed(false)) {
-        // The new table's import is released: the engine comes later.
-        Ok((grown, bitmap, _imported)) => {
+        Ok((grown, bitmap)) => {
             recovery.resumed_resize = Some(true);
             Ok((grown, recovery, Allocator::Built(bitmap)))
         }

@@ -18,7 +18,6 @@
 use std::sync::Arc;
 
 use gphash_gpu::Gpu;
-use gphash_gpu::resources::ImportedRegion;
 use host_pm::{Pool, Region, ResizeRecord};
 use rayon::prelude::*;
 
@@ -109,16 +108,14 @@ pub(crate) fn abandon(pool: &mut Pool) -> Result<()> {
 }
 
 /// Step 2: builds the grown table of the header's resize record from the current one, which
-/// holds `items` keys, and switches the header to it. Returns its geometry and allocator, and
-/// the new table's import where the GPU built it in place (for the grown table's engine).
-/// Nothing moves the pool between the build and the return.
+/// holds `items` keys, and switches the header to it. Returns its geometry and allocator.
 pub(crate) fn complete(
     pool: &mut Pool,
     builder: Builder,
     old: &Geometry,
     items: u64,
     zeroed: Zeroed,
-) -> Result<(Geometry, Bitmap, Option<ImportedRegion>)> {
+) -> Result<(Geometry, Bitmap)> {
     let h = *pool.header();
     let record = h.resize;
     let new = old.grown()?;
@@ -145,9 +142,9 @@ pub(crate) fn complete(
     copy_on_all_threads(&mut to[..heap], &from[..heap]);
     laps.lap("copy heap");
     let seeds = Seeds::new(h.table.seed, new.layout.hashes);
-    let (failed, imported) = match builder {
+    let failed = match builder {
         Builder::Gpu(gpu, opts) => {
-            let (c, imported) = crate::gpu::resize::build(
+            let c = crate::gpu::resize::build(
                 gpu,
                 opts,
                 pool,
@@ -155,14 +152,14 @@ pub(crate) fn complete(
                 (old, h.table_region),
                 (&new, record.new_table),
             )?;
-            (c[control::FULL] as u64, imported)
+            c[control::FULL] as u64
         }
         Builder::Cpu => {
             let (from, to) = split_regions(pool, h.table_region, record.new_table);
             let (from, to): (&[u32], &mut [u32]) = (bytemuck::cast_slice(from), bytemuck::cast_slice_mut(to));
             let model = Model { geo: &new, seeds: &seeds, verify_values: false };
             model.relocate(old, from, to);
-            (model.rehash(old, from, to), None)
+            model.rehash(old, from, to)
         }
     };
     laps.lap("build");
@@ -194,5 +191,5 @@ pub(crate) fn complete(
     pool.discard(h.heap_region)?;
     laps.lap("switch and discard");
     log::info!("the table grew to level {}: {} slots, {} keys", new.top_level, new.slots(), items);
-    Ok((new, bitmap, imported))
+    Ok((new, bitmap))
 }

@@ -63,7 +63,6 @@ impl Starting {
                     regions,
                     &options.gpu,
                     options.verify_values,
-                    None,
                 )),
                 _ => None,
             };
