@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs a stage of the GPU checks and figures on a machine that has no Rust toolchain: the
-# binaries come prebuilt in .gpu/gpu.tgz (see scripts/stage-device.sh), results go to $OUT.
+# binaries come prebuilt in .gpu/gpu.txz (see scripts/stage-device.sh), results go to $OUT.
 #   scripts/device.sh tests      every GPU test binary at the hardware's subgroup size
 #   scripts/device.sh figures    load-search, cache figures
 #   scripts/device.sh suite ARGS gphash bench suite ARGS (results tarred)
@@ -22,7 +22,7 @@ set -uo pipefail
 stage=$1; shift
 root=$(pwd)
 out=${OUT:-/tmp/out}
-mkdir -p "$out" /tmp/gph && cd /tmp/gph && tar xzf "$root/.gpu/gpu.tgz"
+mkdir -p "$out" /tmp/gph && cd /tmp/gph && tar xJf "$root/.gpu/gpu.txz"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
 case $stage in
 tests)
@@ -30,7 +30,7 @@ tests)
   # The server's tests drive it with redis-cli and redis-benchmark.
   . "$root/scripts/redis-tools.sh"
   for t in kernels cache baseline_slab baseline_cpu growth persistence crash_images device kill typed \
-    erase_reinsert atomicity limits inspect check pipeline serve beyond_16gib format fill gpu_start; do
+    erase_reinsert atomicity limits inspect check pipeline serve beyond_16gib format fill gpu_start sharded; do
     echo "== $t"
     ./test-$t 2>&1 | grep -E "test result|FAILED|panicked|GPU tests run|hardware" | sort -u
   done 2>&1 | tee "$out/tests.log"
