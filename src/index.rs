@@ -482,8 +482,19 @@ impl GpHash {
 
     /// Opens the table in an existing pool, recovering it if it was not closed cleanly.
     pub fn open(path: &Path, options: &Options) -> Result<GpHash> {
+        Self::open_checked(path, options, |_| Ok(()))
+    }
+
+    /// [`GpHash::open`], refused with `check`'s error where the pool, just opened (under its
+    /// lock, before recovery writes anything), fails it (a sharded table's shard in its place).
+    pub(crate) fn open_checked(
+        path: &Path,
+        options: &Options,
+        check: impl FnOnce(&Pool) -> Result<()>,
+    ) -> Result<GpHash> {
         let t = Instant::now();
         let pool = Pool::open(path)?;
+        check(&pool)?;
         log::debug!("pool open: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
         Self::start(pool, options)
     }

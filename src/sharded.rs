@@ -150,13 +150,17 @@ impl ShardedGpHash {
 
     /// [`ShardedGpHash::open`] on the GPUs given, as [`ShardedGpHash::create_on`] uses them.
     /// A pool that is not this table's shard `i` (another table's, or another shard's: files
-    /// moved or swapped) is refused before it is opened for writing.
+    /// moved or swapped) is refused before any shard is opened for writing, and checked again
+    /// under its lock as it opens.
     pub fn open_on(dir: &Path, options: &Options, gpus: &[Arc<Gpu>]) -> Result<Self> {
         let manifest = read_manifest(dir)?;
         let shards = manifest.shards;
+        let placed = in_parallel((0..shards).collect(), |i| manifest.check_place(dir, i));
+        placed.into_iter().collect::<Result<Vec<()>>>()?;
         let opened = in_parallel((0..shards).collect(), |i| {
-            manifest.check_place(dir, i)?;
-            GpHash::open(&shard_path(dir, i), &on_device(options, gpus, shards, i)?)
+            let path = shard_path(dir, i);
+            let options = on_device(options, gpus, shards, i)?;
+            GpHash::open_checked(&path, &options, |pool| manifest.check_header(&path, i, pool.header().user))
         });
         let table = Self::from_shards(dir, opened, options)?;
         let widths = |s: &GpHash| (s.geometry().key_bytes, s.geometry().value_bytes);
@@ -496,20 +500,30 @@ impl Manifest {
     /// Refuses the pool at shard `i`'s path if its header does not name this table and shard
     /// `i`, reading it through a private view (nothing is written to it).
     fn check_place(&self, dir: &Path, i: usize) -> Result<()> {
-        let Some(table) = self.table else { return Ok(()) };
+        if self.table.is_none() {
+            return Ok(());
+        }
         let path = shard_path(dir, i);
         let user = Pool::open_private(&path)?.header().user;
+        self.check_header(&path, i, user)
+    }
+
+    /// Refuses the pool at `path`, shard `i`'s place, unless its header's user words `user`
+    /// name this table and shard `i`.
+    fn check_header(&self, path: &Path, i: usize, user: [u64; 8]) -> Result<()> {
+        let Some(table) = self.table else { return Ok(()) };
         let (found, number) = (user[SHARD_TABLE_WORD], user[SHARD_NUMBER_WORD]);
         if (found, number) == (table, i as u64 + 1) {
             return Ok(());
         }
+        let shard = |n: u64| n.checked_sub(1).map_or("an unnumbered shard".into(), |n| format!("shard {n}"));
         let is = match (found, number) {
             (0, 0) => "a pool of no sharded table".to_string(),
-            (t, n) if t == table => format!("this table's shard {}", n.wrapping_sub(1)),
-            (t, n) => format!("shard {} of table {t:016x}", n.wrapping_sub(1)),
+            (t, n) if t == table => format!("this table's {}", shard(n)),
+            (t, n) => format!("{} of table {t:016x}", shard(n)),
         };
         let why = format!("it is not shard {i} of table {table:016x} but {is}: put in its place by hand?");
-        Err(Error::IncompatiblePool { path, why })
+        Err(Error::IncompatiblePool { path: path.to_path_buf(), why })
     }
 }
 
@@ -575,7 +589,9 @@ fn read_manifest(dir: &Path) -> Result<Manifest> {
             lines
                 .next()
                 .and_then(|l| l.strip_prefix("table "))
-                .filter(|id| id.len() == 16)
+                .filter(|id| {
+                    id.len() == 16 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+                })
                 .and_then(|id| u64::from_str_radix(id, 16).ok())
                 .ok_or_else(|| bad("the third line is not `table` and 16 hexadecimal digits"))?,
         ),
@@ -641,6 +657,8 @@ mod tests {
             ("gphash-shards 2\nshards 4\n", "third line"),
             ("gphash-shards 2\nshards 4\ntable 12\n", "third line"),
             ("gphash-shards 2\nshards 4\ntable 000000000000000g\n", "third line"),
+            ("gphash-shards 2\nshards 4\ntable 000000000000000A\n", "third line"),
+            ("gphash-shards 2\nshards 4\ntable +00000000000000a\n", "third line"),
             ("gphash-shards 2\nshards 4\ntable 0000000000000001\nmore\n", "more lines"),
         ] {
             fs::write(dir.path().join(MANIFEST), text).unwrap();

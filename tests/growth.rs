@@ -321,3 +321,48 @@ fn without_growth_a_full_heap_refuses_the_batch() {
         assert!(t.check().ok(), "{name}");
     }
 }
+
+/// Past the load a table is made for, its pool's file gets the next level's storage before the
+/// table grows (on tmpfs); the growth that follows, after a reopen, loses nothing.
+#[test]
+fn the_next_growth_is_prepared_past_the_load_a_table_is_made_for() {
+    let dir = common::pool_dir();
+    let path = dir.path().join("p");
+    let options = common::gpu_options(GpuOptions::default());
+    let t =
+        GpHash::create(Some(&path), &Config { capacity: 20_000, ..Default::default() }, &options).unwrap();
+    if t.stats().backend != gphash::Backend::Tmpfs {
+        // Growth is prepared on tmpfs only: the test needs it.
+        panic!("{} is not on tmpfs ({:?})", path.display(), t.stats().backend);
+    }
+    let (slots, level) = (t.geometry().slots(), t.geometry().top_level);
+    let grown_table = t.geometry().grown().unwrap().table_bytes();
+    let mut want = std::collections::HashMap::new();
+    let mut next = 0u64;
+    let mut insert = |t: &GpHash, n: u64| {
+        let keys: Vec<u8> = (next..next + n).flat_map(|k| common::key(k, 8)).collect();
+        assert!(t.insert(&keys, &keys).unwrap().iter().all(|&s| s == gphash::Status::Ok));
+        want.extend(keys.chunks(8).map(|k| (k.to_vec(), k.to_vec())));
+        next += n;
+    };
+    while (t.len() + 500) as f64 <= 0.75 * slots as f64 {
+        insert(&t, 500);
+    }
+    let before = std::fs::metadata(&path).unwrap().len();
+    insert(&t, (0.02 * slots as f64) as u64);
+    assert_eq!(t.geometry().top_level, level, "the table has not grown yet");
+    // Closing waits for the preparation.
+    t.close().unwrap();
+    let after = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        after >= before + grown_table,
+        "{before} -> {after} bytes: the next table ({grown_table}) was not prepared"
+    );
+    let t = GpHash::open(&path, &options).unwrap();
+    while t.geometry().top_level == level {
+        insert(&t, 500);
+    }
+    assert_same_content(t.entries(), &want, "after the prepared growth");
+    assert!(t.check().ok(), "{}", t.check());
+    t.close().unwrap();
+}

@@ -190,7 +190,8 @@ enum Command {
     },
     /// Verify every invariant of a pool without writing it; a pool not closed cleanly is
     /// checked as recovery would leave it. A directory is checked as a sharded table
-    /// (`ShardedGpHash`): each of its shards' pools, and that each is in its place. Exit 0: consistent; 1: inconsistent; 2: could not
+    /// (`ShardedGpHash`): that each shard's pool is in its place, and each pool. Exit 0:
+    /// consistent; 1: inconsistent; 2: could not
     /// check (unreadable, not a pool, another version, in use by another process).
     Check {
         /// Pool path, or a sharded table's directory.
@@ -280,29 +281,30 @@ fn check(path: &Path, repair: bool, options: &Options) -> ExitCode {
     if !path.is_dir() {
         return check_pool(path, repair, options);
     }
-    // A sharded table: each shard's pool in turn, and each in its place; the worst outcome is
-    // the table's.
+    // A sharded table: each shard in its place, then each shard's pool in turn (a pool out of
+    // place is checked but never repaired: it is not this table's to write); the worst outcome
+    // is the table's.
     match gphash::ShardedGpHash::shard_paths(path) {
         Ok(shards) => {
-            let mut outcomes: Vec<ExitCode> = (shards.iter().enumerate())
-                .map(|(i, shard)| {
-                    println!("shard {i}: {}", shard.display());
-                    check_pool(shard, repair, options)
-                })
-                .collect();
-            match gphash::ShardedGpHash::misplaced(path) {
+            let mut outcomes = vec![];
+            let misplaced: Vec<usize> = match gphash::ShardedGpHash::misplaced(path) {
                 Ok(misplaced) => {
                     for (i, why) in &misplaced {
                         println!("shard {i} is out of place, the table does not open: {why}");
-                    }
-                    if !misplaced.is_empty() {
                         outcomes.push(ExitCode::from(INCONSISTENT));
                     }
+                    misplaced.into_iter().map(|(i, _)| i).collect()
                 }
                 Err(e) => {
                     println!("cannot check the shards' places: {e}");
                     outcomes.push(ExitCode::from(CANNOT_CHECK));
+                    (0..shards.len()).collect()
                 }
+            };
+            for (i, shard) in shards.iter().enumerate() {
+                println!("shard {i}: {}", shard.display());
+                let repair = repair && !misplaced.contains(&i);
+                outcomes.push(check_pool(shard, repair, options));
             }
             let worst =
                 [CANNOT_CHECK, INCONSISTENT].into_iter().find(|&c| outcomes.contains(&ExitCode::from(c)));

@@ -100,7 +100,10 @@ impl Preparing {
                 log::debug!("the pool's growth was not prepared: {e}");
                 None
             }
-            Err(_) => None,
+            Err(_) => {
+                log::warn!("the thread preparing the pool's growth panicked");
+                None
+            }
         }
     }
 }
@@ -1038,11 +1041,15 @@ impl Pool {
         if check_limit(new, self.max_bytes()).is_err() {
             return;
         }
+        // A smaller one is waited for first: two threads must never extend the file at once.
         drop(self.preparing.take());
         let (Some(file), Some(path)) = (&self.file, &self.path) else { return };
         let (file, path) = match file.try_clone() {
             Ok(file) => (file, path.clone()),
-            Err(e) => return log::debug!("the pool's growth is not prepared: {e}"),
+            Err(e) => {
+                log::debug!("the pool's growth is not prepared: {e}");
+                return;
+            }
         };
         let thread = std::thread::Builder::new().name("gphash-prepare".into()).spawn(move || {
             let t = std::time::Instant::now();
