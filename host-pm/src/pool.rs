@@ -262,6 +262,35 @@ fn allocate(file: &File, path: &Path, bytes: u64, backend: Backend) -> Result<()
     }
 }
 
+/// Makes the pages of a tmpfs file's tail `[from, len)`, which no header names: a process
+/// killed while its file grew ([`Pool::grow`], [`Pool::prepare_growth`]) may have left it
+/// longer, its new pages not all made. The pool takes the whole file, and a later write into
+/// a page never made would fault (`SIGBUS`) on a full tmpfs rather than fail with `OutOfSpace`.
+/// Only where the file has pages missing (its allocated blocks fall short of its length), so
+/// a clean open after a prepared growth costs a `stat`. Where there is no room, the tail stays
+/// as it is, with a warning.
+fn allocate_tail(file: &File, path: &Path, from: u64, len: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = file.metadata() else { return };
+    if meta.blocks() * 512 >= len {
+        return;
+    }
+    let (Ok(at), Ok(bytes)) = (libc::off_t::try_from(from), libc::off_t::try_from(len - from)) else {
+        return;
+    };
+    // SAFETY: plain system call on a descriptor `file` keeps open; the range is inside the file.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), at, bytes) };
+    if rc != 0 {
+        log::warn!(
+            "{}: the {} bytes past the pool's recorded length have pages missing and could not be made ({}); \
+             a write there on a full tmpfs would fault",
+            path.display(),
+            len - from,
+            std::io::Error::from_raw_os_error(rc)
+        );
+    }
+}
+
 /// Bytes a tmpfs file must gain before [`populate_tmpfs`] runs threads for them.
 const PARALLEL_POPULATE_BYTES: u64 = if cfg!(test) { 1 << 20 } else { 256 << 20 };
 
@@ -703,6 +732,9 @@ impl Pool {
             return Err(PoolError::Corrupt {
                 what: format!("the file has {len} bytes, more than its max_bytes {m}"),
             });
+        }
+        if !private && info.backend == Backend::Tmpfs && len > x.pool_bytes {
+            allocate_tail(&file, path, x.pool_bytes, len);
         }
         let mut pool = Pool::assemble(map, file, path, info, len, max_bytes, h);
         pool.slot = slot;

@@ -520,6 +520,29 @@ fn a_prepared_growth_is_used_and_waited_for() {
     assert!(pool.region(h.heap_region).iter().all(|&b| b == 0xAB));
 }
 
+/// A tmpfs pool whose file a killed growth left longer than any header says, its tail a hole,
+/// gets the tail's pages at open: a later write there cannot fault on a full tmpfs.
+#[test]
+fn a_tail_left_by_a_killed_growth_gets_its_pages_at_open() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    let (h, total) = sample();
+    let mut pool = Pool::create(Some(&path), total, &h, &CreateOptions::default()).unwrap();
+    pool.region_mut(h.heap_region).fill(0xAB);
+    pool.persist_range(h.heap_region.offset, h.heap_region.bytes).unwrap();
+    pool.close().unwrap();
+    let long = total + 16 * REGION_ALIGN;
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(long).unwrap();
+    let blocks = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
+    assert!(blocks(&path) < long, "the tail is a hole");
+    let pool = Pool::open(&path).unwrap();
+    assert_eq!(pool.len(), long);
+    assert!(blocks(&path) >= long, "the tail's pages are made");
+    assert!(pool.region(h.heap_region).iter().all(|&b| b == 0xAB), "contents kept");
+    assert!(pool.bytes()[total as usize..].iter().all(|&b| b == 0));
+}
+
 #[test]
 fn grow_tmpfs() {
     grow_on(shm_dir().path(), Backend::Tmpfs);
