@@ -654,6 +654,19 @@ impl BatchResult {
         all
     }
 
+    /// [`BatchResult::gathered`] where the parts of the shards in `failed` took no effect: their
+    /// places in `parts` hold anything of their length.
+    pub(crate) fn gathered_partial(
+        cut: &Cut,
+        parts: &[BatchResult],
+        value_bytes: usize,
+        failed: &[usize],
+    ) -> PartialResult {
+        let result = BatchResult::gathered(cut, parts, value_bytes);
+        let took_effect = cut.route.par_iter().map(|&s| !failed.contains(&(s as usize))).collect();
+        PartialResult { result, took_effect }
+    }
+
     /// Operations in the batch.
     pub fn len(&self) -> usize {
         self.statuses.len()
@@ -667,6 +680,42 @@ impl BatchResult {
     /// The value read by operation `i`, if it is a get that found its key.
     pub fn value(&self, i: usize) -> Option<&[u8]> {
         self.reads[i].then(|| &self.values[i * self.value_bytes..(i + 1) * self.value_bytes])
+    }
+}
+
+/// The results of a sharded batch whose parts took effect on some shards only
+/// ([`crate::Error::Shard`]): in batch order, those of the operations whose shard's part took
+/// effect, and nothing for the others.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartialResult {
+    result: BatchResult,
+    took_effect: Vec<bool>,
+}
+
+impl PartialResult {
+    /// Operations in the batch.
+    pub fn len(&self) -> usize {
+        self.took_effect.len()
+    }
+
+    /// Whether the batch was empty.
+    pub fn is_empty(&self) -> bool {
+        self.took_effect.is_empty()
+    }
+
+    /// Whether operation `i` took effect (its shard's part did).
+    pub fn took_effect(&self, i: usize) -> bool {
+        self.took_effect[i]
+    }
+
+    /// Operation `i`'s status, if it took effect.
+    pub fn status(&self, i: usize) -> Option<Status> {
+        self.took_effect[i].then(|| self.result.statuses[i])
+    }
+
+    /// The value read by operation `i`, if it took effect and is a get that found its key.
+    pub fn value(&self, i: usize) -> Option<&[u8]> {
+        self.took_effect[i].then(|| self.result.value(i)).flatten()
     }
 }
 

@@ -159,10 +159,10 @@ pub enum Error {
     /// Shards of a [`crate::ShardedGpHash`] failed their parts of a batch. Those parts took no
     /// effect, as a failed call on one table takes none (a shard the error poisoned recovers on
     /// reopening, each key as before or after the batch); the parts of the shards in `applied`
-    /// did take effect, and their results are not returned: read their keys to see them.
+    /// did take effect, and `results` holds their operations' results.
     #[error(
-        "shard {shard} failed its part of the batch: {source}; the parts on shards {applied:?} took effect, \
-         those on shards {failed:?} did not (read the batch's keys to see their state)"
+        "shard {shard} failed its part of the batch: {source}; the parts on shards {applied:?} took effect \
+         (the error holds their results), those on shards {failed:?} did not"
     )]
     Shard {
         /// The first shard that failed.
@@ -173,6 +173,8 @@ pub enum Error {
         applied: Vec<usize>,
         /// `shard`'s error.
         source: Box<Error>,
+        /// In batch order, the results of the operations whose parts took effect.
+        results: Box<crate::PartialResult>,
     },
     /// A trace file line that cannot be parsed.
     #[error("{path}:{line}: {why}")]

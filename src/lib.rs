@@ -56,7 +56,7 @@ mod sharded;
 mod table_stats;
 mod typed;
 
-pub use batch::{Batch, BatchResult, Encoded};
+pub use batch::{Batch, BatchResult, Encoded, PartialResult};
 pub use cache::{CacheOptions, CacheStats, CacheStatus, Policy, Snapshot as CacheSnapshot};
 pub use device_batch::DeviceBatch;
 pub use engine::Mode;

@@ -53,7 +53,8 @@ pub const GROW_AHEAD_LOAD: f64 = 0.85;
 /// part, in batch order, so each key's results are those the call promises (one-by-one
 /// application for `execute_ordered`). What differs from one table:
 /// - a shard that fails leaves its part of the batch without effect, but the parts of the other
-///   shards stand ([`Error::Shard`] names both);
+///   shards stand ([`Error::Shard`] names both and holds the results of the parts that
+///   took effect);
 /// - a call of another thread may run between the parts of two shards.
 ///
 /// Before a batch that may add keys, one shard near full grows (with [`Options::grow`]; see
@@ -366,6 +367,7 @@ impl ShardedGpHash {
             self.grow_one_ahead(&parts.par_iter().map(Batch::adds).collect::<Vec<_>>());
             laps.lap("growth ahead");
         }
+        let lens: Vec<usize> = parts.iter().map(Batch::len).collect();
         let work: Vec<(usize, Batch)> =
             parts.into_iter().enumerate().filter(|(_, b)| !b.is_empty()).collect();
         let outcomes = in_parallel(work, |(i, part)| (i, call(&self.shards[i], &part)));
@@ -381,7 +383,12 @@ impl ShardedGpHash {
                     results.push(part);
                     applied.push(i);
                 }
-                Err(e) => failed.push((i, e)),
+                Err(e) => {
+                    // A failed part's place, of its length, for the gathering.
+                    results.resize_with(i, || BatchResult::new(0, self.value_bytes));
+                    results.push(BatchResult::new(lens[i], self.value_bytes));
+                    failed.push((i, e));
+                }
             }
         }
         if failed.is_empty() {
@@ -390,11 +397,12 @@ impl ShardedGpHash {
             return Ok(result);
         }
         let shards: Vec<usize> = failed.iter().map(|(i, _)| *i).collect();
+        let results = Box::new(BatchResult::gathered_partial(&cut, &results, self.value_bytes, &shards));
         let (shard, source) = failed.remove(0);
         for (i, e) in failed {
             log::error!("shard {i} also failed its part of the batch: {e}");
         }
-        Err(Error::Shard { shard, failed: shards, applied, source: Box::new(source) })
+        Err(Error::Shard { shard, failed: shards, applied, source: Box::new(source), results })
     }
 }
 

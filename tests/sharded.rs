@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use common::oracle::{Oracle, assert_same_content};
-use gphash::{Batch, Config, Error, GpHash, GpuOptions, Options, ShardedGpHash, Status};
+use gphash::{Batch, Config, Error, GpHash, GpuOptions, OpKind, Options, ShardedGpHash, Status};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -117,18 +117,50 @@ fn a_failing_shard_leaves_the_others_applied() {
         }
     }
     let values = vec![7u8; keys.len()];
+    let in_shard_0 = |key: &[u8]| ShardedGpHash::shard_of(key, 3) == 0;
     match t.insert(&keys, &values) {
-        Err(Error::Shard { shard: 0, failed, applied, source }) => {
+        Err(Error::Shard { shard: 0, failed, applied, source, results }) => {
             assert_eq!((failed, applied), (vec![0], vec![1, 2]));
             assert!(matches!(*source, Error::TableFull { .. }), "{source}");
+            assert_eq!(results.len(), 2_100);
+            for (i, key) in keys.chunks(8).enumerate() {
+                let want = (!in_shard_0(key)).then_some(Status::Ok);
+                assert_eq!((results.took_effect(i), results.status(i)), (want.is_some(), want), "insert {i}");
+            }
+        }
+        other => panic!("expected shard 0 to fail alone: {other:?}"),
+    }
+    assert_eq!(t.shards().iter().map(GpHash::len).collect::<Vec<_>>(), [0, 50, 50]);
+    // Each key inserted again, then read, then overwritten, in one ordered batch: shard 0 fails
+    // again, and the error holds the others' results, found values among them.
+    let mut batch = Batch::new(8, 8);
+    for key in keys.chunks(8) {
+        batch.push(OpKind::Insert, key, Some(&[9; 8])).unwrap();
+        batch.push(OpKind::Get, key, None).unwrap();
+        batch.push(OpKind::Update, key, Some(&[3; 8])).unwrap();
+    }
+    match t.execute_ordered(&batch) {
+        Err(Error::Shard { shard: 0, results, .. }) => {
+            for (i, key) in keys.chunks(8).enumerate() {
+                let got: Vec<_> = (3 * i..3 * i + 3).map(|j| (results.status(j), results.value(j))).collect();
+                let want = if in_shard_0(key) {
+                    vec![(None, None); 3]
+                } else {
+                    vec![
+                        (Some(Status::Exists), None),
+                        (Some(Status::Ok), Some(&[7u8; 8][..])),
+                        (Some(Status::Ok), None),
+                    ]
+                };
+                assert_eq!(got, want, "key {i}");
+            }
         }
         other => panic!("expected shard 0 to fail alone: {other:?}"),
     }
     assert_eq!(t.shards().iter().map(GpHash::len).collect::<Vec<_>>(), [0, 50, 50]);
     let found = t.get(&keys).unwrap();
     for (i, key) in keys.chunks(8).enumerate() {
-        let applied = ShardedGpHash::shard_of(key, 3) != 0;
-        assert_eq!(found.statuses[i] == Status::Ok, applied, "key {i}");
+        assert_eq!(found.value(i), (!in_shard_0(key)).then_some(&[3u8; 8][..]), "key {i}");
     }
     assert!(matches!(t.get(&[0; 7]), Err(Error::KeysLength { .. })));
     assert!(matches!(t.execute(&Batch::new(16, 8)), Err(Error::KeyWidth { found: 16, expected: 8 })));
