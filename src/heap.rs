@@ -57,7 +57,7 @@ pub(crate) fn grow(pool: &mut Pool, geo: &Geometry, new: &Geometry) -> Result<()
     switched.heap_cells = new.cells;
     pool.write_header(&switched)?;
     if region != in_place {
-        pool.discard(h.heap_region)?;
+        pool.discard_in_background(&[h.heap_region])?;
     }
     laps.lap("switch");
     log::info!(

@@ -187,8 +187,7 @@ pub(crate) fn complete(
     switched.heap_cells = new.cells;
     switched.resize = ResizeRecord::default();
     pool.write_header(&switched)?;
-    pool.discard(h.table_region)?;
-    pool.discard(h.heap_region)?;
+    pool.discard_in_background(&[h.table_region, h.heap_region])?;
     laps.lap("switch and discard");
     log::info!("the table grew to level {}: {} slots, {} keys", new.top_level, new.slots(), items);
     Ok((new, bitmap))

@@ -543,6 +543,42 @@ fn a_tail_left_by_a_killed_growth_gets_its_pages_at_open() {
     assert!(pool.bytes()[total as usize..].iter().all(|&b| b == 0));
 }
 
+/// Regions discarded on a thread of their own read as zeros, their pages given back, once
+/// `grow` (even one that need not lengthen the pool) or dropping the pool returns; the other
+/// regions keep their bytes; a region outside the pool is refused and nothing is discarded.
+#[test]
+fn a_discard_in_the_background_is_done_before_room_is_taken() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    let (h, total) = sample();
+    let blocks = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
+    let mut pool = Pool::create(Some(&path), total, &h, &CreateOptions::default()).unwrap();
+    // Large enough that its holes take a while to punch.
+    let old = Region { offset: total, bytes: 256 * REGION_ALIGN };
+    pool.grow(old.end()).unwrap();
+    pool.region_mut(h.heap_region).fill(0xAB);
+    pool.region_mut(old).fill(0xCD);
+    let outside = Region { offset: old.end(), bytes: REGION_ALIGN };
+    let refused = pool.discard_in_background(&[old, outside]);
+    assert!(matches!(refused, Err(PoolError::InvalidArgument(_))), "{refused:?}");
+    assert!(pool.region(old).iter().all(|&b| b == 0xCD), "nothing discarded");
+    let before = blocks(&path);
+    pool.discard_in_background(&[old]).unwrap();
+    pool.grow(old.end()).unwrap();
+    // Before reading the hole: a read fault on tmpfs makes its page again.
+    assert!(blocks(&path) + old.bytes <= before, "its pages given back once grow returns");
+    assert!(pool.region(old).iter().all(|&b| b == 0), "discarded");
+    assert!(pool.region(h.heap_region).iter().all(|&b| b == 0xAB), "the heap kept");
+    pool.region_mut(old).fill(0xEE);
+    pool.discard_in_background(&[old]).unwrap();
+    drop(pool);
+    assert!(blocks(&path) + old.bytes <= before, "its pages given back once the pool dropped");
+    let pool = Pool::open(&path).unwrap();
+    assert!(pool.region(old).iter().all(|&b| b == 0));
+    assert!(pool.region(h.heap_region).iter().all(|&b| b == 0xAB));
+}
+
 #[test]
 fn grow_tmpfs() {
     grow_on(shm_dir().path(), Backend::Tmpfs);
