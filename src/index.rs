@@ -978,10 +978,13 @@ impl State {
             return Err(Error::Resize("a volatile table cannot grow: size it for its keys".into()));
         }
         let t = Instant::now();
+        let mut laps = Laps::start("growth");
         let regions = resize::plan(&self.pool, &self.geo)?;
         // The engine's buffers may map the pool, which may move.
         self.engine = None;
+        laps.lap("old engine dropped");
         let outcome = self.resize_and_restart(regions);
+        laps.lap("build and engine");
         self.poison_without_engine(&outcome);
         outcome?;
         self.activity.resizes += 1;
@@ -1089,16 +1092,19 @@ impl State {
             resize::complete(&mut self.pool, builder, &self.geo, self.items, zeroed)
         });
         match grown {
-            Ok((geo, bitmap)) => {
+            Ok((geo, bitmap, old_regions)) => {
                 self.geo = geo;
                 let mut laps = Laps::start("engine after growth");
                 if let Some(w) = &mut warming {
                     w.engine_compiled();
                 }
                 laps.lap("compiled ahead");
-                let engine = self.make_engine(Allocator::Built(bitmap))?;
-                self.install(engine);
+                let engine = self.make_engine(Allocator::Built(bitmap));
                 laps.lap("engine");
+                // After the engine: its imports of the new regions ran slower beside the holes
+                // being punched.
+                self.pool.discard_in_background(&old_regions)?;
+                self.install(engine?);
                 Ok(())
             }
             Err(e) => {

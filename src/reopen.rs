@@ -25,7 +25,8 @@ pub(crate) fn recover_pool(
         return Ok((*geo, recovery, allocator));
     }
     match resize::complete(pool, builder, geo, recovery.items, resize::Zeroed(false)) {
-        Ok((grown, bitmap)) => {
+        Ok((grown, bitmap, old_regions)) => {
+            pool.discard_in_background(&old_regions)?;
             recovery.resumed_resize = Some(true);
             Ok((grown, recovery, Allocator::Built(bitmap)))
         }

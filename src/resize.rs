@@ -9,7 +9,8 @@
 //!    table (every level but the old bottom keeps its buckets at their new places; the keys of
 //!    the old bottom level are rehashed, on the GPU with the `relocate` and `rehash` kernels
 //!    or on the CPU model), check that it holds exactly the keys of the old one, persist it,
-//!    and switch the header to it in one durable write. The old regions are then discarded.
+//!    and switch the header to it in one durable write. The old regions are then discarded
+//!    (by the caller, on a thread of their own, once the grown table's engine is made).
 //!
 //! A crash before the switch leaves the old table in charge: open finds the record and runs
 //! [`complete`] again from the start. A crash after it leaves the new one. The build runs
@@ -108,14 +109,17 @@ pub(crate) fn abandon(pool: &mut Pool) -> Result<()> {
 }
 
 /// Step 2: builds the grown table of the header's resize record from the current one, which
-/// holds `items` keys, and switches the header to it. Returns its geometry and allocator.
+/// holds `items` keys, and switches the header to it. Returns its geometry and allocator, and
+/// the old regions, which hold nothing any more: the caller discards them
+/// ([`Pool::discard_in_background`]) once it has made the grown table's engine, since punching
+/// their holes slowed that engine's imports down as much as it took (`BENCHMARKS.md`).
 pub(crate) fn complete(
     pool: &mut Pool,
     builder: Builder,
     old: &Geometry,
     items: u64,
     zeroed: Zeroed,
-) -> Result<(Geometry, Bitmap)> {
+) -> Result<(Geometry, Bitmap, [Region; 2])> {
     let h = *pool.header();
     let record = h.resize;
     let new = old.grown()?;
@@ -187,8 +191,7 @@ pub(crate) fn complete(
     switched.heap_cells = new.cells;
     switched.resize = ResizeRecord::default();
     pool.write_header(&switched)?;
-    pool.discard_in_background(&[h.table_region, h.heap_region])?;
-    laps.lap("switch and discard");
+    laps.lap("switch");
     log::info!("the table grew to level {}: {} slots, {} keys", new.top_level, new.slots(), items);
-    Ok((new, bitmap))
+    Ok((new, bitmap, [h.table_region, h.heap_region]))
 }
