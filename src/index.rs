@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use gphash_gpu::Gpu;
-use gphash_gpu::resources::PoolRef;
+use gphash_gpu::resources::{ImportedRegion, PoolRef};
 use host_pm::{Backend, CreateOptions, Header, PersistMode, Pool, ResizeRecord, TableConfig};
 
 use crate::batch::{Batch, BatchResult, Encoded, KeyGroups, Part, Planned};
@@ -893,6 +893,16 @@ impl State {
 
     /// An engine for the current table, with its allocator.
     fn make_engine(&mut self, allocator: Allocator) -> Result<Box<dyn Engine>> {
+        self.make_engine_taking(allocator, None)
+    }
+
+    /// [`State::make_engine`]; a GPU engine takes over the table region's import `imported`
+    /// (a growth's build made it), which is released otherwise.
+    fn make_engine_taking(
+        &mut self,
+        allocator: Allocator,
+        imported: Option<ImportedRegion>,
+    ) -> Result<Box<dyn Engine>> {
         #[cfg(test)]
         if self.failing_engines > 0 {
             self.failing_engines -= 1;
@@ -912,6 +922,7 @@ impl State {
                     [h.table_region, h.heap_region],
                     &self.options.gpu,
                     self.options.verify_values,
+                    imported,
                 )?;
                 engine.set_allocator(&bitmap)?;
                 Box::new(engine)
@@ -1092,14 +1103,14 @@ impl State {
             resize::complete(&mut self.pool, builder, &self.geo, self.items, zeroed)
         });
         match grown {
-            Ok((geo, bitmap, old_regions)) => {
+            Ok(resize::Grown { geo, bitmap, old_regions, imported }) => {
                 self.geo = geo;
                 let mut laps = Laps::start("engine after growth");
                 if let Some(w) = &mut warming {
                     w.engine_compiled();
                 }
                 laps.lap("compiled ahead");
-                let engine = self.make_engine(Allocator::Built(bitmap));
+                let engine = self.make_engine_taking(Allocator::Built(bitmap), imported);
                 laps.lap("engine");
                 // After the engine: its imports of the new regions ran slower beside the holes
                 // being punched.

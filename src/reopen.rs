@@ -25,7 +25,9 @@ pub(crate) fn recover_pool(
         return Ok((*geo, recovery, allocator));
     }
     match resize::complete(pool, builder, geo, recovery.items, resize::Zeroed(false)) {
-        Ok((grown, bitmap, old_regions)) => {
+        Ok(resize::Grown { geo: grown, bitmap, old_regions, imported }) => {
+            // The new table's import is released: the engine comes later.
+            drop(imported);
             pool.discard_in_background(&old_regions)?;
             recovery.resumed_resize = Some(true);
             Ok((grown, recovery, Allocator::Built(bitmap)))

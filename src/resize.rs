@@ -19,6 +19,7 @@
 use std::sync::Arc;
 
 use gphash_gpu::Gpu;
+use gphash_gpu::resources::ImportedRegion;
 use host_pm::{Pool, Region, ResizeRecord};
 use rayon::prelude::*;
 
@@ -108,18 +109,30 @@ pub(crate) fn abandon(pool: &mut Pool) -> Result<()> {
     Ok(())
 }
 
+/// A table [`complete`] grew.
+pub(crate) struct Grown {
+    pub(crate) geo: Geometry,
+    /// Its allocator.
+    pub(crate) bitmap: Bitmap,
+    /// The old regions, which hold nothing any more: the caller discards them
+    /// ([`Pool::discard_in_background`]) once it has made the grown table's engine, since
+    /// punching their holes slowed that engine's imports down as much as it took
+    /// (`BENCHMARKS.md`).
+    pub(crate) old_regions: [Region; 2],
+    /// Where the GPU built it in place, the new table's import, for the grown table's engine to
+    /// take over. Nothing moves the pool between the build and the return.
+    pub(crate) imported: Option<ImportedRegion>,
+}
+
 /// Step 2: builds the grown table of the header's resize record from the current one, which
-/// holds `items` keys, and switches the header to it. Returns its geometry and allocator, and
-/// the old regions, which hold nothing any more: the caller discards them
-/// ([`Pool::discard_in_background`]) once it has made the grown table's engine, since punching
-/// their holes slowed that engine's imports down as much as it took (`BENCHMARKS.md`).
+/// holds `items` keys, and switches the header to it ([`Grown`] says what it returns).
 pub(crate) fn complete(
     pool: &mut Pool,
     builder: Builder,
     old: &Geometry,
     items: u64,
     zeroed: Zeroed,
-) -> Result<(Geometry, Bitmap, [Region; 2])> {
+) -> Result<Grown> {
     let h = *pool.header();
     let record = h.resize;
     let new = old.grown()?;
@@ -146,9 +159,9 @@ pub(crate) fn complete(
     copy_on_all_threads(&mut to[..heap], &from[..heap]);
     laps.lap("copy heap");
     let seeds = Seeds::new(h.table.seed, new.layout.hashes);
-    let failed = match builder {
+    let (failed, imported) = match builder {
         Builder::Gpu(gpu, opts) => {
-            let c = crate::gpu::resize::build(
+            let (c, imported) = crate::gpu::resize::build(
                 gpu,
                 opts,
                 pool,
@@ -156,14 +169,14 @@ pub(crate) fn complete(
                 (old, h.table_region),
                 (&new, record.new_table),
             )?;
-            c[control::FULL] as u64
+            (c[control::FULL] as u64, imported)
         }
         Builder::Cpu => {
             let (from, to) = split_regions(pool, h.table_region, record.new_table);
             let (from, to): (&[u32], &mut [u32]) = (bytemuck::cast_slice(from), bytemuck::cast_slice_mut(to));
             let model = Model { geo: &new, seeds: &seeds, verify_values: false };
             model.relocate(old, from, to);
-            model.rehash(old, from, to)
+            (model.rehash(old, from, to), None)
         }
     };
     laps.lap("build");
@@ -193,5 +206,5 @@ pub(crate) fn complete(
     pool.write_header(&switched)?;
     laps.lap("switch");
     log::info!("the table grew to level {}: {} slots, {} keys", new.top_level, new.slots(), items);
-    Ok((new, bitmap, [h.table_region, h.heap_region]))
+    Ok(Grown { geo: new, bitmap, old_regions: [h.table_region, h.heap_region], imported })
 }

@@ -346,18 +346,36 @@ fn populate_tmpfs(file: &File, path: &Path, bytes: u64) -> Result<bool> {
     let map = unsafe { MmapOptions::new().offset(start).len(to_usize(bytes - start)?).map_mut(file) }
         .map_err(io_err(path, "mmap"))
         .map_err(shrink)?;
+    let errors = populate_on_all_threads(&map);
+    drop(map);
+    match errors.first() {
+        None => Ok(true),
+        // Unknown advice: an older kernel.
+        Some(&libc::EINVAL) => file.set_len(old).map(|()| false).map_err(io_err(path, "set the length of")),
+        // A page the tmpfs had no room for.
+        Some(&libc::EFAULT | &libc::ENOMEM | &libc::ENOSPC) => {
+            Err(shrink(PoolError::OutOfSpace { needed: bytes, limit: old }))
+        }
+        Some(&e) => Err(shrink(io_err(path, "populate")(std::io::Error::from_raw_os_error(e)))),
+    }
+}
+
+/// `MADV_POPULATE_WRITE` over `map` on all host threads: the pages are made where missing and
+/// entered in the mapping's page tables. The errors of the threads that failed.
+fn populate_on_all_threads(map: &[u8]) -> Vec<i32> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Whole 2 MiB pages each, so that hugetlbfs (2 MiB pages, read as tmpfs) takes them too;
-    // any other page size refuses the advice, and `posix_fallocate` does it.
+    // any other page size refuses the advice.
     let part = (map.len() / threads).next_multiple_of(2 << 20).max(2 << 20);
-    let errors: Vec<i32> = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let base = map.as_ptr() as usize;
         let parts: Vec<_> = (0..map.len())
             .step_by(part)
             .map(|at| {
                 let len = part.min(map.len() - at);
                 scope.spawn(move || {
-                    // SAFETY: a range of our own shared mapping, prefaulted and nothing else.
+                    // SAFETY: a range of a shared mapping of the caller's, prefaulted and nothing
+                    // else (its bytes do not change).
                     let rc = unsafe {
                         libc::madvise((base + at) as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE)
                     };
@@ -370,18 +388,7 @@ fn populate_tmpfs(file: &File, path: &Path, bytes: u64) -> Result<bool> {
             })
             .collect();
         parts.into_iter().map(|t| t.join().unwrap_or(libc::EIO)).filter(|&e| e != 0).collect()
-    });
-    drop(map);
-    match errors.first() {
-        None => Ok(true),
-        // Unknown advice: an older kernel.
-        Some(&libc::EINVAL) => file.set_len(old).map(|()| false).map_err(io_err(path, "set the length of")),
-        // A page the tmpfs had no room for.
-        Some(&libc::EFAULT | &libc::ENOMEM | &libc::ENOSPC) => {
-            Err(shrink(PoolError::OutOfSpace { needed: bytes, limit: old }))
-        }
-        Some(&e) => Err(shrink(io_err(path, "populate")(std::io::Error::from_raw_os_error(e)))),
-    }
+    })
 }
 
 /// Make a new directory entry durable.
@@ -1164,7 +1171,7 @@ impl Pool {
                     // The new length must be durable before a header can point past the old one.
                     file.sync_data().map_err(io_err(path, "sync"))?;
                 }
-                self.map = map_file(file, new, path)?;
+                self.remap(new)?;
             }
             _ => {
                 // Anonymous memory or a private view (or a pool without its file, which
@@ -1177,6 +1184,33 @@ impl Pool {
         self.len = new;
         self.observe();
         log::debug!("grew pool {} from {old} to {new} bytes", self.display_path().display());
+        Ok(())
+    }
+
+    /// Maps the pool's file, now `new` bytes long, whole. `mremap` keeps the page tables of what
+    /// was mapped: a fresh mapping faulted every page in again, and an import of a region (which
+    /// pins its pages, one fault at a time where they are not mapped) took up to 0.2 s for the
+    /// 1.2 GB of a growth of 16 M keys on 4 KiB pages. On tmpfs the new pages are entered in
+    /// the page tables too, on all host threads.
+    fn remap(&mut self, new: u64) -> Result<()> {
+        let (Some(file), Some(path)) = (&self.file, &self.path) else {
+            return Err(PoolError::InvalidArgument("a pool without its file cannot be remapped".into()));
+        };
+        let old = self.map.len();
+        // SAFETY: the file is at least `new` bytes long; nothing else is mapped at the pages
+        // `mremap` may move the mapping to, and no pointer into the old mapping is used after.
+        let moved = unsafe { self.map.remap(to_usize(new)?, memmap2::RemapOptions::new().may_move(true)) };
+        if let Err(e) = moved {
+            log::debug!("mremap failed ({e}): the file is mapped again");
+            self.map = map_file(file, new, path)?;
+            return Ok(());
+        }
+        if self.backend == Backend::Tmpfs && self.map.len() > old {
+            let errors = populate_on_all_threads(&self.map[old..]);
+            if let Some(e) = errors.first() {
+                log::debug!("the new pages were not all entered in the page tables (errno {e})");
+            }
+        }
         Ok(())
     }
 

@@ -579,6 +579,42 @@ fn a_discard_in_the_background_is_done_before_room_is_taken() {
     assert!(pool.region(h.heap_region).iter().all(|&b| b == 0xAB));
 }
 
+/// The bytes of this process's mapping that holds `at` which are in its page tables (the
+/// mapping's `Rss` in `/proc/self/smaps`).
+fn mapped_bytes(at: *const u8) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut inside = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((start, end)) = first.split_once('-')
+            && let (Ok(start), Ok(end)) = (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16))
+        {
+            inside = (start..end).contains(&(at as usize));
+        } else if inside && let Some(kb) = line.strip_prefix("Rss:") {
+            return kb.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap() * 1024;
+        }
+    }
+    panic!("no mapping holds {at:?}");
+}
+
+/// A tmpfs pool's growth keeps the pages it had in its page tables (`mremap`; a fresh
+/// mapping faulted each in again, and imports pin them one fault at a time) and enters the new
+/// ones too.
+#[test]
+fn a_grown_tmpfs_pool_keeps_its_pages_mapped() {
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    let (h, total) = sample();
+    let mut pool = Pool::create(Some(&path), total, &h, &CreateOptions::default()).unwrap();
+    pool.region_mut(h.heap_region).fill(0xAB);
+    let all = pool.bytes().iter().map(|&b| b as u64).sum::<u64>();
+    assert!(all > 0 && mapped_bytes(pool.bytes().as_ptr()) >= total, "every page read");
+    let grown = total + 256 * REGION_ALIGN;
+    pool.grow(grown).unwrap();
+    assert!(mapped_bytes(pool.bytes().as_ptr()) >= grown, "old and new pages mapped after the growth");
+    assert!(pool.region(h.heap_region).iter().all(|&b| b == 0xAB));
+}
+
 #[test]
 fn grow_tmpfs() {
     grow_on(shm_dir().path(), Backend::Tmpfs);

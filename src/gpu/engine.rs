@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use gphash_gpu::hostmem::{self, HostBuffer};
 use gphash_gpu::resources::{
-    ErrorScopes, Pipelines, PoolRef, PoolWindows, Residence, batch_layout, bind_group, bind_group_layout,
-    build_pipelines, download_words, map_read_after, max_window, read_dirty, record_passes, scoped,
-    storage_buffer, writeback_invocations,
+    ErrorScopes, ImportedRegion, Pipelines, PoolRef, PoolWindows, Residence, batch_layout, bind_group,
+    bind_group_layout, build_pipelines, download_words, map_read_after, max_window, read_dirty,
+    record_passes, scoped, storage_buffer, writeback_invocations,
 };
 use gphash_gpu::shader::Windows;
 use gphash_gpu::timing::PassTimer;
@@ -476,7 +476,8 @@ type EnginePipelines =
 impl GpuEngine {
     /// Binds the pool's table and heap regions (imported, or copied to the device) and builds
     /// the kernels; reads check their value's checksum when `verify_values`. Its allocator is
-    /// set by [`GpuEngine::set_allocator`] before its first batch.
+    /// set by [`GpuEngine::set_allocator`] before its first batch. `imported`: the table region,
+    /// already imported (by a growth's build), which it takes over.
     pub(crate) fn new(
         gpu: Arc<Gpu>,
         cfg_base: (crate::layout::Geometry, crate::hash::Seeds),
@@ -484,6 +485,7 @@ impl GpuEngine {
         [table_region, heap_region]: [Region; 2],
         opts: &GpuOptions,
         verify_values: bool,
+        imported: Option<ImportedRegion>,
     ) -> Result<Self> {
         let (geo, seeds) = cfg_base;
         let mut cfg = Self::base_config(&gpu, (geo, seeds), opts, verify_values)?;
@@ -502,6 +504,7 @@ impl GpuEngine {
                     (heap_region, cfg.heap, geo.heap_words(), "heap"),
                 ],
                 if opts.large_pool_mode { LARGE_POOL_MODE_LINE_SHIFT } else { 0 },
+                imported,
             )?,
         );
         let windows = placed.0.as_ref().expect("placed");

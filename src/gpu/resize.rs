@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use gphash_gpu::Gpu;
 use gphash_gpu::hostmem::{self, ImportGuard, release_imports};
 use gphash_gpu::resources::{
-    ErrorScopes, Pipelines, bind_group, bind_group_layout, build_pipelines, download_region, import_region,
-    map_read, max_window, record_passes, staged_reason, upload_region,
+    ErrorScopes, ImportedRegion, Pipelines, bind_group, bind_group_layout, build_pipelines, download_region,
+    import_region, map_read, max_window, record_passes, staged_reason, upload_region,
 };
 use gphash_gpu::shader::{Reach, Windows};
 use host_pm::{Pool, Region};
@@ -205,7 +205,8 @@ fn pipelines(gpu: &Gpu, cfg: &KernelConfig) -> Result<(wgpu::BindGroupLayout, Pi
 }
 
 /// Builds the table `new` (zeroed, in region `new_region`) from `old` (in `old_region`);
-/// returns the control block (keys rehashed, keys that found no slot).
+/// returns the control block (keys rehashed, keys that found no slot) and, where the pool was
+/// imported in place, the new table's import, for the grown table's engine to take over.
 pub(crate) fn build(
     gpu: &Arc<Gpu>,
     opts: &GpuOptions,
@@ -213,22 +214,25 @@ pub(crate) fn build(
     seeds: &Seeds,
     (old, old_region): (&Geometry, Region),
     (new, new_region): (&Geometry, Region),
-) -> Result<Control> {
+) -> Result<(Control, Option<ImportedRegion>)> {
     let cfg = config(gpu, opts, seeds, old, new)?;
     let source = cfg.source.expect("set above").windows;
     let mut laps = Laps::start("growth on the GPU");
-    let guard = ImportGuard::default();
+    // The old table's imports are released after the build, the new one's handed on.
+    let (guard, new_guard) = (ImportGuard::default(), ImportGuard::default());
     let mapping = pool.mapping();
     let imported = match staged_reason(mapping.backend(), opts.placement.into()) {
         Some(reason) => Err(reason),
-        None => import_region(gpu, &mapping, old_region, source, &guard, "old table")
-            .and_then(|o| Ok((o, import_region(gpu, &mapping, new_region, cfg.table, &guard, "new table")?))),
+        None => import_region(gpu, &mapping, old_region, source, &guard, "old table").and_then(|o| {
+            Ok((o, import_region(gpu, &mapping, new_region, cfg.table, &new_guard, "new table")?))
+        }),
     };
     let (from, to, staged) = match imported {
         Ok((o, n)) => (o, n, false),
         Err(reason) => {
             log::info!("resizing on device copies: {reason}");
             release_imports(gpu, &guard);
+            release_imports(gpu, &new_guard);
             let o = upload_region(gpu, pool, old_region, source, old.table_words(), "old table")?;
             let n = upload_region(gpu, pool, new_region, cfg.table, new.table_words(), "new table")?;
             (o, n, true)
@@ -298,14 +302,17 @@ pub(crate) fn build(
         Ok(out)
     });
     laps.lap("kernels");
-    // Imported windows reference the pool, which may move next: released whatever happened.
+    // Imported windows reference the pool, which may move next: released whatever happened,
+    // but for the new table's, handed on after a build that succeeded.
     drop(bind);
-    for b in from.into_iter().chain(to) {
+    for b in from {
         b.destroy();
     }
     release_imports(gpu, &guard);
+    let to = ImportedRegion::new(gpu, new_region, cfg.table, to, new_guard);
+    let handed = (!staged && built.is_ok()).then_some(to);
     laps.lap("release");
-    Ok(built?)
+    Ok((built?, handed))
 }
 
 #[cfg(test)]

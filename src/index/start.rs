@@ -63,6 +63,7 @@ impl Starting {
                     regions,
                     &options.gpu,
                     options.verify_values,
+                    None,
                 )),
                 _ => None,
             };

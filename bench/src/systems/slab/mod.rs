@@ -382,6 +382,7 @@ impl SlabSystem {
                 (heap_region, cfg.heap, geo.heap_words(), "slab heap"),
             ],
             0,
+            None,
         )?;
         let track_lines = windows.tracks_lines(pool.persist_mode());
         let dev = &gpu.device;
