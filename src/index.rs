@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use gphash_gpu::Gpu;
-use gphash_gpu::resources::{ImportedRegion, PoolRef};
+use gphash_gpu::resources::{ImportedRegions, PoolRef};
 use host_pm::{Backend, CreateOptions, Header, PersistMode, Pool, ResizeRecord, TableConfig};
 
 use crate::batch::{Batch, BatchResult, Encoded, KeyGroups, Part, Planned};
@@ -901,7 +901,7 @@ impl State {
     fn make_engine_taking(
         &mut self,
         allocator: Allocator,
-        imported: Option<ImportedRegion>,
+        imported: Option<ImportedRegions>,
     ) -> Result<Box<dyn Engine>> {
         #[cfg(test)]
         if self.failing_engines > 0 {

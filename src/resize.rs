@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use gphash_gpu::Gpu;
-use gphash_gpu::resources::ImportedRegion;
+use gphash_gpu::resources::ImportedRegions;
 use host_pm::{Pool, Region, ResizeRecord};
 use rayon::prelude::*;
 
@@ -119,9 +119,9 @@ pub(crate) struct Grown {
     /// punching their holes slowed that engine's imports down as much as it took
     /// (`BENCHMARKS.md`).
     pub(crate) old_regions: [Region; 2],
-    /// Where the GPU built it in place, the new table's import, for the grown table's engine to
-    /// take over. Nothing moves the pool between the build and the return.
-    pub(crate) imported: Option<ImportedRegion>,
+    /// Where the GPU built it in place, the imports of the new table and heap, for the grown
+    /// table's engine to take over. Nothing moves the pool between the build and the return.
+    pub(crate) imported: Option<ImportedRegions>,
 }
 
 /// Step 2: builds the grown table of the header's resize record from the current one, which
@@ -167,7 +167,7 @@ pub(crate) fn complete(
                 pool,
                 &seeds,
                 (old, h.table_region),
-                (&new, record.new_table),
+                (&new, record.new_table, record.new_heap),
             )?;
             (c[control::FULL] as u64, imported)
         }

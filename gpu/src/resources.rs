@@ -384,45 +384,52 @@ pub struct RegionWindows {
     pub buffers: Vec<wgpu::Buffer>,
 }
 
-/// A region of the pool imported zero-copy, handed from one user to the next without importing
-/// it again (a growth's build hands the grown table to its engine: importing pins every page,
-/// 30-100 ms for the 805 MB table of 16 M keys on the H200). Its owner keeps the pool in place
-/// while it lives. Dropped, it destroys its buffers and waits until the driver has released
-/// them.
-pub struct ImportedRegion {
-    /// The region.
-    pub region: Region,
-    /// How it is split into windows.
-    pub windows: Windows,
-    /// Its buffers and the guard that counts them (`None` once handed on).
-    imported: Option<(Vec<wgpu::Buffer>, ImportGuard)>,
+/// Regions of the pool imported zero-copy under one guard, handed from one user to the next
+/// without importing them again (a growth's build hands the grown table and heap to its engine:
+/// importing pins every page, 30-100 ms for the 805 MB table of 16 M keys on the H200). Their
+/// owner keeps the pool in place while they live. Dropped, they destroy their buffers and wait
+/// until the driver has released them.
+pub struct ImportedRegions {
+    /// Each region, how it is split into windows, and a buffer per window.
+    parts: Vec<RegionWindows>,
+    /// The guard that counts their buffers and nothing else.
+    guard: ImportGuard,
     gpu: Arc<Gpu>,
 }
 
-impl ImportedRegion {
-    /// `buffers`, imported under `guard` (which counts nothing else) as `region` in `windows`.
-    pub fn new(
-        gpu: &Arc<Gpu>,
-        region: Region,
-        windows: Windows,
-        buffers: Vec<wgpu::Buffer>,
-        guard: ImportGuard,
-    ) -> Self {
-        ImportedRegion { region, windows, imported: Some((buffers, guard)), gpu: gpu.clone() }
+impl ImportedRegions {
+    /// None yet, under a guard of their own.
+    pub fn new(gpu: &Arc<Gpu>) -> Self {
+        ImportedRegions { parts: vec![], guard: ImportGuard::default(), gpu: gpu.clone() }
     }
 
-    /// Its buffers and their guard, which the caller now releases.
-    fn into_parts(mut self) -> (Vec<wgpu::Buffer>, ImportGuard) {
-        self.imported.take().expect("held until handed on")
+    /// The guard to import under before [`ImportedRegions::add`]ing.
+    pub fn guard(&self) -> &ImportGuard {
+        &self.guard
+    }
+
+    /// `buffers`, imported under [`ImportedRegions::guard`] as `region` in `windows`.
+    pub fn add(&mut self, region: Region, windows: Windows, buffers: Vec<wgpu::Buffer>) {
+        self.parts.push(RegionWindows { region, windows, buffers });
+    }
+
+    /// The buffers of `region` in `windows`, if held; the others stay.
+    fn take(&mut self, region: Region, windows: Windows) -> Option<Vec<wgpu::Buffer>> {
+        let i = self.parts.iter().position(|p| (p.region, p.windows) == (region, windows))?;
+        Some(self.parts.swap_remove(i).buffers)
+    }
+
+    /// The guard, once every buffer not taken is destroyed: it counts those taken from now on.
+    fn into_guard(mut self) -> ImportGuard {
+        self.parts.drain(..).flat_map(|p| p.buffers).for_each(|b| b.destroy());
+        std::mem::take(&mut self.guard)
     }
 }
 
-impl Drop for ImportedRegion {
+impl Drop for ImportedRegions {
     fn drop(&mut self) {
-        if let Some((buffers, guard)) = self.imported.take() {
-            buffers.into_iter().for_each(|b| b.destroy());
-            release_imports(&self.gpu, &guard);
-        }
+        self.parts.drain(..).flat_map(|p| p.buffers).for_each(|b| b.destroy());
+        release_imports(&self.gpu, &self.guard);
     }
 }
 
@@ -477,15 +484,15 @@ impl PoolRef<'_> {
 impl PoolWindows {
     /// Binds the table and the heap, each `(region, windows, words in use, label)`, with dirty
     /// lines as large as the regions' reach needs and at least `64 << min_line_shift` bytes.
-    /// `imported`: the table region already imported, used where it is that region in those
-    /// windows (else released, and the table imported again).
+    /// `imported`: regions already imported, each used where it is the table's or the heap's
+    /// region in its windows (the others released; what is not there is imported).
     pub fn place(
         gpu: &Gpu,
         mut pool: PoolRef,
         placement: Placement,
         [table, heap]: [(Region, Windows, u64, &str); 2],
         min_line_shift: u32,
-        imported: Option<ImportedRegion>,
+        imported: Option<ImportedRegions>,
     ) -> Result<Self> {
         let line_shift = line_shift(table.0.end().max(heap.0.end())).max(min_line_shift);
         if line_shift > MAX_LINE_SHIFT {
@@ -494,21 +501,26 @@ impl PoolWindows {
                 (64u64 << MAX_LINE_SHIFT << 32) >> 40
             )));
         }
-        let handed =
-            imported.filter(|i| (i.region, i.windows) == (table.0, table.1)).map(ImportedRegion::into_parts);
-        let (handed, guard) = match handed {
-            Some((buffers, guard)) => (Some(buffers), guard),
-            None => (None, ImportGuard::default()),
-        };
         let mapping = pool.mapping();
-        let imported = match (staged_reason(mapping.backend(), placement), handed) {
-            (Some(reason), handed) => {
-                drop(handed);
-                Err(reason)
+        let reason = staged_reason(mapping.backend(), placement);
+        let (handed, guard) = match imported {
+            Some(mut i) if reason.is_none() => {
+                let handed = [i.take(table.0, table.1), i.take(heap.0, heap.1)];
+                (handed, i.into_guard())
             }
-            (None, Some(t)) => import_region(gpu, &mapping, heap.0, heap.1, &guard, heap.3).map(|h| (t, h)),
-            (None, None) => import_region(gpu, &mapping, table.0, table.1, &guard, table.3)
-                .and_then(|t| Ok((t, import_region(gpu, &mapping, heap.0, heap.1, &guard, heap.3)?))),
+            // Released on drop.
+            _ => ([None, None], ImportGuard::default()),
+        };
+        let [t, h] = handed;
+        let imported = match reason {
+            Some(reason) => Err(reason),
+            None => {
+                let import = |(region, windows, _, label): (Region, Windows, u64, &str), held| match held {
+                    Some(buffers) => Ok(buffers),
+                    None => import_region(gpu, &mapping, region, windows, &guard, label),
+                };
+                import(table, t).and_then(|t| Ok((t, import(heap, h)?)))
+            }
         };
         let (t, h, residence) = match (imported, pool) {
             (Ok((t, h)), _) => (t, h, Residence::ZeroCopy),

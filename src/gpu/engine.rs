@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use gphash_gpu::hostmem::{self, HostBuffer};
 use gphash_gpu::resources::{
-    ErrorScopes, ImportedRegion, Pipelines, PoolRef, PoolWindows, Residence, batch_layout, bind_group,
+    ErrorScopes, ImportedRegions, Pipelines, PoolRef, PoolWindows, Residence, batch_layout, bind_group,
     bind_group_layout, build_pipelines, download_words, map_read_after, max_window, read_dirty,
     record_passes, scoped, storage_buffer, writeback_invocations,
 };
@@ -485,7 +485,7 @@ impl GpuEngine {
         [table_region, heap_region]: [Region; 2],
         opts: &GpuOptions,
         verify_values: bool,
-        imported: Option<ImportedRegion>,
+        imported: Option<ImportedRegions>,
     ) -> Result<Self> {
         let (geo, seeds) = cfg_base;
         let mut cfg = Self::base_config(&gpu, (geo, seeds), opts, verify_values)?;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use gphash_gpu::Gpu;
 use gphash_gpu::hostmem::{self, ImportGuard, release_imports};
 use gphash_gpu::resources::{
-    ErrorScopes, ImportedRegion, Pipelines, bind_group, bind_group_layout, build_pipelines, download_region,
+    ErrorScopes, ImportedRegions, Pipelines, bind_group, bind_group_layout, build_pipelines, download_region,
     import_region, map_read, max_window, record_passes, staged_reason, upload_region,
 };
 use gphash_gpu::shader::{Reach, Windows};
@@ -206,25 +206,26 @@ fn pipelines(gpu: &Gpu, cfg: &KernelConfig) -> Result<(wgpu::BindGroupLayout, Pi
 
 /// Builds the table `new` (zeroed, in region `new_region`) from `old` (in `old_region`);
 /// returns the control block (keys rehashed, keys that found no slot) and, where the pool was
-/// imported in place, the new table's import, for the grown table's engine to take over.
+/// imported in place, the imports of the new table and of its heap (in `new_heap`, already
+/// filled), for the grown table's engine to take over.
 pub(crate) fn build(
     gpu: &Arc<Gpu>,
     opts: &GpuOptions,
     pool: &mut Pool,
     seeds: &Seeds,
     (old, old_region): (&Geometry, Region),
-    (new, new_region): (&Geometry, Region),
-) -> Result<(Control, Option<ImportedRegion>)> {
+    (new, new_region, new_heap): (&Geometry, Region, Region),
+) -> Result<(Control, Option<ImportedRegions>)> {
     let cfg = config(gpu, opts, seeds, old, new)?;
     let source = cfg.source.expect("set above").windows;
     let mut laps = Laps::start("growth on the GPU");
-    // The old table's imports are released after the build, the new one's handed on.
-    let (guard, new_guard) = (ImportGuard::default(), ImportGuard::default());
+    // The old table's imports are released after the build, the new regions' handed on.
+    let (guard, mut handed) = (ImportGuard::default(), ImportedRegions::new(gpu));
     let mapping = pool.mapping();
     let imported = match staged_reason(mapping.backend(), opts.placement.into()) {
         Some(reason) => Err(reason),
         None => import_region(gpu, &mapping, old_region, source, &guard, "old table").and_then(|o| {
-            Ok((o, import_region(gpu, &mapping, new_region, cfg.table, &new_guard, "new table")?))
+            Ok((o, import_region(gpu, &mapping, new_region, cfg.table, handed.guard(), "new table")?))
         }),
     };
     let (from, to, staged) = match imported {
@@ -232,7 +233,7 @@ pub(crate) fn build(
         Err(reason) => {
             log::info!("resizing on device copies: {reason}");
             release_imports(gpu, &guard);
-            release_imports(gpu, &new_guard);
+            release_imports(gpu, handed.guard());
             let o = upload_region(gpu, pool, old_region, source, old.table_words(), "old table")?;
             let n = upload_region(gpu, pool, new_region, cfg.table, new.table_words(), "new table")?;
             (o, n, true)
@@ -291,7 +292,18 @@ pub(crate) fn build(
         gpu.queue.submit([hostmem::host_read_barrier(gpu)]);
     }
     // Checked before anything is read back: a refused submit built nothing.
-    let built = scopes.pop(|| "building the grown table".into()).and_then(|()| {
+    let submitted = scopes.pop(|| "building the grown table".into());
+    laps.lap("submit");
+    if !staged && submitted.is_ok() {
+        // While the kernels run, the heap the grown table's engine binds, as it will split it.
+        let windows = Windows::cover(new.heap_words(), max_window(&gpu.info, opts.max_window_bytes));
+        match import_region(gpu, &mapping, new_heap, windows, handed.guard(), "heap") {
+            Ok(buffers) => handed.add(new_heap, windows, buffers),
+            Err(e) => log::debug!("the grown heap is imported by its engine: {e}"),
+        }
+    }
+    laps.lap("heap import");
+    let built = submitted.and_then(|()| {
         let mut out = Control::default();
         map_read(gpu, &readback, 0..(control::WORDS * 4) as u64, |b| {
             out.copy_from_slice(bytemuck::cast_slice(b))
@@ -309,8 +321,8 @@ pub(crate) fn build(
         b.destroy();
     }
     release_imports(gpu, &guard);
-    let to = ImportedRegion::new(gpu, new_region, cfg.table, to, new_guard);
-    let handed = (!staged && built.is_ok()).then_some(to);
+    handed.add(new_region, cfg.table, to);
+    let handed = (!staged && built.is_ok()).then_some(handed);
     laps.lap("release");
     Ok((built?, handed))
 }
