@@ -686,10 +686,20 @@ impl BatchResult {
 /// The results of a sharded batch whose parts took effect on some shards only
 /// ([`crate::Error::Shard`]): in batch order, those of the operations whose shard's part took
 /// effect, and nothing for the others.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct PartialResult {
     result: BatchResult,
     took_effect: Vec<bool>,
+}
+
+/// Counts only: an error's `{:?}` should not print a whole batch.
+impl std::fmt::Debug for PartialResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartialResult")
+            .field("operations", &self.len())
+            .field("took_effect", &self.took_effect.iter().filter(|&&t| t).count())
+            .finish()
+    }
 }
 
 impl PartialResult {

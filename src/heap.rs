@@ -43,7 +43,10 @@ pub(crate) fn grow(pool: &mut Pool, geo: &Geometry, new: &Geometry) -> Result<()
     } else {
         in_place
     };
+    let below = pool.len();
     pool.grow(region.end())?;
+    // Free space may lie where old regions were given back.
+    pool.make_room(region, below)?;
     laps.lap("pool grow");
     if region != in_place {
         let old = geo.heap_bytes() as usize;
@@ -57,7 +60,7 @@ pub(crate) fn grow(pool: &mut Pool, geo: &Geometry, new: &Geometry) -> Result<()
     switched.heap_cells = new.cells;
     pool.write_header(&switched)?;
     if region != in_place {
-        pool.discard_in_background(&[h.heap_region])?;
+        pool.give_back(&[h.heap_region]);
     }
     laps.lap("switch");
     log::info!(

@@ -896,8 +896,8 @@ impl State {
         self.make_engine_taking(allocator, None)
     }
 
-    /// [`State::make_engine`]; a GPU engine takes over the table region's import `imported`
-    /// (a growth's build made it), which is released otherwise.
+    /// [`State::make_engine`]; a GPU engine takes over the imports of the table and heap
+    /// regions in `imported` (a growth's build made them), which are released otherwise.
     fn make_engine_taking(
         &mut self,
         allocator: Allocator,
@@ -1114,7 +1114,7 @@ impl State {
                 laps.lap("engine");
                 // After the engine: its imports of the new regions ran slower beside the holes
                 // being punched.
-                self.pool.discard_in_background(&old_regions)?;
+                self.pool.give_back(&old_regions);
                 self.install(engine?);
                 Ok(())
             }

@@ -26,9 +26,9 @@ pub(crate) fn recover_pool(
     }
     match resize::complete(pool, builder, geo, recovery.items, resize::Zeroed(false)) {
         Ok(resize::Grown { geo: grown, bitmap, old_regions, imported }) => {
-            // The new table's import is released: the engine comes later.
+            // The new regions' imports are released: the engine comes later.
             drop(imported);
-            pool.discard_in_background(&old_regions)?;
+            pool.give_back(&old_regions);
             recovery.resumed_resize = Some(true);
             Ok((grown, recovery, Allocator::Built(bitmap)))
         }

@@ -390,6 +390,9 @@ pub struct RegionWindows {
 /// owner keeps the pool in place while they live. Dropped, they destroy their buffers and wait
 /// until the driver has released them.
 pub struct ImportedRegions {
+    /// The mapping they were imported from (its base and length): used elsewhere, they are
+    /// released and the regions imported again.
+    mapping: (usize, u64),
     /// Each region, how it is split into windows, and a buffer per window.
     parts: Vec<RegionWindows>,
     /// The guard that counts their buffers and nothing else.
@@ -398,9 +401,14 @@ pub struct ImportedRegions {
 }
 
 impl ImportedRegions {
-    /// None yet, under a guard of their own.
-    pub fn new(gpu: &Arc<Gpu>) -> Self {
-        ImportedRegions { parts: vec![], guard: ImportGuard::default(), gpu: gpu.clone() }
+    /// None yet from `mapping`, under a guard of their own.
+    pub fn new(gpu: &Arc<Gpu>, mapping: &Mapping) -> Self {
+        ImportedRegions {
+            mapping: (mapping.as_mut_ptr() as usize, mapping.len()),
+            parts: vec![],
+            guard: ImportGuard::default(),
+            gpu: gpu.clone(),
+        }
     }
 
     /// The guard to import under before [`ImportedRegions::add`]ing.
@@ -484,8 +492,9 @@ impl PoolRef<'_> {
 impl PoolWindows {
     /// Binds the table and the heap, each `(region, windows, words in use, label)`, with dirty
     /// lines as large as the regions' reach needs and at least `64 << min_line_shift` bytes.
-    /// `imported`: regions already imported, each used where it is the table's or the heap's
-    /// region in its windows (the others released; what is not there is imported).
+    /// `imported`: regions already imported from this mapping, each used where it is the
+    /// table's or the heap's region in its windows (the others released; what is not there is
+    /// imported).
     pub fn place(
         gpu: &Gpu,
         mut pool: PoolRef,
@@ -503,13 +512,17 @@ impl PoolWindows {
         }
         let mapping = pool.mapping();
         let reason = staged_reason(mapping.backend(), placement);
+        let same_mapping = |i: &ImportedRegions| i.mapping == (mapping.as_mut_ptr() as usize, mapping.len());
         let (handed, guard) = match imported {
-            Some(mut i) if reason.is_none() => {
+            Some(mut i) if reason.is_none() && same_mapping(&i) => {
                 let handed = [i.take(table.0, table.1), i.take(heap.0, heap.1)];
                 (handed, i.into_guard())
             }
-            // Released on drop.
-            _ => ([None, None], ImportGuard::default()),
+            other => {
+                // Released before anything is imported or copied.
+                drop(other);
+                ([None, None], ImportGuard::default())
+            }
         };
         let [t, h] = handed;
         let imported = match reason {

@@ -545,7 +545,8 @@ fn a_tail_left_by_a_killed_growth_gets_its_pages_at_open() {
 
 /// Regions discarded on a thread of their own read as zeros, their pages given back, once
 /// `grow` (even one that need not lengthen the pool) or dropping the pool returns; the other
-/// regions keep their bytes; a region outside the pool is refused and nothing is discarded.
+/// regions keep their bytes; a region outside the pool is refused and nothing is discarded. A
+/// growth past the end leaves the hole as it is, and `make_room` gives it its pages again.
 #[test]
 fn a_discard_in_the_background_is_done_before_room_is_taken() {
     use std::os::unix::fs::MetadataExt;
@@ -559,7 +560,7 @@ fn a_discard_in_the_background_is_done_before_room_is_taken() {
     pool.grow(old.end()).unwrap();
     pool.region_mut(h.heap_region).fill(0xAB);
     pool.region_mut(old).fill(0xCD);
-    let outside = Region { offset: old.end(), bytes: REGION_ALIGN };
+    let outside = Region { offset: old.end() + 2 * REGION_ALIGN, bytes: REGION_ALIGN };
     let refused = pool.discard_in_background(&[old, outside]);
     assert!(matches!(refused, Err(PoolError::InvalidArgument(_))), "{refused:?}");
     assert!(pool.region(old).iter().all(|&b| b == 0xCD), "nothing discarded");
@@ -568,12 +569,17 @@ fn a_discard_in_the_background_is_done_before_room_is_taken() {
     pool.grow(old.end()).unwrap();
     // Before reading the hole: a read fault on tmpfs makes its page again.
     assert!(blocks(&path) + old.bytes <= before, "its pages given back once grow returns");
+    // A growth past the end leaves the hole a hole; the region taken again gets its pages.
+    pool.grow(old.end() + REGION_ALIGN).unwrap();
+    assert!(blocks(&path) + old.bytes <= before + REGION_ALIGN, "a growth keeps the hole");
+    pool.make_room(old, old.end()).unwrap();
+    assert!(blocks(&path) >= before, "make_room gives the region its pages back");
     assert!(pool.region(old).iter().all(|&b| b == 0), "discarded");
     assert!(pool.region(h.heap_region).iter().all(|&b| b == 0xAB), "the heap kept");
     pool.region_mut(old).fill(0xEE);
     pool.discard_in_background(&[old]).unwrap();
     drop(pool);
-    assert!(blocks(&path) + old.bytes <= before, "its pages given back once the pool dropped");
+    assert!(blocks(&path) + old.bytes <= before + REGION_ALIGN, "its pages given back once the pool dropped");
     let pool = Pool::open(&path).unwrap();
     assert!(pool.region(old).iter().all(|&b| b == 0));
     assert!(pool.region(h.heap_region).iter().all(|&b| b == 0xAB));

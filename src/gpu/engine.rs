@@ -476,8 +476,8 @@ type EnginePipelines =
 impl GpuEngine {
     /// Binds the pool's table and heap regions (imported, or copied to the device) and builds
     /// the kernels; reads check their value's checksum when `verify_values`. Its allocator is
-    /// set by [`GpuEngine::set_allocator`] before its first batch. `imported`: the table region,
-    /// already imported (by a growth's build), which it takes over.
+    /// set by [`GpuEngine::set_allocator`] before its first batch. `imported`: the table and
+    /// heap regions, already imported (by a growth's build), which it takes over.
     pub(crate) fn new(
         gpu: Arc<Gpu>,
         cfg_base: (crate::layout::Geometry, crate::hash::Seeds),

@@ -219,9 +219,12 @@ pub(crate) fn build(
     let cfg = config(gpu, opts, seeds, old, new)?;
     let source = cfg.source.expect("set above").windows;
     let mut laps = Laps::start("growth on the GPU");
+    // Before the imports: a failure here leaves nothing imported to release.
+    let (layout, pipelines) = pipelines(gpu, &cfg)?;
+    laps.lap("pipelines");
     // The old table's imports are released after the build, the new regions' handed on.
-    let (guard, mut handed) = (ImportGuard::default(), ImportedRegions::new(gpu));
     let mapping = pool.mapping();
+    let (guard, mut handed) = (ImportGuard::default(), ImportedRegions::new(gpu, &mapping));
     let imported = match staged_reason(mapping.backend(), opts.placement.into()) {
         Some(reason) => Err(reason),
         None => import_region(gpu, &mapping, old_region, source, &guard, "old table").and_then(|o| {
@@ -260,8 +263,6 @@ pub(crate) fn build(
     // Bindings the resize kernels do not use.
     let (unused_ro, unused_rw) = (buffer("unused", 256, storage), buffer("unused", 256, storage));
     let bindings = cfg.bindings();
-    let (layout, pipelines) = pipelines(gpu, &cfg)?;
-    laps.lap("pipelines");
     // The control block; every other buffer but the tables is unused (one dummy window each for
     // the heap and the cache).
     let control_binding = TABLE_BINDINGS.iter().position(|b| b.0 == "control").expect("bound") as u32;
