@@ -43,10 +43,7 @@ pub(crate) fn grow(pool: &mut Pool, geo: &Geometry, new: &Geometry) -> Result<()
     } else {
         in_place
     };
-    let below = pool.len();
-    pool.grow(region.end())?;
-    // Free space may lie where old regions were given back.
-    pool.make_room(region, below)?;
+    pool.take_room(&[region])?;
     laps.lap("pool grow");
     if region != in_place {
         let old = geo.heap_bytes() as usize;

@@ -183,9 +183,7 @@ pub(crate) fn save_at_close(pool: &mut Pool, bitmap: &Bitmap) -> Option<Region> 
     else {
         unreachable!("one size, one region")
     };
-    let below = pool.len();
-    // Free space may lie where old regions were given back.
-    if let Err(e) = pool.grow(region.end()).and_then(|()| pool.make_room(region, below)) {
+    if let Err(e) = pool.take_room(&[region]) {
         log::info!("no room to save the allocator at close ({e}): the next open scans the table");
         return None;
     }

@@ -74,13 +74,9 @@ pub fn plan(pool: &Pool, geo: &Geometry) -> Result<[Region; 2]> {
 /// bytes read as zero ([`Pool::grow`]): then [`complete`] need not zero it.
 pub fn begin(pool: &mut Pool, geo: &Geometry, [table, heap]: [Region; 2]) -> Result<Zeroed> {
     let mut laps = Laps::start("growth begin");
-    let below = pool.len();
-    let zeroed = Zeroed(table.offset >= below);
+    let zeroed = Zeroed(table.offset >= pool.len());
     pool.mark_dirty()?;
-    pool.grow(table.end().max(heap.end()))?;
-    // Regions placed in free space may lie where old ones were given back.
-    pool.make_room(table, below)?;
-    pool.make_room(heap, below)?;
+    pool.take_room(&[table, heap])?;
     laps.lap("pool grow");
     let mut h = *pool.header();
     h.resize = ResizeRecord {

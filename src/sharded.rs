@@ -375,17 +375,16 @@ impl ShardedGpHash {
         let (mut applied, mut failed) = (vec![], vec![]);
         let mut results: Vec<BatchResult> = vec![];
         for (i, outcome) in outcomes {
+            // Parts without operations were not run; their (empty) results keep the parts'
+            // numbering.
+            results.resize_with(i, || BatchResult::new(0, self.value_bytes));
             match outcome {
                 Ok(part) => {
-                    // Parts without operations were not run; their (empty) results keep the
-                    // parts' numbering.
-                    results.resize_with(i, || BatchResult::new(0, self.value_bytes));
                     results.push(part);
                     applied.push(i);
                 }
                 Err(e) => {
                     // A failed part's place, of its length, for the gathering.
-                    results.resize_with(i, || BatchResult::new(0, self.value_bytes));
                     results.push(BatchResult::new(lens[i], self.value_bytes));
                     failed.push((i, e));
                 }

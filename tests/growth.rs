@@ -331,10 +331,8 @@ fn the_next_growth_is_prepared_past_the_load_a_table_is_made_for() {
     let options = common::gpu_options(GpuOptions::default());
     let t =
         GpHash::create(Some(&path), &Config { capacity: 20_000, ..Default::default() }, &options).unwrap();
-    if t.stats().backend != gphash::Backend::Tmpfs {
-        // Growth is prepared on tmpfs only: the test needs it.
-        panic!("{} is not on tmpfs ({:?})", path.display(), t.stats().backend);
-    }
+    // Growth is prepared on tmpfs only: the test needs it.
+    assert_eq!(t.stats().backend, gphash::Backend::Tmpfs, "{} is not on tmpfs", path.display());
     let (slots, level) = (t.geometry().slots(), t.geometry().top_level);
     let grown_table = t.geometry().grown().unwrap().table_bytes();
     let mut want = std::collections::HashMap::new();

@@ -268,35 +268,45 @@ fn map_private(file: &File, info: &FileInfo, path: &Path) -> Result<MmapMut> {
 /// not a SIGBUS on a later store into a hole. A tmpfs file's new pages are made on all host
 /// threads ([`populate_tmpfs`]) when there are many: `posix_fallocate` zeroes them on one.
 fn allocate(file: &File, path: &Path, bytes: u64, backend: Backend) -> Result<()> {
-    let len = libc::off_t::try_from(bytes)
-        .map_err(|_| PoolError::InvalidArgument(format!("{bytes} bytes is too large a file")))?;
     if backend == Backend::Tmpfs && populate_tmpfs(file, path, bytes)? {
         return Ok(());
     }
     // From the file's length on: holes punched inside it (regions given back) stay holes until
-    // a region takes them again (`Pool::make_room`).
+    // a region takes them again (`Pool::take_room`).
     let from = file.metadata().map_err(io_err(path, "stat"))?.len() / 4096 * 4096;
-    let Ok(from) = libc::off_t::try_from(from) else { return Ok(()) };
-    if from >= len {
+    if from >= bytes {
         return Ok(());
     }
-    // SAFETY: plain system call on a descriptor `file` keeps open.
-    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), from, len - from) };
-    let out_of_space = |e: &std::io::Error| {
-        // A full file system, a quota, or a file size limit (RLIMIT_FSIZE): the pool cannot
-        // grow past the length it has.
-        let full = [libc::ENOSPC, libc::EDQUOT, libc::EFBIG].contains(&e.raw_os_error().unwrap_or(0));
-        full.then(|| PoolError::OutOfSpace { needed: bytes, limit: file.metadata().map_or(0, |m| m.len()) })
-    };
-    let failed = |e: std::io::Error, op| out_of_space(&e).unwrap_or_else(|| io_err(path, op)(e));
-    match rc {
-        0 => Ok(()),
+    match allocate_range(file, path, from, bytes) {
+        Ok(true) => Ok(()),
         // File systems without fallocate (e.g. some tmpfs setups): a sparse extension will do.
-        libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS => {
-            file.set_len(bytes).map_err(|e| failed(e, "set the length of"))
-        }
-        e => Err(failed(std::io::Error::from_raw_os_error(e), "allocate")),
+        Ok(false) => file.set_len(bytes).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG) => out_of_space(file, bytes),
+            _ => io_err(path, "set the length of")(e),
+        }),
+        Err(e) => Err(e),
     }
+}
+
+/// `posix_fallocate` of `[from, to)` of `file`: `Ok(false)` where the file system cannot
+/// allocate ahead. A full file system, a quota or a file size limit (`RLIMIT_FSIZE`) is
+/// `OutOfSpace`.
+fn allocate_range(file: &File, path: &Path, from: u64, to: u64) -> Result<bool> {
+    let (Ok(at), Ok(len)) = (libc::off_t::try_from(from), libc::off_t::try_from(to - from)) else {
+        return Err(PoolError::InvalidArgument(format!("{to} bytes is too large a file")));
+    };
+    // SAFETY: plain system call on a descriptor `file` keeps open.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), at, len) } {
+        0 => Ok(true),
+        libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS => Ok(false),
+        libc::ENOSPC | libc::EDQUOT | libc::EFBIG => Err(out_of_space(file, to)),
+        e => Err(io_err(path, "allocate")(std::io::Error::from_raw_os_error(e))),
+    }
+}
+
+/// `needed` bytes of `file` that the file system has no room for: it keeps the length it has.
+fn out_of_space(file: &File, needed: u64) -> PoolError {
+    PoolError::OutOfSpace { needed, limit: file.metadata().map_or(0, |m| m.len()) }
 }
 
 /// Makes the pages of a tmpfs file's tail `[from, len)`, which no header names: a process
@@ -312,19 +322,14 @@ fn allocate_tail(file: &File, path: &Path, from: u64, len: u64) {
     if meta.blocks() * 512 >= len {
         return;
     }
-    let (Ok(at), Ok(bytes)) = (libc::off_t::try_from(from), libc::off_t::try_from(len - from)) else {
-        return;
-    };
-    // SAFETY: plain system call on a descriptor `file` keeps open; the range is inside the file.
-    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), at, bytes) };
-    if rc != 0 {
-        log::warn!(
-            "{}: the {} bytes past the pool's recorded length have pages missing and could not be made ({}); \
+    match allocate_range(file, path, from, len) {
+        Ok(true) => {}
+        failed => log::warn!(
+            "{}: the {} bytes past the pool's recorded length have pages missing and could not be made ({failed:?}); \
              a write there on a full tmpfs would fault",
             path.display(),
             len - from,
-            std::io::Error::from_raw_os_error(rc)
-        );
+        ),
     }
 }
 
@@ -1260,7 +1265,7 @@ impl Pool {
     /// `/dev/shm` on an H100). The regions must hold nothing any more; what is in them reads as
     /// it was or as zeros until the thread is done. [`Pool::grow`], [`Pool::discard`] and
     /// dropping the pool wait for it first: room for new regions is only ever taken through
-    /// `grow`, so nothing is written where a hole is still being punched. Elsewhere, with an
+    /// `grow` ([`Pool::take_room`]), so nothing is written where a hole is still being punched. Elsewhere, with an
     /// observer (whose snapshots would race the thread), or without a thread, this is `discard`.
     pub fn discard_in_background(&mut self, regions: &[Region]) -> Result<()> {
         regions.iter().try_for_each(|&r| self.check_discard(r))?;
@@ -1283,26 +1288,22 @@ impl Pool {
         regions.into_iter().try_for_each(|r| self.discard(r))
     }
 
-    /// Gives the part of `region` below `below` (the pool's length before the caller grew it)
-    /// storage where a discard left holes, so that filling a region placed in free space is
-    /// `OutOfSpace` now on a full file system, not a `SIGBUS` on a later store. Past `below`,
-    /// [`Pool::grow`] made the storage already. Nothing to do for devdax, anonymous memory or a
-    /// private view, nor where the file system cannot allocate ahead.
-    pub fn make_room(&mut self, region: Region, below: u64) -> Result<()> {
-        let end = region.end().min(below).min(self.len);
+    /// Room for `regions`, placed in the pool's free space: the pool grows to hold them
+    /// ([`Pool::grow`]), and their parts inside its old length, where a discard may have left
+    /// holes, get storage, so that filling them on a full file system is `OutOfSpace` now, not a
+    /// `SIGBUS` on a later store. Devdax, anonymous memory and a private view have their storage
+    /// already, and so does a file system that cannot allocate ahead.
+    pub fn take_room(&mut self, regions: &[Region]) -> Result<()> {
+        let below = self.len;
+        self.grow(regions.iter().map(Region::end).max().unwrap_or(0))?;
         let (Some(file), Some(path)) = (&self.file, &self.path) else { return Ok(()) };
-        if end <= region.offset || self.private || !matches!(self.backend, Backend::Tmpfs | Backend::File) {
+        if self.private || !matches!(self.backend, Backend::Tmpfs | Backend::File) {
             return Ok(());
         }
-        let (at, bytes) = (region.offset as libc::off_t, (end - region.offset) as libc::off_t);
-        // SAFETY: plain system call on a descriptor `file` keeps open; the range is inside it.
-        match unsafe { libc::posix_fallocate(file.as_raw_fd(), at, bytes) } {
-            0 | libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS => Ok(()),
-            libc::ENOSPC | libc::EDQUOT | libc::EFBIG => {
-                Err(PoolError::OutOfSpace { needed: end, limit: self.len })
-            }
-            e => Err(io_err(path, "allocate")(std::io::Error::from_raw_os_error(e))),
+        for r in regions.iter().filter(|r| r.offset < below) {
+            allocate_range(file, path, r.offset, r.end().min(below))?;
         }
+        Ok(())
     }
 
     /// [`Pool::discard_in_background`] of regions a durable header no longer names: a failure

@@ -16,6 +16,19 @@ fn create(path: &Path) -> (Pool, Header) {
     (pool, h)
 }
 
+/// [`create`], its heap filled with 0xAB; and the sample's length.
+fn create_filled(path: &Path) -> (Pool, Header, u64) {
+    let (mut pool, h) = create(path);
+    pool.region_mut(h.heap_region).fill(0xAB);
+    (pool, h, sample().1)
+}
+
+/// Bytes the file at `path` has storage for.
+fn allocated_bytes(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
 /// Create, fill both regions, update the header, close, reopen, and check it all came back.
 fn round_trip(dir: &Path, backend: Backend, mode: PersistMode) {
     let path = dir.join("pool");
@@ -524,17 +537,14 @@ fn a_prepared_growth_is_used_and_waited_for() {
 /// gets the tail's pages at open: a later write there cannot fault on a full tmpfs.
 #[test]
 fn a_tail_left_by_a_killed_growth_gets_its_pages_at_open() {
-    use std::os::unix::fs::MetadataExt;
     let dir = shm_dir();
     let path = dir.path().join("pool");
-    let (h, total) = sample();
-    let mut pool = Pool::create(Some(&path), total, &h, &CreateOptions::default()).unwrap();
-    pool.region_mut(h.heap_region).fill(0xAB);
+    let (pool, h, total) = create_filled(&path);
     pool.persist_range(h.heap_region.offset, h.heap_region.bytes).unwrap();
     pool.close().unwrap();
     let long = total + 16 * REGION_ALIGN;
     std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(long).unwrap();
-    let blocks = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
+    let blocks = allocated_bytes;
     assert!(blocks(&path) < long, "the tail is a hole");
     let pool = Pool::open(&path).unwrap();
     assert_eq!(pool.len(), long);
@@ -546,19 +556,16 @@ fn a_tail_left_by_a_killed_growth_gets_its_pages_at_open() {
 /// Regions discarded on a thread of their own read as zeros, their pages given back, once
 /// `grow` (even one that need not lengthen the pool) or dropping the pool returns; the other
 /// regions keep their bytes; a region outside the pool is refused and nothing is discarded. A
-/// growth past the end leaves the hole as it is, and `make_room` gives it its pages again.
+/// growth past the end leaves the hole as it is, and `take_room` gives it its pages again.
 #[test]
 fn a_discard_in_the_background_is_done_before_room_is_taken() {
-    use std::os::unix::fs::MetadataExt;
     let dir = shm_dir();
     let path = dir.path().join("pool");
-    let (h, total) = sample();
-    let blocks = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
-    let mut pool = Pool::create(Some(&path), total, &h, &CreateOptions::default()).unwrap();
+    let blocks = allocated_bytes;
+    let (mut pool, h, total) = create_filled(&path);
     // Large enough that its holes take a while to punch.
     let old = Region { offset: total, bytes: 256 * REGION_ALIGN };
     pool.grow(old.end()).unwrap();
-    pool.region_mut(h.heap_region).fill(0xAB);
     pool.region_mut(old).fill(0xCD);
     let outside = Region { offset: old.end() + 2 * REGION_ALIGN, bytes: REGION_ALIGN };
     let refused = pool.discard_in_background(&[old, outside]);
@@ -572,8 +579,8 @@ fn a_discard_in_the_background_is_done_before_room_is_taken() {
     // A growth past the end leaves the hole a hole; the region taken again gets its pages.
     pool.grow(old.end() + REGION_ALIGN).unwrap();
     assert!(blocks(&path) + old.bytes <= before + REGION_ALIGN, "a growth keeps the hole");
-    pool.make_room(old, old.end()).unwrap();
-    assert!(blocks(&path) >= before, "make_room gives the region its pages back");
+    pool.take_room(&[old]).unwrap();
+    assert!(blocks(&path) >= before, "take_room gives the region its pages back");
     assert!(pool.region(old).iter().all(|&b| b == 0), "discarded");
     assert!(pool.region(h.heap_region).iter().all(|&b| b == 0xAB), "the heap kept");
     pool.region_mut(old).fill(0xEE);
@@ -610,9 +617,7 @@ fn mapped_bytes(at: *const u8) -> u64 {
 fn a_grown_tmpfs_pool_keeps_its_pages_mapped() {
     let dir = shm_dir();
     let path = dir.path().join("pool");
-    let (h, total) = sample();
-    let mut pool = Pool::create(Some(&path), total, &h, &CreateOptions::default()).unwrap();
-    pool.region_mut(h.heap_region).fill(0xAB);
+    let (mut pool, h, total) = create_filled(&path);
     let all = pool.bytes().iter().map(|&b| b as u64).sum::<u64>();
     assert!(all > 0 && mapped_bytes(pool.bytes().as_ptr()) >= total, "every page read");
     let grown = total + 256 * REGION_ALIGN;

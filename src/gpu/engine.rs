@@ -575,10 +575,10 @@ impl GpuEngine {
                 geo.layout.candidates()
             )));
         }
-        let max_window = max_window(&gpu.info, opts.max_window_bytes);
+        let [table, heap] = Self::windows(&gpu.info, opts, &geo);
         let mut cfg = KernelConfig {
-            table: Windows::cover(geo.table_words(), max_window),
-            heap: Windows::cover(geo.heap_words(), max_window),
+            table,
+            heap,
             geo,
             seeds,
             tile: opts.tile,
@@ -589,6 +589,13 @@ impl GpuEngine {
         };
         cfg.settle_reach(&gpu.info, opts.large_pool_mode)?;
         Ok(cfg)
+    }
+
+    /// How the engine of a table of `geo` splits its table and heap regions into windows (a
+    /// growth's build imports the grown regions the same way, to hand them on).
+    pub(crate) fn windows(info: &DeviceInfo, opts: &GpuOptions, geo: &Geometry) -> [Windows; 2] {
+        let max_window = max_window(info, opts.max_window_bytes);
+        [Windows::cover(geo.table_words(), max_window), Windows::cover(geo.heap_words(), max_window)]
     }
 
     /// The table's bind group layout, the batch's, and the batch kernels compiled for `cfg`.

@@ -173,11 +173,13 @@ fn config(
     new: &Geometry,
 ) -> Result<KernelConfig> {
     let window = max_window(&gpu.info, opts.max_window_bytes);
+    // The grown table as its engine will bind it: the build hands its import on.
+    let [table, _] = GpuEngine::windows(&gpu.info, opts, new);
     let mut cfg = KernelConfig {
         geo: *new,
         seeds: seeds.clone(),
         tile: opts.tile,
-        table: Windows::cover(new.table_words(), window),
+        table,
         // The resize kernels touch no heap: one small dummy window.
         heap: Windows::cover(16, 64),
         cache: CacheConfig::off(),
@@ -297,7 +299,7 @@ pub(crate) fn build(
     laps.lap("submit");
     if !staged && submitted.is_ok() {
         // While the kernels run, the heap the grown table's engine binds, as it will split it.
-        let windows = Windows::cover(new.heap_words(), max_window(&gpu.info, opts.max_window_bytes));
+        let [_, windows] = GpuEngine::windows(&gpu.info, opts, new);
         match import_region(gpu, &mapping, new_heap, windows, handed.guard(), "heap") {
             Ok(buffers) => handed.add(new_heap, windows, buffers),
             Err(e) => log::debug!("the grown heap is imported by its engine: {e}"),
