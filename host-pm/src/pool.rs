@@ -82,9 +82,29 @@ pub struct Pool {
     /// A private view ([`Pool::open_private`]): writes stay in this process, the file is
     /// never written.
     private: bool,
+    /// Fault hooks of tests (feature `faults`; empty without it).
+    faults: Faults,
+}
+
+/// The pool's fault hooks (feature `faults`).
+struct Faults {
     /// Persist calls that succeed before every later one fails (`u64::MAX`: all succeed).
     #[cfg(feature = "faults")]
-    persists_left: std::sync::atomic::AtomicU64,
+    persists_left: AtomicU64,
+    /// What the next background discard waits for before it punches ([`Pool::hold_discards`]).
+    #[cfg(feature = "faults")]
+    discard_gate: Option<std::sync::Arc<std::sync::Barrier>>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            #[cfg(feature = "faults")]
+            persists_left: AtomicU64::new(u64::MAX),
+            #[cfg(feature = "faults")]
+            discard_gate: None,
+        }
+    }
 }
 
 /// The storage of a growth, made on a thread of its own ([`Pool::prepare_growth`]): a file of
@@ -604,8 +624,7 @@ impl Pool {
                 header: h,
                 slot: 0,
                 observer: None,
-                #[cfg(feature = "faults")]
-                persists_left: std::sync::atomic::AtomicU64::new(u64::MAX),
+                faults: Faults::default(),
                 private: false,
             };
             return pool.format();
@@ -717,8 +736,7 @@ impl Pool {
             header: h,
             slot: 0,
             observer: None,
-            #[cfg(feature = "faults")]
-            persists_left: std::sync::atomic::AtomicU64::new(u64::MAX),
+            faults: Faults::default(),
             private: false,
         }
     }
@@ -1010,7 +1028,15 @@ impl Pool {
     /// error, as a failing `msync` would, and persists nothing; `None` ends the injection.
     #[cfg(feature = "faults")]
     pub fn fail_persists(&self, after: Option<u64>) {
-        self.persists_left.store(after.unwrap_or(u64::MAX), std::sync::atomic::Ordering::SeqCst);
+        self.faults.persists_left.store(after.unwrap_or(u64::MAX), std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Fault injection (feature `faults`): the next [`Pool::discard_in_background`] that runs
+    /// on a thread punches nothing until it and another thread have both reached `gate` (a
+    /// barrier of two), so that a test can show who waits for it.
+    #[cfg(feature = "faults")]
+    pub fn hold_discards(&mut self, gate: std::sync::Arc<std::sync::Barrier>) {
+        self.faults.discard_gate = Some(gate);
     }
 
     /// The injected failure of this persist call, if [`Pool::fail_persists`] asked for one.
@@ -1018,7 +1044,7 @@ impl Pool {
         #[cfg(feature = "faults")]
         {
             use std::sync::atomic::Ordering::SeqCst;
-            let left = self.persists_left.load(SeqCst);
+            let left = self.faults.persists_left.load(SeqCst);
             if left == 0 {
                 return Err(PoolError::Io {
                     path: self.path.clone().unwrap_or_default(),
@@ -1027,7 +1053,7 @@ impl Pool {
                 });
             }
             if left != u64::MAX {
-                self.persists_left.store(left - 1, SeqCst);
+                self.faults.persists_left.store(left - 1, SeqCst);
             }
         }
         Ok(())
@@ -1277,9 +1303,15 @@ impl Pool {
         let regions: Vec<Region> = regions.iter().copied().filter(|r| !r.is_empty()).collect();
         if let Some(file) = file {
             let punching = regions.clone();
-            let thread = std::thread::Builder::new()
-                .name("gphash-discard".into())
-                .spawn(move || punching.into_iter().for_each(|r| punch_hole(&file, r)));
+            #[cfg(feature = "faults")]
+            let gate = self.faults.discard_gate.take();
+            let thread = std::thread::Builder::new().name("gphash-discard".into()).spawn(move || {
+                #[cfg(feature = "faults")]
+                if let Some(gate) = gate {
+                    gate.wait();
+                }
+                punching.into_iter().for_each(|r| punch_hole(&file, r))
+            });
             if let Ok(thread) = thread {
                 self.discarding = Some(Discarding(Some(thread)));
                 return Ok(());

@@ -592,6 +592,57 @@ fn a_discard_in_the_background_is_done_before_room_is_taken() {
     assert!(pool.region(h.heap_region).iter().all(|&b| b == 0xAB));
 }
 
+/// Every call that may take room where holes are being punched, or show the pool to an
+/// observer, waits for a background discard: held back by a fault hook until a thread opens
+/// its gate a while later, the discard must be done when each of them returns.
+#[test]
+fn what_comes_after_a_discard_in_the_background_waits_for_it() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    type Waiter = fn(Pool, Region) -> Option<Pool>;
+    let waiters: [(&str, Waiter); 5] = [
+        ("grow past the end", |mut p, old| p.grow(old.end() + REGION_ALIGN).map(|()| p).ok()),
+        ("grow within the pool", |mut p, old| p.grow(old.end()).map(|()| p).ok()),
+        ("discard", |mut p, old| p.discard(Region { offset: old.offset, bytes: 0 }).map(|()| p).ok()),
+        ("set_observer", |mut p, _| {
+            p.set_observer(None);
+            Some(p)
+        }),
+        ("drop", |p, _| {
+            drop(p);
+            None
+        }),
+    ];
+    for (what, wait) in waiters {
+        let dir = shm_dir();
+        let path = dir.path().join("pool");
+        let (mut pool, _, total) = create_filled(&path);
+        let old = Region { offset: total, bytes: 16 * REGION_ALIGN };
+        pool.grow(old.end()).unwrap();
+        pool.region_mut(old).fill(0xCD);
+        let before = allocated_bytes(&path);
+        let gate = Arc::new(std::sync::Barrier::new(2));
+        pool.hold_discards(gate.clone());
+        pool.discard_in_background(&[old]).unwrap();
+        let opened = Arc::new(AtomicBool::new(false));
+        let opener = {
+            let opened = opened.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                opened.store(true, Ordering::SeqCst);
+                gate.wait();
+            })
+        };
+        let pool = wait(pool, old);
+        assert!(opened.load(Ordering::SeqCst), "{what} returned while the discard was held back");
+        assert!(allocated_bytes(&path) + old.bytes <= before + REGION_ALIGN, "{what}: the holes are punched");
+        if let Some(pool) = pool {
+            assert!(pool.region(old).iter().all(|&b| b == 0), "{what}: the region reads as zeros");
+        }
+        opener.join().unwrap();
+    }
+}
+
 /// The bytes of this process's mapping that holds `at` which are in its page tables (the
 /// mapping's `Rss` in `/proc/self/smaps`).
 fn mapped_bytes(at: *const u8) -> u64 {

@@ -119,7 +119,8 @@ impl CrashRun {
     }
 
     /// Writes at least `wanted` crash images to `path`, spread over the intervals that wrote
-    /// something (none, all, then random parts of each one's words reach the medium), and
+    /// something (none, all, then random parts of each one's words reach the medium; in about
+    /// half of them, pages no region holds zeroed at random as holes punched late leave them), and
     /// calls `verify(path, acknowledged content, the batches in flight each with the content
     /// after it, what)` on each.
     pub fn check_images(
@@ -134,7 +135,7 @@ impl CrashRun {
         let recording = self.recording.lock().unwrap();
         let per_interval = wanted.div_ceil(written);
         let mut image = recording.base.clone().unwrap();
-        let mut tested = 0;
+        let (mut tested, mut with_zeroed) = (0, 0);
         for (k, interval) in recording.intervals.iter().enumerate() {
             // Batches acknowledged before this interval's persist point.
             let acked = self.acked_after.iter().filter(|&&a| a <= k).count();
@@ -146,18 +147,47 @@ impl CrashRun {
                     let kept = interval.words.iter().copied().filter(|_| rng.random_bool(keep));
                     apply(&mut crashed, interval.len, kept);
                     std::fs::write(path, &crashed).unwrap();
-                    let what = format!("seed {seed}, persist interval {k}, image {j} (kept {keep:.2})");
+                    let zeroed =
+                        if rng.random_bool(0.5) { zero_unnamed_pages(path, &mut crashed, rng) } else { 0 };
+                    let what = format!(
+                        "seed {seed}, persist interval {k}, image {j} (kept {keep:.2}, {zeroed} unnamed pages zeroed)"
+                    );
                     let flying = acked..(acked + self.depth).min(self.batches.len());
                     let in_flight: Vec<_> = flying.map(|i| (&self.batches[i], &self.states[i + 1])).collect();
                     verify(path, &self.states[acked], &in_flight, &what);
                     tested += 1;
+                    with_zeroed += usize::from(zeroed > 0);
                 }
             }
             apply(&mut image, interval.len, interval.words.iter().copied());
         }
-        eprintln!("{tested} crash images over {written} persist intervals, all recovered");
+        eprintln!(
+            "{tested} crash images over {written} persist intervals ({with_zeroed} with unnamed pages zeroed), all recovered"
+        );
         assert!(tested >= wanted);
+        assert!(with_zeroed > 0, "the run left no page of the pool unnamed");
     }
+}
+
+/// Zeroes about half of the pages of the pool image at `path` that its header names no region
+/// in, and returns how many. Holes punched in the background (`Pool::discard_in_background`)
+/// leave a crash image with any mix of the given-back regions' pages as they were and as zeros;
+/// this is a superset of that, since recovery reads only what the header names.
+fn zero_unnamed_pages(path: &Path, image: &mut [u8], rng: &mut StdRng) -> usize {
+    const PAGE: u64 = 4096;
+    let h = *host_pm::Pool::open_private(path).expect("a crash image opens").header();
+    let named = [h.table_region, h.heap_region, h.closed.saved, h.resize.new_table, h.resize.new_heap];
+    let unnamed =
+        |page: u64| named.iter().all(|r| r.is_empty() || page + PAGE <= r.offset || page >= r.end());
+    let mut zeroed = 0;
+    for page in (host_pm::HEADER_AREA..image.len() as u64 / PAGE * PAGE).step_by(PAGE as usize) {
+        if unnamed(page) && rng.random_bool(0.5) {
+            image[page as usize..(page + PAGE) as usize].fill(0);
+            zeroed += 1;
+        }
+    }
+    std::fs::write(path, &*image).unwrap();
+    zeroed
 }
 
 /// The content `got` recovered from an image is `acked` but for the keys of the batches
