@@ -48,6 +48,10 @@ mod start;
 /// collide too early for doubling the table to help, and growing would repeat without bound.
 pub(crate) const GROW_FROM_LOAD: f64 = 0.5;
 
+/// The share of the heap's cells in use from which its growth's kernels compile ahead
+/// (`State::compile_next_growth`).
+const HEAP_WARM_FROM: f64 = 0.75;
+
 /// The table to create.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -377,6 +381,8 @@ struct State {
     /// the table and cache settings they were compiled for (a growth of other ones, after a
     /// growth of the heap or a change of cache, compiles its own).
     next_growth: Option<(GrowthKey, Warming)>,
+    /// The same for the next growth of the heap, since the heap was three quarters full.
+    next_heap_growth: Option<(GrowthKey, Warming)>,
     pool: Pool,
     geo: Geometry,
     /// The GPU, or why there is none.
@@ -578,6 +584,7 @@ impl GpHash {
             gpu_start: None,
             mode: Mode::Cpu { reason: "no engine yet".into() },
             next_growth: None,
+            next_heap_growth: None,
             pool,
             geo,
             gpu,
@@ -1013,6 +1020,8 @@ impl State {
         }
         let t = Instant::now();
         let new = heap::grown(&self.geo, failed)?;
+        let key = (new, self.options.gpu.cache);
+        let mut warming = self.next_heap_growth.take().filter(|(k, _)| *k == key).map(|(_, w)| w);
         let bitmap = self.bitmap()?;
         // The engine's buffers may map the pool, which may move.
         self.engine = None;
@@ -1026,6 +1035,9 @@ impl State {
             }
             Err(_) => bitmap,
         };
+        if let Some(w) = &mut warming {
+            w.engine_compiled();
+        }
         let outcome =
             self.make_engine(Allocator::Built(bitmap)).map(|engine| self.install(engine)).and(grown);
         self.poison_without_engine(&outcome);
@@ -1039,20 +1051,30 @@ impl State {
     /// kernels of its growth by a level, once per table and cache setting: a growth then
     /// compiles nothing (about 0.3 s of a 1 s growth of 16 M keys on the H200, where the driver
     /// had not compiled them before). Compiling while the pool grows gained nothing: both take
-    /// every host core.
+    /// every host core. Likewise, once the heap is three quarters full, the kernels of the
+    /// heap's growth.
     fn compile_next_growth(&mut self) {
+        if !self.options.grow || self.mode == Mode::Volatile {
+            return;
+        }
+        let (Ok(gpu), Some(placed)) = (&self.gpu, self.placed_as()) else { return };
+        let seed = self.pool.header().table.seed;
+        let (cache, verify) = (self.options.gpu.cache, self.options.verify_values);
         let half_full = self.items as f64 >= GROW_FROM_LOAD * self.geo.slots() as f64;
-        if !half_full || !self.options.grow || self.mode == Mode::Volatile {
-            return;
-        }
         let key = self.growth_key();
-        if self.next_growth.as_ref().is_some_and(|(k, _)| *k == key) {
-            return;
-        }
-        if let (Ok(gpu), Some(placed)) = (&self.gpu, self.placed_as()) {
-            let table = (&self.geo, self.pool.header().table.seed);
-            let warming = Warming::start(gpu, &self.options.gpu, table, placed, self.options.verify_values);
+        if half_full && self.next_growth.as_ref().is_none_or(|(k, _)| *k != key) {
+            let warming = Warming::start(gpu, &self.options.gpu, (&self.geo, seed), placed, verify);
             self.next_growth = Some((key, warming));
+        }
+        // Below the most cells the kernels address, where `heap::grown` would log its refusal.
+        let heap_filling = self.items as f64 >= HEAP_WARM_FROM * self.geo.cells as f64
+            && self.geo.cells < crate::layout::MAX_CELLS;
+        if let (true, Ok(grown)) = (heap_filling, heap::grown(&self.geo, 0)) {
+            let key = (grown, cache);
+            if self.next_heap_growth.as_ref().is_none_or(|(k, _)| *k != key) {
+                let warming = Warming::heap_growth(gpu, &self.options.gpu, (&grown, seed), placed, verify);
+                self.next_heap_growth = Some((key, warming));
+            }
         }
     }
 
@@ -1719,9 +1741,10 @@ mod tests {
         assert_poisoned(t, &dir, 200, "injected");
     }
 
-    /// The kernels compiled ahead of a growth are those the grown table's engine compiles:
-    /// only then does the driver's cache serve the growth. Compiling ahead is off on lavapipe,
-    /// so the configurations are compared, not the compiles.
+    /// The kernels compiled ahead of a growth (of the heap, then of the table by a level) are
+    /// those the grown table's engine compiles: only then does the driver's cache serve the
+    /// growth. Compiling ahead is off on lavapipe, so the configurations are compared, not the
+    /// compiles.
     #[test]
     fn kernels_compiled_ahead_are_those_of_the_grown_table() {
         let gpu = match Gpu::new() {
@@ -1741,16 +1764,21 @@ mod tests {
         let t = GpHash::create(Some(&dir.path().join("p")), &config, &options).unwrap();
         let keys: Vec<u8> = (0..200u64).flat_map(u64::to_le_bytes).collect();
         t.insert(&keys, &keys).unwrap();
-        let planned = {
+        // As `compile_next_growth` plans them.
+        let planned = |grown: fn(&Geometry) -> Geometry| {
             let s = t.state();
             let gpu = s.gpu.clone().unwrap();
-            let table = (s.geo.grown().unwrap(), Seeds::new(s.pool.header().table.seed, s.geo.layout.hashes));
+            let table = (grown(&s.geo), Seeds::new(s.pool.header().table.seed, s.geo.layout.hashes));
             let placed = s.placed_as().unwrap();
             GpuEngine::planned_config(&gpu, table, placed, &s.options.gpu, s.options.verify_values).unwrap()
         };
+        let made = || t.state().engine.as_ref().unwrap().kernel_config().cloned();
+        let heap_grown = planned(|g| heap::grown(g, 0).unwrap());
+        t.state().grow_heap(1).unwrap();
+        assert_eq!(made(), Some(heap_grown), "after a growth of the heap");
+        let grown = planned(|g| g.grown().unwrap());
         t.grow().unwrap();
-        let s = t.state();
-        assert_eq!(s.engine.as_ref().unwrap().kernel_config(), Some(&planned));
+        assert_eq!(made(), Some(grown), "after a growth by a level");
     }
 
     /// A call that panics while it holds the lock poisons the index: later calls (from any

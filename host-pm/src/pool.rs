@@ -83,6 +83,7 @@ pub struct Pool {
     /// never written.
     private: bool,
     /// Fault hooks of tests (feature `faults`; empty without it).
+    #[cfg_attr(not(feature = "faults"), allow(dead_code))]
     faults: Faults,
 }
 
@@ -96,6 +97,8 @@ struct Faults {
     discard_gate: Option<std::sync::Arc<std::sync::Barrier>>,
 }
 
+// Derivable only without the feature.
+#[allow(clippy::derivable_impls)]
 impl Default for Faults {
     fn default() -> Self {
         Faults {

@@ -60,11 +60,26 @@ impl Warming {
         let build = compile_ahead(gpu, "the growth's kernels", move |gpu| {
             pipelines(gpu, &config(gpu, &o, &s, &old, &new)?).map(drop)
         });
-        let opts = opts.clone();
-        let engine = compile_ahead(gpu, "the grown table's kernels", move |gpu| {
-            GpuEngine::warm(gpu, (new, seeds), placed, &opts, verify_values)
-        });
+        let engine = warm_engine(gpu, opts, (new, seeds), placed, verify_values);
         Warming { build, engine }
+    }
+
+    /// Starts compiling the kernels of the engine of `grown`, the table with its heap grown
+    /// (`crate::heap::grown`): a heap growth builds nothing, but its new cell count is in its
+    /// engine's kernels, whose compile was 230-320 ms of a 290-330 ms heap growth of a table of
+    /// 8 M keys on the H100 (`BENCHMARKS.md`). As [`Warming::start`] otherwise.
+    pub(crate) fn heap_growth(
+        gpu: &Arc<Gpu>,
+        opts: &GpuOptions,
+        (grown, table_seed): (&Geometry, u64),
+        placed: (bool, u64),
+        verify_values: bool,
+    ) -> Self {
+        if gpu.info.is_cpu() {
+            return Warming { build: None, engine: None };
+        }
+        let seeds = Seeds::new(table_seed, grown.layout.hashes);
+        Warming { build: None, engine: warm_engine(gpu, opts, (*grown, seeds), placed, verify_values) }
     }
 
     /// Waits for the build's kernels.
@@ -83,6 +98,20 @@ impl Drop for Warming {
         self.build_compiled();
         self.engine_compiled();
     }
+}
+
+/// Compiles the kernels of `table`'s engine ahead ([`GpuEngine::warm`]).
+fn warm_engine(
+    gpu: &Arc<Gpu>,
+    opts: &GpuOptions,
+    table: (Geometry, Seeds),
+    placed: (bool, u64),
+    verify_values: bool,
+) -> Option<JoinHandle<()>> {
+    let opts = opts.clone();
+    compile_ahead(gpu, "the grown table's kernels", move |gpu| {
+        GpuEngine::warm(gpu, table, placed, &opts, verify_values)
+    })
 }
 
 /// Compiles ahead still running, and the signal that one ended.
