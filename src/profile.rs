@@ -177,6 +177,15 @@ impl Laps {
         self.laps.push((name, now - self.last));
         self.last = now;
     }
+
+    /// Adds `took` to the step `name`, one that recurs (a scan's rounds), made its own the
+    /// first time.
+    pub(crate) fn add(&mut self, name: &'static str, took: Duration) {
+        match self.laps.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, d)) => *d += took,
+            None => self.laps.push((name, took)),
+        }
+    }
 }
 
 impl Drop for Laps {

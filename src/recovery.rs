@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
 
 use rayon::prelude::*;
 
@@ -14,6 +15,7 @@ use host_pm::{Header, Pool, Region, ResizeRecord};
 use crate::hash::{Seeds, locate, value_checksum};
 use crate::layout::{Candidate, EMPTY, Geometry, INSERTING, PUBLISHED};
 use crate::model::Bitmap;
+use crate::profile::Laps;
 
 /// What recovery found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -225,17 +227,21 @@ fn scan_in_rounds(
     let table: &mut [u32] = bytemuck::cast_slice_mut(pool.region_mut(region));
     let buckets = &mut table[..geo.buckets() as usize * stride];
     let mut lines = Vec::new();
+    let mut laps = Laps::start("scan");
     // Each task's lists, kept from round to round with their room.
     let mut tasks: Vec<Found> = (0..round_buckets.div_ceil(task_buckets)).map(|_| Found::default()).collect();
     for (round, words) in buckets.chunks_mut(round_buckets * stride).enumerate() {
         let first = (round * round_buckets) as u64;
         let found = &mut tasks[..words.len().div_ceil(task_buckets * stride)];
+        let t = Instant::now();
         words.par_chunks_mut(task_buckets * stride).zip(found.par_iter_mut()).enumerate().try_for_each(
             |(task, (words, found))| {
                 walk(geo, region, first + (task * task_buckets) as u64, words, part_words, found)
             },
         )?;
         let found = &*found;
+        laps.add("walk", t.elapsed());
+        let t = Instant::now();
         let twice = bitmap.words.par_chunks_mut(part_words).enumerate().find_map_any(|(part, words)| {
             let base = (part * part_words * 32) as u32;
             for cell in found.iter().flat_map(|f| &f.cells[part]) {
@@ -247,6 +253,7 @@ fn scan_in_rounds(
             }
             None
         });
+        laps.add("bitmap", t.elapsed());
         if let Some(cell) = twice {
             return Err(referenced_twice(geo, buckets, cell).into());
         }
