@@ -52,8 +52,9 @@ pub struct Phase {
     pub ops: u64,
     /// Wall time.
     pub time: Duration,
-    /// Median, minimum and maximum batch latency.
-    pub batches: (Duration, Duration, Duration),
+    /// Median, minimum and maximum batch latency (of a load, its batches that grew no shard);
+    /// `None` without such batches.
+    pub batches: Option<(Duration, Duration, Duration)>,
 }
 
 impl fmt::Display for Phase {
@@ -61,14 +62,18 @@ impl fmt::Display for Phase {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         write!(
             f,
-            "{} ops in {:.1} s: {:.2} M/s; batch p50 {:.1} ms (min {:.1}, max {:.1})",
+            "{} ops in {:.1} s: {:.2} M/s; ",
             self.ops,
             self.time.as_secs_f64(),
-            self.ops as f64 / self.time.as_secs_f64() / 1e6,
-            ms(self.batches.0),
-            ms(self.batches.1),
-            ms(self.batches.2)
-        )
+            self.ops as f64 / self.time.as_secs_f64() / 1e6
+        )?;
+        match self.batches {
+            Some((p50, min, max)) => {
+                write!(f, "batch p50 {:.1} ms (min {:.1}, max {:.1})", ms(p50), ms(min), ms(max))
+            }
+            None if self.ops == 0 => write!(f, "no batch"),
+            None => write!(f, "every batch grew a shard"),
+        }
     }
 }
 
@@ -133,7 +138,8 @@ impl fmt::Display for ShardedFigures {
             writeln!(f, "search        {search} (values checked)")?;
         }
         let (keys, fewest, most) = self.keys;
-        writeln!(f, "keys          {keys} (2^{:.3}); per shard {fewest} to {most}", (keys as f64).log2())?;
+        let power = if keys > 0 { format!(" (2^{:.3})", (keys as f64).log2()) } else { String::new() };
+        writeln!(f, "keys          {keys}{power}; per shard {fewest} to {most}")?;
         writeln!(f, "slots         {} (most in one shard: {})", self.slots.0, self.slots.1)?;
         writeln!(f, "pool files    {:.2} GiB", self.pool_bytes as f64 / (1u64 << 30) as f64)?;
         if let Some((time, ok)) = self.check {
@@ -155,6 +161,11 @@ fn concatenated(
     f: fn(u64, usize) -> Vec<u8>,
 ) -> Vec<u8> {
     ids.flat_map_iter(|i| f(i, bytes)).collect()
+}
+
+/// [`spread`] of `latencies`, unless there are none (no keys, or a growth in every batch).
+fn spread_of(latencies: Vec<Duration>) -> Option<(Duration, Duration, Duration)> {
+    (!latencies.is_empty()).then(|| spread(latencies))
 }
 
 impl ShardedLoad {
@@ -194,7 +205,9 @@ impl ShardedLoad {
                 (Some(load), growths)
             }
         };
-        let search = (self.searches > 0).then(|| self.search(&table, progress)).transpose()?;
+        // An empty table has no key to search for.
+        let search =
+            (self.searches > 0 && self.keys > 0).then(|| self.search(&table, progress)).transpose()?;
         if table.len() != self.keys {
             return Err(Error::Inconsistent(format!(
                 "the table holds {} keys, not {}",
@@ -277,7 +290,7 @@ impl ShardedLoad {
             progress(statuses.len() as u64);
         }
         let ops = self.keys.saturating_sub(from);
-        Ok((Phase { ops, time: t.elapsed(), batches: spread(latencies) }, growth_batches))
+        Ok((Phase { ops, time: t.elapsed(), batches: spread_of(latencies) }, growth_batches))
     }
 
     /// Reads `searches` loaded keys drawn at random and checks their values.
@@ -297,6 +310,6 @@ impl ShardedLoad {
             }
             progress(ids.len() as u64);
         }
-        Ok(Phase { ops: self.searches, time: t.elapsed(), batches: spread(latencies) })
+        Ok(Phase { ops: self.searches, time: t.elapsed(), batches: spread_of(latencies) })
     }
 }

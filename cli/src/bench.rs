@@ -64,7 +64,7 @@ pub(crate) struct ShardedArgs {
     #[arg(long, default_value_t = 16)]
     shards: usize,
     /// Operations per batch.
-    #[arg(long, default_value_t = 1 << 20)]
+    #[arg(long, default_value_t = 1 << 20, value_parser = at_least_one)]
     batch: usize,
     /// Key width in bytes.
     #[arg(long, default_value_t = 8)]
@@ -91,6 +91,15 @@ pub(crate) struct ShardedArgs {
     no_check: bool,
     #[command(flatten)]
     dir: PoolDir,
+}
+
+/// A count of at least one (a batch of none would never end a load).
+fn at_least_one(arg: &str) -> Result<usize, String> {
+    match arg.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// `bench profile` settings.

@@ -630,3 +630,23 @@ fn a_default_pool_is_small_and_grows() {
     assert!(std::fs::metadata(&pool).unwrap().len() > created, "the pool grew");
     assert!(text(&gphash(&["stats", s(&pool)])).contains("keys:          20000 "));
 }
+
+/// `bench sharded` at its edges: an empty table, a load in which every batch grows a shard,
+/// and a batch of no operations (refused, since the load would never end).
+#[test]
+fn bench_sharded_runs_at_its_edges() {
+    let dir = common::pool_dir();
+    let bench = |extra: &[&str]| {
+        let args = [&["bench", "sharded", "--shards", "2", "--pool-dir", s(dir.path())][..], extra].concat();
+        gphash(&args)
+    };
+    let out = bench(&["--keys", "0", "--searches", "10"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("0 ops in") && text(&out).contains("no batch"), "{}", text(&out));
+    let out = bench(&["--keys", "400", "--capacity", "0", "--batch", "400", "--searches", "100"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("every batch grew a shard"), "{}", text(&out));
+    assert!(text(&out).contains("(values checked)"), "{}", text(&out));
+    let out = bench(&["--keys", "400", "--batch", "0"]);
+    assert!(!out.status.success() && text(&out).contains("must be at least 1"), "{}", text(&out));
+}
