@@ -13,9 +13,10 @@
 use std::fs;
 use std::hash::BuildHasher;
 use std::io::Write;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, mpsc};
 
 use rayon::prelude::*;
 
@@ -64,7 +65,10 @@ pub const GROW_AHEAD_LOAD: f64 = 0.85;
 /// A crash leaves each key as it was before the batch or after it, as in each shard.
 pub struct ShardedGpHash {
     dir: PathBuf,
-    shards: Vec<GpHash>,
+    /// Shared with the [`Workers`]' jobs while they run.
+    shards: Arc<Vec<GpHash>>,
+    /// A thread for each shard, made at the first batch of several parts.
+    workers: OnceLock<Workers>,
     /// Whether shards grow ahead of need ([`GROW_AHEAD_LOAD`]); per shard, whether a thread is
     /// growing it ahead (so two threads never both do), and whether a growth ahead failed (it
     /// is not tried again: the shard grows when it must, or says why not).
@@ -206,7 +210,8 @@ impl ShardedGpHash {
                 grow_ahead: options.grow && shards.len() > 1,
                 growing: shards.iter().map(|_| AtomicBool::new(false)).collect(),
                 ahead_failed: shards.iter().map(|_| AtomicBool::new(false)).collect(),
-                shards,
+                shards: Arc::new(shards),
+                workers: OnceLock::new(),
                 key_bytes: geo.key_bytes as usize,
                 value_bytes: geo.value_bytes as usize,
             });
@@ -299,7 +304,11 @@ impl ShardedGpHash {
 
     /// Closes every shard cleanly; the first failure is returned after all were tried.
     pub fn close(self) -> Result<()> {
-        in_parallel(self.shards, GpHash::close).into_iter().collect()
+        let ShardedGpHash { shards, workers, .. } = self;
+        // Their threads end, and with them every job's share of the shards.
+        drop(workers);
+        let shards = Arc::into_inner(shards).expect("no job outlives its batch, nor a batch the table");
+        in_parallel(shards, GpHash::close).into_iter().collect()
     }
 
     /// Runs a batch as [`GpHash::execute`] does, each shard's part on its shard.
@@ -370,7 +379,7 @@ impl ShardedGpHash {
         let lens: Vec<usize> = parts.iter().map(Batch::len).collect();
         let work: Vec<(usize, Batch)> =
             parts.into_iter().enumerate().filter(|(_, b)| !b.is_empty()).collect();
-        let outcomes = in_parallel(work, |(i, part)| (i, call(&self.shards[i], &part)));
+        let outcomes = self.on_workers(work, call)?;
         laps.lap("shards");
         let (mut applied, mut failed) = (vec![], vec![]);
         let mut results: Vec<BatchResult> = vec![];
@@ -406,6 +415,51 @@ impl ShardedGpHash {
 }
 
 impl ShardedGpHash {
+    /// Runs `call` on each part of `work` on its shard's thread, outcomes in the order of
+    /// `work` (one part runs on the caller's thread). A part that panicked panics here, once
+    /// every part is done.
+    fn on_workers(
+        &self,
+        work: Vec<(usize, Batch)>,
+        call: fn(&GpHash, &Batch) -> Result<BatchResult>,
+    ) -> Result<Vec<(usize, Result<BatchResult>)>> {
+        if let [(i, part)] = &work[..] {
+            return Ok(vec![(*i, call(&self.shards[*i], part))]);
+        }
+        let workers = match self.workers.get() {
+            Some(w) => w,
+            None => {
+                let started = Workers::start(self.shards.len())?;
+                self.workers.get_or_init(|| started)
+            }
+        };
+        let (done, outcomes) = mpsc::channel();
+        let mut lost = vec![];
+        for (i, part) in work {
+            let (shards, done) = (self.shards.clone(), done.clone());
+            let job: Job = Box::new(move || {
+                let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| call(&shards[i], &part)));
+                // The caller waits for every part.
+                let _ = done.send((i, outcome));
+            });
+            if workers.jobs[i].send(job).is_err() {
+                lost.push((i, Err(Error::Inconsistent(format!("the thread of shard {i} has ended")))));
+            }
+        }
+        drop(done);
+        // Every part's outcome first: a panic is passed on once all are done.
+        let outcomes: Vec<_> = outcomes.into_iter().collect();
+        let mut ran = lost;
+        for (i, outcome) in outcomes {
+            match outcome {
+                Ok(result) => ran.push((i, result)),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        ran.sort_by_key(|(i, _)| *i);
+        Ok(ran)
+    }
+
     /// Grows one shard ahead of need before a batch that may add `adds[i]` keys to shard `i`:
     /// among the shards it adds to, the one furthest past its load to grow at (see
     /// [`GROW_AHEAD_LOAD`]), if any. A failure is logged, not returned: the batch may still
@@ -477,6 +531,45 @@ fn on_device(options: &Options, gpus: &[Arc<Gpu>], shards: usize, i: usize) -> R
 /// Shards on GPU `g` of `gpus` when shard `i` runs on GPU `i % gpus`.
 fn shards_on(g: usize, shards: usize, gpus: usize) -> usize {
     shards / gpus + usize::from(g < shards % gpus)
+}
+
+/// A job for a shard's thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A thread for each shard, kept while the table is open, which runs the jobs sent to it in
+/// turn: a batch's parts go to their shards' threads. Making a thread for each part of each
+/// batch took 257 µs a batch of 8 parts and 1.5 ms of 32 on the 2-core VM, against 54 and
+/// 145 µs handed to threads kept (`BENCHMARKS.md`). Dropping it ends and joins the threads.
+struct Workers {
+    jobs: Vec<mpsc::Sender<Job>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Workers {
+    /// `shards` threads, or an error where the system refuses one.
+    fn start(shards: usize) -> Result<Workers> {
+        let mut workers = Workers { jobs: Vec::with_capacity(shards), threads: Vec::with_capacity(shards) };
+        for i in 0..shards {
+            let (send, jobs) = mpsc::channel::<Job>();
+            let thread = std::thread::Builder::new()
+                .name(format!("gphash-shard-{i}"))
+                .spawn(move || jobs.into_iter().for_each(|job| job()))
+                .map_err(|source| Error::Io { what: format!("starting the thread of shard {i}"), source })?;
+            workers.jobs.push(send);
+            workers.threads.push(thread);
+        }
+        Ok(workers)
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        // Without their senders, the threads' loops end.
+        self.jobs.clear();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// Runs `f` on every item, each on a thread of its own (inline for one), results in order.
@@ -612,6 +705,67 @@ fn read_manifest(dir: &Path) -> Result<Manifest> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The threads each part of the last batches ran on, by the shard they ran for.
+    static RAN_ON: std::sync::Mutex<Vec<(usize, Option<String>)>> = std::sync::Mutex::new(Vec::new());
+
+    /// [`GpHash::execute`], noting the thread and the part's shard; a part of shard 1 with 13
+    /// operations panics.
+    fn noted(shard: &GpHash, part: &Batch) -> Result<BatchResult> {
+        // The test's parts hold keys `3 k + i` for shard `i`.
+        let i = (u64::from_le_bytes(part.op(0).1.try_into().unwrap()) % 3) as usize;
+        RAN_ON.lock().unwrap().push((i, std::thread::current().name().map(String::from)));
+        assert!(!(i == 1 && part.len() == 13), "an injected panic");
+        shard.execute(part)
+    }
+
+    /// A batch's parts run on their shards' threads, the same ones batch after batch; a part
+    /// that panics passes its panic to the caller once the others are done, and the threads
+    /// serve the next batch.
+    #[test]
+    fn parts_run_on_threads_kept_for_their_shards() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options { executor: Executor::Cpu, ..Options::default() };
+        let t = ShardedGpHash::create(&dir.path().join("t"), &Config::default(), 3, &options).unwrap();
+        let parts = |n: usize| -> Vec<(usize, Batch)> {
+            (0..3)
+                .map(|i| {
+                    let mut b = Batch::new(8, 8);
+                    (0..n + i)
+                        .for_each(|k| b.insert(&(k as u64 * 3 + i as u64).to_le_bytes(), &[1; 8]).unwrap());
+                    (i, b)
+                })
+                .collect()
+        };
+        for round in 0..3 {
+            RAN_ON.lock().unwrap().clear();
+            let ran = t.on_workers(parts(20 + round), noted).unwrap();
+            assert_eq!(
+                ran.iter().map(|(i, r)| (*i, r.is_ok())).collect::<Vec<_>>(),
+                [(0, true), (1, true), (2, true)]
+            );
+            let mut on = RAN_ON.lock().unwrap().clone();
+            on.sort();
+            let want: Vec<_> = (0..3).map(|i| (i, Some(format!("gphash-shard-{i}")))).collect();
+            assert_eq!(on, want, "round {round}");
+        }
+        let threads: Vec<_> = t.workers.get().unwrap().threads.iter().map(|t| t.thread().id()).collect();
+        // Shard 1's part of 13 operations panics.
+        RAN_ON.lock().unwrap().clear();
+        let panicked = std::panic::catch_unwind(AssertUnwindSafe(|| t.on_workers(parts(12), noted)));
+        assert!(panicked.is_err(), "the part's panic reaches the caller");
+        assert_eq!(RAN_ON.lock().unwrap().len(), 3, "every part ran before the panic came through");
+        RAN_ON.lock().unwrap().clear();
+        assert!(t.on_workers(parts(30), noted).unwrap().iter().all(|(_, r)| r.is_ok()));
+        let kept: Vec<_> = t.workers.get().unwrap().threads.iter().map(|t| t.thread().id()).collect();
+        assert_eq!(kept, threads, "the same threads");
+        assert_eq!(RAN_ON.lock().unwrap().len(), 3);
+        // One part runs on the caller's thread.
+        RAN_ON.lock().unwrap().clear();
+        t.on_workers(parts(40).into_iter().take(1).collect(), noted).unwrap();
+        assert_eq!(*RAN_ON.lock().unwrap(), [(0, std::thread::current().name().map(String::from))]);
+        t.close().unwrap();
+    }
 
     #[test]
     fn shards_are_even_and_stable() {
