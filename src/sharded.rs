@@ -537,9 +537,10 @@ fn shards_on(g: usize, shards: usize, gpus: usize) -> usize {
 type Job = Box<dyn FnOnce() + Send>;
 
 /// A thread for each shard, kept while the table is open, which runs the jobs sent to it in
-/// turn: a batch's parts go to their shards' threads. Making a thread for each part of each
-/// batch took 257 µs a batch of 8 parts and 1.5 ms of 32 on the 2-core VM, against 54 and
-/// 145 µs handed to threads kept (`BENCHMARKS.md`). Dropping it ends and joins the threads.
+/// turn: a batch's parts go to their shards' threads. With a thread made for each part of
+/// each batch, searches of 65,536 keys over 32 shards took a median of 4.3-4.8 ms a batch on
+/// the H200, against 3.4-3.7 ms on threads kept (`BENCHMARKS.md`). Dropping it ends and joins
+/// the threads.
 struct Workers {
     jobs: Vec<mpsc::Sender<Job>>,
     threads: Vec<std::thread::JoinHandle<()>>,
