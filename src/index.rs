@@ -1054,21 +1054,21 @@ impl State {
     /// every host core. Likewise, once the heap is three quarters full, the kernels of the
     /// heap's growth.
     fn compile_next_growth(&mut self) {
-        if !self.options.grow || self.mode == Mode::Volatile {
+        let half_full = self.items as f64 >= GROW_FROM_LOAD * self.geo.slots() as f64;
+        // Below the most cells the kernels address, where `heap::grown` would log its refusal.
+        let heap_filling = self.items as f64 >= HEAP_WARM_FROM * self.geo.cells as f64
+            && self.geo.cells < crate::layout::MAX_CELLS;
+        if !(half_full || heap_filling) || !self.options.grow || self.mode == Mode::Volatile {
             return;
         }
         let (Ok(gpu), Some(placed)) = (&self.gpu, self.placed_as()) else { return };
         let seed = self.pool.header().table.seed;
         let (cache, verify) = (self.options.gpu.cache, self.options.verify_values);
-        let half_full = self.items as f64 >= GROW_FROM_LOAD * self.geo.slots() as f64;
         let key = self.growth_key();
         if half_full && self.next_growth.as_ref().is_none_or(|(k, _)| *k != key) {
             let warming = Warming::start(gpu, &self.options.gpu, (&self.geo, seed), placed, verify);
             self.next_growth = Some((key, warming));
         }
-        // Below the most cells the kernels address, where `heap::grown` would log its refusal.
-        let heap_filling = self.items as f64 >= HEAP_WARM_FROM * self.geo.cells as f64
-            && self.geo.cells < crate::layout::MAX_CELLS;
         if let (true, Ok(grown)) = (heap_filling, heap::grown(&self.geo, 0)) {
             let key = (grown, cache);
             if self.next_heap_growth.as_ref().is_none_or(|(k, _)| *k != key) {

@@ -429,12 +429,12 @@ impl ShardedGpHash {
         let workers = match self.workers.get() {
             Some(w) => w,
             None => {
+                // Two first batches at once each start threads; the second's end unused.
                 let started = Workers::start(self.shards.len())?;
                 self.workers.get_or_init(|| started)
             }
         };
         let (done, outcomes) = mpsc::channel();
-        let mut lost = vec![];
         for (i, part) in work {
             let (shards, done) = (self.shards.clone(), done.clone());
             let job: Job = Box::new(move || {
@@ -442,14 +442,13 @@ impl ShardedGpHash {
                 // The caller waits for every part.
                 let _ = done.send((i, outcome));
             });
-            if workers.jobs[i].send(job).is_err() {
-                lost.push((i, Err(Error::Inconsistent(format!("the thread of shard {i} has ended")))));
-            }
+            // A thread ends only once its sender is dropped: its jobs catch their panics.
+            workers.jobs[i].send(job).expect("a shard's thread runs while the table is open");
         }
         drop(done);
         // Every part's outcome first: a panic is passed on once all are done.
         let outcomes: Vec<_> = outcomes.into_iter().collect();
-        let mut ran = lost;
+        let mut ran = Vec::with_capacity(outcomes.len());
         for (i, outcome) in outcomes {
             match outcome {
                 Ok(result) => ran.push((i, result)),

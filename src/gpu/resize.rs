@@ -38,9 +38,8 @@ pub(crate) struct Warming {
 }
 
 impl Warming {
-    /// Starts compiling the kernels that growing `old` by a level needs, on a device that is
-    /// not the host's CPU (whose compiles would take the cores the growth runs on; lavapipe
-    /// keeps nothing between compiles). `placed`: whether the pool is imported in place (so
+    /// Starts compiling the kernels that growing `old` by a level needs ([`compile_ahead`]:
+    /// not on a device that is the host's CPU). `placed`: whether the pool is imported in place (so
     /// the grown table's engine has a cache), and the device bytes of the cache the growth
     /// drops first (the grown table's is planned as if they were free).
     pub(crate) fn start(
@@ -50,10 +49,7 @@ impl Warming {
         placed: (bool, u64),
         verify_values: bool,
     ) -> Self {
-        let new = match old.grown() {
-            Ok(new) if !gpu.info.is_cpu() => new,
-            _ => return Warming { build: None, engine: None },
-        };
+        let Ok(new) = old.grown() else { return Warming { build: None, engine: None } };
         let seeds = Seeds::new(table_seed, new.layout.hashes);
         let (o, s) = (opts.clone(), seeds.clone());
         let old = *old;
@@ -66,8 +62,9 @@ impl Warming {
 
     /// Starts compiling the kernels of the engine of `grown`, the table with its heap grown
     /// (`crate::heap::grown`): a heap growth builds nothing, but its new cell count is in its
-    /// engine's kernels, whose compile was 230-320 ms of a 290-330 ms heap growth of a table of
-    /// 8 M keys on the H100 (`BENCHMARKS.md`). As [`Warming::start`] otherwise.
+    /// engine's kernels, whose compile took 194-395 ms of each heap growth of a load of 16 M
+    /// keys on the H200 (`BENCHMARKS.md`, "A heap growth's kernels compiled ahead"). As
+    /// [`Warming::start`] otherwise.
     pub(crate) fn heap_growth(
         gpu: &Arc<Gpu>,
         opts: &GpuOptions,
@@ -75,9 +72,6 @@ impl Warming {
         placed: (bool, u64),
         verify_values: bool,
     ) -> Self {
-        if gpu.info.is_cpu() {
-            return Warming { build: None, engine: None };
-        }
         let seeds = Seeds::new(table_seed, grown.layout.hashes);
         Warming { build: None, engine: warm_engine(gpu, opts, (*grown, seeds), placed, verify_values) }
     }
@@ -157,12 +151,17 @@ extern "C" fn wait_for_compiles() {
     drop(COMPILED.wait_timeout_while(running, EXIT_WAIT, |n| *n > 0));
 }
 
-/// Runs `compile` on a thread of its own, logging how long it took or why it failed.
+/// Runs `compile` on a thread of its own, logging how long it took or why it failed; nothing
+/// on a device that is the host's CPU (whose compiles would take the cores the table's work
+/// runs on; lavapipe keeps nothing between compiles).
 fn compile_ahead(
     gpu: &Arc<Gpu>,
     what: &'static str,
     compile: impl FnOnce(&Gpu) -> Result<()> + Send + 'static,
 ) -> Option<JoinHandle<()>> {
+    if gpu.info.is_cpu() {
+        return None;
+    }
     let gpu = gpu.clone();
     // Counted before the thread starts: an exit right after the spawn waits for it too.
     let compiling = Compiling::start();

@@ -178,8 +178,10 @@ fn zero_unnamed_pages(path: &Path, image: &mut [u8], rng: &mut StdRng) -> usize 
     const PAGE: u64 = 4096;
     let h = *host_pm::Pool::open_private(path).expect("a crash image opens").header();
     let named = [h.table_region, h.heap_region, h.closed.saved, h.resize.new_table, h.resize.new_heap];
-    let unnamed =
-        |page: u64| named.iter().all(|r| r.is_empty() || page + PAGE <= r.offset || page >= r.end());
+    let unnamed = |page: u64| {
+        let page = host_pm::Region { offset: page, bytes: PAGE };
+        named.iter().filter(|r| !r.is_empty()).all(|r| !r.overlaps(&page))
+    };
     let mut zeroed = 0;
     for page in (host_pm::HEADER_AREA..image.len() as u64 / PAGE * PAGE).step_by(PAGE as usize) {
         if unnamed(page) && rng.random_bool(0.5) {
