@@ -193,4 +193,11 @@ pub(crate) trait Engine: Send {
     fn take_profile(&mut self) -> Profile {
         Profile::default()
     }
+
+    /// Drops the engine but for its imports of the pool's regions, which it hands on (none
+    /// where it imported nothing): a growth that keeps the pool in place builds from them, and
+    /// releases them with the old regions ([`Pool::give_back_after`]).
+    fn into_imports(self: Box<Self>) -> Option<gphash_gpu::resources::ImportedRegions> {
+        None
+    }
 }

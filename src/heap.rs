@@ -29,20 +29,28 @@ pub(crate) fn grown(geo: &Geometry, failed: u64) -> Result<Geometry> {
     geo.with_cells(cells)
 }
 
-/// Grows the heap of `geo`'s table in `pool` to `new`'s cells (see the module docs).
-pub(crate) fn grow(pool: &mut Pool, geo: &Geometry, new: &Geometry) -> Result<()> {
-    let mut laps = Laps::start("heap growth");
+/// Where the heap of `new`'s cells goes: in place where the space after the heap is free,
+/// else in free space of the pool. The pool is marked dirty first.
+pub(crate) fn plan(pool: &mut Pool, new: &Geometry) -> Result<Region> {
     pool.mark_dirty()?;
     let h = *pool.header();
     let bytes = region_bytes(new.heap_bytes());
     let in_place = Region { offset: h.heap_region.offset, bytes };
     // A dirty pool has no close record and, between batches, no resize record: the table is
     // the only other region.
-    let region = if h.table_region.overlaps(&in_place) {
+    Ok(if h.table_region.overlaps(&in_place) {
         place(&[h.table_region, h.heap_region], &[bytes])[0]
     } else {
         in_place
-    };
+    })
+}
+
+/// Grows the heap of `geo`'s table in `pool` to `new`'s cells, into `region` ([`plan`]; see
+/// the module docs).
+pub(crate) fn grow(pool: &mut Pool, geo: &Geometry, new: &Geometry, region: Region) -> Result<()> {
+    let mut laps = Laps::start("heap growth");
+    let h = *pool.header();
+    let in_place = Region { offset: h.heap_region.offset, bytes: region.bytes };
     pool.take_room(&[region])?;
     laps.lap("pool grow");
     if region != in_place {
@@ -105,7 +113,8 @@ mod tests {
         for heap_first in [false, true] {
             let mut pool = pool(&geo, heap_first);
             let before = *pool.header();
-            grow(&mut pool, &geo, &new).unwrap();
+            let region = plan(&mut pool, &new).unwrap();
+            grow(&mut pool, &geo, &new, region).unwrap();
             let after = *pool.header();
             assert_eq!(after.heap_cells, new.cells);
             assert!(after.heap_region.bytes >= new.heap_bytes());

@@ -998,10 +998,14 @@ impl State {
         let t = Instant::now();
         let mut laps = Laps::start("growth");
         let regions = resize::plan(&self.pool, &self.geo)?;
-        // The engine's buffers may map the pool, which may move.
-        self.engine = None;
+        let end = regions.iter().map(host_pm::Region::end).max().unwrap_or(0);
+        // The engine's imports of the pool outlive it where the pool grows in place: the build
+        // reads the old table through them, and they are released with the old regions, on
+        // the thread that discards them. Elsewhere the pool moves, and they go first.
+        let engine = self.engine.take();
+        let held = engine.and_then(|e| self.pool.grows_in_place(end).then(|| e.into_imports())?);
         laps.lap("old engine dropped");
-        let outcome = self.resize_and_restart(regions);
+        let outcome = self.resize_and_restart(regions, held);
         laps.lap("build and engine");
         self.poison_without_engine(&outcome);
         outcome?;
@@ -1023,9 +1027,12 @@ impl State {
         let key = (new, self.options.gpu.cache);
         let mut warming = self.next_heap_growth.take().filter(|(k, _)| *k == key).map(|(_, w)| w);
         let bitmap = self.bitmap()?;
-        // The engine's buffers may map the pool, which may move.
-        self.engine = None;
-        let grown = heap::grow(&mut self.pool, &self.geo, &new);
+        let region = heap::plan(&mut self.pool, &new)?;
+        // As in a growth of the table: where the pool keeps its place, the grown heap's engine
+        // takes the table's import over from this one.
+        let engine = self.engine.take();
+        let held = engine.and_then(|e| self.pool.grows_in_place(region.end()).then(|| e.into_imports())?);
+        let grown = heap::grow(&mut self.pool, &self.geo, &new, region);
         // On failure the header still names the old heap: carry on with it.
         let bitmap = match grown {
             Ok(()) => {
@@ -1038,8 +1045,10 @@ impl State {
         if let Some(w) = &mut warming {
             w.engine_compiled();
         }
-        let outcome =
-            self.make_engine(Allocator::Built(bitmap)).map(|engine| self.install(engine)).and(grown);
+        let outcome = self
+            .make_engine_taking(Allocator::Built(bitmap), held)
+            .map(|engine| self.install(engine))
+            .and(grown);
         self.poison_without_engine(&outcome);
         outcome?;
         self.activity.heap_growths += 1;
@@ -1114,7 +1123,11 @@ impl State {
 
     /// Builds the grown table in `regions` and makes an engine for it, or, when the build
     /// fails, forgets it and makes an engine for the old table again.
-    fn resize_and_restart(&mut self, regions: [host_pm::Region; 2]) -> Result<()> {
+    fn resize_and_restart(
+        &mut self,
+        regions: [host_pm::Region; 2],
+        mut held: Option<ImportedRegions>,
+    ) -> Result<()> {
         let builder = builder(&self.gpu, &self.options.gpu);
         let key = self.growth_key();
         let mut warming = self.next_growth.take().filter(|(k, _)| *k == key).map(|(_, w)| w);
@@ -1122,7 +1135,7 @@ impl State {
             if let Some(w) = &mut warming {
                 w.build_compiled();
             }
-            resize::complete(&mut self.pool, builder, &self.geo, self.items, zeroed)
+            resize::complete(&mut self.pool, builder, &self.geo, self.items, zeroed, held.as_mut())
         });
         match grown {
             Ok(resize::Grown { geo, bitmap, old_regions, imported }) => {
@@ -1136,11 +1149,12 @@ impl State {
                 laps.lap("engine");
                 // After the engine: its imports of the new regions ran slower beside the holes
                 // being punched.
-                self.pool.give_back(&old_regions);
+                self.pool.give_back_after(&old_regions, held);
                 self.install(engine?);
                 Ok(())
             }
             Err(e) => {
+                drop(held);
                 // The old table is intact: forget the resize and carry on with it.
                 if self.pool.header().resize.state != 0 {
                     resize::abandon(&mut self.pool)?;

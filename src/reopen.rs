@@ -24,7 +24,7 @@ pub(crate) fn recover_pool(
     if pool.header().resize.state == 0 {
         return Ok((*geo, recovery, allocator));
     }
-    match resize::complete(pool, builder, geo, recovery.items, resize::Zeroed(false)) {
+    match resize::complete(pool, builder, geo, recovery.items, resize::Zeroed(false), None) {
         Ok(resize::Grown { geo: grown, bitmap, old_regions, imported }) => {
             // The new regions' imports are released: the engine comes later.
             drop(imported);

@@ -125,13 +125,15 @@ pub(crate) struct Grown {
 }
 
 /// Step 2: builds the grown table of the header's resize record from the current one, which
-/// holds `items` keys, and switches the header to it ([`Grown`] says what it returns).
+/// holds `items` keys, and switches the header to it ([`Grown`] says what it returns). `held`:
+/// imports of the pool the GPU may read the old table through (`crate::gpu::resize::build`).
 pub(crate) fn complete(
     pool: &mut Pool,
     builder: Builder,
     old: &Geometry,
     items: u64,
     zeroed: Zeroed,
+    held: Option<&mut ImportedRegions>,
 ) -> Result<Grown> {
     let h = *pool.header();
     let record = h.resize;
@@ -168,6 +170,7 @@ pub(crate) fn complete(
                 &seeds,
                 (old, h.table_region),
                 (&new, record.new_table, record.new_heap),
+                held,
             )?;
             (c[control::FULL] as u64, imported)
         }

@@ -390,9 +390,9 @@ pub struct RegionWindows {
 /// owner keeps the pool in place while they live. Dropped, they destroy their buffers and wait
 /// until the driver has released them.
 pub struct ImportedRegions {
-    /// The mapping they were imported from (its base and length): used elsewhere, they are
+    /// The mapping they were imported from ([`Mapping::id`]): used with another, they are
     /// released and the regions imported again.
-    mapping: (usize, u64),
+    mapping: u64,
     /// Each region, how it is split into windows, and a buffer per window.
     parts: Vec<RegionWindows>,
     /// The guard that counts their buffers and nothing else.
@@ -404,7 +404,7 @@ impl ImportedRegions {
     /// None yet from `mapping`, under a guard of their own.
     pub fn new(gpu: &Arc<Gpu>, mapping: &Mapping) -> Self {
         ImportedRegions {
-            mapping: (mapping.as_mut_ptr() as usize, mapping.len()),
+            mapping: mapping.id(),
             parts: vec![],
             guard: ImportGuard::default(),
             gpu: gpu.clone(),
@@ -419,6 +419,17 @@ impl ImportedRegions {
     /// `buffers`, imported under [`ImportedRegions::guard`] as `region` in `windows`.
     pub fn add(&mut self, region: Region, windows: Windows, buffers: Vec<wgpu::Buffer>) {
         self.parts.push(RegionWindows { region, windows, buffers });
+    }
+
+    /// The buffers of `region` in `windows`, if held and imported from `mapping`; the others
+    /// stay. Whoever takes them destroys them, or [`ImportedRegions::add`]s them back.
+    pub fn take_from(
+        &mut self,
+        mapping: &Mapping,
+        region: Region,
+        windows: Windows,
+    ) -> Option<Vec<wgpu::Buffer>> {
+        (self.mapping == mapping.id()).then(|| self.take(region, windows))?
     }
 
     /// The buffers of `region` in `windows`, if held; the others stay.
@@ -466,6 +477,8 @@ pub struct PoolWindows {
     /// The kernels list dirty lines of `64 << line_shift` bytes (see [`line_shift`]).
     pub line_shift: u32,
     guard: ImportGuard,
+    /// The mapping the windows imported ([`Mapping::id`]).
+    mapping: u64,
 }
 
 /// The pool [`PoolWindows::place`] binds: the pool itself (any placement), or only where its
@@ -512,7 +525,7 @@ impl PoolWindows {
         }
         let mapping = pool.mapping();
         let reason = staged_reason(mapping.backend(), placement);
-        let same_mapping = |i: &ImportedRegions| i.mapping == (mapping.as_mut_ptr() as usize, mapping.len());
+        let same_mapping = |i: &ImportedRegions| i.mapping == mapping.id();
         let (handed, guard) = match imported {
             Some(mut i) if reason.is_none() && same_mapping(&i) => {
                 let handed = [i.take(table.0, table.1), i.take(heap.0, heap.1)];
@@ -565,6 +578,26 @@ impl PoolWindows {
             heap: RegionWindows { region: heap.0, windows: heap.1, buffers: h },
             line_shift,
             guard,
+            mapping: mapping.id(),
+        })
+    }
+
+    /// The regions imported in place, handed on: the windows keep nothing. None where they are
+    /// device copies.
+    pub fn take_imported(&mut self, gpu: &Arc<Gpu>) -> Option<ImportedRegions> {
+        if self.residence != Residence::ZeroCopy {
+            return None;
+        }
+        let parts = [&mut self.table, &mut self.heap].map(|r| RegionWindows {
+            region: r.region,
+            windows: r.windows,
+            buffers: std::mem::take(&mut r.buffers),
+        });
+        Some(ImportedRegions {
+            mapping: self.mapping,
+            parts: parts.into(),
+            guard: std::mem::take(&mut self.guard),
+            gpu: gpu.clone(),
         })
     }
 

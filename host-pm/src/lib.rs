@@ -40,6 +40,7 @@
 
 mod backend;
 mod header;
+mod map;
 mod persist;
 mod pool;
 

@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 use memmap2::{MmapMut, MmapOptions};
 
+use crate::map::{Map, Tail};
+
 use crate::backend::{self, Backend, FileInfo, io_err};
 use crate::header::{CopyError, Extras, HEADER_COPY_BYTES, Header, decode_raw, encode_raw, validate_header};
 use crate::persist::{self, FlushInstr, PersistMode};
@@ -61,7 +63,7 @@ pub struct Pool {
     discarding: Option<Discarding>,
     // Declared before `file`: the mapping holds a reference to the open file, and the flock is
     // released only when the last reference goes, so unmap first.
-    map: MmapMut,
+    map: Map,
     file: Option<File>,
     path: Option<PathBuf>,
     backend: Backend,
@@ -111,17 +113,18 @@ impl Default for Faults {
 }
 
 /// The storage of a growth, made on a thread of its own ([`Pool::prepare_growth`]): a file of
-/// `bytes` once the thread returns `Ok`. Dropping it waits for the thread.
+/// `bytes` once the thread returns `Ok`, `Ok(true)` where it mapped them in the pool's
+/// reservation too. Dropping it waits for the thread.
 struct Preparing {
     bytes: u64,
-    thread: Option<std::thread::JoinHandle<Result<()>>>,
+    thread: Option<std::thread::JoinHandle<Result<bool>>>,
 }
 
 impl Preparing {
-    /// Waits for the thread; the bytes it made, if it made them.
-    fn wait(&mut self) -> Option<u64> {
+    /// Waits for the thread; the bytes it made, and whether it mapped them, if it made them.
+    fn wait(&mut self) -> Option<(u64, bool)> {
         match self.thread.take()?.join() {
-            Ok(Ok(())) => Some(self.bytes),
+            Ok(Ok(mapped)) => Some((self.bytes, mapped)),
             Ok(Err(e)) => {
                 log::debug!("the pool's growth was not prepared: {e}");
                 None
@@ -203,11 +206,12 @@ fn anon_path() -> PathBuf {
 /// An anonymous pool's memory. It takes RAM as it is written (`MAP_NORESERVE`): a large pool
 /// of which a little is used costs that little, where an up-front reservation would refuse any
 /// pool larger than RAM and swap.
-fn map_anon(bytes: u64) -> Result<MmapMut> {
+fn map_anon(bytes: u64) -> Result<Map> {
     MmapOptions::new()
         .len(to_usize(bytes)?)
         .no_reserve_swap()
         .map_anon()
+        .map(Map::own)
         .map_err(io_err(&anon_path(), "mmap"))
 }
 
@@ -259,24 +263,26 @@ fn lock(file: &File, path: &Path, kind: Lock) -> Result<()> {
     }
 }
 
-/// Map `len` bytes of `file` shared, read-write.
-fn map_file(file: &File, len: u64, path: &Path) -> Result<MmapMut> {
-    let len = to_usize(len)?;
-    // SAFETY: the mapping is only sound while no one truncates or rewrites the file behind our
-    // back; we hold the exclusive flock, which every cooperating opener takes. A process that
-    // ignores the lock and truncates the file can make accesses fault (SIGBUS), as with any
-    // shared mapping.
-    unsafe { MmapOptions::new().len(len).map_mut(file) }.map_err(io_err(path, "mmap"))
+/// Map `len` bytes of `file` shared, read-write, in address space reserved for growth up to
+/// `limit` bytes (none: [`Map::file`] chooses), at an address aligned to `align` (the page size).
+///
+/// The mapping is only sound while no one truncates or rewrites the file behind our back; we
+/// hold the exclusive flock, which every cooperating opener takes. A process that ignores the
+/// lock and truncates the file can make accesses fault (SIGBUS), as with any shared mapping.
+fn map_file(file: &File, len: u64, path: &Path, limit: Option<u64>, align: u64) -> Result<Map> {
+    Map::file(file, len, limit, align).map_err(io_err(path, "mmap"))
 }
 
 /// A private, copy-on-write view of the pool in `file` (opened read-only): stores change this
 /// process's copy of a page, never the file. A devdax device refuses private mappings, so its
 /// pool (its first `pool_bytes`, read from the header) is copied into anonymous memory.
-fn map_private(file: &File, info: &FileInfo, path: &Path) -> Result<MmapMut> {
+fn map_private(file: &File, info: &FileInfo, path: &Path) -> Result<Map> {
     let bytes = to_usize(info.bytes)?;
     if info.backend != Backend::DevDax {
         // SAFETY: as in `map_file`; the shared lock keeps cooperating writers out.
-        return unsafe { MmapOptions::new().len(bytes).map_copy(file) }.map_err(io_err(path, "mmap"));
+        return unsafe { MmapOptions::new().len(bytes).map_copy(file) }
+            .map(Map::own)
+            .map_err(io_err(path, "mmap"));
     }
     // SAFETY: as above; the read-only mapping lives until the copy is made.
     let device = unsafe { MmapOptions::new().len(bytes).map(file) }.map_err(io_err(path, "mmap"))?;
@@ -284,14 +290,14 @@ fn map_private(file: &File, info: &FileInfo, path: &Path) -> Result<MmapMut> {
     let len = to_usize(x.pool_bytes)?;
     let mut copy = MmapMut::map_anon(len).map_err(io_err(&anon_path(), "mmap"))?;
     copy.copy_from_slice(&device[..len]);
-    Ok(copy)
+    Ok(Map::own(copy))
 }
 
 /// Give the file `bytes` of allocated storage so that running out of space is an error now,
 /// not a SIGBUS on a later store into a hole. A tmpfs file's new pages are made on all host
 /// threads ([`populate_tmpfs`]) when there are many: `posix_fallocate` zeroes them on one.
 fn allocate(file: &File, path: &Path, bytes: u64, backend: Backend) -> Result<()> {
-    if backend == Backend::Tmpfs && populate_tmpfs(file, path, bytes)? {
+    if backend == Backend::Tmpfs && populate_tmpfs(file, path, bytes, None)? {
         return Ok(());
     }
     // From the file's length on: holes punched inside it (regions given back) stay holes until
@@ -364,7 +370,12 @@ const PARALLEL_POPULATE_BYTES: u64 = if cfg!(test) { 1 << 20 } else { 256 << 20 
 /// error here (`OutOfSpace`, the file back at its length) rather than a SIGBUS later. `false`
 /// (nothing changed) when the growth is small or the kernel predates `MADV_POPULATE_WRITE`
 /// (Linux 5.14): `posix_fallocate` does it then.
-fn populate_tmpfs(file: &File, path: &Path, bytes: u64) -> Result<bool> {
+///
+/// `into`: the pool's reservation past what it maps, up to `bytes` ([`Map::tail`]). The file is
+/// mapped there and stays mapped, its pages entered in the page tables the pool will use
+/// (else a temporary mapping is used, and the pool's own faults the pages in again). Its
+/// contract is that of [`crate::map::Tail::map`].
+fn populate_tmpfs(file: &File, path: &Path, bytes: u64, into: Option<&Tail>) -> Result<bool> {
     let old = file.metadata().map_err(io_err(path, "stat"))?.len();
     if bytes < old + PARALLEL_POPULATE_BYTES {
         return Ok(false);
@@ -377,12 +388,20 @@ fn populate_tmpfs(file: &File, path: &Path, bytes: u64) -> Result<bool> {
     })?;
     let shrink =
         |e: PoolError| file.set_len(old).map_or_else(|t| io_err(path, "set the length of")(t), |()| e);
-    // SAFETY: as `map_file`: we hold the exclusive lock, and the range lies inside the file.
-    let map = unsafe { MmapOptions::new().offset(start).len(to_usize(bytes - start)?).map_mut(file) }
-        .map_err(io_err(path, "mmap"))
-        .map_err(shrink)?;
-    let errors = populate_on_all_threads(&map);
-    drop(map);
+    let errors = match into {
+        Some(tail) => {
+            // SAFETY: the caller's contract; the tail lies inside the file now.
+            let map = unsafe { tail.map(file) };
+            populate_on_all_threads(map.map_err(io_err(path, "mmap")).map_err(shrink)?)
+        }
+        None => {
+            // SAFETY: as `map_file`: we hold the exclusive lock, and the range lies inside the file.
+            let map = unsafe { MmapOptions::new().offset(start).len(to_usize(bytes - start)?).map_mut(file) }
+                .map_err(io_err(path, "mmap"))
+                .map_err(shrink)?;
+            populate_on_all_threads(&map)
+        }
+    };
     match errors.first() {
         None => Ok(true),
         // Unknown advice: an older kernel.
@@ -681,7 +700,7 @@ impl Pool {
             .ok_or_else(|| PoolError::InvalidArgument(format!("pool size {total} is too large")))?;
         check_limit(total, limit)?;
         allocate(&file, path, total, info.backend)?;
-        let map = map_file(&file, total, path)?;
+        let map = map_file(&file, total, path, limit, info.granule)?;
         Pool::assemble(map, file, path, info, total, limit, h).format()
     }
 
@@ -691,7 +710,7 @@ impl Pool {
         let info = backend::probe(&file, path)?;
         check_limit(total, Some(info.bytes))?;
         // The device is mapped whole, so later growth needs no remapping.
-        let map = map_file(&file, info.bytes, path)?;
+        let map = map_file(&file, info.bytes, path, Some(info.bytes), info.granule)?;
         let mut pool = Pool::assemble(map, file, path, info, total, limit, h);
         // A device keeps old contents: zero the pool, durably, before a header points into it.
         pool.bytes_mut().fill(0);
@@ -700,7 +719,7 @@ impl Pool {
     }
 
     fn assemble(
-        map: MmapMut,
+        map: Map,
         file: File,
         path: &Path,
         info: FileInfo,
@@ -793,7 +812,12 @@ impl Pool {
         if info.bytes < HEADER_AREA {
             return Err(PoolError::Truncated { file_bytes: info.bytes, needed: HEADER_AREA });
         }
-        let map = if private { map_private(&file, &info, path)? } else { map_file(&file, info.bytes, path)? };
+        let map = match (private, info.backend) {
+            (true, _) => map_private(&file, &info, path)?,
+            (false, Backend::DevDax) => map_file(&file, info.bytes, path, Some(info.bytes), info.granule)?,
+            // Its growth limit is in the header, read from the mapping.
+            (false, _) => map_file(&file, info.bytes, path, None, info.granule)?,
+        };
         let (h, x, slot) = choose_header([&map[..COPY], &map[COPY..2 * COPY]], info.bytes, path)?;
         // A devdax pool is as long as its header says; a file pool is the whole file.
         let len = if info.backend == Backend::DevDax { x.pool_bytes } else { info.bytes };
@@ -935,12 +959,12 @@ impl Pool {
         }
     }
 
-    /// Base of the mapping (page aligned). Invalidated by [`Pool::grow`].
+    /// Base of the mapping (page aligned). Invalidated by a [`Pool::grow`] that moves it.
     pub fn as_ptr(&self) -> *const u8 {
         self.map.as_ptr()
     }
 
-    /// Mutable base of the mapping (page aligned). Invalidated by [`Pool::grow`].
+    /// Mutable base of the mapping (page aligned). Invalidated by a [`Pool::grow`] that moves it.
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
         self.map.as_mut_ptr()
     }
@@ -951,6 +975,7 @@ impl Pool {
         Mapping {
             base: self.as_mut_ptr(),
             len: self.len,
+            id: self.map.id(),
             backend: self.backend,
             persist: self.persist_mode(),
         }
@@ -1143,9 +1168,11 @@ impl Pool {
     /// nothing to gain (a disk file's `fallocate` is quick, a devdax device has its storage),
     /// and this does nothing. Nor for a private view, or past [`Pool::max_bytes`].
     ///
-    /// The file grows, with zeroed pages, past the pool's length; the pool's length, mapping
-    /// and bytes do not change. [`Pool::grow`] and dropping the pool wait for the thread
-    /// first; one that failed (a full tmpfs) leaves the file as it was, and `grow` reports it.
+    /// The file grows, with zeroed pages, past the pool's length; the pool's length and bytes
+    /// do not change. Where the growth maps in place ([`Pool::grows_in_place`]), the new pages
+    /// are mapped past the pool's end too, ready for the growth. [`Pool::grow`] and dropping the
+    /// pool wait for the thread first; one that failed (a full tmpfs) leaves the file as it
+    /// was, and `grow` reports it.
     pub fn prepare_growth(&mut self, new_bytes: u64) {
         let Some(new) = new_bytes.checked_next_multiple_of(self.granule) else { return };
         let prepared = self.preparing.as_ref().map_or(self.len, |p| p.bytes);
@@ -1156,7 +1183,7 @@ impl Pool {
             return;
         }
         // A smaller one is waited for first: two threads must never extend the file at once.
-        drop(self.preparing.take());
+        self.prepared();
         let (Some(file), Some(path)) = (&self.file, &self.path) else { return };
         let (file, path) = match file.try_clone() {
             Ok(file) => (file, path.clone()),
@@ -1165,11 +1192,18 @@ impl Pool {
                 return;
             }
         };
+        let tail = self.map.tail(new);
         let thread = std::thread::Builder::new().name("gphash-prepare".into()).spawn(move || {
             let t = std::time::Instant::now();
-            allocate(&file, &path, new, Backend::Tmpfs)?;
+            // SAFETY: the tail lies past what the pool maps, and the pool waits for this thread
+            // before it maps, reads or unmaps anything there (`Pool::prepared`, and the field
+            // order of `Pool`).
+            let mapped = populate_tmpfs(&file, &path, new, tail.as_ref())? && tail.is_some();
+            if !mapped {
+                allocate(&file, &path, new, Backend::Tmpfs)?;
+            }
             log::debug!("storage for {new} bytes prepared in {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
-            Ok(())
+            Ok(mapped)
         });
         match thread {
             Ok(thread) => self.preparing = Some(Preparing { bytes: new, thread: Some(thread) }),
@@ -1182,7 +1216,8 @@ impl Pool {
     /// Storage [`Pool::prepare_growth`] made is used, once its thread is done; a
     /// [`Pool::discard_in_background`] is waited for first, whatever the size.
     ///
-    /// The mapping may move: pointers and slices taken before are invalid. Beyond
+    /// The mapping moves only past [`Pool::grows_in_place`]: pointers and slices taken before
+    /// are invalid then. Beyond
     /// [`Pool::max_bytes`] (a devdax pool cannot pass its device) the error is
     /// [`PoolError::OutOfSpace`]. The header is not changed: the caller records new regions
     /// with [`Pool::write_header`] once it has filled them.
@@ -1197,7 +1232,7 @@ impl Pool {
             return Ok(());
         }
         check_limit(new, limit)?;
-        let prepared = self.preparing.take().and_then(|mut p| p.wait()).unwrap_or(0);
+        let prepared = self.prepared();
         let old = self.len;
         match (self.backend, &self.file, &self.path) {
             // A private view copies itself below, leaving the file as it is.
@@ -1230,23 +1265,22 @@ impl Pool {
         Ok(())
     }
 
-    /// Maps the pool's file, now `new` bytes long, whole. `mremap` keeps the page tables of what
-    /// was mapped: a fresh mapping faulted every page in again, and an import of a region (which
-    /// pins its pages, one fault at a time where they are not mapped) took up to 0.2 s for the
-    /// 1.2 GB of a growth of 16 M keys on 4 KiB pages. On tmpfs the new pages are entered in
-    /// the page tables too, on all host threads.
+    /// Maps the pool's file, now `new` bytes long, up to its end. Within the address space
+    /// reserved for it ([`Pool::grows_in_place`]) the new bytes are mapped after the old ones
+    /// and nothing moves: imports of the pool stay valid, and its pages stay in the page tables
+    /// (a fresh mapping faulted every page in again, and an import of a region, which pins its
+    /// pages one fault at a time where they are not mapped, took up to 0.2 s for the 1.2 GB of
+    /// a growth of 16 M keys on 4 KiB pages). Past it, the file is mapped anew elsewhere. On
+    /// tmpfs the new pages are entered in the page tables too, on all host threads, unless
+    /// [`Pool::prepare_growth`] did it.
     fn remap(&mut self, new: u64) -> Result<()> {
         let (Some(file), Some(path)) = (&self.file, &self.path) else {
             return Err(PoolError::InvalidArgument("a pool without its file cannot be remapped".into()));
         };
         let old = self.map.len();
-        // SAFETY: the file is at least `new` bytes long; nothing else is mapped at the pages
-        // `mremap` may move the mapping to, and no pointer into the old mapping is used after.
-        let moved = unsafe { self.map.remap(to_usize(new)?, memmap2::RemapOptions::new().may_move(true)) };
-        if let Err(e) = moved {
-            log::debug!("mremap failed ({e}): the file is mapped again");
-            self.map = map_file(file, new, path)?;
-            return Ok(());
+        if !self.map.extend(file, new).map_err(io_err(path, "mmap"))? {
+            log::debug!("the pool outgrew the address space reserved for it: it is mapped anew");
+            self.map = map_file(file, new, path, self.max_bytes(), self.granule)?;
         }
         // Not on hugetlbfs: a few huge pages cost their imports little to fault in, and entering
         // them took longer than it saved on a tmpfs of 2 MiB pages.
@@ -1257,6 +1291,31 @@ impl Pool {
             }
         }
         Ok(())
+    }
+
+    /// Waits for a growth being prepared ([`Pool::prepare_growth`]); the bytes of file it made
+    /// (0 if none), which the mapping takes in where the thread mapped them.
+    fn prepared(&mut self) -> u64 {
+        match self.preparing.take().and_then(|mut p| p.wait()) {
+            Some((bytes, mapped)) => {
+                if mapped {
+                    self.map.tail_mapped(bytes);
+                }
+                bytes
+            }
+            None => 0,
+        }
+    }
+
+    /// Whether growing to `bytes` keeps the mapping where it is, so that whatever imported the
+    /// pool's memory (a GPU) may keep it through [`Pool::grow`]: a file pool within the address
+    /// space reserved for it, a devdax device within its size. Memory of the pool's own
+    /// (anonymous, a private view) is copied as it grows.
+    pub fn grows_in_place(&self, bytes: u64) -> bool {
+        bytes <= self.len
+            || bytes
+                .checked_next_multiple_of(self.granule)
+                .is_some_and(|b| usize::try_from(b).is_ok_and(|b| b <= self.map.reach()))
     }
 
     /// Give back the storage of a region that holds nothing any more (the regions a resize
@@ -1297,6 +1356,17 @@ impl Pool {
     /// `grow` ([`Pool::take_room`]), so nothing is written where a hole is still being punched. Elsewhere, with an
     /// observer (whose snapshots would race the thread), or without a thread, this is `discard`.
     pub fn discard_in_background(&mut self, regions: &[Region]) -> Result<()> {
+        self.discard_in_background_after(regions, ())
+    }
+
+    /// [`Pool::discard_in_background`], dropping `holding` first, on the same thread: what still
+    /// holds the regions' memory and takes time to let it go (a GPU's import of a grown table's
+    /// old regions, which unpins their pages).
+    pub fn discard_in_background_after(
+        &mut self,
+        regions: &[Region],
+        holding: impl Send + 'static,
+    ) -> Result<()> {
         regions.iter().try_for_each(|&r| self.check_discard(r))?;
         drop(self.discarding.take());
         let file = match (self.backend, &self.file, self.private, &self.observer) {
@@ -1308,7 +1378,9 @@ impl Pool {
             let punching = regions.clone();
             #[cfg(feature = "faults")]
             let gate = self.faults.discard_gate.take();
+            // A thread the system refuses drops it here, with the closure.
             let thread = std::thread::Builder::new().name("gphash-discard".into()).spawn(move || {
+                drop(holding);
                 #[cfg(feature = "faults")]
                 if let Some(gate) = gate {
                     gate.wait();
@@ -1319,6 +1391,8 @@ impl Pool {
                 self.discarding = Some(Discarding(Some(thread)));
                 return Ok(());
             }
+        } else {
+            drop(holding);
         }
         regions.into_iter().try_for_each(|r| self.discard(r))
     }
@@ -1345,7 +1419,12 @@ impl Pool {
     /// only leaves storage allocated, so it is logged, not returned (the caller has switched
     /// already, and must carry on with what it switched to).
     pub fn give_back(&mut self, regions: &[Region]) {
-        if let Err(e) = self.discard_in_background(regions) {
+        self.give_back_after(regions, ());
+    }
+
+    /// [`Pool::give_back`], dropping `holding` first ([`Pool::discard_in_background_after`]).
+    pub fn give_back_after(&mut self, regions: &[Region], holding: impl Send + 'static) {
+        if let Err(e) = self.discard_in_background_after(regions, holding) {
             log::warn!("the regions a switch left behind stay allocated: {e}");
         }
     }
@@ -1509,6 +1588,41 @@ mod tests {
         }
     }
 
+    /// A file pool grows where it is while its reservation lasts: its address and mapping
+    /// number stay (a GPU's import of it made before the growth stays valid), and a prepared
+    /// growth's pages are mapped, and in the page tables, before the growth. Past the
+    /// reservation it is mapped anew, its bytes kept, under another number.
+    #[test]
+    fn a_pool_grows_in_place_until_it_outgrows_its_reservation() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let mut pool =
+            Pool::create(Some(dir.path()), pool_bytes(), &header(1), &CreateOptions::default()).unwrap();
+        let len = pool.len();
+        let reach = pool.map.reach() as u64;
+        assert_eq!(reach, (len * 16).max(4 << 20), "the reservation for a pool without a limit");
+        pool.bytes_mut()[len as usize - 1] = 9;
+        let (base, id) = (pool.as_ptr(), pool.mapping().id());
+
+        let prepared = len + 2 * PARALLEL_POPULATE_BYTES;
+        pool.prepare_growth(prepared);
+        assert_eq!(pool.prepared(), prepared);
+        assert_eq!(pool.map.len() as u64, prepared, "the preparing thread mapped the new pages");
+        assert_eq!(pool.len(), len, "and the pool is as long as it was");
+        pool.grow(prepared).unwrap();
+        assert_eq!((pool.as_ptr(), pool.mapping().id(), pool.len()), (base, id, prepared));
+        assert_eq!(pool.bytes()[len as usize - 1], 9);
+        assert!(pool.bytes()[len as usize..].iter().all(|&b| b == 0));
+
+        assert!(pool.grows_in_place(reach) && !pool.grows_in_place(reach + 1));
+        pool.grow(reach).unwrap();
+        assert_eq!((pool.as_ptr(), pool.mapping().id()), (base, id), "grown to the reservation's end");
+        pool.bytes_mut()[reach as usize - 1] = 7;
+        pool.grow(reach + 1).unwrap();
+        assert_ne!(pool.mapping().id(), id, "mapped anew past the reservation");
+        assert_eq!((pool.bytes()[len as usize - 1], pool.bytes()[reach as usize - 1]), (9, 7));
+        assert!(pool.grows_in_place(16 * reach), "in a reservation for its new length");
+    }
+
     /// A tmpfs file grown by more than [`PARALLEL_POPULATE_BYTES`] gets its pages on all host
     /// threads: every byte allocated (its blocks counted), reading as zeros, earlier bytes kept.
     #[test]
@@ -1520,14 +1634,17 @@ mod tests {
         allocate(&file, &path, 4096, Backend::Tmpfs).unwrap();
         std::fs::write(&path, [7u8; 4096]).unwrap();
         let bytes = 4096 + 3 * PARALLEL_POPULATE_BYTES + 12_288;
-        assert!(populate_tmpfs(&file, &path, bytes).unwrap(), "a large growth is populated");
+        assert!(populate_tmpfs(&file, &path, bytes, None).unwrap(), "a large growth is populated");
         let meta = file.metadata().unwrap();
         assert_eq!(meta.len(), bytes);
         assert!(meta.blocks() * 512 >= bytes, "{} of {bytes} bytes allocated", meta.blocks() * 512);
-        let map = map_file(&file, bytes, &path).unwrap();
+        let map = map_file(&file, bytes, &path, None, 4096).unwrap();
         assert!(map[..4096].iter().all(|&b| b == 7));
         assert!(map[4096..].iter().all(|&b| b == 0));
-        assert!(!populate_tmpfs(&file, &path, bytes + 4096).unwrap(), "a small growth is left to fallocate");
+        assert!(
+            !populate_tmpfs(&file, &path, bytes + 4096, None).unwrap(),
+            "a small growth is left to fallocate"
+        );
         assert_eq!(file.metadata().unwrap().len(), bytes, "and changes nothing");
     }
 
@@ -1594,13 +1711,15 @@ mod tests {
     }
 }
 
-/// Where a pool's mapping lies ([`Pool::mapping`]): an address, not access to the bytes. It
-/// is valid until the pool grows, moves or is dropped; whoever uses it elsewhere must be done
-/// with it by then.
+/// Where a pool's mapping lies ([`Pool::mapping`]): an address, not access to the bytes. The
+/// address is valid until the pool moves (a [`Pool::grow`] past [`Pool::grows_in_place`]) or
+/// is dropped, and its first `len` bytes until the pool grows; whoever uses it elsewhere must
+/// be done with it by then.
 #[derive(Clone, Copy, Debug)]
 pub struct Mapping {
     base: *mut u8,
     len: u64,
+    id: u64,
     backend: Backend,
     persist: PersistMode,
 }
@@ -1624,6 +1743,13 @@ impl Mapping {
     /// True when the pool has no bytes (never, for a created or opened pool).
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The mapping's number, different for each mapping a process makes: memory imported from
+    /// one mapping is that of another only if their numbers are the same (a pool that grew in
+    /// place keeps its number; one that moved does not).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The kind of memory behind the pool.

@@ -1228,6 +1228,12 @@ impl Engine for GpuEngine {
         std::mem::take(&mut self.profile)
     }
 
+    fn into_imports(mut self: Box<Self>) -> Option<ImportedRegions> {
+        // No batch is in flight between calls: nothing else uses the buffers handed on.
+        self.slots = Default::default();
+        self.windows.take_imported(&self.gpu)
+    }
+
     fn cells_used(&mut self, pool: &mut Pool) -> Result<u64> {
         Ok(self.bitmap(pool)?.used(self.cfg.geo.cells))
     }
