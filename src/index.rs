@@ -1099,7 +1099,7 @@ impl State {
             return;
         }
         if let Ok(regions) = resize::plan(&self.pool, &self.geo) {
-            self.pool.prepare_growth(regions.iter().map(host_pm::Region::end).max().unwrap_or(0));
+            self.pool.prepare_room(&regions);
         }
     }
 

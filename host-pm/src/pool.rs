@@ -117,10 +117,17 @@ impl Default for Faults {
 /// reservation too. Dropping it waits for the thread.
 struct Preparing {
     bytes: u64,
+    /// The byte ranges inside the pool whose pages it made ([`Pool::prepare_room`]).
+    holes: Vec<(u64, u64)>,
     thread: Option<std::thread::JoinHandle<Result<bool>>>,
 }
 
 impl Preparing {
+    /// Whether its thread is still at work.
+    fn running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
     /// Waits for the thread; the bytes it made, and whether it mapped them, if it made them.
     fn wait(&mut self) -> Option<(u64, bool)> {
         match self.thread.take()?.join() {
@@ -146,6 +153,13 @@ impl Drop for Preparing {
 /// Holes being punched on a thread of its own ([`Pool::discard_in_background`]). Dropping it
 /// waits for the thread.
 struct Discarding(Option<std::thread::JoinHandle<()>>);
+
+impl Discarding {
+    /// Whether its thread may still be punching holes.
+    fn running(&self) -> bool {
+        self.0.as_ref().is_some_and(|t| !t.is_finished())
+    }
+}
 
 impl Drop for Discarding {
     fn drop(&mut self) {
@@ -411,6 +425,18 @@ fn populate_tmpfs(file: &File, path: &Path, bytes: u64, into: Option<&Tail>) -> 
             Err(shrink(PoolError::OutOfSpace { needed: bytes, limit: old }))
         }
         Some(&e) => Err(shrink(io_err(path, "populate")(std::io::Error::from_raw_os_error(e)))),
+    }
+}
+
+/// Makes the pages of `range`, free space inside a tmpfs pool's mapping of `file` up to byte
+/// `end`, and enters them in the page tables, on all host threads: `false` where the kernel
+/// cannot (`posix_fallocate` must then), `OutOfSpace` where the tmpfs has no room.
+fn populate_room(range: &[u8], (file, path): (&File, &Path), end: u64) -> Result<bool> {
+    match populate_on_all_threads(range).first() {
+        None => Ok(true),
+        Some(&libc::EINVAL) => Ok(false),
+        Some(&libc::EFAULT | &libc::ENOMEM | &libc::ENOSPC) => Err(out_of_space(file, end)),
+        Some(&e) => Err(io_err(path, "populate")(std::io::Error::from_raw_os_error(e))),
     }
 }
 
@@ -1174,15 +1200,47 @@ impl Pool {
     /// pool wait for the thread first; one that failed (a full tmpfs) leaves the file as it
     /// was, and `grow` reports it.
     pub fn prepare_growth(&mut self, new_bytes: u64) {
+        self.prepare(new_bytes, vec![]);
+    }
+
+    /// [`Pool::prepare_growth`] of the room `regions` will take ([`Pool::take_room`]): past
+    /// the pool's end, and within it where a discard left holes, whose pages are made and
+    /// entered in the page tables on all host threads too (made on one thread by `take_room`,
+    /// and faulted in one at a time by an import, they took 40-60 ms of a growth of 16 M keys
+    /// whose heap went where an earlier growth left holes, on the H200). The holes are left to
+    /// `take_room` while a discard may still be punching them.
+    pub fn prepare_room(&mut self, regions: &[Region]) {
+        let end = regions.iter().map(Region::end).max().unwrap_or(0);
+        let punching = self.discarding.as_ref().is_some_and(Discarding::running);
+        let holes = match punching {
+            true => vec![],
+            false => regions
+                .iter()
+                .filter(|r| r.offset < self.len && !r.is_empty())
+                .map(|r| (r.offset, r.end().min(self.len)))
+                .collect(),
+        };
+        self.prepare(end, holes);
+    }
+
+    /// [`Pool::prepare_room`] of the file up to `new_bytes` and of `holes` (byte ranges inside
+    /// the pool), once: again only for more bytes or other holes.
+    fn prepare(&mut self, new_bytes: u64, holes: Vec<(u64, u64)>) {
         let Some(new) = new_bytes.checked_next_multiple_of(self.granule) else { return };
-        let prepared = self.preparing.as_ref().map_or(self.len, |p| p.bytes);
-        if new <= prepared || self.backend != Backend::Tmpfs || self.private {
+        if self.backend != Backend::Tmpfs || self.private {
+            return;
+        }
+        let prepared = self.preparing.as_ref().map_or(self.len, |p| p.bytes).max(self.len);
+        let new = new.max(prepared);
+        let same_holes = self.preparing.as_ref().map_or(holes.is_empty(), |p| p.holes == holes);
+        // One still running is left to finish: the next call starts this one.
+        if (new == prepared && same_holes) || self.preparing.as_ref().is_some_and(Preparing::running) {
             return;
         }
         if check_limit(new, self.max_bytes()).is_err() {
             return;
         }
-        // A smaller one is waited for first: two threads must never extend the file at once.
+        // Two threads must never extend the file at once; what the done one mapped is taken in.
         self.prepared();
         let (Some(file), Some(path)) = (&self.file, &self.path) else { return };
         let (file, path) = match file.try_clone() {
@@ -1193,8 +1251,19 @@ impl Pool {
             }
         };
         let tail = self.map.tail(new);
+        let base = self.map.as_ptr() as usize;
+        let ranges = holes.clone();
         let thread = std::thread::Builder::new().name("gphash-prepare".into()).spawn(move || {
             let t = std::time::Instant::now();
+            for (start, end) in ranges {
+                // SAFETY: free space inside the pool's mapping, which stays in place and mapped
+                // until this thread is done (`Pool::grow`, `Pool::take_room` and dropping the
+                // pool wait for it); no region holds it, and no discard is punching it.
+                let range = unsafe {
+                    std::slice::from_raw_parts((base + start as usize) as *const u8, (end - start) as usize)
+                };
+                populate_room(range, (&file, &path), end)?;
+            }
             // SAFETY: the tail lies past what the pool maps, and the pool waits for this thread
             // before it maps, reads or unmaps anything there (`Pool::prepared`, and the field
             // order of `Pool`).
@@ -1206,7 +1275,7 @@ impl Pool {
             Ok(mapped)
         });
         match thread {
-            Ok(thread) => self.preparing = Some(Preparing { bytes: new, thread: Some(thread) }),
+            Ok(thread) => self.preparing = Some(Preparing { bytes: new, holes, thread: Some(thread) }),
             Err(e) => log::debug!("the pool's growth is not prepared: no thread ({e})"),
         }
     }
@@ -1410,7 +1479,15 @@ impl Pool {
             return Ok(());
         }
         for r in regions.iter().filter(|r| r.offset < below) {
-            allocate_range(file, path, r.offset, r.end().min(below))?;
+            let (start, end) = (r.offset, r.end().min(below));
+            // On tmpfs, made on all host threads and entered in the page tables, as a growth's
+            // new pages are ([`Pool::prepare_room`] may have done it).
+            if self.backend == Backend::Tmpfs
+                && populate_room(&self.map[start as usize..end as usize], (file, path), end)?
+            {
+                continue;
+            }
+            allocate_range(file, path, start, end)?;
         }
         Ok(())
     }

@@ -592,6 +592,34 @@ fn a_discard_in_the_background_is_done_before_room_is_taken() {
     assert!(pool.region(h.heap_region).iter().all(|&b| b == 0xAB));
 }
 
+/// Room a discard left as holes inside the pool, and room past its end, are made ahead by
+/// `prepare_room` on a thread of its own (the file's blocks come back before `take_room` runs),
+/// not while a discard may still be punching them; `take_room` then finds them made and zero.
+#[test]
+fn room_in_holes_is_made_ahead() {
+    let dir = shm_dir();
+    let path = dir.path().join("pool");
+    let (mut pool, h, total) = create_filled(&path);
+    let old = Region { offset: total, bytes: 64 * REGION_ALIGN };
+    pool.grow(old.end()).unwrap();
+    pool.region_mut(old).fill(0xCD);
+    let before = allocated_bytes(&path);
+    pool.discard(old).unwrap();
+    assert!(allocated_bytes(&path) + old.bytes <= before, "holes punched");
+    let past = Region { offset: old.end(), bytes: 16 * REGION_ALIGN };
+    pool.prepare_room(&[old, past]);
+    let made = std::time::Instant::now();
+    while allocated_bytes(&path) < before + past.bytes {
+        assert!(made.elapsed().as_secs() < 20, "the holes' pages were not made ahead");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(pool.len(), old.end(), "the pool keeps its length until it takes the room");
+    pool.take_room(&[old, past]).unwrap();
+    assert_eq!(pool.len(), past.end());
+    assert!(pool.region(old).iter().chain(pool.region(past)).all(|&b| b == 0), "the room reads as zeros");
+    assert!(pool.region(h.heap_region).iter().all(|&b| b == 0xAB), "the heap kept");
+}
+
 /// Every call that may take room where holes are being punched, or show the pool to an
 /// observer, waits for a background discard: held back by a fault hook until a thread opens
 /// its gate a while later, the discard must be done when each of them returns.

@@ -105,7 +105,9 @@ impl DeviceCache {
         enabled: bool,
         max_window: u64,
     ) -> Result<Self> {
+        let mut laps = crate::profile::Laps::start("cache");
         let (mut entries, mut limited) = Self::planned_entries(gpu, geo, opts, enabled, 0)?;
+        laps.lap("plan");
         let (gw, vw) = cache::entry_words(geo);
         let entry_bytes = (gw + vw) * 4;
         let groups = geo.groups();
@@ -135,6 +137,7 @@ impl DeviceCache {
             limited = Some(format!("the device's memory: {oom}"));
             entries /= 2;
         };
+        laps.lap("buffers");
         let every_group = entries as u64 >= groups;
         let Buffers { map, owner, counts, plan, table, heap } = buffers;
         // Written only once every buffer exists: a write into a buffer the device had no
@@ -143,6 +146,7 @@ impl DeviceCache {
             gpu.queue.write_buffer(&map, 0, bytemuck::cast_slice(&vec![NONE; groups as usize]));
             gpu.queue.write_buffer(&owner, 0, bytemuck::cast_slice(&vec![NONE; entries as usize]));
         }
+        laps.lap("writes");
         Ok(DeviceCache {
             opts: *opts,
             cfg,
