@@ -216,6 +216,9 @@ pub struct Activity {
     pub heap_growths: u64,
     /// Time spent growing (the table and the heap).
     pub resize_time: Duration,
+    /// Regions of the pool the GPU imported in place since open (each pins the region's
+    /// pages; a growth that keeps the pool in place imports only its new regions).
+    pub region_imports: u64,
 }
 
 /// What the index is and what it holds.
@@ -696,7 +699,7 @@ impl GpHash {
 
     /// The work since open (what [`GpHash::stats`] reports of it, without its device reads).
     pub fn activity(&self) -> Activity {
-        self.state().activity.clone()
+        self.state().activity_now()
     }
 
     /// Replaces the bucket cache by one with these settings (empty: it fills at its first
@@ -987,6 +990,14 @@ impl State {
         }
     }
 
+    /// The work since open, with the device's count of region imports.
+    fn activity_now(&self) -> Activity {
+        Activity {
+            region_imports: self.gpu.as_ref().map_or(0, |g| g.region_imports()),
+            ..self.activity.clone()
+        }
+    }
+
     /// See [`GpHash::grow`].
     fn grow(&mut self) -> Result<()> {
         self.usable()?;
@@ -1224,7 +1235,7 @@ impl State {
             persist_mode: self.pool.persist_mode(),
             pool_bytes: self.pool.len(),
             recovery: self.recovery.clone(),
-            activity: self.activity.clone(),
+            activity: self.activity_now(),
             cache: match &self.engine {
                 Some(engine) => engine.cache_status(),
                 None => CacheStatus::Off { reason: "the index has no engine".into() },

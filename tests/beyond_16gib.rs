@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use gphash::{Batch, CacheOptions, Config, Error, GpHash, Gpu, GpuOptions, Options, Placement};
+use gphash::{Batch, CacheOptions, Config, Error, GpHash, GpuOptions, Options, Placement};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -129,12 +129,7 @@ fn records_past_match_the_model(past: u64, cfg: Config, name: &str) {
 fn a_device_without_64_bit_integers_refuses_pools_over_16_gib() {
     let real = common::gpu().expect("the test needs a device to disguise");
     let info = gphash::DeviceInfo { int64: false, ..real.info.clone() };
-    let gpu = Arc::new(Gpu {
-        device: real.device.clone(),
-        queue: real.queue.clone(),
-        info,
-        wait_spin: real.wait_spin,
-    });
+    let gpu = Arc::new(real.alike(info, real.wait_spin));
     let options = Options { device: Some(gpu), ..common::gpu_options(GpuOptions::default()) };
     let e = GpHash::create(None, &config(), &options).unwrap_err();
     assert!(matches!(e, Error::MissingFeature(_)), "{e:?}");

@@ -96,6 +96,51 @@ fn tables_grow_instead_of_failing() {
     }
 }
 
+/// In place, a growth imports only the grown table and heap (the build reads the old table
+/// through the old engine's imports, and the grown engine takes the build's over), and a heap's
+/// growth only the new heap (its engine takes the table's over); the content stays the oracle's.
+#[test]
+fn growth_in_place_imports_only_the_new_regions() {
+    let Some(g) = common::gpu() else {
+        eprintln!("NOT RUN: no GPU");
+        return;
+    };
+    let dir = common::pool_dir();
+    // A device of its own, whose count no other test's imports add to.
+    let options = Options {
+        device: Some(std::sync::Arc::new(g.alike(g.info.clone(), g.wait_spin))),
+        ..common::gpu_options(GpuOptions { placement: Placement::ZeroCopy, ..GpuOptions::default() })
+    };
+    let cfg = Config { capacity: 20_000, value_bytes: 8, ..Default::default() };
+    let t = common::table(&dir, "p", &cfg, &options);
+    let counts = |t: &GpHash| {
+        let a = t.activity();
+        (a.resizes, a.heap_growths, a.region_imports)
+    };
+    let (mut resizes, mut heap_growths, mut imports) = counts(&t);
+    assert_eq!((resizes, heap_growths, imports), (0, 0, 2), "the engine imports the table and the heap");
+    let mut oracle = Oracle::default();
+    for k in 0..40u64 {
+        let mut batch = t.batch();
+        for i in 0..2000 {
+            let key = k * 2000 + i;
+            batch.insert(&common::key(key, 8), &key.to_le_bytes()).unwrap();
+        }
+        oracle.run(&batch);
+        t.execute(&batch).unwrap();
+        let (r, h, i) = counts(&t);
+        assert_eq!(
+            i - imports,
+            2 * (r - resizes) + (h - heap_growths),
+            "batch {k}: {r} resizes, {h} heap growths"
+        );
+        (resizes, heap_growths, imports) = (r, h, i);
+    }
+    assert!(resizes >= 1 && heap_growths >= 1, "{resizes} resizes, {heap_growths} heap growths");
+    assert_same_content(t.entries(), &oracle.map, "after the growths");
+    assert!(t.check().ok(), "{}", t.check());
+}
+
 /// A pool that cannot grow (a size limit, as a devdax device has) refuses the batch that needs
 /// growth with OutOfSpace; nothing is lost and the table keeps serving.
 #[test]

@@ -13,7 +13,7 @@ use device_buffers::{Buffers, download};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gphash::{Batch, Config, Error, GpHash, Gpu, GpuOptions, OpKind, Options, Placement, PoolError, Status};
+use gphash::{Batch, Config, Error, GpHash, GpuOptions, OpKind, Options, Placement, PoolError, Status};
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
@@ -179,12 +179,7 @@ fn pipelined_batches_match_one_at_a_time_whether_waits_poll_or_sleep() {
     for (wait_spin, what) in
         [(Duration::from_secs(10), "polling"), (Duration::from_nanos(1), "polling, then sleeping")]
     {
-        let gpu = Arc::new(Gpu {
-            device: g.device.clone(),
-            queue: g.queue.clone(),
-            info: g.info.clone(),
-            wait_spin,
-        });
+        let gpu = Arc::new(g.alike(g.info.clone(), wait_spin));
         let options = Options { device: Some(gpu), ..common::gpu_options(Default::default()) };
         matches_one_at_a_time(&options, what);
     }

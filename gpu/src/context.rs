@@ -84,6 +84,8 @@ pub struct Gpu {
     /// before it sleeps in the driver: [`WAIT_SPIN`] on a GPU, none on a CPU device (whose
     /// work runs on the host's own cores); [`WAIT_SPIN_ENV`] overrides it.
     pub wait_spin: Duration,
+    /// Regions of a pool imported in place so far ([`Gpu::region_imports`]).
+    region_imports: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -93,6 +95,30 @@ impl std::fmt::Debug for Gpu {
 }
 
 impl Gpu {
+    /// Regions of a pool imported in place on this device so far
+    /// ([`crate::resources::import_region`]): each pins the region's pages, which takes time of
+    /// its own, so a growth hands imports on rather than import a region again.
+    pub fn region_imports(&self) -> u64 {
+        self.region_imports.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Another handle on the same device and queue, seen as `info` says and waiting as
+    /// `wait_spin` says, with counts of its own (tests disguise a device with it).
+    pub fn alike(&self, info: DeviceInfo, wait_spin: Duration) -> Gpu {
+        Gpu {
+            device: self.device.clone(),
+            queue: self.queue.clone(),
+            info,
+            wait_spin,
+            region_imports: Default::default(),
+        }
+    }
+
+    /// Counts a region imported in place.
+    pub(crate) fn count_region_import(&self) {
+        self.region_imports.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Bytes of device memory this process may still take from the largest device-local heap,
     /// now (`VK_EXT_memory_budget`; `None` where the device does not report it).
     pub fn device_memory_available(&self) -> Option<u64> {
@@ -242,7 +268,7 @@ impl Gpu {
         log::info!("gphash device: {info:?}");
         let wait_spin =
             wait_spin_from_env()?.unwrap_or(if info.is_cpu() { Duration::ZERO } else { WAIT_SPIN });
-        Ok(Gpu { device, queue, info, wait_spin })
+        Ok(Gpu { device, queue, info, wait_spin, region_imports: Default::default() })
     }
 
     /// The raw Vulkan handles of the device, for host-memory import.

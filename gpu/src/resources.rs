@@ -726,12 +726,14 @@ pub fn import_region(
     let alive = guard.live();
     import(0, region.bytes.min(host_pm::REGION_ALIGN))?.destroy();
     release_imports_to(gpu, guard, alive);
-    (0..win.count)
+    let buffers = (0..win.count)
         .map(|i| {
             let at = i as u64 * win.words() * 4;
             import(at, (region.bytes - at).min(win.words() * 4))
         })
-        .collect()
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    gpu.count_region_import();
+    Ok(buffers)
 }
 
 /// Why a pool is not imported zero-copy, if it is not: staged placement was asked for, or the

@@ -123,7 +123,7 @@ pub fn rerun_at_subgroup_sizes(filter: &[&str], expected: usize) {
 pub fn gpu_with_binding_limit(max_binding: u64) -> Arc<Gpu> {
     let g = gpu().expect("a device with another binding limit needs a GPU");
     let info = gphash::DeviceInfo { max_binding, ..g.info.clone() };
-    Arc::new(Gpu { device: g.device.clone(), queue: g.queue.clone(), info, wait_spin: g.wait_spin })
+    Arc::new(g.alike(info, g.wait_spin))
 }
 
 /// Options that run on the shared GPU (or the CPU when the tests were told to skip the GPU).
