@@ -1,8 +1,9 @@
 //! Pools past the 16 GiB that 32-bit word addresses reach (issue 13): the kernels address such
 //! a region with 64-bit words, and every result equals the CPU model's; and pools past the
 //! 256 GiB that 64-byte dirty lines numbered with 32 bits reach, whose lines are coarser. The
-//! pools are anonymous memory, which takes RAM only as it is written: heaps of about 20 and
-//! 285 GiB of which the test writes a few hundred MiB, so that it runs on lavapipe in CI.
+//! pools are anonymous memory, which takes RAM only as it is written: heaps of about 20 GiB,
+//! 285 GiB and 1.1 TiB of which the test writes a few hundred MiB, so that it runs on lavapipe
+//! in CI.
 
 mod common;
 
@@ -37,6 +38,14 @@ fn records_past_16_gib_match_the_model() {
 fn records_past_256_gib_match_the_model() {
     let cfg = Config { capacity: 4_400_000, ..config() };
     records_past_match_the_model(FINE_LINES_BYTES, cfg, "records_past_256_gib_match_the_model");
+}
+
+/// The same past 1 TiB, the most 256-byte dirty lines numbered with 32 bits reach (the pool's
+/// lines are 512 bytes): 17 M keys of 64 KiB values make a heap of about 1.1 TiB.
+#[test]
+fn records_past_1_tib_match_the_model() {
+    let cfg = Config { capacity: 17_000_000, ..config() };
+    records_past_match_the_model(1 << 40, cfg, "records_past_1_tib_match_the_model");
 }
 
 /// Random batches of every kind over 1,500 keys on the GPU and on the CPU model, each pool's
