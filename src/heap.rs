@@ -46,8 +46,15 @@ pub(crate) fn plan(pool: &mut Pool, new: &Geometry) -> Result<Region> {
 }
 
 /// Grows the heap of `geo`'s table in `pool` to `new`'s cells, into `region` ([`plan`]; see
-/// the module docs).
-pub(crate) fn grow(pool: &mut Pool, geo: &Geometry, new: &Geometry, region: Region) -> Result<()> {
+/// the module docs). `holding`: what still holds the old heap's memory (a GPU's import), dropped
+/// before a moved heap's old region is discarded.
+pub(crate) fn grow(
+    pool: &mut Pool,
+    geo: &Geometry,
+    new: &Geometry,
+    region: Region,
+    holding: impl Send + 'static,
+) -> Result<()> {
     let mut laps = Laps::start("heap growth");
     let h = *pool.header();
     let in_place = Region { offset: h.heap_region.offset, bytes: region.bytes };
@@ -65,7 +72,7 @@ pub(crate) fn grow(pool: &mut Pool, geo: &Geometry, new: &Geometry, region: Regi
     switched.heap_cells = new.cells;
     pool.write_header(&switched)?;
     if region != in_place {
-        pool.give_back(&[h.heap_region]);
+        pool.give_back_after(&[h.heap_region], holding);
     }
     laps.lap("switch");
     log::info!(
@@ -114,7 +121,7 @@ mod tests {
             let mut pool = pool(&geo, heap_first);
             let before = *pool.header();
             let region = plan(&mut pool, &new).unwrap();
-            grow(&mut pool, &geo, &new, region).unwrap();
+            grow(&mut pool, &geo, &new, region, ()).unwrap();
             let after = *pool.header();
             assert_eq!(after.heap_cells, new.cells);
             assert!(after.heap_region.bytes >= new.heap_bytes());

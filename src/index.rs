@@ -216,8 +216,10 @@ pub struct Activity {
     pub heap_growths: u64,
     /// Time spent growing (the table and the heap).
     pub resize_time: Duration,
-    /// Regions of the pool the GPU imported in place since open (each pins the region's
-    /// pages; a growth that keeps the pool in place imports only its new regions).
+    /// Regions of pools the index's GPU device imported in place (each pins the region's
+    /// pages; a growth that keeps the pool in place imports only its new regions). A device
+    /// shared by several tables (the shards of a sharded table, `Options::device`) counts
+    /// theirs too.
     pub region_imports: u64,
 }
 
@@ -1042,8 +1044,12 @@ impl State {
         // As in a growth of the table: where the pool keeps its place, the grown heap's engine
         // takes the table's import over from this one.
         let engine = self.engine.take();
-        let held = engine.and_then(|e| self.pool.grows_in_place(region.end()).then(|| e.into_imports())?);
-        let grown = heap::grow(&mut self.pool, &self.geo, &new, region);
+        let mut held =
+            engine.and_then(|e| self.pool.grows_in_place(region.end()).then(|| e.into_imports())?);
+        // The old heap's import goes with its region, which a moved heap gives back.
+        let old_heap =
+            held.as_mut().map(|h| h.take_region(self.pool.header().heap_region)).unwrap_or_default();
+        let grown = heap::grow(&mut self.pool, &self.geo, &new, region, old_heap);
         // On failure the header still names the old heap: carry on with it.
         let bitmap = match grown {
             Ok(()) => {

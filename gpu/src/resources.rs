@@ -432,6 +432,14 @@ impl ImportedRegions {
         (self.mapping == mapping.id()).then(|| self.take(region, windows))?
     }
 
+    /// The buffers of `region`, in whatever windows (none if not held); they stay counted by
+    /// the guard until they are dropped.
+    pub fn take_region(&mut self, region: Region) -> Vec<wgpu::Buffer> {
+        let (taken, kept) = std::mem::take(&mut self.parts).into_iter().partition(|p| p.region == region);
+        self.parts = kept;
+        taken.into_iter().flat_map(|p: RegionWindows| p.buffers).collect()
+    }
+
     /// The buffers of `region` in `windows`, if held; the others stay.
     fn take(&mut self, region: Region, windows: Windows) -> Option<Vec<wgpu::Buffer>> {
         let i = self.parts.iter().position(|p| (p.region, p.windows) == (region, windows))?;

@@ -13,17 +13,23 @@ use std::io;
 use std::ops::{Deref, DerefMut};
 use std::os::unix::io::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use memmap2::MmapMut;
 
 /// A file pool reserves address space for this many times its length, and at least
-/// [`MIN_RESERVE`], at most [`MAX_RESERVE`] (or up to its growth limit, where it has one). A
-/// reservation costs no memory (`PROT_NONE`, `MAP_NORESERVE`); x86-64 gives a process 128
-/// TiB of it, so that 32 shards of 1 TiB each fit.
+/// [`MIN_RESERVE`], at most [`MAX_RESERVE`] (or up to its growth limit, where it has one).
+/// A reservation costs no memory (`PROT_NONE`, `MAP_NORESERVE`), but x86-64 gives a process
+/// 128 TiB of address space: all the pools of a process reserve at most [`RESERVE_BUDGET`]
+/// together (32 shards of 1 TiB reserve that), and a pool past it reserves its length alone.
 const RESERVE_FACTOR: u64 = 16;
 /// Small in unit tests, so that they grow past a reservation.
 const MIN_RESERVE: u64 = if cfg!(test) { 4 << 20 } else { 16 << 30 };
 const MAX_RESERVE: u64 = 4 << 40;
+const RESERVE_BUDGET: u64 = 64 << 40;
+
+/// Bytes all reservations hold now.
+static RESERVED: AtomicU64 = AtomicU64::new(0);
 
 /// Huge pages are entered in the page tables only at addresses aligned to them: the file's
 /// mapping starts at such an address whatever the page size.
@@ -57,6 +63,8 @@ impl Map {
     pub(crate) fn file(file: &File, len: u64, limit: Option<u64>, align: u64) -> io::Result<Map> {
         let len = to_usize(len)?;
         let want = limit.unwrap_or(len as u64 * RESERVE_FACTOR).clamp(MIN_RESERVE, MAX_RESERVE);
+        let held = RESERVED.load(Ordering::Relaxed);
+        let want = if held.saturating_add(want) > RESERVE_BUDGET { len as u64 } else { want };
         let align = (align as usize).max(MIN_ALIGN);
         let reserved = Reserved::new(to_usize(want)?.max(len), align)
             .or_else(|e| {
@@ -76,7 +84,7 @@ impl Map {
     pub(crate) fn reach(&self) -> usize {
         match &self.mem {
             Mem::Own(m) => m.len(),
-            Mem::File(r) => r.reserved,
+            Mem::File(r) => r.reach(),
         }
     }
 
@@ -85,7 +93,7 @@ impl Map {
     pub(crate) fn extend(&mut self, file: &File, len: u64) -> io::Result<bool> {
         let len = to_usize(len)?;
         match &mut self.mem {
-            Mem::File(r) if len <= r.reserved => r.map(file, len).map(|()| true),
+            Mem::File(r) if len <= r.reach() => r.map(file, len).map(|()| true),
             Mem::File(_) | Mem::Own(_) => Ok(len <= self.len()),
         }
     }
@@ -95,19 +103,14 @@ impl Map {
     pub(crate) fn tail(&self, len: u64) -> Option<Tail> {
         let Mem::File(r) = &self.mem else { return None };
         let len = usize::try_from(len).ok()?;
-        (len > r.mapped && len <= r.reserved).then(|| Tail {
-            // SAFETY: within the reservation.
-            at: unsafe { r.base.add(r.mapped) } as usize,
-            offset: r.mapped as u64,
-            len: len - r.mapped,
-        })
+        (len > r.mapped && len <= r.reach()).then(|| r.tail(len))
     }
 
     /// Takes in a [`Tail`] another thread mapped: the file is mapped up to its first `len` bytes.
     pub(crate) fn tail_mapped(&mut self, len: u64) {
         if let (Mem::File(r), Ok(len)) = (&mut self.mem, usize::try_from(len))
             && len > r.mapped
-            && len <= r.reserved
+            && len <= r.reach()
         {
             r.mapped = len;
         }
@@ -122,7 +125,7 @@ impl Map {
                     offset.checked_add(len).is_some_and(|end| end <= r.mapped),
                     "msync outside the mapping"
                 );
-                let page = offset % 4096;
+                let page = offset % page_size();
                 // SAFETY: a range of our own mapping, started at a page boundary.
                 let rc = unsafe { libc::msync(r.base.add(offset - page).cast(), len + page, libc::MS_SYNC) };
                 if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
@@ -153,6 +156,12 @@ impl DerefMut for Map {
     }
 }
 
+/// The system's page size.
+fn page_size() -> usize {
+    // SAFETY: plain system call.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
+}
+
 fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
@@ -163,12 +172,16 @@ fn to_usize(bytes: u64) -> io::Result<usize> {
 
 /// Address space reserved (`PROT_NONE`), of which the first `mapped` bytes map a file.
 struct Reserved {
-    /// What `mmap` returned, unmapped whole on drop.
+    /// What `mmap` returned, unmapped on drop.
     raw: (*mut u8, usize),
     /// The aligned start.
     base: *mut u8,
     reserved: usize,
     mapped: usize,
+    /// A stretch the reservation lost ([`Tail::map`]): the addresses from `.0` to `.1` may be
+    /// another mapping's now, so nothing from `.0` on is mapped any more, and only what
+    /// follows `.1` is unmapped on drop.
+    lost: Arc<OnceLock<(usize, usize)>>,
 }
 
 // SAFETY: the reservation is plain memory owned by the pool, as a `MmapMut` is.
@@ -196,20 +209,30 @@ impl Reserved {
         let raw = raw.cast::<u8>();
         // SAFETY: less than `align` bytes into the `bytes + align` just reserved.
         let base = unsafe { raw.add(raw.align_offset(align)) };
-        Ok(Reserved { raw: (raw, raw_len), base, reserved: bytes, mapped: 0 })
+        RESERVED.fetch_add(bytes as u64, Ordering::Relaxed);
+        Ok(Reserved { raw: (raw, raw_len), base, reserved: bytes, mapped: 0, lost: Default::default() })
     }
 
-    /// Maps the file up to its first `len` bytes (within the reservation).
+    /// The bytes from `base` it may map: up to a lost stretch, if it lost one.
+    fn reach(&self) -> usize {
+        self.lost.get().map_or(self.reserved, |&(start, _)| start - self.base as usize)
+    }
+
+    /// The stretch that maps the file from `mapped` up to `len` bytes (within [`Reserved::reach`]).
+    fn tail(&self, len: usize) -> Tail {
+        Tail {
+            at: self.base as usize + self.mapped,
+            offset: self.mapped as u64,
+            len: len - self.mapped,
+            lost: self.lost.clone(),
+        }
+    }
+
+    /// Maps the file up to its first `len` bytes (within [`Reserved::reach`]).
     fn map(&mut self, file: &File, len: usize) -> io::Result<()> {
         if len > self.mapped {
-            let tail = Tail {
-                // SAFETY: within the reservation.
-                at: unsafe { self.base.add(self.mapped) } as usize,
-                offset: self.mapped as u64,
-                len: len - self.mapped,
-            };
             // SAFETY: the reservation lives in `self`, and `&mut self` keeps others out of it.
-            unsafe { tail.map(file)? };
+            unsafe { self.tail(len).map(file)? };
             self.mapped = len;
         }
         Ok(())
@@ -218,8 +241,16 @@ impl Reserved {
 
 impl Drop for Reserved {
     fn drop(&mut self) {
-        // SAFETY: the whole reservation, ours; no slice of it outlives the pool.
-        unsafe { libc::munmap(self.raw.0.cast(), self.raw.1) };
+        let (start, end) = (self.raw.0 as usize, self.raw.0 as usize + self.raw.1);
+        let ours = match self.lost.get() {
+            Some(&(from, to)) => [(start, from), (to, end)],
+            None => [(start, end), (end, end)],
+        };
+        for (from, to) in ours.into_iter().filter(|(from, to)| to > from) {
+            // SAFETY: stretches of the reservation, ours; no slice of them outlives the pool.
+            unsafe { libc::munmap(from as *mut libc::c_void, to - from) };
+        }
+        RESERVED.fetch_sub(self.reserved as u64, Ordering::Relaxed);
     }
 }
 
@@ -228,34 +259,104 @@ pub(crate) struct Tail {
     at: usize,
     offset: u64,
     len: usize,
+    /// The reservation's record of a stretch it lost.
+    lost: Arc<OnceLock<(usize, usize)>>,
 }
 
 impl Tail {
-    /// Maps the file there, read-write and shared; returns its bytes (to read: the pool's
-    /// mapping is what writes them).
+    /// Maps the file there, read-write and shared; returns where (its address and length).
     ///
     /// # Safety
-    /// The reservation must outlive the slice, and no other thread may map or use that
+    /// The reservation must outlive the mapping's use, and no other thread may map or use that
     /// stretch meanwhile (the pool waits for the thread that maps it before it maps, reads
     /// or unmaps anything past what it has mapped).
-    pub(crate) unsafe fn map(&self, file: &File) -> io::Result<&[u8]> {
+    pub(crate) unsafe fn map(&self, file: &File) -> io::Result<(usize, usize)> {
         let offset =
             libc::off_t::try_from(self.offset).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
         // SAFETY: replaces part of the reservation (the caller's contract) with the file.
+        // `MAP_NORESERVE`: hugetlbfs takes no huge pages ahead for it (its pages are made, or
+        // refused, before they are used), so that a shortage cannot fail the call.
         let at = unsafe {
             libc::mmap(
                 self.at as *mut libc::c_void,
                 self.len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED,
+                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
                 file.as_raw_fd(),
                 offset,
             )
         };
         if at == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            self.reserve_again();
+            return Err(e);
         }
-        // SAFETY: just mapped, `len` bytes.
-        Ok(unsafe { std::slice::from_raw_parts(at.cast(), self.len) })
+        Ok((at as usize, self.len))
+    }
+}
+
+impl Tail {
+    /// After a failed `MAP_FIXED`, which may have unmapped the stretch without mapping it
+    /// (Linux leaves a gap where a file's mapping fails after the old range went): reserves it
+    /// again where nothing has taken it; else (something is mapped there, ours or not) records
+    /// it lost, so that nothing maps or unmaps there again and the pool moves as it grows.
+    fn reserve_again(&self) {
+        // SAFETY: `MAP_FIXED_NOREPLACE` takes the stretch only where it is free, and what it
+        // takes is `PROT_NONE`.
+        let again = unsafe {
+            libc::mmap(
+                self.at as *mut libc::c_void,
+                self.len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if again as usize == self.at {
+            return;
+        }
+        if again != libc::MAP_FAILED {
+            // A kernel without `MAP_FIXED_NOREPLACE` put it elsewhere.
+            // SAFETY: what this call just mapped.
+            unsafe { libc::munmap(again, self.len) };
+        }
+        log::warn!(
+            "the pool gave up part of the address space reserved for its growth: it moves as it grows"
+        );
+        let _ = self.lost.set((self.at, self.at + self.len));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stretch whose mapping fails is given up where it may not be the reservation's any
+    /// more: the reach stops before it, a growth past it is not made in place, and what is
+    /// mapped stays as it was.
+    #[test]
+    fn a_stretch_that_fails_to_map_is_given_up() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(dir.path().join("pool"))
+            .unwrap();
+        file.set_len(1 << 20).unwrap();
+        let mut map = Map::file(&file, 64 << 10, None, 4096).unwrap();
+        map[10] = 7;
+        assert!(map.reach() >= 1 << 20);
+        let mut tail = map.tail(128 << 10).unwrap();
+        // Not a multiple of the page size: the kernel refuses the mapping.
+        tail.offset += 1;
+        // SAFETY: the reservation outlives the call, and nothing else maps there.
+        assert!(unsafe { tail.map(&file) }.is_err());
+        assert_eq!(map.reach(), 64 << 10, "the reach stops at the stretch given up");
+        assert!(map.tail(128 << 10).is_none());
+        assert!(!map.extend(&file, 128 << 10).unwrap(), "no growth in place past it");
+        assert!(map.extend(&file, 64 << 10).unwrap());
+        assert_eq!((map.len(), map[10]), (64 << 10, 7));
     }
 }

@@ -277,6 +277,10 @@ fn lock(file: &File, path: &Path, kind: Lock) -> Result<()> {
     }
 }
 
+/// Where a devdax device is mapped: at an address aligned to 1 GiB, the largest alignment a
+/// device may ask for (its driver refuses a mapping that starts elsewhere).
+const DEVDAX_ALIGN: u64 = 1 << 30;
+
 /// Map `len` bytes of `file` shared, read-write, in address space reserved for growth up to
 /// `limit` bytes (none: [`Map::file`] chooses), at an address aligned to `align` (the page size).
 ///
@@ -413,7 +417,7 @@ fn populate_tmpfs(file: &File, path: &Path, bytes: u64, into: Option<&Tail>) -> 
             let map = unsafe { MmapOptions::new().offset(start).len(to_usize(bytes - start)?).map_mut(file) }
                 .map_err(io_err(path, "mmap"))
                 .map_err(shrink)?;
-            populate_on_all_threads(&map)
+            populate_on_all_threads(stretch(&map))
         }
     };
     match errors.first() {
@@ -431,7 +435,7 @@ fn populate_tmpfs(file: &File, path: &Path, bytes: u64, into: Option<&Tail>) -> 
 /// Makes the pages of `range`, free space inside a tmpfs pool's mapping of `file` up to byte
 /// `end`, and enters them in the page tables, on all host threads: `false` where the kernel
 /// cannot (`posix_fallocate` must then), `OutOfSpace` where the tmpfs has no room.
-fn populate_room(range: &[u8], (file, path): (&File, &Path), end: u64) -> Result<bool> {
+fn populate_room(range: (usize, usize), (file, path): (&File, &Path), end: u64) -> Result<bool> {
     match populate_on_all_threads(range).first() {
         None => Ok(true),
         Some(&libc::EINVAL) => Ok(false),
@@ -440,19 +444,24 @@ fn populate_room(range: &[u8], (file, path): (&File, &Path), end: u64) -> Result
     }
 }
 
-/// `MADV_POPULATE_WRITE` over `map` on all host threads: the pages are made where missing and
-/// entered in the mapping's page tables. The errors of the threads that failed.
-fn populate_on_all_threads(map: &[u8]) -> Vec<i32> {
+/// The address and length of `bytes`, for [`populate_on_all_threads`].
+fn stretch(bytes: &[u8]) -> (usize, usize) {
+    (bytes.as_ptr() as usize, bytes.len())
+}
+
+/// `MADV_POPULATE_WRITE` over the `len` bytes at `base`, a stretch of one of the pool's shared
+/// mappings, on all host threads: the pages are made where missing and entered in the
+/// mapping's page tables; no byte changes. The errors of the threads that failed.
+fn populate_on_all_threads((base, len): (usize, usize)) -> Vec<i32> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Whole 2 MiB pages each, so that hugetlbfs (2 MiB pages, read as tmpfs) takes them too;
     // any other page size refuses the advice.
-    let part = (map.len() / threads).next_multiple_of(2 << 20).max(2 << 20);
+    let part = (len / threads).next_multiple_of(2 << 20).max(2 << 20);
     std::thread::scope(|scope| {
-        let base = map.as_ptr() as usize;
-        let parts: Vec<_> = (0..map.len())
+        let parts: Vec<_> = (0..len)
             .step_by(part)
             .map(|at| {
-                let len = part.min(map.len() - at);
+                let len = part.min(len - at);
                 scope.spawn(move || {
                     // SAFETY: a range of a shared mapping of the caller's, prefaulted and nothing
                     // else (its bytes do not change).
@@ -736,7 +745,7 @@ impl Pool {
         let info = backend::probe(&file, path)?;
         check_limit(total, Some(info.bytes))?;
         // The device is mapped whole, so later growth needs no remapping.
-        let map = map_file(&file, info.bytes, path, Some(info.bytes), info.granule)?;
+        let map = map_file(&file, info.bytes, path, Some(info.bytes), DEVDAX_ALIGN)?;
         let mut pool = Pool::assemble(map, file, path, info, total, limit, h);
         // A device keeps old contents: zero the pool, durably, before a header points into it.
         pool.bytes_mut().fill(0);
@@ -840,7 +849,7 @@ impl Pool {
         }
         let map = match (private, info.backend) {
             (true, _) => map_private(&file, &info, path)?,
-            (false, Backend::DevDax) => map_file(&file, info.bytes, path, Some(info.bytes), info.granule)?,
+            (false, Backend::DevDax) => map_file(&file, info.bytes, path, Some(info.bytes), DEVDAX_ALIGN)?,
             // Its growth limit is in the header, read from the mapping.
             (false, _) => map_file(&file, info.bytes, path, None, info.granule)?,
         };
@@ -1256,13 +1265,10 @@ impl Pool {
         let thread = std::thread::Builder::new().name("gphash-prepare".into()).spawn(move || {
             let t = std::time::Instant::now();
             for (start, end) in ranges {
-                // SAFETY: free space inside the pool's mapping, which stays in place and mapped
-                // until this thread is done (`Pool::grow`, `Pool::take_room` and dropping the
-                // pool wait for it); no region holds it, and no discard is punching it.
-                let range = unsafe {
-                    std::slice::from_raw_parts((base + start as usize) as *const u8, (end - start) as usize)
-                };
-                populate_room(range, (&file, &path), end)?;
+                // Free space inside the pool's mapping, which stays in place and mapped until
+                // this thread is done (`Pool::grow`, `Pool::take_room` and dropping the pool
+                // wait for it); no region holds it, and no discard is punching it.
+                populate_room((base + start as usize, (end - start) as usize), (&file, &path), end)?;
             }
             // SAFETY: the tail lies past what the pool maps, and the pool waits for this thread
             // before it maps, reads or unmaps anything there (`Pool::prepared`, and the field
@@ -1354,7 +1360,7 @@ impl Pool {
         // Not on hugetlbfs: a few huge pages cost their imports little to fault in, and entering
         // them took longer than it saved on a tmpfs of 2 MiB pages.
         if self.backend == Backend::Tmpfs && self.granule == REGION_ALIGN && self.map.len() > old {
-            let errors = populate_on_all_threads(&self.map[old..]);
+            let errors = populate_on_all_threads(stretch(&self.map[old..]));
             if let Some(e) = errors.first() {
                 log::debug!("the new pages were not all entered in the page tables (errno {e})");
             }
@@ -1483,7 +1489,7 @@ impl Pool {
             // On tmpfs, made on all host threads and entered in the page tables, as a growth's
             // new pages are ([`Pool::prepare_room`] may have done it).
             if self.backend == Backend::Tmpfs
-                && populate_room(&self.map[start as usize..end as usize], (file, path), end)?
+                && populate_room(stretch(&self.map[start as usize..end as usize]), (file, path), end)?
             {
                 continue;
             }
