@@ -1609,8 +1609,13 @@ impl State {
     /// already). A batch rolled back because the table (or its heap) is full runs again after
     /// the table grew, unless growth is off: only when nothing else is in flight.
     fn end(&mut self, slot: usize, batch: Input) -> Result<()> {
+        // Where a batch that grew the table spends the time from its rollback on.
+        let mut laps: Option<Laps> = None;
         loop {
             let a = self.settle(slot, batch.read_only())?;
+            if let Some(l) = &mut laps {
+                l.lap("phase A again");
+            }
             if a[control::REFUSED] > 0 {
                 return Err(Error::NotReadsOnly { count: a[control::REFUSED] as u64 });
             }
@@ -1623,14 +1628,19 @@ impl State {
                 self.step(slot, Phase::B { publish }, batch)?;
                 // Acknowledged once phase B is persisted.
                 let b = self.settle(slot, false)?;
+                if let Some(l) = &mut laps {
+                    l.lap("phase B");
+                }
                 self.items += b[control::PUBLISHED] as u64;
                 self.items -= b[control::DELETED] as u64;
                 self.compile_next_growth();
                 self.prepare_next_growth();
                 return Ok(());
             }
+            let l = laps.insert(Laps::start("a growing batch after its phase A"));
             self.step(slot, Phase::Rollback, batch)?;
             self.settle(slot, false)?;
+            l.lap("rollback");
             let load = self.items as f64 / self.geo.slots() as f64;
             let early = (self.items + batch.len() as u64) as f64 / (self.geo.slots() as f64) < GROW_FROM_LOAD;
             if !self.options.grow || (full > 0 && early) {
@@ -1645,6 +1655,9 @@ impl State {
             } else {
                 // The table has slots; only the heap is short of cells.
                 self.grow_heap(no_cell as u64)?;
+            }
+            if let Some(l) = &mut laps {
+                l.lap(if full > 0 { "growth" } else { "heap growth" });
             }
             self.start_a(slot, batch)?;
         }
