@@ -57,10 +57,10 @@ pub(crate) fn grow(
 ) -> Result<()> {
     let mut laps = Laps::start("heap growth");
     let h = *pool.header();
-    let in_place = Region { offset: h.heap_region.offset, bytes: region.bytes };
+    let moved = region.offset != h.heap_region.offset;
     pool.take_room(&[region])?;
     laps.lap("pool grow");
-    if region != in_place {
+    if moved {
         let old = geo.heap_bytes() as usize;
         let (from, to) = crate::cpu::split_regions(pool, h.heap_region, region);
         copy_on_all_threads(&mut to[..old], &from[..old]);
@@ -71,7 +71,7 @@ pub(crate) fn grow(
     switched.heap_region = region;
     switched.heap_cells = new.cells;
     pool.write_header(&switched)?;
-    if region != in_place {
+    if moved {
         pool.give_back_after(&[h.heap_region], holding);
     }
     laps.lap("switch");
@@ -79,7 +79,7 @@ pub(crate) fn grow(
         "the heap grew from {} to {} cells{}",
         geo.cells,
         new.cells,
-        if region == in_place { " in place" } else { ", moved" }
+        if moved { ", moved" } else { " in place" }
     );
     Ok(())
 }

@@ -1000,6 +1000,14 @@ impl State {
         }
     }
 
+    /// Drops the engine before the pool grows to `end` bytes, but for its imports of the pool
+    /// where the pool keeps its place (`Pool::grows_in_place`), which it returns; elsewhere
+    /// the pool moves, and they go with the engine.
+    fn drop_engine_for_growth(&mut self, end: u64) -> Option<ImportedRegions> {
+        let engine = self.engine.take()?;
+        self.pool.grows_in_place(end).then(|| engine.into_imports())?
+    }
+
     /// See [`GpHash::grow`].
     fn grow(&mut self) -> Result<()> {
         self.usable()?;
@@ -1011,12 +1019,9 @@ impl State {
         let t = Instant::now();
         let mut laps = Laps::start("growth");
         let regions = resize::plan(&self.pool, &self.geo)?;
-        let end = regions.iter().map(host_pm::Region::end).max().unwrap_or(0);
-        // The engine's imports of the pool outlive it where the pool grows in place: the build
-        // reads the old table through them, and they are released with the old regions, on
-        // the thread that discards them. Elsewhere the pool moves, and they go first.
-        let engine = self.engine.take();
-        let held = engine.and_then(|e| self.pool.grows_in_place(end).then(|| e.into_imports())?);
+        // The build reads the old table through the imports, which are released with the old
+        // regions, on the thread that discards them.
+        let held = self.drop_engine_for_growth(regions.iter().map(host_pm::Region::end).max().unwrap_or(0));
         laps.lap("old engine dropped");
         let outcome = self.resize_and_restart(regions, held);
         laps.lap("build and engine");
@@ -1041,11 +1046,8 @@ impl State {
         let mut warming = self.next_heap_growth.take().filter(|(k, _)| *k == key).map(|(_, w)| w);
         let bitmap = self.bitmap()?;
         let region = heap::plan(&mut self.pool, &new)?;
-        // As in a growth of the table: where the pool keeps its place, the grown heap's engine
-        // takes the table's import over from this one.
-        let engine = self.engine.take();
-        let mut held =
-            engine.and_then(|e| self.pool.grows_in_place(region.end()).then(|| e.into_imports())?);
+        // The grown heap's engine takes the table's import over.
+        let mut held = self.drop_engine_for_growth(region.end());
         // The old heap's import goes with its region, which a moved heap gives back.
         let old_heap =
             held.as_mut().map(|h| h.take_region(self.pool.header().heap_region)).unwrap_or_default();

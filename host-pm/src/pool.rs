@@ -1273,12 +1273,12 @@ impl Pool {
             // SAFETY: the tail lies past what the pool maps, and the pool waits for this thread
             // before it maps, reads or unmaps anything there (`Pool::prepared`, and the field
             // order of `Pool`).
-            let mapped = populate_tmpfs(&file, &path, new, tail.as_ref())? && tail.is_some();
-            if !mapped {
+            let populated = populate_tmpfs(&file, &path, new, tail.as_ref())?;
+            if !populated {
                 allocate(&file, &path, new, Backend::Tmpfs)?;
             }
             log::debug!("storage for {new} bytes prepared in {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
-            Ok(mapped)
+            Ok(populated && tail.is_some())
         });
         match thread {
             Ok(thread) => self.preparing = Some(Preparing { bytes: new, holes, thread: Some(thread) }),

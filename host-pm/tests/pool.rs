@@ -23,6 +23,16 @@ fn create_filled(path: &Path) -> (Pool, Header, u64) {
     (pool, h, sample().1)
 }
 
+/// [`create_filled`], grown by a region of `units` times [`REGION_ALIGN`] past its end, filled
+/// with 0xCD: the pool, its header, that region, and the bytes its file then has storage for.
+fn with_region_past_the_end(path: &Path, units: u64) -> (Pool, Header, Region, u64) {
+    let (mut pool, h, total) = create_filled(path);
+    let old = Region { offset: total, bytes: units * REGION_ALIGN };
+    pool.grow(old.end()).unwrap();
+    pool.region_mut(old).fill(0xCD);
+    (pool, h, old, allocated_bytes(path))
+}
+
 /// Bytes the file at `path` has storage for.
 fn allocated_bytes(path: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
@@ -562,11 +572,8 @@ fn a_discard_in_the_background_is_done_before_room_is_taken() {
     let dir = shm_dir();
     let path = dir.path().join("pool");
     let blocks = allocated_bytes;
-    let (mut pool, h, total) = create_filled(&path);
     // Large enough that its holes take a while to punch.
-    let old = Region { offset: total, bytes: 256 * REGION_ALIGN };
-    pool.grow(old.end()).unwrap();
-    pool.region_mut(old).fill(0xCD);
+    let (mut pool, h, old, _) = with_region_past_the_end(&path, 256);
     let outside = Region { offset: old.end() + 2 * REGION_ALIGN, bytes: REGION_ALIGN };
     let refused = pool.discard_in_background(&[old, outside]);
     assert!(matches!(refused, Err(PoolError::InvalidArgument(_))), "{refused:?}");
@@ -599,11 +606,7 @@ fn a_discard_in_the_background_is_done_before_room_is_taken() {
 fn room_in_holes_is_made_ahead() {
     let dir = shm_dir();
     let path = dir.path().join("pool");
-    let (mut pool, h, total) = create_filled(&path);
-    let old = Region { offset: total, bytes: 64 * REGION_ALIGN };
-    pool.grow(old.end()).unwrap();
-    pool.region_mut(old).fill(0xCD);
-    let before = allocated_bytes(&path);
+    let (mut pool, h, old, before) = with_region_past_the_end(&path, 64);
     pool.discard(old).unwrap();
     assert!(allocated_bytes(&path) + old.bytes <= before, "holes punched");
     let past = Region { offset: old.end(), bytes: 16 * REGION_ALIGN };
@@ -644,11 +647,7 @@ fn what_comes_after_a_discard_in_the_background_waits_for_it() {
     for (what, wait) in waiters {
         let dir = shm_dir();
         let path = dir.path().join("pool");
-        let (mut pool, _, total) = create_filled(&path);
-        let old = Region { offset: total, bytes: 16 * REGION_ALIGN };
-        pool.grow(old.end()).unwrap();
-        pool.region_mut(old).fill(0xCD);
-        let before = allocated_bytes(&path);
+        let (mut pool, _, old, before) = with_region_past_the_end(&path, 16);
         let gate = Arc::new(std::sync::Barrier::new(2));
         pool.hold_discards(gate.clone());
         pool.discard_in_background(&[old]).unwrap();

@@ -1229,14 +1229,9 @@ impl Engine for GpuEngine {
     }
 
     fn into_imports(mut self: Box<Self>) -> Option<ImportedRegions> {
-        let mut laps = Laps::start("old engine");
         // No batch is in flight between calls: nothing else uses the buffers handed on.
         self.slots = Default::default();
-        laps.lap("slots");
-        let imported = self.windows.take_imported(&self.gpu);
-        drop(self);
-        laps.lap("rest");
-        imported
+        self.windows.take_imported(&self.gpu)
     }
 
     fn cells_used(&mut self, pool: &mut Pool) -> Result<u64> {

@@ -255,22 +255,25 @@ pub(crate) fn build(
     // Before the imports: a failure here leaves nothing imported to release.
     let (layout, pipelines) = pipelines(gpu, &cfg)?;
     laps.lap("pipelines");
-    // The old table's imports are released after the build, the new regions' handed on.
+    // The old table's imports are released after the build (those taken from `held` go back
+    // there), the new regions' handed on.
     let mapping = pool.mapping();
     let (guard, mut handed) = (ImportGuard::default(), ImportedRegions::new(gpu, &mapping));
-    let imported = match staged_reason(mapping.backend(), opts.placement.into()) {
-        Some(reason) => Err(reason),
-        None => {
-            let from = held.as_deref_mut().and_then(|h| h.take_from(&mapping, old_region, source));
-            let reused = from.is_some();
-            from.map_or_else(|| import_region(gpu, &mapping, old_region, source, &guard, "old table"), Ok)
-                .and_then(|o| {
-                    Ok((o, import_region(gpu, &mapping, new_region, cfg.table, handed.guard(), "new table")?))
-                })
-                .map(|(o, n)| ((o, reused), n))
-        }
+    let reason = staged_reason(mapping.backend(), opts.placement.into());
+    let held_old = match (&reason, held.as_deref_mut()) {
+        (None, Some(h)) => h.take_from(&mapping, old_region, source),
+        _ => None,
     };
-    let ((from, reused), to, staged) = match imported {
+    let reused = held_old.is_some();
+    let imported = match reason {
+        Some(reason) => Err(reason),
+        None => held_old
+            .map_or_else(|| import_region(gpu, &mapping, old_region, source, &guard, "old table"), Ok)
+            .and_then(|o| {
+                Ok((o, import_region(gpu, &mapping, new_region, cfg.table, handed.guard(), "new table")?))
+            }),
+    };
+    let (from, to, staged) = match imported {
         Ok((o, n)) => (o, n, false),
         Err(reason) => {
             log::info!("resizing on device copies: {reason}");
@@ -278,7 +281,7 @@ pub(crate) fn build(
             release_imports(gpu, handed.guard());
             let o = upload_region(gpu, pool, old_region, source, old.table_words(), "old table")?;
             let n = upload_region(gpu, pool, new_region, cfg.table, new.table_words(), "new table")?;
-            ((o, false), n, true)
+            (o, n, true)
         }
     };
     laps.lap("windows");
@@ -358,7 +361,7 @@ pub(crate) fn build(
     // but for the new table's, handed on after a build that succeeded.
     drop(bind);
     match held {
-        Some(held) if reused => held.add(old_region, source, from),
+        Some(held) if reused && !staged => held.add(old_region, source, from),
         _ => from.into_iter().for_each(|b| b.destroy()),
     }
     release_imports(gpu, &guard);
