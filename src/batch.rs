@@ -211,9 +211,6 @@ impl Batch {
 
     /// Operations `part` in kernel form, into `e` (whose allocations are reused).
     pub(crate) fn encode_part(&self, part: Part, e: &mut Encoded) {
-        let words = |bytes: &[u8], out: &mut Vec<u32>| {
-            out.extend(bytes.chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())));
-        };
         let (kb, vb) = (self.key_bytes, self.value_bytes);
         let padded = vb.div_ceil(4) * 4;
         e.kinds.clear();
@@ -223,8 +220,8 @@ impl Batch {
         // device and the pool are.
         match part {
             Part::Ops { start, end } => {
-                e.kinds.extend(self.kinds[start..end].iter().map(|&k| k as u32));
-                words(&self.keys[start * kb..end * kb], &mut e.keys);
+                crate::bulk::refill_words(&mut e.kinds, bytemuck::cast_slice(&self.kinds[start..end]));
+                crate::bulk::refill_words(&mut e.keys, &self.keys[start * kb..end * kb]);
                 if self.kinds[start..end].iter().any(|k| k.writes_value()) {
                     // Operations that write no value have zeros in `self.values`.
                     let own = &self.values[start * vb..end * vb];
@@ -258,6 +255,12 @@ impl Batch {
                 }
             }
         }
+        let get = OpKind::Get as u32;
+        e.reads = if e.kinds.len() < PARALLEL_COUNT {
+            e.kinds.iter().filter(|&&k| k == get).count()
+        } else {
+            e.kinds.par_iter().filter(|&&k| k == get).count()
+        };
     }
 
     /// The batch's operations grouped by key, in batch order.
@@ -405,6 +408,20 @@ impl KeyGroups {
 /// Operations from which a batch's keys are grouped on all host threads.
 const PARALLEL_GROUPING: usize = 1 << 14;
 
+/// Operations from which a part's results are decoded on all host threads.
+const PARALLEL_OPS: usize = 1 << 16;
+
+/// Operations from which an encoded part's reads are counted on all host threads (at 65,536,
+/// encoding on all threads of the H200's host took longer than on one).
+const PARALLEL_COUNT: usize = 1 << 18;
+
+/// Operations a task decodes in a part decoded on all host threads.
+const STRETCH_OPS: usize = 1 << 14;
+
+/// A stretch of a part's results to decode: the kernels' status codes, the operations' kinds,
+/// and where their statuses, read flags and values go.
+type Stretch<'a> = (&'a [u32], &'a [OpKind], &'a mut [Status], &'a mut [bool], &'a mut [u8]);
+
 /// Whether the `hashes` (32-bit, well mixed) are pairwise distinct: linear probing in a table
 /// of at least twice their number, a slot's word `hash + 1` (0: empty). `false` also when the
 /// probes pass 8 a hash on average: hashes chosen to share their slots' bits (keys picked by a
@@ -501,6 +518,9 @@ pub struct Encoded {
     /// `value_words` words per operation (zero for operations without a value); empty when no
     /// operation carries a value.
     pub values: Vec<u32>,
+    /// The reads among `kinds`, counted by [`Batch::encode`] (which every field comes from):
+    /// the engine asks whether a batch reads, and only reads, several times a batch.
+    reads: usize,
 }
 
 impl Encoded {
@@ -516,12 +536,12 @@ impl Encoded {
 
     /// Whether every operation is a read: no phase B, nothing to persist.
     pub fn read_only(&self) -> bool {
-        self.kinds.iter().all(|&k| k == OpKind::Get as u32)
+        self.reads == self.kinds.len()
     }
 
     /// Whether some operation is a read (whose value must be read back).
     pub fn has_reads(&self) -> bool {
-        self.kinds.contains(&(OpKind::Get as u32))
+        self.reads > 0
     }
 }
 
@@ -544,10 +564,10 @@ pub struct BatchResult {
 impl BatchResult {
     pub(crate) fn new(n: usize, value_bytes: usize) -> Self {
         BatchResult {
-            statuses: vec![Status::NotFound; n],
-            values: vec![0; n * value_bytes],
+            statuses: crate::bulk::filled(Status::NotFound, n),
+            values: crate::bulk::filled(0, n * value_bytes),
             value_bytes,
-            reads: vec![false; n],
+            reads: crate::bulk::filled(false, n),
         }
     }
 
@@ -592,17 +612,37 @@ impl BatchResult {
                     // Values of operations that are not successful reads are never handed out.
                     crate::bulk::copy(&mut self.values[start * vb..end * vb], bytes);
                 }
-                let own = self.statuses[start..end].iter_mut().zip(&mut self.reads[start..end]);
-                for (j, ((&code, &kind), (status, read))) in
-                    statuses.iter().zip(&batch.kinds[start..end]).zip(own).enumerate()
-                {
-                    *status = decode(code, kind)?;
-                    let value = found(j, kind, *status)?;
-                    *read = value.is_some();
-                    if let Some(v) = value.filter(|_| !bulk) {
-                        self.values[(start + j) * vb..(start + j + 1) * vb].copy_from_slice(v);
+                // A stretch of the part's operations from its `first`: their statuses, whether
+                // they read a value, and (when not copied in bulk above) the values.
+                let stretch = |first: usize, (codes, kinds, out, reads, values): Stretch<'_>| {
+                    for (j, ((&code, &kind), (status, read))) in
+                        codes.iter().zip(kinds).zip(out.iter_mut().zip(reads)).enumerate()
+                    {
+                        *status = decode(code, kind)?;
+                        let value = found(first + j, kind, *status)?;
+                        *read = value.is_some();
+                        if let Some(v) = value.filter(|_| !bulk) {
+                            values[j * vb..(j + 1) * vb].copy_from_slice(v);
+                        }
                     }
+                    Ok(())
+                };
+                let kinds = &batch.kinds[start..end];
+                let (out, reads) = (&mut self.statuses[start..end], &mut self.reads[start..end]);
+                let values = &mut self.values[start * vb..end * vb];
+                if n < PARALLEL_OPS {
+                    return stretch(0, (statuses, kinds, out, reads, values));
                 }
+                // Large parts on all host threads, a stretch a task.
+                let parts = statuses.par_chunks(STRETCH_OPS).zip(kinds.par_chunks(STRETCH_OPS));
+                let own = out.par_chunks_mut(STRETCH_OPS).zip(reads.par_chunks_mut(STRETCH_OPS));
+                // Values are at least a byte (`Config::validate`).
+                let values = values.par_chunks_mut(STRETCH_OPS * vb);
+                parts.zip(own).zip(values).enumerate().try_for_each(
+                    |(c, (((codes, kinds), (out, reads)), values))| {
+                        stretch(c * STRETCH_OPS, (codes, kinds, out, reads, values))
+                    },
+                )?;
             }
             Part::Planned(plan) => {
                 for (j, (&code, p)) in statuses.iter().zip(plan).enumerate() {
@@ -981,5 +1021,64 @@ mod tests {
         assert_eq!(e.kinds, vec![OpKind::Update as u32, OpKind::Delete as u32]);
         assert_eq!(e.keys, vec![9, 7]);
         assert_eq!(e.values, vec![0x0003_0201, 0]);
+    }
+
+    /// Parts large enough to be encoded and decoded on all threads give what small ones give,
+    /// op by op: with values of whole words (copied in bulk) and of odd widths, reads and writes
+    /// mixed, and a part that starts inside the batch.
+    #[test]
+    fn large_parts_encode_and_decode_as_small_ones() {
+        for vb in [8, 5] {
+            let n = PARALLEL_OPS.max(PARALLEL_COUNT) + STRETCH_OPS + 77;
+            let mut b = Batch::new(8, vb);
+            let value = |i: usize| (0..vb).map(|j| (i * 31 + j) as u8).collect::<Vec<u8>>();
+            for i in 0..n {
+                let key = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes();
+                match i % 3 {
+                    0 => b.insert(&key, &value(i)).unwrap(),
+                    1 => b.delete(&key).unwrap(),
+                    _ => b.get(&key).unwrap(),
+                }
+            }
+            let padded = vb.div_ceil(4) * 4;
+            for (start, end) in [(0, n), (STRETCH_OPS + 3, n), (5, 9)] {
+                let mut e = Encoded::default();
+                b.encode_part(Part::Ops { start, end }, &mut e);
+                let reads = (start..end).filter(|&i| b.op(i).0 == OpKind::Get).count();
+                assert_eq!(e.len(), end - start);
+                assert_eq!((e.read_only(), e.has_reads()), (reads == end - start, reads > 0));
+                for (j, i) in (start..end).enumerate() {
+                    let (kind, key, _) = b.op(i);
+                    assert_eq!(e.kinds[j], kind as u32, "{vb}-byte values: op {i}'s kind");
+                    assert_eq!(bytemuck::cast_slice::<u32, u8>(&e.keys[j * 2..j * 2 + 2]), key);
+                }
+                // Every other read finds its key, with a value made from its index.
+                let status = |i: usize| match b.op(i).0 {
+                    OpKind::Get if i.is_multiple_of(2) => Status::Ok,
+                    OpKind::Get | OpKind::Delete => Status::NotFound,
+                    _ => Status::Ok,
+                };
+                let codes: Vec<u32> = (start..end).map(|i| status(i) as u32).collect();
+                let mut words = vec![0u32; (end - start) * padded / 4];
+                let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
+                for (j, i) in (start..end).enumerate() {
+                    bytes[j * padded..j * padded + vb].copy_from_slice(&value(i));
+                }
+                let mut r = BatchResult::new(n, vb);
+                r.scatter(&b, Part::Ops { start, end }, &codes, &words).unwrap();
+                for i in 0..n {
+                    let inside = (start..end).contains(&i);
+                    let want = if inside { status(i) } else { Status::NotFound };
+                    assert_eq!(r.statuses[i], want, "{vb}-byte values, part {start}..{end}: op {i}");
+                    let read = inside && b.op(i).0 == OpKind::Get && want == Status::Ok;
+                    assert_eq!(r.value(i), read.then(|| value(i)).as_deref(), "op {i}'s value");
+                }
+                // A code no status has is refused, wherever it is.
+                let mut bad = codes.clone();
+                *bad.last_mut().unwrap() = 0xdead;
+                let mut r = BatchResult::new(n, vb);
+                assert!(r.scatter(&b, Part::Ops { start, end }, &bad, &words).is_err());
+            }
+        }
     }
 }

@@ -22,8 +22,35 @@ pub(crate) fn copy(dst: &mut [u8], src: &[u8]) {
     dst.par_chunks_mut(TASK_BYTES).zip(src.par_chunks(TASK_BYTES)).for_each(|(d, s)| d.copy_from_slice(s));
 }
 
+/// `len` copies of `value`, written on all host threads when they are large: a fresh
+/// allocation's pages are faulted in (or, reused, cleared) by whoever writes them first.
+pub(crate) fn filled<T: Copy + Send + Sync>(value: T, len: usize) -> Vec<T> {
+    if len * size_of::<T>() < PARALLEL_BYTES {
+        return vec![value; len];
+    }
+    let mut v = Vec::with_capacity(len);
+    let per_task = (TASK_BYTES / size_of::<T>().max(1)).max(1);
+    v.spare_capacity_mut()[..len]
+        .par_chunks_mut(per_task)
+        .for_each(|c| c.fill(std::mem::MaybeUninit::new(value)));
+    // SAFETY: the first `len` elements were all written above.
+    unsafe { v.set_len(len) };
+    v
+}
+
+/// A queue write of `src` at the start of `buffer`, copied into wgpu's staging memory on all
+/// host threads when it is large (nothing for an empty `src`; a write that wgpu refuses is
+/// reported by the caller's error scope).
+pub(crate) fn write_buffer(queue: &wgpu::Queue, buffer: &wgpu::Buffer, src: &[u8]) {
+    if let Some(size) = wgpu::BufferSize::new(src.len() as u64)
+        && let Some(mut staging) = queue.write_buffer_with(buffer, 0, size)
+    {
+        copy_to_staging(&mut staging, src);
+    }
+}
+
 /// `src` into wgpu's staging memory for a queue write, on all host threads when it is large.
-pub(crate) fn copy_to_staging(dst: &mut wgpu::QueueWriteBufferView, src: &[u8]) {
+fn copy_to_staging(dst: &mut wgpu::QueueWriteBufferView, src: &[u8]) {
     let mut view = dst.slice(..);
     assert_eq!(view.len(), src.len(), "a bulk copy needs equal lengths");
     if src.len() < PARALLEL_BYTES {
@@ -103,6 +130,18 @@ mod tests {
                     "{len} bytes after {before} words"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn fills_small_and_large_vectors_whole() {
+        for len in [0, 1, 1000, PARALLEL_BYTES / 4 - 1, PARALLEL_BYTES / 4, 3 * PARALLEL_BYTES / 4 + 5] {
+            let words = filled(0x5eed_u32, len);
+            assert_eq!(words.len(), len);
+            assert!(words.iter().all(|&w| w == 0x5eed), "{len} words");
+            let bytes = filled(7u8, 4 * len);
+            assert_eq!(bytes.len(), 4 * len);
+            assert!(bytes.iter().all(|&b| b == 7), "{} bytes", 4 * len);
         }
     }
 }

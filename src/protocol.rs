@@ -4,8 +4,9 @@
 //! result codes; the numbers must match (the test `wgsl_protocol_constants_match_rust` in
 //! `src/gpu/shader.rs` compares every constant of both files with these).
 
-/// What one operation of a batch does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// What one operation of a batch does (its code a `u32`: a batch's kinds are the kernels' words
+/// as they are).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, bytemuck::NoUninit)]
 #[repr(u32)]
 pub enum OpKind {
     /// Read the value of a key.

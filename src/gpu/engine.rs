@@ -1118,14 +1118,8 @@ impl GpuEngine {
                 match (&mut io.host_ops, &io.device_ops) {
                     (Some(ops), _) if host => ops.buffers.write(e),
                     (_, Some(Ops { buffers: [kinds, keys, vals_in, ..], .. })) => {
-                        q.write_buffer(kinds, 0, bytemuck::cast_slice(&e.kinds));
-                        q.write_buffer(keys, 0, bytemuck::cast_slice(&e.keys));
-                        if let Some(size) = wgpu::BufferSize::new(e.values.len() as u64 * 4) {
-                            // Into wgpu's staging memory on all host threads (`None`: refused,
-                            // which the error scope reports).
-                            if let Some(mut staging) = q.write_buffer_with(vals_in, 0, size) {
-                                crate::bulk::copy_to_staging(&mut staging, bytemuck::cast_slice(&e.values));
-                            }
+                        for (buffer, words) in [(kinds, &e.kinds), (keys, &e.keys), (vals_in, &e.values)] {
+                            crate::bulk::write_buffer(q, buffer, bytemuck::cast_slice(words));
                         }
                     }
                     _ => unreachable!("reserve_ops made the batch's operation buffers"),
