@@ -12,8 +12,11 @@
 # everysec"; empty: no redis-server), GPHASH_OPTS (more options of gphash serve) with LABEL
 # (appended to the server's name in the CSV), LIBRARY_BATCHES ("50 800 3200"; empty: none),
 # THREADS (4: redis-benchmark's threads), PIPELINES ("1 16 64"), REQUESTS (a run's requests at
-# every depth, instead of SCALE's).
+# every depth, instead of SCALE's), CLIENT_CPUS and SERVER_CPUS (taskset lists: redis-benchmark
+# on the first, each server, redis-server and gphash alike, on the second; default: unpinned).
 set -uo pipefail
+client_pin=(${CLIENT_CPUS:+taskset -c "$CLIENT_CPUS"})
+server_pin=(${SERVER_CPUS:+taskset -c "$SERVER_CPUS"})
 root=$(pwd)
 final=${OUT:-/tmp/out}
 out=$(mktemp -d)
@@ -45,7 +48,7 @@ bench() {
     for r in $(seq "$reps"); do
       n=$(requests "$3")
       t0=$(date +%s.%N)
-      line=$(redis-benchmark -p "$2" -t $t -n "$n" -c 50 -P "$3" -r $keys --threads "${THREADS:-4}" --csv |
+      line=$("${client_pin[@]}" redis-benchmark -p "$2" -t $t -n "$n" -c 50 -P "$3" -r $keys --threads "${THREADS:-4}" --csv |
         grep -i "^\"$t\"")
       t1=$(date +%s.%N)
       wall=$(awk -v a="$t0" -v b="$t1" -v n="$n" 'BEGIN { printf "%.3f,%.0f", b - a, n / (b - a) }')
@@ -57,7 +60,7 @@ bench() {
 echo "server,pipeline,rep,test,rps,avg_ms,min_ms,p50_ms,p95_ms,p99_ms,max_ms,wall_s,rps_wall" >"$out/serve-bench.csv"
 for fsync in ${FSYNCS-always everysec}; do
   rm -rf "$dir/redis-$fsync" && mkdir -p "$dir/redis-$fsync"
-  redis-server --port 6380 --dir "$dir/redis-$fsync" --appendonly yes --appendfsync $fsync --save "" \
+  "${server_pin[@]}" redis-server --port 6380 --dir "$dir/redis-$fsync" --appendonly yes --appendfsync $fsync --save "" \
     --daemonize yes --logfile "$out/redis-$fsync.log"
   sleep 1
   for p in ${PIPELINES:-1 16 64}; do bench "redis-aof-$fsync" 6380 $p; done
@@ -72,7 +75,7 @@ for wait in $waits; do
   for p in ${PIPELINES:-1 16 64}; do
     # A fresh server per pipeline depth, so that its INFO describes that depth alone.
     # Waits for its GPU before it listens: the runs time the GPU, not the CPU model beside it.
-    "$gphash" serve "$pool" --bind 127.0.0.1:6381 --gpu-start wait --batch-wait-us "$wait" ${GPHASH_OPTS:-} >"$out/serve-w$wait-P$p.log" 2>&1 &
+    "${server_pin[@]}" "$gphash" serve "$pool" --bind 127.0.0.1:6381 --gpu-start wait --batch-wait-us "$wait" ${GPHASH_OPTS:-} >"$out/serve-w$wait-P$p.log" 2>&1 &
     pid=$!
     until grep -q "listening on" "$out/serve-w$wait-P$p.log"; do sleep 0.2; kill -0 $pid || break; done
     # PING is answered by the connection's task without the batcher: the ceiling of the
