@@ -221,7 +221,14 @@ impl Batch {
         match part {
             Part::Ops { start, end } => {
                 crate::bulk::refill_words(&mut e.kinds, bytemuck::cast_slice(&self.kinds[start..end]));
-                crate::bulk::refill_words(&mut e.keys, &self.keys[start * kb..end * kb]);
+                let keys = &self.keys[start * kb..end * kb];
+                if kb % 4 == 0 {
+                    crate::bulk::refill_words(&mut e.keys, keys);
+                } else {
+                    // Not a key width any table takes (`check_widths` refuses it before this):
+                    // whole words only, as before.
+                    e.keys.extend(keys.chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())));
+                }
                 if !every(&self.kinds[start..end], |k| !k.writes_value()) {
                     // Operations that write no value have zeros in `self.values`.
                     let own = &self.values[start * vb..end * vb];
@@ -646,11 +653,13 @@ impl BatchResult {
                 let own = out.par_chunks_mut(STRETCH_OPS).zip(reads.par_chunks_mut(STRETCH_OPS));
                 // Values are at least a byte (`Config::validate`).
                 let values = values.par_chunks_mut(STRETCH_OPS * vb);
-                parts.zip(own).zip(values).enumerate().try_for_each(
-                    |(c, (((codes, kinds), (out, reads)), values))| {
+                let stretches: Vec<Result<()>> = (parts.zip(own).zip(values).enumerate())
+                    .map(|(c, (((codes, kinds), (out, reads)), values))| {
                         stretch(c * STRETCH_OPS, (codes, kinds, out, reads, values))
-                    },
-                )?;
+                    })
+                    .collect();
+                // The first error in batch order, whichever task met it first.
+                stretches.into_iter().collect::<Result<()>>()?;
             }
             Part::Planned(plan) => {
                 for (j, (&code, p)) in statuses.iter().zip(plan).enumerate() {
@@ -1081,11 +1090,15 @@ mod tests {
                     let read = inside && b.op(i).0 == OpKind::Get && want == Status::Ok;
                     assert_eq!(r.value(i), read.then(|| value(i)).as_deref(), "op {i}'s value");
                 }
-                // A code no status has is refused, wherever it is.
+                // A code no status has is refused, wherever it is; of two, the first in batch
+                // order is named.
                 let mut bad = codes.clone();
                 *bad.last_mut().unwrap() = 0xdead;
                 let mut r = BatchResult::new(n, vb);
                 assert!(r.scatter(&b, Part::Ops { start, end }, &bad, &words).is_err());
+                bad[0] = 0xbeef;
+                let e = r.scatter(&b, Part::Ops { start, end }, &bad, &words).unwrap_err();
+                assert!(e.to_string().contains(&0xbeef.to_string()), "{e}");
             }
         }
     }
