@@ -221,14 +221,9 @@ impl Batch {
         match part {
             Part::Ops { start, end } => {
                 crate::bulk::refill_words(&mut e.kinds, bytemuck::cast_slice(&self.kinds[start..end]));
+                // Whole words (a key width that is not is refused by `check_widths` first).
                 let keys = &self.keys[start * kb..end * kb];
-                if kb % 4 == 0 {
-                    crate::bulk::refill_words(&mut e.keys, keys);
-                } else {
-                    // Not a key width any table takes (`check_widths` refuses it before this):
-                    // whole words only, as before.
-                    e.keys.extend(keys.chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())));
-                }
+                crate::bulk::refill_words(&mut e.keys, &keys[..keys.len() / 4 * 4]);
                 if !every(&self.kinds[start..end], |k| !k.writes_value()) {
                     // Operations that write no value have zeros in `self.values`.
                     let own = &self.values[start * vb..end * vb];
