@@ -1,6 +1,9 @@
 //! Batches of operations on host slices, their results, and the fold of a key's operations
 //! into one net operation for ordered execution.
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -269,6 +272,18 @@ impl Batch {
     pub(crate) fn key_groups(&self) -> KeyGroups {
         let (n, kb) = (self.len(), self.key_bytes);
         let mut groups = KeyGroups { single: vec![], repeated: vec![], ends: vec![], len: n };
+        // Most batches repeat no key: a pass through a hash set says so without the sort (the
+        // sort was 18% of an insert batch of 4,096's host CPU time on an H100, and the parallel
+        // one 43-51% of a volatile insert batch of 16,384 to 2^20 on the H200; BENCHMARKS.md,
+        // "A batch's keys told distinct").
+        let distinct = if n < PARALLEL_GROUPING {
+            distinct_hashes(self.keys.chunks_exact(kb).map(key_hash))
+        } else {
+            distinct_hashes_on_all_threads(n, |i| key_hash(&self.keys[i * kb..(i + 1) * kb]))
+        };
+        if distinct {
+            return groups;
+        }
         // Each operation's key hash (its top half) over its index, sorted (whole: the low halves
         // are distinct): the operations of a key are adjacent, in batch order. On all host
         // threads for large batches.
@@ -276,20 +291,11 @@ impl Batch {
         let same_hash = |a: &u64, b: &u64| (a ^ b) >> 32 == 0;
         let pairs = if n < PARALLEL_GROUPING {
             let mut pairs: Vec<u64> = self.keys.chunks_exact(kb).enumerate().map(pair).collect();
-            // Most batches repeat no key: a pass through a hash set says so without the sort
-            // (the sort was 18% of an insert batch of 4,096's host CPU time on an H100, BENCHMARKS.md).
-            if distinct_hashes(pairs.iter().map(|p| (p >> 32) as u32)) {
-                return groups;
-            }
             pairs.sort_unstable();
             pairs
         } else {
             let mut pairs: Vec<u64> = self.keys.par_chunks_exact(kb).enumerate().map(pair).collect();
             pairs.par_sort_unstable();
-            if !pairs.par_windows(2).any(|w| same_hash(&w[0], &w[1])) {
-                // Distinct hashes: distinct keys.
-                return groups;
-            }
             pairs
         };
         // A run of one hash holds one key's operations, or (rarely) several keys' whose hashes
@@ -415,8 +421,10 @@ fn every(kinds: &[OpKind], f: impl Fn(OpKind) -> bool) -> bool {
     kinds.chunks(4096).all(|c| c.iter().fold(true, |all, &k| all & f(k)))
 }
 
-/// Operations from which a batch's keys are grouped on all host threads.
-const PARALLEL_GROUPING: usize = 1 << 14;
+/// Operations from which a batch's keys are grouped on all host threads. Below it one thread is
+/// faster: at 16,384 the H200's host checked them in 0.13-0.14 ms on one, 0.31-0.39 on all,
+/// most of it waking the threads (BENCHMARKS.md, "A batch's keys told distinct").
+const PARALLEL_GROUPING: usize = 1 << 16;
 
 /// Operations from which a part's results are decoded on all host threads.
 const PARALLEL_OPS: usize = 1 << 16;
@@ -432,28 +440,165 @@ const STRETCH_OPS: usize = 1 << 14;
 /// and where their statuses, read flags and values go.
 type Stretch<'a> = (&'a [u32], &'a [OpKind], &'a mut [Status], &'a mut [bool], &'a mut [u8]);
 
-/// Whether the `hashes` (32-bit, well mixed) are pairwise distinct: linear probing in a table
-/// of at least twice their number, a slot's word `hash + 1` (0: empty). `false` also when the
+/// Whether the `hashes` (64-bit, well mixed: 32 bits would collide for a batch of 2^18 distinct
+/// keys) are pairwise distinct: linear probing in a table of at least twice their number, a
+/// slot's word the hash (0: empty; the hash 0 has a flag of its own). `false` also when the
 /// probes pass 8 a hash on average: hashes chosen to share their slots' bits (keys picked by a
 /// client) would make the pass quadratic, and the caller then sorts, which never is.
-fn distinct_hashes(hashes: impl ExactSizeIterator<Item = u32>) -> bool {
+fn distinct_hashes(hashes: impl ExactSizeIterator<Item = u64>) -> bool {
     let mut probes_left = 8 * hashes.len();
     let mask = (hashes.len() * 2).next_power_of_two().max(2) - 1;
     let mut table = vec![0u64; mask + 1];
+    let mut zero = false;
     for h in hashes {
-        let word = u64::from(h) + 1;
-        let mut i = h as usize & mask;
+        if h == 0 {
+            if std::mem::replace(&mut zero, true) {
+                return false;
+            }
+            continue;
+        }
+        let mut i = slot(h, mask);
         while table[i] != 0 {
-            if table[i] == word || probes_left == 0 {
+            if table[i] == h || probes_left == 0 {
                 return false;
             }
             probes_left -= 1;
             i = (i + 1) & mask;
         }
-        table[i] = word;
+        table[i] = h;
     }
     true
 }
+
+/// The slot where a hash's probes start in a table of `mask + 1` words (a power of two): its
+/// top bits, which a multiply mixes best; the low ones of sequential integer keys' hashes made
+/// runs of more than [`MAX_PROBES`] words.
+fn slot(hash: u64, mask: usize) -> usize {
+    (hash >> (u64::BITS - mask.count_ones())) as usize & mask
+}
+
+/// [`distinct_hashes`] on all host threads for the `n` hashes `hash(0..n)`, in the table kept
+/// between calls ([`HashTable::distinct`]).
+fn distinct_hashes_on_all_threads(n: usize, hash: impl Fn(usize) -> u64 + Sync) -> bool {
+    let words = (n * 2).next_power_of_two().max(2);
+    let mut table = match SHARED_SET.try_lock() {
+        Ok(mut shared) => HashTable::take(&mut shared, words),
+        // Another thread's call has it.
+        Err(_) => HashTable::default(),
+    };
+    let distinct = table.distinct(n, hash);
+    if let Ok(mut shared) = SHARED_SET.try_lock() {
+        shared.keep(table);
+    }
+    distinct
+}
+
+/// A table of [`distinct_hashes_on_all_threads`], kept between calls so that a large batch's
+/// check neither allocates nor clears one: a word is a hash's low 48 bits under a 16-bit
+/// generation, each call one more, and words of other generations are empty.
+#[derive(Default)]
+struct HashTable {
+    words: Vec<AtomicU64>,
+    generation: u64,
+}
+
+impl HashTable {
+    /// Whether the `n` hashes `hash(0..n)` are pairwise distinct, on all host threads: each
+    /// goes into the table with a compare-and-swap. Two equal hashes follow the same probes, so
+    /// the second finds the first's word, or loses the swap to it. `false` also past
+    /// [`MAX_PROBES`] probes for one hash, or when two hashes agree in the 48 bits a word keeps
+    /// (the caller's sort decides).
+    fn distinct(&mut self, n: usize, hash: impl Fn(usize) -> u64 + Sync) -> bool {
+        let words = (n * 2).next_power_of_two().max(2);
+        let generation = self.next_generation(words);
+        let (table, mask) = (&self.words[..words], words - 1);
+        let insert = |h: u64| {
+            let want = generation << GENERATION_SHIFT | h & HASH_BITS;
+            let mut at = slot(h, mask);
+            let mut probes = 0;
+            while probes < MAX_PROBES {
+                let word = table[at].load(Ordering::Relaxed);
+                if word == want {
+                    return Err(());
+                }
+                // A word of another generation is empty in this one.
+                if word >> GENERATION_SHIFT != generation {
+                    match table[at].compare_exchange(word, want, Ordering::Relaxed, Ordering::Relaxed) {
+                        Ok(_) => return Ok(()),
+                        // Taken meanwhile: look at it again.
+                        Err(_) => continue,
+                    }
+                }
+                probes += 1;
+                at = (at + 1) & mask;
+            }
+            Err(())
+        };
+        let stretches = (0..n.div_ceil(STRETCH_HASHES)).into_par_iter();
+        let distinct = stretches.try_for_each(|stretch| {
+            // The words for hashes a few ahead are asked for before they are needed: the table
+            // is larger than the caches, and each probe a miss.
+            let ops = stretch * STRETCH_HASHES..n.min((stretch + 1) * STRETCH_HASHES);
+            let hashes: Vec<u64> = ops.map(&hash).collect();
+            for (k, &h) in hashes.iter().enumerate() {
+                if let Some(&ahead) = hashes.get(k + PREFETCH_HASHES) {
+                    crate::bulk::prefetch(&table[slot(ahead, mask)]);
+                }
+                insert(h)?;
+            }
+            Ok::<(), ()>(())
+        });
+        distinct.is_ok()
+    }
+
+    /// The shared table, if it has at least `words` words.
+    fn take(shared: &mut HashTable, words: usize) -> HashTable {
+        if shared.words.len() >= words { std::mem::take(shared) } else { HashTable::default() }
+    }
+
+    /// Readies the table for a call on its first `words` words: its next generation, after
+    /// the table is made (on all threads: zeroing 16 MiB for 2^20 operations on one would take
+    /// as long as the check) or, once the generations run out, cleared.
+    fn next_generation(&mut self, words: usize) -> u64 {
+        if self.words.len() < words {
+            self.words = (0..words).into_par_iter().map(|_| AtomicU64::new(0)).collect();
+            self.generation = 0;
+        }
+        if self.generation == u64::from(u16::MAX) {
+            self.words.par_iter().for_each(|w| w.store(0, Ordering::Relaxed));
+            self.generation = 0;
+        }
+        self.generation += 1;
+        self.generation
+    }
+
+    /// Keeps `table` as the shared one unless it is too large to keep, or smaller than it.
+    fn keep(&mut self, table: HashTable) {
+        if table.words.len() <= KEPT_WORDS && table.words.len() >= self.words.len() {
+            *self = table;
+        }
+    }
+}
+
+/// The table kept between calls of all indexes of the process (one at a time takes it).
+static SHARED_SET: Mutex<HashTable> = Mutex::new(HashTable { words: Vec::new(), generation: 0 });
+
+/// Where a word of the shared table keeps its generation, and the hash bits below it.
+const GENERATION_SHIFT: u32 = 48;
+const HASH_BITS: u64 = (1 << GENERATION_SHIFT) - 1;
+
+/// The largest table kept between calls (32 MiB: batches of up to 2^21 operations).
+const KEPT_WORDS: usize = 1 << 22;
+
+/// Hashes a task of [`distinct_hashes_on_all_threads`] inserts, and how far ahead of its
+/// insertion a hash's word is asked for.
+const STRETCH_HASHES: usize = 1 << 12;
+const PREFETCH_HASHES: usize = 16;
+
+/// The most slots [`distinct_hashes_on_all_threads`] probes for one hash before it gives up (the
+/// caller sorts): a table at most half full rarely has runs this long unless the hashes were
+/// chosen to share their slots' bits.
+const MAX_PROBES: usize = 64;
 
 /// A hash of a key that every bit of it moves, from its 8-byte words (the last one
 /// zero-padded).
@@ -875,29 +1020,63 @@ mod tests {
 
     #[test]
     fn distinct_hashes_finds_any_equal_pair() {
-        let distinct = |v: &[u32]| distinct_hashes(v.iter().copied());
+        // On one thread and on all, which must say the same.
+        let distinct = |v: &[u64]| {
+            let one = distinct_hashes(v.iter().copied());
+            assert_eq!(distinct_hashes_on_all_threads(v.len(), |i| v[i]), one, "{v:?}");
+            one
+        };
         assert!(distinct(&[]));
         assert!(distinct(&[7]));
-        // Equal in the bits that pick the slot, distinct otherwise: probed past, not matched,
-        // also past the table's end (slots 7, 0, 1 of 8).
-        assert!(distinct(&[1, 1 << 20, 2 << 20, u32::MAX]));
-        assert!(!distinct(&[1, 1 << 20, 2 << 20, 1 << 20]));
-        assert!(!distinct(&[u32::MAX, 0, u32::MAX]));
+        // Equal in the bits that pick the slot (the top ones), distinct otherwise: probed past,
+        // not matched, also past the table's end (slots 7, 0, 1 of 8).
+        let top = u64::MAX;
+        assert!(distinct(&[1, 2, 3, top]));
+        assert!(!distinct(&[1, 2, 3, 2]));
+        assert!(distinct(&[top, top - 1, top - 2, 1]));
+        assert!(!distinct(&[top, top - 1, top - 2, top - 1]));
+        assert!(!distinct(&[top, 0, top]));
         assert!(distinct(&[7, 15, 23]));
         assert!(!distinct(&[7, 15, 23, 15]));
+        // The hash 0, which the tables keep apart from their empty words.
+        assert!(distinct(&[0, 1, 2]));
+        assert!(!distinct(&[0, 1, 0]));
         // Key hashes as a batch has them (some share a slot), then one of them once more at
-        // four places.
-        let all: Vec<u32> = (0..5000u64).map(|i| (key_hash(&i.to_le_bytes()) >> 32) as u32).collect();
-        assert!(distinct(&all));
-        for at in [0, 1, 2500, 4999] {
-            let mut twice = all.clone();
-            twice.insert(at, all[4999 - at]);
-            assert!(!distinct(&twice));
+        // four places; past 2^18 of them, where their top halves collide.
+        for n in [5000u64, 300_000] {
+            let all: Vec<u64> = (0..n).map(|i| key_hash(&i.to_le_bytes())).collect();
+            assert!(distinct(&all));
+            for at in [0, 1, n / 2, n - 1] {
+                let mut twice = all.clone();
+                twice.insert(at as usize, all[(n - 1 - at) as usize]);
+                assert!(!distinct(&twice));
+            }
         }
         // Hashes that all share their slot's bits give up (the caller sorts) within 8 probes a
-        // hash on average, not after n^2 / 2.
-        let crowded: Vec<u32> = (0..4000u32).map(|i| i << 20).collect();
+        // hash on average on one thread, 64 on all, not after n^2 / 2.
+        let crowded: Vec<u64> = (1..4000u64).collect();
         assert!(!distinct(&crowded));
+    }
+
+    #[test]
+    fn a_kept_hash_table_forgets_earlier_calls() {
+        let mut table = HashTable::default();
+        let all: Vec<u64> = (0..100_000u64).map(|i| key_hash(&i.to_le_bytes())).collect();
+        let mut twice = all[..1000].to_vec();
+        twice.push(all[500]);
+        for _ in 0..3 {
+            // The same hashes in each call: distinct within it.
+            assert!(table.distinct(all.len(), |i| all[i]));
+            // A smaller call on the same table still finds a repeat.
+            assert!(!table.distinct(twice.len(), |i| twice[i]));
+        }
+        // When the generations run out the table is cleared, and the calls after it are right.
+        table.generation = u64::from(u16::MAX) - 1;
+        for _ in 0..3 {
+            assert!(table.distinct(all.len(), |i| all[i]));
+            assert!(!table.distinct(twice.len(), |i| twice[i]));
+        }
+        assert_eq!(table.generation, 5, "cleared once, at the second call");
     }
 
     #[test]

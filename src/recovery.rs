@@ -290,7 +290,7 @@ fn walk(
     let (base, len) = (words.as_ptr(), words.len());
     for (i, bucket) in words.chunks_mut(stride).enumerate() {
         if i * stride + ahead < len {
-            prefetch(base.wrapping_add(i * stride + ahead));
+            crate::bulk::prefetch(base.wrapping_add(i * stride + ahead));
         }
         let bucket_id = first + i as u64;
         for (s, state) in bucket[states..states + geo.layout.slots as usize].iter_mut().enumerate() {
@@ -334,17 +334,6 @@ fn referenced_twice(geo: &Geometry, buckets: &[u32], cell: u32) -> host_pm::Pool
             "bucket {bucket_id} slot {s}: value cell {cell} is referenced twice; run `gphash check`"
         ),
     }
-}
-
-/// Asks the CPU to bring the line at `at` into its cache (nothing elsewhere).
-fn prefetch(at: *const u32) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a hint: nothing is read, and no address faults.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = at;
 }
 
 /// How far ahead of its bucket [`scan`]'s walk asks for the state words: the walk reads half
