@@ -1,8 +1,8 @@
 //! Batches of operations on host slices, their results, and the fold of a key's operations
 //! into one net operation for ordered execution.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use rayon::prelude::*;
 
@@ -271,32 +271,50 @@ impl Batch {
     /// The batch's operations grouped by key, in batch order.
     pub(crate) fn key_groups(&self) -> KeyGroups {
         let (n, kb) = (self.len(), self.key_bytes);
-        let mut groups = KeyGroups { single: vec![], repeated: vec![], ends: vec![], len: n };
         // Most batches repeat no key: a pass through a hash set says so without the sort (the
         // sort was 18% of an insert batch of 4,096's host CPU time on an H100, and the parallel
         // one 43-51% of a volatile insert batch of 16,384 to 2^20 on the H200; BENCHMARKS.md,
-        // "A batch's keys told distinct").
-        let distinct = if n < PARALLEL_GROUPING {
-            distinct_hashes(self.keys.chunks_exact(kb).map(key_hash))
+        // "A batch's keys told distinct"). The set may also say "maybe" of distinct keys (too
+        // many probes, hashes alike in the bits it keeps): the sort decides.
+        let hashes = if n < PARALLEL_GROUPING {
+            let hashes: Vec<u64> = self.keys.chunks_exact(kb).map(key_hash).collect();
+            if distinct_hashes(hashes.iter().copied()) {
+                return KeyGroups::none(n);
+            }
+            Some(hashes)
         } else {
-            distinct_hashes_on_all_threads(n, |i| key_hash(&self.keys[i * kb..(i + 1) * kb]))
+            if distinct_hashes_on_all_threads(n, |i| key_hash(&self.keys[i * kb..(i + 1) * kb])) {
+                return KeyGroups::none(n);
+            }
+            None
         };
-        if distinct {
-            return groups;
-        }
+        self.sorted_groups(hashes)
+    }
+
+    /// [`Batch::key_groups`] by sorting, whatever the keys: from the keys' `hashes` when given.
+    fn sorted_groups(&self, hashes: Option<Vec<u64>>) -> KeyGroups {
+        let (n, kb) = (self.len(), self.key_bytes);
+        let mut groups = KeyGroups::none(n);
         // Each operation's key hash (its top half) over its index, sorted (whole: the low halves
         // are distinct): the operations of a key are adjacent, in batch order. On all host
         // threads for large batches.
-        let pair = |(i, k): (usize, &[u8])| key_hash(k) & !u64::from(u32::MAX) | i as u64;
+        let pair = |(i, h): (usize, u64)| h & !u64::from(u32::MAX) | i as u64;
         let same_hash = |a: &u64, b: &u64| (a ^ b) >> 32 == 0;
-        let pairs = if n < PARALLEL_GROUPING {
-            let mut pairs: Vec<u64> = self.keys.chunks_exact(kb).enumerate().map(pair).collect();
-            pairs.sort_unstable();
-            pairs
-        } else {
-            let mut pairs: Vec<u64> = self.keys.par_chunks_exact(kb).enumerate().map(pair).collect();
-            pairs.par_sort_unstable();
-            pairs
+        let pairs = match hashes {
+            Some(hashes) if n < PARALLEL_SORT => {
+                let mut pairs: Vec<u64> = hashes.into_iter().enumerate().map(pair).collect();
+                pairs.sort_unstable();
+                pairs
+            }
+            hashes => {
+                let hash = |i: usize| match &hashes {
+                    Some(hashes) => hashes[i],
+                    None => key_hash(&self.keys[i * kb..(i + 1) * kb]),
+                };
+                let mut pairs: Vec<u64> = (0..n).into_par_iter().map(|i| pair((i, hash(i)))).collect();
+                pairs.par_sort_unstable();
+                pairs
+            }
         };
         // A run of one hash holds one key's operations, or (rarely) several keys' whose hashes
         // collide: a stable sort by key separates them.
@@ -395,6 +413,11 @@ pub(crate) struct KeyGroups {
 }
 
 impl KeyGroups {
+    /// `n` operations, none of whose keys repeats.
+    fn none(n: usize) -> Self {
+        KeyGroups { single: vec![], repeated: vec![], ends: vec![], len: n }
+    }
+
     /// Whether some key has several operations.
     pub(crate) fn repeats(&self) -> bool {
         !self.ends.is_empty()
@@ -421,10 +444,13 @@ fn every(kinds: &[OpKind], f: impl Fn(OpKind) -> bool) -> bool {
     kinds.chunks(4096).all(|c| c.iter().fold(true, |all, &k| all & f(k)))
 }
 
-/// Operations from which a batch's keys are grouped on all host threads. Below it one thread is
+/// Operations from which a batch's keys are told distinct on all host threads. Below it one thread is
 /// faster: at 16,384 the H200's host checked them in 0.13-0.14 ms on one, 0.31-0.39 on all,
 /// most of it waking the threads (BENCHMARKS.md, "A batch's keys told distinct").
 const PARALLEL_GROUPING: usize = 1 << 16;
+
+/// Operations from which a batch whose keys may repeat sorts them on all host threads.
+const PARALLEL_SORT: usize = 1 << 14;
 
 /// Operations from which a part's results are decoded on all host threads.
 const PARALLEL_OPS: usize = 1 << 16;
@@ -481,16 +507,52 @@ fn slot(hash: u64, mask: usize) -> usize {
 /// between calls ([`HashTable::distinct`]).
 fn distinct_hashes_on_all_threads(n: usize, hash: impl Fn(usize) -> u64 + Sync) -> bool {
     let words = (n * 2).next_power_of_two().max(2);
-    let mut table = match SHARED_SET.try_lock() {
-        Ok(mut shared) => HashTable::take(&mut shared, words),
+    let mut table = match shared_set() {
+        Some(mut shared) => HashTable::take(&mut shared, words),
         // Another thread's call has it.
-        Err(_) => HashTable::default(),
+        None => HashTable::default(),
     };
     let distinct = table.distinct(n, hash);
-    if let Ok(mut shared) = SHARED_SET.try_lock() {
+    if let Some(mut shared) = shared_set() {
         shared.keep(table);
     }
     distinct
+}
+
+/// [`SHARED_SET`], unless another thread holds it. A panic while it was held (none can, in
+/// `take` and `keep`) left a table that is still a table: the lock's poison is ignored.
+fn shared_set() -> Option<MutexGuard<'static, HashTable>> {
+    match SHARED_SET.try_lock() {
+        Ok(shared) => Some(shared),
+        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+/// Puts hash `h` into `table` (of `mask + 1` words, shared by threads) in `generation`: `Err`
+/// when it finds `h` there, or after [`MAX_PROBES`] probes. Two equal hashes follow the same
+/// probes, so the second finds the first's word, or loses the swap to it and then finds it.
+fn insert(table: &[AtomicU64], mask: usize, generation: u64, h: u64) -> std::result::Result<(), ()> {
+    let want = generation << GENERATION_SHIFT | h & HASH_BITS;
+    let mut at = slot(h, mask);
+    let mut probes = 0;
+    while probes < MAX_PROBES {
+        let word = table[at].load(Ordering::Relaxed);
+        if word == want {
+            return Err(());
+        }
+        // A word of another generation is empty in this one.
+        if word >> GENERATION_SHIFT != generation {
+            match table[at].compare_exchange(word, want, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Ok(()),
+                // Taken meanwhile: look at it again.
+                Err(_) => continue,
+            }
+        }
+        probes += 1;
+        at = (at + 1) & mask;
+    }
+    Err(())
 }
 
 /// A table of [`distinct_hashes_on_all_threads`], kept between calls so that a large batch's
@@ -512,28 +574,7 @@ impl HashTable {
         let words = (n * 2).next_power_of_two().max(2);
         let generation = self.next_generation(words);
         let (table, mask) = (&self.words[..words], words - 1);
-        let insert = |h: u64| {
-            let want = generation << GENERATION_SHIFT | h & HASH_BITS;
-            let mut at = slot(h, mask);
-            let mut probes = 0;
-            while probes < MAX_PROBES {
-                let word = table[at].load(Ordering::Relaxed);
-                if word == want {
-                    return Err(());
-                }
-                // A word of another generation is empty in this one.
-                if word >> GENERATION_SHIFT != generation {
-                    match table[at].compare_exchange(word, want, Ordering::Relaxed, Ordering::Relaxed) {
-                        Ok(_) => return Ok(()),
-                        // Taken meanwhile: look at it again.
-                        Err(_) => continue,
-                    }
-                }
-                probes += 1;
-                at = (at + 1) & mask;
-            }
-            Err(())
-        };
+        let insert = |h: u64| insert(table, mask, generation, h);
         let stretches = (0..n.div_ceil(STRETCH_HASHES)).into_par_iter();
         let distinct = stretches.try_for_each(|stretch| {
             // The words for hashes a few ahead are asked for before they are needed: the table
@@ -1029,7 +1070,7 @@ mod tests {
         assert!(distinct(&[]));
         assert!(distinct(&[7]));
         // Equal in the bits that pick the slot (the top ones), distinct otherwise: probed past,
-        // not matched, also past the table's end (slots 7, 0, 1 of 8).
+        // not matched (slot 0 of 8); then past the table's end (slots 7, 0, 1 of 8).
         let top = u64::MAX;
         assert!(distinct(&[1, 2, 3, top]));
         assert!(!distinct(&[1, 2, 3, 2]));
@@ -1056,6 +1097,59 @@ mod tests {
         // hash on average on one thread, 64 on all, not after n^2 / 2.
         let crowded: Vec<u64> = (1..4000u64).collect();
         assert!(!distinct(&crowded));
+        // Those hashes do differ: the sort then finds no repeat.
+        let crowded_keys: Vec<u64> = crowded.clone();
+        let mut b = Batch::new(8, 4);
+        crowded_keys.iter().for_each(|k| b.upsert(&k.to_le_bytes(), &[0; 4]).unwrap());
+        assert!(!b.sorted_groups(None).repeats());
+    }
+
+    #[test]
+    fn threads_inserting_one_hash_at_once_let_one_in() {
+        use std::sync::atomic::AtomicUsize;
+        // As many threads as run at once (spinning), so that their swaps meet.
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 4);
+        const ROUNDS: usize = 20_000;
+        // Each round: a table whose words are of another generation (each taken by a swap), the
+        // same hash inserted by every thread at once, and, first, by some threads another one
+        // that starts at the same slot (so the probes pass words taken meanwhile).
+        let stale = 1u64 << GENERATION_SHIFT | 77;
+        let tables: Vec<Vec<AtomicU64>> =
+            (0..ROUNDS).map(|_| (0..8).map(|_| AtomicU64::new(stale)).collect()).collect();
+        let hash = |round: usize| (round as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let arrived = AtomicUsize::new(0);
+        let tally: Vec<AtomicUsize> = (0..ROUNDS).map(|_| AtomicUsize::new(0)).collect();
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                let (tables, arrived, tally) = (&tables, &arrived, &tally);
+                scope.spawn(move || {
+                    for (round, table) in tables.iter().enumerate() {
+                        // A barrier that spins: the threads leave it within nanoseconds.
+                        arrived.fetch_add(1, Ordering::SeqCst);
+                        let mut spins = 0u32;
+                        while arrived.load(Ordering::SeqCst) < (round + 1) * threads {
+                            // Not forever, on a host busy with other tests.
+                            spins += 1;
+                            if spins.is_multiple_of(1024) {
+                                std::thread::yield_now();
+                            }
+                            std::hint::spin_loop();
+                        }
+                        if t == 1 {
+                            let _ = insert(table, 7, 2, hash(round) ^ 2);
+                        }
+                        if insert(table, 7, 2, hash(round)).is_ok() {
+                            tally[round].fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        for (round, (table, tally)) in tables.iter().zip(&tally).enumerate() {
+            assert_eq!(tally.load(Ordering::Relaxed), 1, "round {round}: inserted more than once");
+            let want = 2 << GENERATION_SHIFT | hash(round) & HASH_BITS;
+            assert_eq!(table.iter().filter(|w| w.load(Ordering::Relaxed) == want).count(), 1);
+        }
     }
 
     #[test]
@@ -1104,7 +1198,10 @@ mod tests {
                 k = k.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
                 (k >> 11) % keys
             };
-            assert_grouped_by_key(&batch(&(0..n).map(|_| next()).collect::<Vec<_>>()));
+            let b = batch(&(0..n).map(|_| next()).collect::<Vec<_>>());
+            assert_grouped_by_key(&b);
+            // The sort alone (which runs when the hash set says "maybe") groups them the same.
+            assert_eq!(b.sorted_groups(None), b.key_groups());
         }
         // Keys whose hashes share their top halves, the part that is sorted.
         let scattered = (0..1u64 << 18).map(|k| k.wrapping_mul(0xD6E8_FEB8_6659_FD93).rotate_left(29));
