@@ -298,24 +298,16 @@ impl Batch {
         // Each operation's key hash (its top half) over its index, sorted (whole: the low halves
         // are distinct): the operations of a key are adjacent, in batch order. On all host
         // threads for large batches.
-        let pair = |(i, h): (usize, u64)| h & !u64::from(u32::MAX) | i as u64;
         let same_hash = |a: &u64, b: &u64| (a ^ b) >> 32 == 0;
-        let pairs = match hashes {
-            Some(hashes) if n < PARALLEL_SORT => {
-                let mut pairs: Vec<u64> = hashes.into_iter().enumerate().map(pair).collect();
-                pairs.sort_unstable();
-                pairs
-            }
-            hashes => {
-                let hash = |i: usize| match &hashes {
-                    Some(hashes) => hashes[i],
-                    None => key_hash(&self.keys[i * kb..(i + 1) * kb]),
-                };
-                let mut pairs: Vec<u64> = (0..n).into_par_iter().map(|i| pair((i, hash(i)))).collect();
-                pairs.par_sort_unstable();
-                pairs
-            }
-        };
+        let pair = |(i, h): (usize, &mut u64)| *h = *h & !u64::from(u32::MAX) | i as u64;
+        let mut pairs = hashes.unwrap_or_else(|| self.keys.par_chunks_exact(kb).map(key_hash).collect());
+        if n < PARALLEL_SORT {
+            pairs.iter_mut().enumerate().for_each(pair);
+            pairs.sort_unstable();
+        } else {
+            pairs.par_iter_mut().enumerate().for_each(pair);
+            pairs.par_sort_unstable();
+        }
         // A run of one hash holds one key's operations, or (rarely) several keys' whose hashes
         // collide: a stable sort by key separates them.
         let key = |i: &u32| &self.keys[*i as usize * kb..(*i as usize + 1) * kb];
@@ -473,7 +465,7 @@ type Stretch<'a> = (&'a [u32], &'a [OpKind], &'a mut [Status], &'a mut [bool], &
 /// client) would make the pass quadratic, and the caller then sorts, which never is.
 fn distinct_hashes(hashes: impl ExactSizeIterator<Item = u64>) -> bool {
     let mut probes_left = 8 * hashes.len();
-    let mask = (hashes.len() * 2).next_power_of_two().max(2) - 1;
+    let mask = table_words(hashes.len()) - 1;
     let mut table = vec![0u64; mask + 1];
     let mut zero = false;
     for h in hashes {
@@ -496,6 +488,11 @@ fn distinct_hashes(hashes: impl ExactSizeIterator<Item = u64>) -> bool {
     true
 }
 
+/// The words of a table for `n` hashes: a power of two, at least twice their number.
+fn table_words(n: usize) -> usize {
+    (n * 2).next_power_of_two().max(2)
+}
+
 /// The slot where a hash's probes start in a table of `mask + 1` words (a power of two): its
 /// top bits, which a multiply mixes best; the low ones of sequential integer keys' hashes made
 /// runs of more than [`MAX_PROBES`] words.
@@ -506,9 +503,8 @@ fn slot(hash: u64, mask: usize) -> usize {
 /// [`distinct_hashes`] on all host threads for the `n` hashes `hash(0..n)`, in the table kept
 /// between calls ([`HashTable::distinct`]).
 fn distinct_hashes_on_all_threads(n: usize, hash: impl Fn(usize) -> u64 + Sync) -> bool {
-    let words = (n * 2).next_power_of_two().max(2);
     let mut table = match shared_set() {
-        Some(mut shared) => HashTable::take(&mut shared, words),
+        Some(mut shared) => shared.take_if_it_holds(table_words(n)),
         // Another thread's call has it.
         None => HashTable::default(),
     };
@@ -571,7 +567,7 @@ impl HashTable {
     /// [`MAX_PROBES`] probes for one hash, or when two hashes agree in the 48 bits a word keeps
     /// (the caller's sort decides).
     fn distinct(&mut self, n: usize, hash: impl Fn(usize) -> u64 + Sync) -> bool {
-        let words = (n * 2).next_power_of_two().max(2);
+        let words = table_words(n);
         let generation = self.next_generation(words);
         let (table, mask) = (&self.words[..words], words - 1);
         let insert = |h: u64| insert(table, mask, generation, h);
@@ -592,9 +588,9 @@ impl HashTable {
         distinct.is_ok()
     }
 
-    /// The shared table, if it has at least `words` words.
-    fn take(shared: &mut HashTable, words: usize) -> HashTable {
-        if shared.words.len() >= words { std::mem::take(shared) } else { HashTable::default() }
+    /// This table, taken (it is left empty) if it has at least `words` words; else a new one.
+    fn take_if_it_holds(&mut self, words: usize) -> HashTable {
+        if self.words.len() >= words { std::mem::take(self) } else { HashTable::default() }
     }
 
     /// Readies the table for a call on its first `words` words: its next generation, after
@@ -1098,9 +1094,8 @@ mod tests {
         let crowded: Vec<u64> = (1..4000u64).collect();
         assert!(!distinct(&crowded));
         // Those hashes do differ: the sort then finds no repeat.
-        let crowded_keys: Vec<u64> = crowded.clone();
         let mut b = Batch::new(8, 4);
-        crowded_keys.iter().for_each(|k| b.upsert(&k.to_le_bytes(), &[0; 4]).unwrap());
+        crowded.iter().for_each(|k| b.upsert(&k.to_le_bytes(), &[0; 4]).unwrap());
         assert!(!b.sorted_groups(None).repeats());
     }
 
