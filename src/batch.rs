@@ -25,6 +25,41 @@ impl Batch {
         Batch { key_bytes, value_bytes, kinds: vec![], keys: vec![], values: vec![] }
     }
 
+    /// An empty batch with room for `ops` operations.
+    pub fn with_capacity(key_bytes: usize, value_bytes: usize, ops: usize) -> Self {
+        Batch {
+            key_bytes,
+            value_bytes,
+            kinds: Vec::with_capacity(ops),
+            keys: Vec::with_capacity(ops * key_bytes),
+            values: Vec::with_capacity(ops * value_bytes),
+        }
+    }
+
+    /// Appends operations given as columns: one kind each, their keys concatenated, and one
+    /// value each, concatenated (the values of operations that write none are ignored). Three
+    /// copies, not one per operation: a server gathers its clients' requests this way.
+    pub fn extend_from_columns(&mut self, kinds: &[OpKind], keys: &[u8], values: &[u8]) -> Result<()> {
+        let (n, kb, vb) = (kinds.len(), self.key_bytes, self.value_bytes);
+        if keys.len() != n * kb {
+            return Err(Error::KeysLength { given: keys.len(), key_bytes: kb });
+        }
+        if values.len() != n * vb {
+            return Err(Error::ValuesLength { given: values.len(), keys: n, value_bytes: vb });
+        }
+        let start = self.kinds.len();
+        self.kinds.extend_from_slice(kinds);
+        self.keys.extend_from_slice(keys);
+        self.values.extend_from_slice(values);
+        // Operations without a value hold zeros here, as `push` leaves them.
+        if !every(kinds, OpKind::writes_value) {
+            for (i, _) in kinds.iter().enumerate().filter(|(_, k)| !k.writes_value()) {
+                self.values[(start + i) * vb..(start + i + 1) * vb].fill(0);
+            }
+        }
+        Ok(())
+    }
+
     /// Appends one operation; `value` is required exactly for insert, upsert and update.
     pub fn push(&mut self, kind: OpKind, key: &[u8], value: Option<&[u8]>) -> Result<()> {
         if key.len() != self.key_bytes {
@@ -281,6 +316,11 @@ impl Batch {
             if distinct_hashes(hashes.iter().copied()) {
                 return KeyGroups::none(n);
             }
+            // Some key repeats (a server's batch of 1,000 SETs on a million keys does, more
+            // often than not): its operations chained by hash, not sorted.
+            if let Some(groups) = self.chained_groups(&hashes) {
+                return groups;
+            }
             Some(hashes)
         } else {
             if distinct_hashes_on_all_threads(n, |i| key_hash(&self.keys[i * kb..(i + 1) * kb])) {
@@ -291,10 +331,50 @@ impl Batch {
         self.sorted_groups(hashes)
     }
 
+    /// [`Batch::key_groups`] on one thread from the keys' `hashes` (any: a test gives equal
+    /// hashes to different keys): each operation chained to the one before it of the same hash
+    /// through a linear-probing table of each hash's first and last operation. `None` when the
+    /// probes pass 8 a hash on average, as in [`distinct_hashes`]: the caller sorts.
+    fn chained_groups(&self, hashes: &[u64]) -> Option<KeyGroups> {
+        const NONE: u32 = u32::MAX;
+        let mask = table_words(hashes.len()) - 1;
+        let (mut first, mut last) = (vec![NONE; mask + 1], vec![NONE; mask + 1]);
+        let mut next = vec![NONE; hashes.len()];
+        // The table's slots whose hash has several operations.
+        let mut chained = vec![];
+        let mut probes_left = 8 * hashes.len();
+        for (i, &h) in (0..u32::MAX).zip(hashes) {
+            let mut s = slot(h, mask);
+            loop {
+                let f = first[s];
+                if f == NONE {
+                    (first[s], last[s]) = (i, i);
+                    break;
+                }
+                if hashes[f as usize] == h {
+                    if last[s] == f {
+                        chained.push(s);
+                    }
+                    next[last[s] as usize] = i;
+                    last[s] = i;
+                    break;
+                }
+                if probes_left == 0 {
+                    return None;
+                }
+                probes_left -= 1;
+                s = (s + 1) & mask;
+            }
+        }
+        let chain = |s: usize| {
+            std::iter::successors(Some(first[s]), |&i| Some(next[i as usize]).filter(|&j| j != NONE))
+        };
+        Some(self.groups_of_runs(chained.into_iter().map(chain)))
+    }
+
     /// [`Batch::key_groups`] by sorting, whatever the keys: from the keys' `hashes` when given.
     fn sorted_groups(&self, hashes: Option<Vec<u64>>) -> KeyGroups {
         let (n, kb) = (self.len(), self.key_bytes);
-        let mut groups = KeyGroups::none(n);
         // Each operation's key hash (its top half) over its index, sorted (whole: the low halves
         // are distinct): the operations of a key are adjacent, in batch order. On all host
         // threads for large batches.
@@ -308,20 +388,38 @@ impl Batch {
             pairs.par_iter_mut().enumerate().for_each(pair);
             pairs.par_sort_unstable();
         }
-        // A run of one hash holds one key's operations, or (rarely) several keys' whose hashes
-        // collide: a stable sort by key separates them.
+        let runs = pairs.chunk_by(same_hash).filter(|run| run.len() > 1);
+        self.groups_of_runs(runs.map(|run| run.iter().map(|&p| p as u32)))
+    }
+
+    /// The groups of [`Batch::key_groups`] from `runs` of operations (each in batch order)
+    /// whose keys' hashes are equal. A run holds one key's operations or, rarely, several
+    /// keys' whose hashes collide: a stable sort by key separates them.
+    fn groups_of_runs(&self, runs: impl Iterator<Item = impl Iterator<Item = u32>>) -> KeyGroups {
+        let (n, kb) = (self.len(), self.key_bytes);
         let key = |i: &u32| &self.keys[*i as usize * kb..(*i as usize + 1) * kb];
-        let mut grouped = vec![false; n];
+        // Every group's operations, and where each group is in them.
+        let (mut ops, mut spans) = (vec![], vec![]);
         let mut run_ops = vec![];
-        for run in pairs.chunk_by(same_hash).filter(|run| run.len() > 1) {
+        for run in runs {
             run_ops.clear();
-            run_ops.extend(run.iter().map(|&p| p as u32));
-            run_ops.sort_by(|a, b| key(a).cmp(key(b)));
-            for ops in run_ops.chunk_by(|a, b| key(a) == key(b)).filter(|ops| ops.len() > 1) {
-                groups.repeated.extend_from_slice(ops);
-                groups.ends.push(groups.repeated.len() as u32);
-                ops.iter().for_each(|&i| grouped[i as usize] = true);
+            run_ops.extend(run);
+            if !run_ops.iter().all(|i| key(i) == key(&run_ops[0])) {
+                run_ops.sort_by(|a, b| key(a).cmp(key(b)));
             }
+            for group in run_ops.chunk_by(|a, b| key(a) == key(b)).filter(|g| g.len() > 1) {
+                spans.push(ops.len()..ops.len() + group.len());
+                ops.extend_from_slice(group);
+            }
+        }
+        // In the order of their first operations, whichever way they were found.
+        spans.sort_unstable_by_key(|span| ops[span.start]);
+        let mut groups = KeyGroups::none(n);
+        let mut grouped = vec![false; n];
+        for span in spans {
+            groups.repeated.extend_from_slice(&ops[span.clone()]);
+            groups.ends.push(groups.repeated.len() as u32);
+            ops[span].iter().for_each(|&i| grouped[i as usize] = true);
         }
         if groups.repeats() {
             groups.single = (0..u32::MAX).zip(&grouped).filter(|&(_, &g)| !g).map(|(i, _)| i).collect();
@@ -396,7 +494,7 @@ pub(crate) struct KeyGroups {
     /// (every operation is one then).
     single: Vec<u32>,
     /// The operations of each key that several operations have, key after key (in the order
-    /// of their hashes), each key's in batch order.
+    /// of their first operations), each key's in batch order.
     repeated: Vec<u32>,
     /// Where each key's operations end in `repeated`.
     ends: Vec<u32>,
@@ -744,23 +842,46 @@ pub(crate) struct Cut {
 }
 
 /// Results of a batch: a status per operation and the values of successful reads.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct BatchResult {
     /// One status per operation, in batch order.
     pub statuses: Vec<Status>,
+    /// A value's room per operation once some operation has read one; empty until then, so
+    /// that a batch of writes fills no values (zeroing them was 4-7% of a server's batch of
+    /// SETs; BENCHMARKS.md, "The server's write batches").
     values: Vec<u8>,
     value_bytes: usize,
     reads: Vec<bool>,
 }
 
+/// Equal results: the same statuses, and the same values where operations read one.
+impl PartialEq for BatchResult {
+    fn eq(&self, other: &Self) -> bool {
+        self.statuses == other.statuses
+            && self.reads == other.reads
+            && self.value_bytes == other.value_bytes
+            && (0..self.len()).all(|i| self.value(i) == other.value(i))
+    }
+}
+
+impl Eq for BatchResult {}
+
 impl BatchResult {
     pub(crate) fn new(n: usize, value_bytes: usize) -> Self {
         BatchResult {
             statuses: crate::bulk::filled(Status::NotFound, n),
-            values: crate::bulk::filled(0, n * value_bytes),
+            values: vec![],
             value_bytes,
             reads: crate::bulk::filled(false, n),
         }
+    }
+
+    /// Every operation's room for a value, made when first asked for.
+    fn values_mut(&mut self) -> &mut [u8] {
+        if self.values.is_empty() {
+            self.values = crate::bulk::filled(0, self.statuses.len() * self.value_bytes);
+        }
+        &mut self.values
     }
 
     /// Stores the results of the operations of `part` from kernel output: `statuses` holds one
@@ -802,7 +923,7 @@ impl BatchResult {
                 let bulk = !bytes.is_empty() && padded == vb;
                 if bulk {
                     // Values of operations that are not successful reads are never handed out.
-                    crate::bulk::copy(&mut self.values[start * vb..end * vb], bytes);
+                    crate::bulk::copy(&mut self.values_mut()[start * vb..end * vb], bytes);
                 }
                 // A stretch of the part's operations from its `first`: their statuses, whether
                 // they read a value, and (when not copied in bulk above) the values.
@@ -820,16 +941,27 @@ impl BatchResult {
                     Ok(())
                 };
                 let kinds = &batch.kinds[start..end];
+                // Without values back no operation reads one (`found` says so first).
+                if !bytes.is_empty() {
+                    self.values_mut();
+                }
                 let (out, reads) = (&mut self.statuses[start..end], &mut self.reads[start..end]);
-                let values = &mut self.values[start * vb..end * vb];
+                let values: &mut [u8] = match self.values.is_empty() {
+                    true => &mut [],
+                    false => &mut self.values[start * vb..end * vb],
+                };
                 if n < PARALLEL_OPS {
                     return stretch(0, (statuses, kinds, out, reads, values));
                 }
-                // Large parts on all host threads, a stretch a task.
+                // Large parts on all host threads, a stretch a task (each with its values' share,
+                // empty when there are none).
                 let parts = statuses.par_chunks(STRETCH_OPS).zip(kinds.par_chunks(STRETCH_OPS));
                 let own = out.par_chunks_mut(STRETCH_OPS).zip(reads.par_chunks_mut(STRETCH_OPS));
-                // Values are at least a byte (`Config::validate`).
-                let values = values.par_chunks_mut(STRETCH_OPS * vb);
+                let values: Vec<&mut [u8]> = match values.is_empty() {
+                    true => (0..n.div_ceil(STRETCH_OPS)).map(|_| <&mut [u8]>::default()).collect(),
+                    // Values are at least a byte (`Config::validate`).
+                    false => values.chunks_mut(STRETCH_OPS * vb).collect(),
+                };
                 let stretches: Vec<Result<()>> = (parts.zip(own).zip(values).enumerate())
                     .map(|(c, (((codes, kinds), (out, reads)), values))| {
                         stretch(c * STRETCH_OPS, (codes, kinds, out, reads, values))
@@ -863,7 +995,7 @@ impl BatchResult {
         self.statuses[i] = status;
         self.reads[i] = found.is_some();
         if let Some(v) = found {
-            self.values[i * vb..(i + 1) * vb].copy_from_slice(v);
+            self.values_mut()[i * vb..(i + 1) * vb].copy_from_slice(v);
         }
     }
 
@@ -877,8 +1009,8 @@ impl BatchResult {
                 (*status, *read) = (part.statuses[k], part.reads[k]);
             },
         );
-        if value_bytes > 0 {
-            all.values.par_chunks_mut(value_bytes).enumerate().for_each(|(i, value)| {
+        if value_bytes > 0 && parts.iter().any(|p| !p.values.is_empty()) {
+            all.values_mut().par_chunks_mut(value_bytes).enumerate().for_each(|(i, value)| {
                 let (part, k) = from(i);
                 if part.reads[k] {
                     value.copy_from_slice(&part.values[k * value_bytes..(k + 1) * value_bytes]);
@@ -1033,6 +1165,37 @@ mod tests {
         assert_eq!(keys.to_string(), "12 bytes of keys are not a whole number of 8-byte keys");
         let values = Batch::of_kind(OpKind::Insert, 8, 8, &[0; 16], Some(&[0; 8])).unwrap_err();
         assert_eq!(values.to_string(), "8 bytes of values for 2 key(s): 2 value(s) of 8 bytes are 16 bytes");
+    }
+
+    #[test]
+    fn columns_extend_a_batch_as_pushes_do() {
+        let ops = [
+            (OpKind::Upsert, 1u64, 10u32),
+            (OpKind::Get, 2, 99),
+            (OpKind::Delete, 3, 99),
+            (OpKind::Insert, 4, 40),
+        ];
+        let mut pushed = Batch::new(8, 4);
+        let (mut kinds, mut keys, mut values) = (vec![], vec![], vec![]);
+        for &(kind, key, value) in &ops {
+            pushed
+                .push(kind, &key.to_le_bytes(), kind.writes_value().then_some(&value.to_le_bytes()[..]))
+                .unwrap();
+            kinds.push(kind);
+            keys.extend_from_slice(&key.to_le_bytes());
+            // Values of operations that write none are ignored.
+            values.extend_from_slice(&value.to_le_bytes());
+        }
+        let mut extended = Batch::with_capacity(8, 4, 2);
+        extended.extend_from_columns(&kinds[..1], &keys[..8], &values[..4]).unwrap();
+        extended.extend_from_columns(&kinds[1..], &keys[8..], &values[4..]).unwrap();
+        assert_eq!(extended, pushed);
+        assert_eq!(extended.op(1).2, [0; 4], "a get's value is zeros");
+        let e = extended.extend_from_columns(&kinds, &keys[1..], &values).unwrap_err();
+        assert!(matches!(e, Error::KeysLength { .. }), "{e}");
+        let e = extended.extend_from_columns(&kinds, &keys, &values[4..]).unwrap_err();
+        assert!(matches!(e, Error::ValuesLength { .. }), "{e}");
+        assert_eq!(extended.len(), 4, "a refused extension appends nothing");
     }
 
     /// Asserts that `b.key_groups()` holds each key that several operations of `b` have, with
@@ -1198,6 +1361,17 @@ mod tests {
             // The sort alone (which runs when the hash set says "maybe") groups them the same.
             assert_eq!(b.sorted_groups(None), b.key_groups());
         }
+        // Chains of hashes that different keys share (hashes given, not the keys'): the keys
+        // are told apart as the sort tells them; and chains whose probes run too long give up.
+        let keys = [1, 2, 1, 1, 3, 2, 4, 3, 9];
+        let b = batch(&keys);
+        let hashes_of: [fn(u64) -> u64; 4] = [|_| 7, |k| k % 2, |k| k / 4, |k| k];
+        for hash in hashes_of {
+            let hashes: Vec<u64> = keys.iter().map(|&k| hash(k)).collect();
+            assert_eq!(b.chained_groups(&hashes), Some(b.sorted_groups(None)), "{hashes:?}");
+        }
+        let b = batch(&(0..200).collect::<Vec<_>>());
+        assert_eq!(b.chained_groups(&(0..200).collect::<Vec<_>>()), None, "200 hashes in one slot");
         // Keys whose hashes share their top halves, the part that is sorted.
         let scattered = (0..1u64 << 18).map(|k| k.wrapping_mul(0xD6E8_FEB8_6659_FD93).rotate_left(29));
         let mut hashes: Vec<(u64, u64)> = scattered.map(|k| (key_hash(&k.to_le_bytes()) >> 32, k)).collect();

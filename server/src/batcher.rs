@@ -152,7 +152,7 @@ impl Batcher {
             if read_only(&jobs) && ops <= engine_max {
                 let pipe = reads.get_or_insert_with(|| index.pipeline());
                 let started = Instant::now();
-                match pipe.submit(batch_of(&index, &answers.widths, &jobs)) {
+                match pipe.submit(batch_of(&answers.widths, &jobs)) {
                     Ok(()) => flights.push_back((jobs, started)),
                     Err(e) => answers.reply(&index, jobs, Err(e), started),
                 }
@@ -205,8 +205,9 @@ fn read_only(jobs: &[Job]) -> bool {
 }
 
 /// The jobs' operations, in order, as one batch.
-fn batch_of(index: &GpHash, widths: &Widths, jobs: &[Job]) -> Batch {
-    let mut batch = index.batch();
+fn batch_of(widths: &Widths, jobs: &[Job]) -> Batch {
+    let ops = jobs.iter().map(Job::ops).sum();
+    let mut batch = Batch::with_capacity(widths.key_bytes(), widths.value_bytes(), ops);
     for job in jobs {
         if let Work::Ops(group) = &job.work {
             push(&mut batch, widths, group, 0..group.ops.len());
@@ -217,9 +218,8 @@ fn batch_of(index: &GpHash, widths: &Widths, jobs: &[Job]) -> Batch {
 
 /// Adds operations `range` of `group` to `batch`.
 fn push(batch: &mut Batch, widths: &Widths, group: &Group, range: std::ops::Range<usize>) {
-    group.ops.each(widths, range, |kind, key, value| {
-        batch.push(kind, key, value).expect("requests are encoded in the pool's widths");
-    });
+    let (kinds, keys, values) = group.ops.columns(widths, range);
+    batch.extend_from_columns(kinds, keys, values).expect("requests are encoded in the pool's widths");
 }
 
 impl Answers {
@@ -240,7 +240,7 @@ impl Answers {
     /// ever the last) is answered after the batch.
     fn run_ordered(&mut self, index: &GpHash, jobs: Vec<Job>) {
         let started = Instant::now();
-        let batch = batch_of(index, &self.widths, &jobs);
+        let batch = batch_of(&self.widths, &jobs);
         let result = if batch.is_empty() { Ok(None) } else { index.execute_ordered(&batch).map(Some) };
         let requests: usize =
             jobs.iter().filter(|j| matches!(j.work, Work::Ops(..))).map(Job::requests).sum();
@@ -267,7 +267,8 @@ impl Answers {
                 let mut replies = Vec::with_capacity(group.requests.len());
                 for &(shape, len) in &group.requests {
                     let started = Instant::now();
-                    let mut batch = index.batch();
+                    let (kb, vb) = (self.widths.key_bytes(), self.widths.value_bytes());
+                    let mut batch = Batch::with_capacity(kb, vb, len);
                     push(&mut batch, &self.widths, group, first..first + len);
                     replies.push(match index.execute_ordered(&batch) {
                         Ok(r) => {

@@ -39,7 +39,8 @@ pub(crate) struct Ops {
     pub(crate) kinds: Vec<OpKind>,
     /// Keys, the pool's key width each.
     pub(crate) keys: Vec<u8>,
-    /// Values of the operations that write one, in order, the pool's value size each.
+    /// Values, the pool's value size each: zeros for operations that write none, so that the
+    /// columns join a batch as they are ([`gphash::Batch::extend_from_columns`]).
     pub(crate) values: Vec<u8>,
 }
 
@@ -64,9 +65,14 @@ impl Ops {
 
     fn push(&mut self, w: &Widths, kind: OpKind, key: &[u8], value: Option<&[u8]>) -> Result<(), Frame> {
         w.put_key(key, &mut self.keys).map_err(|e| error(format!("ERR {e}")))?;
-        if let Some(v) = value
-            && let Err(e) = w.put_value(v, &mut self.values)
-        {
+        let put = match value {
+            Some(v) => w.put_value(v, &mut self.values),
+            None => {
+                self.values.resize(self.values.len() + w.value_bytes(), 0);
+                Ok(())
+            }
+        };
+        if let Err(e) = put {
             self.keys.truncate(self.keys.len() - w.key_bytes());
             return Err(error(format!("ERR {e}")));
         }
@@ -84,20 +90,11 @@ impl Ops {
         self.kinds.iter().all(|&k| k == OpKind::Get)
     }
 
-    /// Operations `range` with their keys and values, for `each(kind, key, value)`.
-    pub(crate) fn each(
-        &self,
-        w: &Widths,
-        range: std::ops::Range<usize>,
-        mut each: impl FnMut(OpKind, &[u8], Option<&[u8]>),
-    ) {
+    /// Operations `range` as columns: kinds, keys and values.
+    pub(crate) fn columns(&self, w: &Widths, range: std::ops::Range<usize>) -> (&[OpKind], &[u8], &[u8]) {
         let (kb, vb) = (w.key_bytes(), w.value_bytes());
-        let written_before = self.kinds[..range.start].iter().filter(|k| k.writes_value()).count();
-        let mut values = self.values[written_before * vb..].chunks_exact(vb);
-        let keys = self.keys[range.start * kb..range.end * kb].chunks_exact(kb);
-        for (&kind, key) in self.kinds[range].iter().zip(keys) {
-            each(kind, key, if kind.writes_value() { values.next() } else { None });
-        }
+        let (start, end) = (range.start, range.end);
+        (&self.kinds[range], &self.keys[start * kb..end * kb], &self.values[start * vb..end * vb])
     }
 }
 
@@ -280,15 +277,6 @@ fn set(req: &Request, w: &Widths, ops: &mut Ops) -> Command {
 mod tests {
     use super::*;
 
-    impl Ops {
-        /// Appends an operation whose key and value are already in the pool's widths.
-        fn push_encoded(&mut self, kind: OpKind, key: &[u8], value: Option<&[u8]>) {
-            self.kinds.push(kind);
-            self.keys.extend_from_slice(key);
-            self.values.extend_from_slice(value.unwrap_or_default());
-        }
-    }
-
     /// The command, and the operations it appended to a group that held one already.
     fn run_with(line: &str) -> (Command, Ops) {
         let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
@@ -296,8 +284,8 @@ mod tests {
         let mut group = Ops::default();
         group.push(&w, OpKind::Upsert, b"before", Some(b"v")).unwrap();
         let command = parse(&Request::of(&args), &w, &mut group);
-        let mut appended = Ops::default();
-        group.each(&w, 1..group.len(), |kind, key, value| appended.push_encoded(kind, key, value));
+        let (kinds, keys, values) = group.columns(&w, 1..group.len());
+        let appended = Ops { kinds: kinds.to_vec(), keys: keys.to_vec(), values: values.to_vec() };
         (command, appended)
     }
 
@@ -313,9 +301,21 @@ mod tests {
         }
     }
 
+    /// The operations' kinds, the reply's shape, and the bytes of the values written (those of
+    /// operations that write none are zeros).
     fn ops(line: &str) -> (Vec<OpKind>, Shape, usize) {
         match run_with(line) {
-            (Command::Ops(shape, n), ops) if n == ops.len() => (ops.kinds, shape, ops.values.len()),
+            (Command::Ops(shape, n), ops) if n == ops.len() => {
+                assert_eq!(ops.values.len(), n * 8, "{line}: a value per operation");
+                let mut written = 0;
+                for (kind, value) in ops.kinds.iter().zip(ops.values.chunks_exact(8)) {
+                    match kind.writes_value() {
+                        true => written += value.len(),
+                        false => assert_eq!(value, [0; 8], "{line}: a {kind:?}'s value"),
+                    }
+                }
+                (ops.kinds, shape, written)
+            }
             other => panic!("{line}: {other:?}"),
         }
     }
