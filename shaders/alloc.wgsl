@@ -10,13 +10,17 @@
 #include "common/cells.wgsl"
 #include "common/values.wgsl"
 
+// Spread as phase A is (`owned`): the tile writes its operations' values one at a time, each
+// a load of the input and a store to the pool, so a 32-lane tile serving 32 operations took
+// 70 µs whatever the batch's size on the H200 (BENCHMARKS.md, "The server's write batches").
 @compute @workgroup_size(WG)
 fn main(inv: Invocation, sg: Subgroup) {
     let t = tile_of(sg);
-    let me = op_index(inv);
-    let want = me < params.n && writes_value(kinds[me]);
+    let o = owned(inv);
+    let me = o.op;
+    let want = o.owns && writes_value(kinds[me]);
     let cell = alloc_cells(want, sg.lane, sg.size);
-    if (me < params.n) {
+    if (o.owns) {
         var phase = 0u;
         if (want) {
             if (cell == NONE) {

@@ -224,24 +224,6 @@ fn step(t: Tile, turn: Turn) -> bool {
     return true;
 }
 
-// The dispatch has `params.spread` invocations per operation (a power of two up to the tile's
-// width), and the lanes whose invocation index is a multiple of it own one operation each: a
-// tile serves its lanes' operations one at a time, so a small batch is spread out to one
-// operation per tile and fills the GPU. Tiles are `params.tile` lanes wide: wide for small
-// batches (each probe's candidates read at once), narrow for large ones (more operations' reads
-// in flight per subgroup). Each operation has exactly one owner whatever the mapping of
-// invocations to lanes.
-struct Owned {
-    op: u32,     // the operation of this invocation's lane
-    owns: bool,  // the lane owns it (the first of its invocations, within the batch)
-}
-
-fn owned(inv: Invocation) -> Owned {
-    let me = op_index(inv);
-    let op = me / params.spread;
-    return Owned(op, me % params.spread == 0u && op < params.n);
-}
-
 @compute @workgroup_size(WG)
 fn main(inv: Invocation, sg: Subgroup) {
     let t = tile_of_width(sg, params.tile);

@@ -1,7 +1,7 @@
 // gphash's protocol: phase markers, slot states, control words and the per-operation record,
 // on top of what every table shares.
 // Twin: src/protocol.rs; the numbers must match (a test in src/gpu/shader.rs compares them).
-// uses: control, opstate
+// uses: control, opstate, params.spread, params.n
 
 #include "common/ops.wgsl"
 #include "common/pool.wgsl"
@@ -82,4 +82,23 @@ fn flush_tally(sg_lane: u32) {
             atomicAdd(&control[c], total);
         }
     }
+}
+
+// The dispatch has `params.spread` invocations per operation (a power of two up to the tile's
+// width), and the lanes whose invocation index is a multiple of it own one operation each: a
+// tile serves its lanes' operations one at a time, so a small batch is spread out to one
+// operation per tile and fills the GPU. Phase A's tiles are `params.tile` lanes wide: wide for
+// small batches (each probe's candidates read at once), narrow for large ones (more operations'
+// reads in flight per subgroup); the allocation stage's are as wide as can be (a value written
+// a whole line at a time). Each operation has exactly one owner whatever the mapping of
+// invocations to lanes.
+struct Owned {
+    op: u32,     // the operation of this invocation's lane
+    owns: bool,  // the lane owns it (the first of its invocations, within the batch)
+}
+
+fn owned(inv: Invocation) -> Owned {
+    let me = op_index(inv);
+    let op = me / params.spread;
+    return Owned(op, me % params.spread == 0u && op < params.n);
 }

@@ -1025,7 +1025,7 @@ impl GpuEngine {
     fn invocations(&self, k: Kernel, n: u32) -> u64 {
         match k {
             Kernel::CacheFill => self.fills as u64 * self.cfg.tile as u64,
-            Kernel::PhaseA => n as u64 * self.phase_a_lanes(n).1 as u64,
+            Kernel::Alloc | Kernel::PhaseA => n as u64 * self.phase_a_lanes(n).1 as u64,
             Kernel::Search => {
                 let all = n as u64 * self.phase_a_lanes(n).1 as u64;
                 // Only a batch larger than the cap runs one invocation per operation (spread 1),
