@@ -42,7 +42,7 @@ impl Batch {
     pub fn extend_from_columns(&mut self, kinds: &[OpKind], keys: &[u8], values: &[u8]) -> Result<()> {
         let (n, kb, vb) = (kinds.len(), self.key_bytes, self.value_bytes);
         if keys.len() != n * kb {
-            return Err(Error::KeysLength { given: keys.len(), key_bytes: kb });
+            return Err(Error::KeysCount { given: keys.len(), ops: n, key_bytes: kb });
         }
         if values.len() != n * vb {
             return Err(Error::ValuesLength { given: values.len(), keys: n, value_bytes: vb });
@@ -1192,7 +1192,7 @@ mod tests {
         assert_eq!(extended, pushed);
         assert_eq!(extended.op(1).2, [0; 4], "a get's value is zeros");
         let e = extended.extend_from_columns(&kinds, &keys[1..], &values).unwrap_err();
-        assert!(matches!(e, Error::KeysLength { .. }), "{e}");
+        assert_eq!(e.to_string(), "31 bytes of keys for 4 operation(s): 4 key(s) of 8 bytes are 32 bytes");
         let e = extended.extend_from_columns(&kinds, &keys, &values[4..]).unwrap_err();
         assert!(matches!(e, Error::ValuesLength { .. }), "{e}");
         assert_eq!(extended.len(), 4, "a refused extension appends nothing");

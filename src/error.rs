@@ -48,6 +48,19 @@ pub enum Error {
         /// This table's key width.
         key_bytes: usize,
     },
+    /// Concatenated keys of operations given as columns that are not one key per operation.
+    #[error(
+        "{given} bytes of keys for {ops} operation(s): {ops} key(s) of {key_bytes} bytes are {} bytes",
+        ops * key_bytes
+    )]
+    KeysCount {
+        /// Bytes given.
+        given: usize,
+        /// Operations of the call.
+        ops: usize,
+        /// This table's key width.
+        key_bytes: usize,
+    },
     /// Concatenated values of a bulk call that are not one value per key.
     #[error(
         "{given} bytes of values for {keys} key(s): {keys} value(s) of {value_bytes} bytes are {} bytes",

@@ -143,6 +143,11 @@ const CONFIG: &[(&str, &str)] = &[("save", ""), ("appendonly", "no"), ("database
 /// The longest command name [`parse`] knows.
 const LONGEST_NAME: usize = "COMMAND".len();
 
+/// The most bytes a request's operations may take in the pool's widths (a key and a value's
+/// room each), as a request's own bytes may (`request::Limits`): a pool of 64 KiB values would
+/// otherwise turn an MGET of a million one-byte keys into 64 GiB.
+const MAX_OPS_BYTES: usize = 64 << 20;
+
 /// Turns a request (at least one argument: the command's name) into a command for a pool of
 /// these widths. A data command appends its operations to `ops` (the connection's group, so
 /// that a request costs no buffers of its own); one refused leaves `ops` as it was.
@@ -160,6 +165,9 @@ pub(crate) fn parse(req: &Request, w: &Widths, ops: &mut Ops) -> Command {
     let n = req.len() - 1;
     let mark = ops.mark();
     let mut batch = |kind: OpKind, shape: Shape| {
+        if let Some(refused) = too_large(n, w) {
+            return refused;
+        }
         for k in req.args(1) {
             if let Err(e) = ops.push(w, kind, k, None) {
                 ops.cut(mark);
@@ -226,10 +234,25 @@ pub(crate) fn parse(req: &Request, w: &Widths, ops: &mut Ops) -> Command {
     }
 }
 
+/// The refusal of a request of `n` operations that would take more than [`MAX_OPS_BYTES`].
+fn too_large(n: usize, w: &Widths) -> Option<Command> {
+    let bytes = n * (w.key_bytes() + w.value_bytes());
+    (bytes > MAX_OPS_BYTES).then(|| {
+        Command::Reply(error(format!(
+            "ERR a request of {n} operations would take {bytes} bytes in this pool ({}-byte keys, {}-byte values); at most {MAX_OPS_BYTES}: send fewer keys a request",
+            w.key_bytes(),
+            w.value_bytes()
+        )))
+    })
+}
+
 /// Key-value pairs written by `kind` (MSET, SETNX), appended to `ops`.
 fn writes(kind: OpKind, req: &Request, w: &Widths, shape: Shape, ops: &mut Ops) -> Command {
     let mark = ops.mark();
     let pairs = (req.len() - 1) / 2;
+    if let Some(refused) = too_large(pairs, w) {
+        return refused;
+    }
     for i in 0..pairs {
         if let Err(e) = ops.push(w, kind, req.arg(1 + 2 * i), Some(req.arg(2 + 2 * i))) {
             ops.cut(mark);
@@ -358,6 +381,19 @@ mod tests {
             text(reply("mset a 1 b 1234567")).starts_with("ERR value of 7 bytes is longer than the 6 bytes")
         );
         assert_eq!(text(reply("select 1")), "ERR DB index is out of range");
+        // A request whose operations would take more than MAX_OPS_BYTES in the pool's widths.
+        let w = Widths::new(8, 65536).unwrap();
+        let mget = |keys: usize| {
+            let args: Vec<&[u8]> =
+                std::iter::once(&b"MGET"[..]).chain(std::iter::repeat_n(&b"k"[..], keys)).collect();
+            let mut ops = Ops::default();
+            (parse(&Request::of(&args), &w, &mut ops), ops.len())
+        };
+        assert!(matches!(mget(1000), (Command::Ops(Shape::Values, 1000), 1000)));
+        match mget(1100) {
+            (Command::Reply(f), 0) => assert!(text(f).contains("at most 67108864"), "MGET of 1,100 keys"),
+            other => panic!("MGET of 1,100 keys: {other:?}"),
+        }
         assert!(text(reply("config set save x")).contains("CONFIG SET is not supported"));
     }
 
