@@ -1165,8 +1165,8 @@ impl GpuEngine {
         self.fills = 0;
         submitted?;
         // Phase B recorded while phase A runs: a write batch then waits for phase A only to
-        // persist it and submit (recording a submit was 15-20 µs of the server's write batches
-        // on the H200's host; BENCHMARKS.md, "The server's write batches").
+        // persist it and submit (the server's median write batch of SETs took 209-257 µs
+        // instead of 302-315 on the H200; BENCHMARKS.md, "The server's write batches").
         if !batch.read_only() {
             let phase = Phase::B { publish: true };
             let prepared = self.record(slot, &self.closing(phase), Self::results_of_b(batch))?;
