@@ -190,6 +190,8 @@ struct Running {
     passes: u32,
     /// Whether the staged write-back gather ran after the kernels.
     writeback: bool,
+    /// When the host turned from the submit, having recorded what follows it: the profile's
+    /// wait starts here.
     submitted: Instant,
     /// Set once the submit ran, where its results are in host memory ([`HostOps`]).
     done: Option<Arc<AtomicBool>>,
@@ -1170,7 +1172,10 @@ impl GpuEngine {
         if !batch.read_only() {
             let phase = Phase::B { publish: true };
             let prepared = self.record(slot, &self.closing(phase), Self::results_of_b(batch))?;
-            self.slots[slot].prepared = Some(prepared);
+            let s = &mut self.slots[slot];
+            s.prepared = Some(prepared);
+            // The recording is counted as such, not as part of phase A's wait.
+            s.running.as_mut().expect("phase A was submitted").submitted = Instant::now();
         }
         Ok(())
     }
