@@ -12,7 +12,7 @@
 
 // Spread as phase A is (`owned`): the tile writes its operations' values one at a time, each
 // a load of the input and a store to the pool, so a 32-lane tile serving 32 operations took
-// 70 µs whatever the batch's size on the H200 (BENCHMARKS.md, "The server's write batches").
+// 67-75 µs for any batch up to 4,096 on the H200 (BENCHMARKS.md, "The server's write batches").
 @compute @workgroup_size(WG)
 fn main(inv: Invocation, sg: Subgroup) {
     let t = tile_of(sg);

@@ -310,7 +310,7 @@ impl Batch {
         // sort was 18% of an insert batch of 4,096's host CPU time on an H100, and the parallel
         // one 43-51% of a volatile insert batch of 16,384 to 2^20 on the H200; BENCHMARKS.md,
         // "A batch's keys told distinct"). The set may also say "maybe" of distinct keys (too
-        // many probes, hashes alike in the bits it keeps): the sort decides.
+        // many probes, hashes alike in the bits it keeps): the chains, or the sort, decide.
         let hashes = if n < PARALLEL_GROUPING {
             let hashes: Vec<u64> = self.keys.chunks_exact(kb).map(key_hash).collect();
             if distinct_hashes(hashes.iter().copied()) {

@@ -267,8 +267,7 @@ impl Answers {
                 let mut replies = Vec::with_capacity(group.requests.len());
                 for &(shape, len) in &group.requests {
                     let started = Instant::now();
-                    let (kb, vb) = (self.widths.key_bytes(), self.widths.value_bytes());
-                    let mut batch = Batch::with_capacity(kb, vb, len);
+                    let mut batch = index.batch();
                     push(&mut batch, &self.widths, group, first..first + len);
                     replies.push(match index.execute_ordered(&batch) {
                         Ok(r) => {
