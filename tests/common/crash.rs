@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use gphash::Batch;
 use rand::Rng;
 use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
 
 /// Keys and values of a table.
 pub type Content = HashMap<Vec<u8>, Vec<u8>>;
@@ -119,8 +120,9 @@ impl CrashRun {
     }
 
     /// Writes at least `wanted` crash images to `path`, spread over the intervals that wrote
-    /// something (none, all, then random parts of each one's words reach the medium; in about
-    /// half of them, pages no region holds zeroed at random as holes punched late leave them), and
+    /// something (none, all, then random parts of each one's words reach the medium; in every
+    /// other image that has pages no region holds, some of them zeroed as holes punched late
+    /// leave them), and
     /// calls `verify(path, acknowledged content, the batches in flight each with the content
     /// after it, what)` on each.
     pub fn check_images(
@@ -135,7 +137,7 @@ impl CrashRun {
         let recording = self.recording.lock().unwrap();
         let per_interval = wanted.div_ceil(written);
         let mut image = recording.base.clone().unwrap();
-        let (mut tested, mut with_zeroed) = (0, 0);
+        let (mut tested, mut with_unnamed, mut with_zeroed) = (0, 0, 0);
         for (k, interval) in recording.intervals.iter().enumerate() {
             // Batches acknowledged before this interval's persist point.
             let acked = self.acked_after.iter().filter(|&&a| a <= k).count();
@@ -147,8 +149,11 @@ impl CrashRun {
                     let kept = interval.words.iter().copied().filter(|_| rng.random_bool(keep));
                     apply(&mut crashed, interval.len, kept);
                     std::fs::write(path, &crashed).unwrap();
+                    // Alternating, not a coin: a run may leave unnamed pages in only a few images.
+                    let unnamed = unnamed_pages(path, crashed.len());
                     let zeroed =
-                        if rng.random_bool(0.5) { zero_unnamed_pages(path, &mut crashed, rng) } else { 0 };
+                        if with_unnamed % 2 == 0 { zero_some(path, &mut crashed, &unnamed, rng) } else { 0 };
+                    with_unnamed += usize::from(!unnamed.is_empty());
                     let what = format!(
                         "seed {seed}, persist interval {k}, image {j} (kept {keep:.2}, {zeroed} unnamed pages zeroed)"
                     );
@@ -170,21 +175,28 @@ impl CrashRun {
     }
 }
 
-/// Zeroes about half of the pages of the pool image at `path` that its header names no region
-/// in, and returns how many. Holes punched in the background (`Pool::discard_in_background`)
-/// leave a crash image with any mix of the given-back regions' pages as they were and as zeros;
-/// this is a superset of that, since recovery reads only what the header names.
-fn zero_unnamed_pages(path: &Path, image: &mut [u8], rng: &mut StdRng) -> usize {
-    const PAGE: u64 = 4096;
+const PAGE: u64 = 4096;
+
+/// The pages of the pool image at `path`, `len` bytes long, that its header names no region in.
+fn unnamed_pages(path: &Path, len: usize) -> Vec<u64> {
     let h = *host_pm::Pool::open_private(path).expect("a crash image opens").header();
     let named = [h.table_region, h.heap_region, h.closed.saved, h.resize.new_table, h.resize.new_heap];
-    let unnamed = |page: u64| {
+    let unnamed = |&page: &u64| {
         let page = host_pm::Region { offset: page, bytes: PAGE };
         named.iter().filter(|r| !r.is_empty()).all(|r| !r.overlaps(&page))
     };
+    (host_pm::HEADER_AREA..len as u64 / PAGE * PAGE).step_by(PAGE as usize).filter(unnamed).collect()
+}
+
+/// Zeroes a random part, at least one, of the `unnamed` pages of `image` and writes it to
+/// `path`; returns how many. Holes punched in the background (`Pool::discard_in_background`)
+/// leave a crash image with any mix of the given-back regions' pages as they were and as zeros;
+/// this is a superset of that, since recovery reads only what the header names.
+fn zero_some(path: &Path, image: &mut [u8], unnamed: &[u64], rng: &mut StdRng) -> usize {
+    let Some(&always) = unnamed.choose(rng) else { return 0 };
     let mut zeroed = 0;
-    for page in (host_pm::HEADER_AREA..image.len() as u64 / PAGE * PAGE).step_by(PAGE as usize) {
-        if unnamed(page) && rng.random_bool(0.5) {
+    for &page in unnamed {
+        if page == always || rng.random_bool(0.5) {
             image[page as usize..(page + PAGE) as usize].fill(0);
             zeroed += 1;
         }
