@@ -2,6 +2,7 @@
 //! `VK_EXT_external_memory_host` enabled where the driver has it (for zero-copy pools).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ash::vk;
@@ -306,6 +307,24 @@ impl Gpu {
             }
             std::hint::spin_loop();
         }
+    }
+
+    /// A flag the queue sets once every submit so far has run (from a poll), for
+    /// [`Gpu::wait_flag`]: nothing need be mapped to learn it.
+    pub fn work_done_flag(&self) -> Arc<AtomicBool> {
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        self.queue.on_submitted_work_done(move || flag.store(true, Ordering::Release));
+        done
+    }
+
+    /// Waits until `done`, a [`Gpu::work_done_flag`] made right after `submission`, is set:
+    /// polling without sleeping first, then sleeping in the driver.
+    pub fn wait_flag(&self, done: &AtomicBool, submission: &wgpu::SubmissionIndex) -> Result<()> {
+        if self.poll_until(|| done.load(Ordering::Acquire).then_some(()))?.is_none() {
+            self.wait_for(Some(submission.clone()))?;
+        }
+        Ok(())
     }
 
     /// Waits until `submission` has run (`None`: every submission so far), not for the ones

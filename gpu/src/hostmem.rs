@@ -170,6 +170,23 @@ unsafe fn import_as(
 /// A command buffer holding only a barrier that makes shader and transfer writes visible to
 /// host reads (wgpu does this only for mappable buffers). Submit it after the work.
 pub fn host_read_barrier(gpu: &Gpu) -> wgpu::CommandBuffer {
+    barrier(gpu, vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ)
+}
+
+/// A command buffer holding only a barrier that orders every shader and transfer write
+/// submitted before it before every shader and transfer access after it, whatever wgpu
+/// tracks: for work the host submits without waiting for what runs before it.
+pub fn compute_barrier(gpu: &Gpu) -> wgpu::CommandBuffer {
+    let reads_and_writes = vk::AccessFlags::SHADER_READ
+        | vk::AccessFlags::SHADER_WRITE
+        | vk::AccessFlags::TRANSFER_READ
+        | vk::AccessFlags::TRANSFER_WRITE;
+    let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
+    barrier(gpu, stages, reads_and_writes)
+}
+
+/// A command buffer holding only a barrier from shader and transfer writes to `dst` accesses.
+fn barrier(gpu: &Gpu, dst_stages: vk::PipelineStageFlags, dst: vk::AccessFlags) -> wgpu::CommandBuffer {
     let raw = gpu.raw().map(|(device, _, _)| device);
     let mut enc = gpu.device.create_command_encoder(&Default::default());
     // SAFETY: records one barrier into the encoder's live Vulkan command buffer.
@@ -180,11 +197,11 @@ pub fn host_read_barrier(gpu: &Gpu) -> wgpu::CommandBuffer {
             };
             let barrier = vk::MemoryBarrier::default()
                 .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
-                .dst_access_mask(vk::AccessFlags::HOST_READ);
+                .dst_access_mask(dst);
             raw.cmd_pipeline_barrier(
                 e.raw_handle(),
                 vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
-                vk::PipelineStageFlags::HOST,
+                dst_stages,
                 vk::DependencyFlags::empty(),
                 &[barrier],
                 &[],

@@ -3,7 +3,7 @@
 //! each phase.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use gphash_gpu::hostmem::{self, HostBuffer};
@@ -153,6 +153,10 @@ struct Slot {
     /// Phase B of the batch, recorded while its phase A runs (`GpuEngine::start_a`), submitted
     /// if phase B is what follows.
     prepared: Option<Recorded>,
+    /// The tail of the slot's last write batch, submitted after its phase B and not waited for
+    /// (see [`GpuEngine::closing`]): it reads the batch's input, so the slot's next batch
+    /// waits for it before writing or replacing its buffers.
+    tail: Option<Tail>,
     statuses: Vec<u32>,
     values: Vec<u32>,
 }
@@ -162,9 +166,17 @@ struct Recorded {
     kernels: Vec<Kernel>,
     results: Results,
     cmds: Vec<wgpu::CommandBuffer>,
+    /// Kernels submitted after `cmds` that the host does not wait for, and their commands.
+    tail: Option<(Vec<Kernel>, Vec<wgpu::CommandBuffer>)>,
     passes: u32,
     writeback: bool,
     in_host: bool,
+}
+
+/// A tail submitted: done once its flag is set.
+struct Tail {
+    submission: wgpu::SubmissionIndex,
+    done: Arc<AtomicBool>,
 }
 
 /// The batch bind group of a device batch and what it binds: the batch's buffers (kinds, keys,
@@ -679,6 +691,11 @@ impl GpuEngine {
 
     /// Makes sure the batch buffers of `slot` hold `n` operations (at most `max_batch`).
     fn reserve(&mut self, slot: usize, n: u32) -> Result<()> {
+        // The slot's last tail reads its input: it ends before the input is written or its
+        // buffers replaced.
+        if let Some(Tail { submission, done }) = self.slots[slot].tail.take() {
+            self.gpu.wait_flag(&done, &submission)?;
+        }
         if self.slots[slot].io.as_ref().is_some_and(|io| io.cap >= n) {
             return Ok(());
         }
@@ -802,15 +819,20 @@ impl GpuEngine {
 
     /// Records and submits `kernels` for the batch in `slot` without waiting (`collect` waits).
     fn submit(&mut self, slot: usize, kernels: &[Kernel], results: Results) -> Result<()> {
-        let recorded = self.record(slot, kernels, results)?;
+        let recorded = self.record(slot, (kernels, &[]), results)?;
         self.launch(slot, recorded)
     }
 
     /// Records `kernels` for the batch in `slot` (the dispatches of one compute pass, a pass
     /// each when timed: wgpu orders them with barriers; the parameters are immediates), the
     /// write-back gather in staged mode, and the copies of the control block and, when asked,
-    /// the results.
-    fn record(&mut self, slot: usize, kernels: &[Kernel], results: Results) -> Result<Recorded> {
+    /// the results; then `tail`, untimed, in a command buffer of its own that copies nothing.
+    fn record(
+        &mut self,
+        slot: usize,
+        (kernels, tail): (&[Kernel], &[Kernel]),
+        results: Results,
+    ) -> Result<Recorded> {
         let scopes = ErrorScopes::push(&self.gpu.device);
         let started = Instant::now();
         let n = self.slots[slot].n;
@@ -820,9 +842,6 @@ impl GpuEngine {
         let io = s.io.as_ref().expect("reserved");
         let dev = &self.gpu.device;
         let mut enc = dev.create_command_encoder(&Default::default());
-        // The control block starts at zero: cleared on the GPU (a queue write would stage a
-        // buffer of its own).
-        enc.clear_buffer(&self.control, 0, None);
         // Gets never register in the claim registry: a batch of them runs `Search`.
         if kernels.contains(&Kernel::PhaseA) {
             enc.clear_buffer(&io.claims, 0, None);
@@ -872,6 +891,10 @@ impl GpuEngine {
                 }
             }
         }
+        // Cleared on the GPU once copied (a queue write would stage a buffer of its own), so
+        // that the next submit's control block starts at zero but for what a tail between
+        // them counts.
+        enc.clear_buffer(&self.control, 0, None);
         let mut cmds = vec![enc.finish()];
         // The host reads what the kernels wrote into the pool (persists, recovery) and into
         // host memory of the batch's own; a submit that writes neither (a batch of gets in
@@ -879,31 +902,46 @@ impl GpuEngine {
         if in_host || (!self.windows.staged() && writes) {
             cmds.push(hostmem::host_read_barrier(&self.gpu));
         }
-        scopes.pop(|| format!("recording {kernels:?} for {n} operations"))?;
+        let tail = (!tail.is_empty()).then(|| {
+            debug_assert!(tail.iter().all(|k| !k.writes_pool()), "the host persists what it waited for");
+            let mut enc = dev.create_command_encoder(&Default::default());
+            let passes = tail.iter().map(|&k| (self.pipelines.get(k), self.invocations(k, n)));
+            record_passes(&mut enc, (&[&io.bind, batch_bind], bytemuck::bytes_of(&params)), passes, None);
+            // Barriers of its own, before and after: no wait of the host orders it.
+            let barrier = || hostmem::compute_barrier(&self.gpu);
+            (tail.to_vec(), vec![barrier(), enc.finish(), barrier()])
+        });
+        scopes.pop(|| {
+            format!(
+                "recording {kernels:?} then {tail:?} for {n} operations",
+                tail = tail.as_ref().map(|t| &t.0)
+            )
+        })?;
         let p = &mut self.profile;
         p.writes += written - started;
         p.record += written.elapsed();
         let (kernels, writeback) = (kernels.to_vec(), writeback.is_some());
-        Ok(Recorded { kernels, results, cmds, passes, writeback, in_host })
+        Ok(Recorded { kernels, results, cmds, tail, passes, writeback, in_host })
     }
 
     /// Submits what was recorded for the batch in `slot`, without waiting.
     fn launch(&mut self, slot: usize, recorded: Recorded) -> Result<()> {
-        let Recorded { kernels, results, cmds, passes, writeback, in_host } = recorded;
+        let Recorded { kernels, results, cmds, tail, passes, writeback, in_host } = recorded;
         let scopes = ErrorScopes::push(&self.gpu.device);
         let started = Instant::now();
         let submission = self.gpu.queue.submit(cmds);
-        // Nothing is mapped to say when host-memory results are there: the queue says.
-        let done = in_host.then(|| {
-            let done = Arc::new(AtomicBool::new(false));
-            let flag = done.clone();
-            self.gpu.queue.on_submitted_work_done(move || flag.store(true, Ordering::Release));
-            done
+        // Nothing is mapped to say when host-memory results are there: the queue says (a
+        // callback registered now waits for the submits so far, not for the tail after).
+        let done = in_host.then(|| self.gpu.work_done_flag());
+        let tail = tail.map(|(_, cmds)| {
+            let submission = self.gpu.queue.submit(cmds);
+            Tail { submission, done: self.gpu.work_done_flag() }
         });
         // An invalid submit (a buffer beyond a device limit, say) ran nothing: its results are
-        // garbage and must not be read.
+        // garbage and must not be read. Its tail is part of it.
         let n = self.slots[slot].n;
         scopes.pop(|| format!("submitting {kernels:?} for {n} operations"))?;
+        self.slots[slot].tail = tail;
         let submitted = Instant::now();
         self.profile.submit += submitted - started;
         self.slots[slot].running =
@@ -950,9 +988,7 @@ impl GpuEngine {
                 })?;
             }
             Some(done) => {
-                if self.gpu.poll_until(|| done.load(Ordering::Acquire).then_some(()))?.is_none() {
-                    self.gpu.wait_for(Some(r.submission.clone()))?;
-                }
+                self.gpu.wait_flag(done, &r.submission)?;
                 mapped = Instant::now();
                 if let Some(t) = timer {
                     let range = stamps.start as u64..stamps.end as u64;
@@ -1090,8 +1126,16 @@ impl GpuEngine {
     }
 
     /// The kernels that end a batch: phase B (when `publish`) or a rollback, the release of
-    /// cells, and the write-through of changed slots to the cache.
-    fn closing(&self, phase: Phase) -> Vec<Kernel> {
+    /// cells, and the write-through of changed slots to the cache; and which of them are its
+    /// tail, submitted after the rest and not waited for.
+    ///
+    /// The tail of a host batch's phase B is the release of its cells and the cache's
+    /// write-through: they write neither the pool nor the results, and the queue runs them
+    /// before any later batch, so the host persists phase B and answers without them (on the
+    /// H200, about 30 µs of a 1,024-insert batch's wait; BENCHMARKS.md). Kernels that are timed
+    /// stay in one submit, and so do a device batch's, whose input its owner may rewrite once
+    /// the call returns (the write-through reads the input).
+    fn closing(&self, phase: Phase, batch: Input) -> (Vec<Kernel>, Vec<Kernel>) {
         let (mut k, changed) = match phase {
             Phase::Rollback => (vec![Kernel::Rollback], true),
             Phase::B { publish: true } => (vec![Kernel::PhaseB, Kernel::FreeCells], true),
@@ -1101,7 +1145,10 @@ impl GpuEngine {
         if self.cache.enabled() && changed {
             k.push(Kernel::CacheRefresh);
         }
-        k
+        let trails =
+            matches!((phase, batch), (Phase::B { publish: true }, Input::Host(_))) && self.timer.is_none();
+        let tail = if trails { k.split_off(1) } else { vec![] };
+        (k, tail)
     }
 
     /// Phase A of `batch` in `slot`: its input written (or its device buffers bound), a slice of
@@ -1173,7 +1220,8 @@ impl GpuEngine {
             let phase = Phase::B { publish: true };
             // Best effort: phase A runs already, so a failure here belongs to phase B, which
             // then records again when it follows and reports it.
-            match self.record(slot, &self.closing(phase), Self::results_of_b(batch)) {
+            let (kernels, tail) = self.closing(phase, batch);
+            match self.record(slot, (&kernels, &tail), Self::results_of_b(batch)) {
                 Ok(prepared) => {
                     let s = &mut self.slots[slot];
                     s.prepared = Some(prepared);
@@ -1215,12 +1263,15 @@ impl Engine for GpuEngine {
         let prepared = self.slots[slot].prepared.take();
         let submitted = match phase {
             Phase::A => self.start_a(slot, batch),
-            Phase::Rollback => self.submit(slot, &self.closing(phase), Results::None),
+            Phase::Rollback => self.submit(slot, &self.closing(phase, batch).0, Results::None),
             Phase::B { .. } => {
-                let (kernels, results) = (self.closing(phase), Self::results_of_b(batch));
+                let ((kernels, tail), results) = (self.closing(phase, batch), Self::results_of_b(batch));
+                let recorded_tail = |p: &Recorded| p.tail.as_ref().map_or(&[][..], |t| &t.0[..]) == &tail[..];
                 match prepared {
-                    Some(p) if p.kernels == kernels && p.results == results => self.launch(slot, p),
-                    _ => self.submit(slot, &kernels, results),
+                    Some(p) if p.kernels == kernels && recorded_tail(&p) && p.results == results => {
+                        self.launch(slot, p)
+                    }
+                    _ => self.record(slot, (&kernels, &tail), results).and_then(|r| self.launch(slot, r)),
                 }
             }
         };
