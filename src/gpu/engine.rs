@@ -287,8 +287,9 @@ impl HostOps {
     /// Writes a host batch's operations in place.
     fn write(&mut self, e: &crate::batch::Encoded) {
         let at = self.at;
-        // SAFETY: the engine writes a slot's inputs only between its submits (`start_a`), and
-        // a slot's submits run one at a time, each collected before the next starts.
+        // SAFETY: the engine writes a slot's inputs only between its submits (`start_a`), after
+        // the slot's last tail ended (`GpuEngine::reserve`), and a slot's submits run one at a
+        // time, each collected before the next starts.
         let memory = unsafe { self.inputs.bytes_mut() };
         for (i, words) in [&e.kinds, &e.keys, &e.values].into_iter().enumerate() {
             let bytes: &[u8] = bytemuck::cast_slice(words);
@@ -933,19 +934,23 @@ impl GpuEngine {
         // Nothing is mapped to say when host-memory results are there: the queue says (a
         // callback registered now waits for the submits so far, not for the tail after).
         let done = in_host.then(|| self.gpu.work_done_flag());
-        let tail = tail.map(|(_, cmds)| {
-            let submission = self.gpu.queue.submit(cmds);
-            Tail { submission, done: self.gpu.work_done_flag() }
-        });
         // An invalid submit (a buffer beyond a device limit, say) ran nothing: its results are
-        // garbage and must not be read. Its tail is part of it.
+        // garbage and must not be read, and its tail is not submitted.
         let n = self.slots[slot].n;
         scopes.pop(|| format!("submitting {kernels:?} for {n} operations"))?;
-        self.slots[slot].tail = tail;
         let submitted = Instant::now();
-        self.profile.submit += submitted - started;
         self.slots[slot].running =
             Some(Running { submission, kernels, results, passes, writeback, submitted, done });
+        if let Some((kernels, cmds)) = tail {
+            // Phase B ran: a tail that did not would leave the cache stale, so its failure is
+            // the batch's (the index is poisoned).
+            let scopes = ErrorScopes::push(&self.gpu.device);
+            let submission = self.gpu.queue.submit(cmds);
+            let done = self.gpu.work_done_flag();
+            scopes.pop(|| format!("submitting {kernels:?} for {n} operations"))?;
+            self.slots[slot].tail = Some(Tail { submission, done });
+        }
+        self.profile.submit += started.elapsed();
         Ok(())
     }
 
@@ -1134,7 +1139,9 @@ impl GpuEngine {
     /// before any later batch, so the host persists phase B and answers without them (on the
     /// H200, about 30 µs of a 1,024-insert batch's wait; BENCHMARKS.md). Kernels that are timed
     /// stay in one submit, and so do a device batch's, whose input its owner may rewrite once
-    /// the call returns (the write-through reads the input).
+    /// the call returns (the write-through reads the input), and those of a pool whose dirty
+    /// lines the host reads back to persist them: that read is queued after the tail, so it
+    /// would wait for it anyway.
     fn closing(&self, phase: Phase, batch: Input) -> (Vec<Kernel>, Vec<Kernel>) {
         let (mut k, changed) = match phase {
             Phase::Rollback => (vec![Kernel::Rollback], true),
@@ -1145,8 +1152,9 @@ impl GpuEngine {
         if self.cache.enabled() && changed {
             k.push(Kernel::CacheRefresh);
         }
-        let trails =
-            matches!((phase, batch), (Phase::B { publish: true }, Input::Host(_))) && self.timer.is_none();
+        let trails = matches!((phase, batch), (Phase::B { publish: true }, Input::Host(_)))
+            && self.timer.is_none()
+            && !self.track_lines;
         let tail = if trails { k.split_off(1) } else { vec![] };
         (k, tail)
     }
@@ -1326,7 +1334,8 @@ impl Engine for GpuEngine {
     }
 
     fn into_imports(mut self: Box<Self>) -> Option<ImportedRegions> {
-        // No batch is in flight between calls: nothing else uses the buffers handed on.
+        // No batch is in flight between calls: nothing else uses the buffers handed on (a
+        // batch's tail may still run, before the next engine's work on the same queue).
         self.slots = Default::default();
         self.windows.take_imported(&self.gpu)
     }
