@@ -122,9 +122,8 @@ impl CrashRun {
     /// Writes at least `wanted` crash images to `path`, spread over the intervals that wrote
     /// something (none, all, then random parts of each one's words reach the medium; in every
     /// other image that has pages no region holds, some of them zeroed as holes punched late
-    /// leave them), and
-    /// calls `verify(path, acknowledged content, the batches in flight each with the content
-    /// after it, what)` on each.
+    /// leave them), and calls `verify(path, acknowledged content, the batches in flight each
+    /// with the content after it, what)` on each.
     pub fn check_images(
         &self,
         wanted: usize,
