@@ -938,19 +938,20 @@ impl GpuEngine {
         // garbage and must not be read, and its tail is not submitted.
         let n = self.slots[slot].n;
         scopes.pop(|| format!("submitting {kernels:?} for {n} operations"))?;
-        let submitted = Instant::now();
-        self.slots[slot].running =
-            Some(Running { submission, kernels, results, passes, writeback, submitted, done });
-        if let Some((kernels, cmds)) = tail {
+        if let Some((tail_kernels, cmds)) = tail {
             // Phase B ran: a tail that did not would leave the cache stale, so its failure is
-            // the batch's (the index is poisoned).
+            // the batch's (the index is poisoned and collects nothing).
             let scopes = ErrorScopes::push(&self.gpu.device);
             let submission = self.gpu.queue.submit(cmds);
             let done = self.gpu.work_done_flag();
-            scopes.pop(|| format!("submitting {kernels:?} for {n} operations"))?;
+            scopes.pop(|| format!("submitting {tail_kernels:?} for {n} operations"))?;
             self.slots[slot].tail = Some(Tail { submission, done });
         }
-        self.profile.submit += started.elapsed();
+        // The profile's wait starts once both are submitted (the tail's submit is `submit`'s).
+        let submitted = Instant::now();
+        self.profile.submit += submitted - started;
+        self.slots[slot].running =
+            Some(Running { submission, kernels, results, passes, writeback, submitted, done });
         Ok(())
     }
 
@@ -1137,7 +1138,8 @@ impl GpuEngine {
     /// The tail of a host batch's phase B is the release of its cells and the cache's
     /// write-through: they write neither the pool nor the results, and the queue runs them
     /// before any later batch, so the host persists phase B and answers without them (on the
-    /// H200, about 30 µs of a 1,024-insert batch's wait; BENCHMARKS.md). Kernels that are timed
+    /// H200 a 1,024-insert batch's wait fell by 38-42 µs and its submit grew by 10-13;
+    /// BENCHMARKS.md, "Phase B's tail"). Kernels that are timed
     /// stay in one submit, and so do a device batch's, whose input its owner may rewrite once
     /// the call returns (the write-through reads the input), and those of a pool whose dirty
     /// lines the host reads back to persist them: that read is queued after the tail, so it
