@@ -1089,20 +1089,28 @@ impl State {
         if !(half_full || heap_filling) || !self.options.grow || self.mode == Mode::Volatile {
             return;
         }
-        let (Ok(gpu), Some(placed)) = (&self.gpu, self.placed_as()) else { return };
-        let seed = self.pool.header().table.seed;
         let (cache, verify) = (self.options.gpu.cache, self.options.verify_values);
         let key = self.growth_key();
-        if half_full && self.next_growth.as_ref().is_none_or(|(k, _)| *k != key) {
+        let table = half_full && self.next_growth.as_ref().is_none_or(|(k, _)| *k != key);
+        let heap = heap_filling
+            .then(|| heap::grown(&self.geo, 0).ok())
+            .flatten()
+            .filter(|&grown| self.next_heap_growth.as_ref().is_none_or(|(k, _)| *k != (grown, cache)));
+        if !table && heap.is_none() {
+            return;
+        }
+        // Asked only when kernels are to compile: it counts the cached groups, a tenth of the
+        // server's batcher thread when asked after every batch (BENCHMARKS.md, "The server's
+        // front end and its batcher").
+        let (Ok(gpu), Some(placed)) = (&self.gpu, self.placed_as()) else { return };
+        let seed = self.pool.header().table.seed;
+        if table {
             let warming = Warming::start(gpu, &self.options.gpu, (&self.geo, seed), placed, verify);
             self.next_growth = Some((key, warming));
         }
-        if let (true, Ok(grown)) = (heap_filling, heap::grown(&self.geo, 0)) {
-            let key = (grown, cache);
-            if self.next_heap_growth.as_ref().is_none_or(|(k, _)| *k != key) {
-                let warming = Warming::heap_growth(gpu, &self.options.gpu, (&grown, seed), placed, verify);
-                self.next_heap_growth = Some((key, warming));
-            }
+        if let Some(grown) = heap {
+            let warming = Warming::heap_growth(gpu, &self.options.gpu, (&grown, seed), placed, verify);
+            self.next_heap_growth = Some(((grown, cache), warming));
         }
     }
 

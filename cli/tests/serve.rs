@@ -314,6 +314,26 @@ fn many_clients_at_once_each_keep_their_order() {
     let max_ops: u64 =
         info.lines().find_map(|l| l.strip_prefix("gphash_batch_ops_max:")).unwrap().parse().unwrap();
     assert!(max_ops > 50, "requests of several clients were batched together: {info}");
+    // Commands are counted a chunk at a time; an INFO in the middle of a pipeline counts every
+    // command before it and itself.
+    let commands = |info: &str| -> u64 {
+        info.lines().find_map(|l| l.strip_prefix("total_commands_processed:")).unwrap().parse().unwrap()
+    };
+    assert!(commands(&info) > clients * 10 * 50, "{info}");
+    let mut p = redis::pipe();
+    p.cmd("INFO").arg("stats");
+    for i in 0..50 {
+        p.cmd("SET").arg(format!("counted{i}")).arg(i);
+    }
+    p.cmd("INFO").arg("stats");
+    let got: Vec<Value> = p.query(&mut c).unwrap();
+    let counted: Vec<u64> = [&got[0], &got[51]]
+        .map(|v| match v {
+            Value::BulkString(b) => commands(&String::from_utf8_lossy(b)),
+            other => panic!("INFO gave {other:?}"),
+        })
+        .into();
+    assert_eq!(counted, [commands(&info) + 1, commands(&info) + 52]);
     let Value::BulkString(info) = cmd(&mut c, &[b"INFO", b"server"]).unwrap() else { panic!() };
     let info = String::from_utf8(info).unwrap();
     assert!(info.lines().any(|l| l == "gphash_io_threads:3"), "{info}");
