@@ -303,17 +303,6 @@ impl Batch {
         };
     }
 
-    /// Whether two of its operations name the same key: only then may [`GpHash::execute`]
-    /// (and a [`Pipeline`]) give other results than [`GpHash::execute_ordered`], when one of
-    /// them writes.
-    ///
-    /// [`GpHash::execute`]: crate::GpHash::execute
-    /// [`GpHash::execute_ordered`]: crate::GpHash::execute_ordered
-    /// [`Pipeline`]: crate::Pipeline
-    pub fn repeats_key(&self) -> bool {
-        self.key_groups().repeats()
-    }
-
     /// The batch's operations grouped by key, in batch order.
     pub(crate) fn key_groups(&self) -> KeyGroups {
         let (n, kb) = (self.len(), self.key_bytes);

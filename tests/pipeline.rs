@@ -163,50 +163,6 @@ fn a_pipeline_runs_out_of_cells_no_sooner_than_one_call_at_a_time() {
     cells_as_one_at_a_time(common::cpu_options(), "cpu");
 }
 
-/// `Pipeline::end_last` ends a write batch before another starts and says whether it took
-/// effect: a batch of more new keys than a table without growth holds fails, and nothing after
-/// it has run when the caller learns it; the next batch then runs as usual.
-fn end_last_tells_a_failure_first(options: Options, what: &str) {
-    let dir = common::pool_dir();
-    let options = Options { grow: false, ..options };
-    let config = Config { capacity: 1000, value_bytes: 8, ..Default::default() };
-    let t = common::table(&dir, "e", &config, &options);
-    let slots = t.stats().slots;
-    let inserts = |keys: std::ops::Range<u64>| {
-        let mut b = t.batch();
-        for k in keys {
-            b.insert(&common::key(k, 8), &k.to_le_bytes()).unwrap();
-        }
-        b
-    };
-    let (fits, too_many) = (inserts(0..100), inserts(1000..1000 + slots + 1));
-    assert!(!fits.repeats_key() && !too_many.repeats_key(), "{what}");
-    let mut p = t.pipeline();
-    assert!(p.end_last(), "{what}: nothing submitted yet");
-    p.submit(fits).unwrap();
-    assert!(p.end_last(), "{what}: 100 keys fit");
-    p.submit(too_many).unwrap();
-    assert!(!p.end_last(), "{what}: {} keys do not fit {slots} slots", slots + 1);
-    assert!(p.next().unwrap().is_ok(), "{what}");
-    assert!(matches!(p.next().unwrap(), Err(Error::TableFull { .. })), "{what}");
-    // The failed batch took no effect; the next one runs.
-    p.submit(inserts(100..200)).unwrap();
-    assert!(p.end_last(), "{what}");
-    assert!(p.next().unwrap().is_ok_and(|r| r.statuses.iter().all(|&s| s == Status::Ok)), "{what}");
-    drop(p);
-    assert_eq!(t.len(), 200, "{what}");
-    let mut repeated = t.batch();
-    repeated.get(&common::key(5, 8)).unwrap();
-    repeated.upsert(&common::key(5, 8), &[1; 8]).unwrap();
-    assert!(repeated.repeats_key(), "{what}");
-}
-
-#[test]
-fn end_last_tells_a_failed_write_batch_before_the_next_starts() {
-    end_last_tells_a_failure_first(common::gpu_options(Default::default()), "gpu");
-    end_last_tells_a_failure_first(common::cpu_options(), "cpu");
-}
-
 #[test]
 fn pipelined_batches_match_one_at_a_time_on_the_gpu() {
     matches_one_at_a_time(&common::gpu_options(Default::default()), "gpu");

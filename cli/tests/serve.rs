@@ -271,61 +271,6 @@ fn a_full_pool_fails_only_the_requests_it_concerns() {
     }
 }
 
-/// Write batches whose keys are distinct run through the pipeline. When one of them fails on
-/// a full pool, its requests run again one at a time before anything after it: the inserts of
-/// new keys fail, the overwrites of stored keys succeed, and each stored key holds the last
-/// value acknowledged for it in the order the client sent them.
-#[test]
-fn a_full_pool_fails_pipelined_writes_in_order() {
-    let dir = common::pool_dir();
-    let server = Server::start(&pool(&dir), &["--max-bytes", "500000"]);
-    let mut c = server.client();
-    let stored: Vec<String> = (0..50).map(|i| format!("u{i}")).collect();
-    for k in &stored {
-        assert_eq!(cmd(&mut c, &[b"SET", k.as_bytes(), b"first"]).unwrap(), okay());
-    }
-    let mut p = redis::pipe();
-    p.ignore_errors();
-    // (key, value) of each SET, in the order sent.
-    let mut sets = Vec::new();
-    for j in 0..8000 {
-        sets.push((format!("n{j}"), format!("new{j}")));
-        if j % 16 == 0 {
-            sets.push((stored[j / 16 % stored.len()].clone(), format!("v{j}")));
-        }
-    }
-    for (k, v) in &sets {
-        p.cmd("SET").arg(k).arg(v);
-    }
-    let got: Vec<RedisResult<Value>> = p.query(&mut c).unwrap();
-    let mut last: HashMap<&str, &str> = stored.iter().map(|k| (k.as_str(), "first")).collect();
-    let (mut failed, mut new) = (0, 0);
-    for ((k, v), r) in sets.iter().zip(&got) {
-        match r {
-            Ok(r) => {
-                assert_eq!(r, &okay(), "SET {k}");
-                new += k.starts_with('n') as usize;
-                last.insert(k, v);
-            }
-            Err(e) => {
-                assert!(e.to_string().to_lowercase().contains("space"), "SET {k}: {e}");
-                assert!(k.starts_with('n'), "an overwrite of {k} failed: {e}");
-                failed += 1;
-            }
-        }
-    }
-    assert!(failed > 0 && new > 1000, "{new} new keys stored, {failed} refused");
-    for (k, v) in &last {
-        assert_eq!(cmd(&mut c, &[b"GET", k.as_bytes()]).unwrap(), bulk(v.as_bytes()), "{k}");
-    }
-    let Value::BulkString(info) = cmd(&mut c, &[b"INFO", b"stats"]).unwrap() else { panic!() };
-    let info = String::from_utf8(info).unwrap();
-    let pipelined: u64 =
-        info.lines().find_map(|l| l.strip_prefix("gphash_batches_pipelined:")).unwrap().parse().unwrap();
-    assert!(pipelined > 0, "write batches ran through the pipeline: {info}");
-    assert!(server.stop().success());
-}
-
 /// 32 clients on 3 threads of the server's runtime (`--io-threads`, which INFO reports).
 #[test]
 fn many_clients_at_once_each_keep_their_order() {

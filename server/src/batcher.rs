@@ -90,16 +90,9 @@ struct Answers {
     identity: Identity,
 }
 
-/// Batches in flight at once (the engine's slots: one runs while the host gathers the next and
-/// answers the one before).
-const IN_FLIGHT: usize = 2;
-
-/// A batch in the pipeline: its jobs, when it was submitted, and whether it writes.
-struct Flight {
-    jobs: Vec<Job>,
-    started: Instant,
-    writes: bool,
-}
+/// Read-only batches in flight at once (the engine's slots: one runs while the host gathers
+/// the next and answers the one before).
+const READS_IN_FLIGHT: usize = 2;
 
 impl Batcher {
     pub(crate) fn new(
@@ -116,21 +109,18 @@ impl Batcher {
     /// Serves requests until `Stop` or until every sender is gone, then closes the index
     /// cleanly.
     ///
-    /// A batch whose operations repeat no key, or only read, runs through a pipeline
-    /// ([`GpHash::pipeline`], where it has the results of one-by-one application): the host
-    /// gathers the next batch and answers the one before while the GPU runs it, and reads-only
-    /// batches follow each other on the GPU. A write batch ends (its persists) before the next
-    /// batch starts, and if it failed, its requests run again one at a time before anything
-    /// after it, so that only those it concerns fail and each connection's requests still
-    /// apply in order. Any other batch first waits for those in flight, then runs as one
-    /// ordered call.
+    /// A batch of reads only runs through a pipeline ([`GpHash::pipeline`]): the host gathers
+    /// the next batch and answers the one before while the GPU runs it, and reads-only
+    /// batches follow each other on the GPU. Any other batch first waits for those in flight,
+    /// then runs as one ordered call, so that each connection's requests apply in order (a
+    /// failed write batch is never overtaken by a later one).
     pub(crate) fn run(self, requests: Receiver<Message>) -> gphash::Result<()> {
         let Batcher { index, batching, mut answers } = self;
         // While a GPU starts in the background, engine batches are capped at what it may take:
         // read again, when no pipeline holds the index, until it has taken over.
         let (mut engine_max, mut starting) = (index.max_batch(), index.gpu_starting());
-        let mut piped: Option<Pipeline<'_>> = None;
-        let mut flights: VecDeque<Flight> = VecDeque::new();
+        let mut reads: Option<Pipeline<'_>> = None;
+        let mut flights: VecDeque<(Vec<Job>, Instant)> = VecDeque::new();
         let mut stop = false;
         loop {
             let first = if flights.is_empty() {
@@ -147,7 +137,8 @@ impl Batcher {
                     }
                     // Nothing queued: the oldest batch in flight is answered.
                     _ => {
-                        answers.answer_flight(&index, &mut piped, &mut flights);
+                        let pipe = reads.as_mut().expect("batches in flight run in the pipeline");
+                        answers.answer_flight(&index, pipe, &mut flights);
                         continue;
                     }
                 }
@@ -155,41 +146,29 @@ impl Batcher {
             let (jobs, stopped) = gather(first, &requests, &batching);
             stop |= stopped;
             let ops: usize = jobs.iter().map(Job::ops).sum();
-            if starting && piped.is_none() {
+            if starting && reads.is_none() {
                 (engine_max, starting) = (index.max_batch(), index.gpu_starting());
             }
-            let batch = batch_of(&answers.widths, &jobs);
-            let reads = read_only(&jobs);
-            if ops <= engine_max && (reads || (only_ops(&jobs) && !batch.repeats_key())) {
-                // A write batch in flight ends first; if it failed, it runs again request by
-                // request (nothing after it has run), and so does this batch, in order.
-                let ended = piped.as_mut().is_none_or(Pipeline::end_last);
-                if !ended {
-                    while !flights.is_empty() {
-                        answers.answer_flight(&index, &mut piped, &mut flights);
-                    }
-                    drop(piped.take());
-                    answers.run_ordered(&index, jobs, batch);
-                    continue;
-                }
-                let pipe = piped.get_or_insert_with(|| index.pipeline());
+            if read_only(&jobs) && ops <= engine_max {
+                let pipe = reads.get_or_insert_with(|| index.pipeline());
                 let started = Instant::now();
-                match pipe.submit(batch) {
-                    Ok(()) => flights.push_back(Flight { jobs, started, writes: !reads }),
+                match pipe.submit(batch_of(&answers.widths, &jobs)) {
+                    Ok(()) => flights.push_back((jobs, started)),
                     Err(e) => answers.reply(&index, jobs, Err(e), started),
                 }
-                if flights.len() >= IN_FLIGHT {
-                    answers.answer_flight(&index, &mut piped, &mut flights);
+                if flights.len() >= READS_IN_FLIGHT {
+                    answers.answer_flight(&index, reads.as_mut().expect("just used"), &mut flights);
                 }
             } else {
-                while !flights.is_empty() {
-                    answers.answer_flight(&index, &mut piped, &mut flights);
+                if let Some(mut pipe) = reads.take() {
+                    while !flights.is_empty() {
+                        answers.answer_flight(&index, &mut pipe, &mut flights);
+                    }
                 }
-                drop(piped.take());
-                answers.run_ordered(&index, jobs, batch);
+                answers.run_ordered(&index, jobs);
             }
         }
-        drop(piped);
+        drop(reads);
         // Requests after Stop are dropped: their connections answer that the server stopped.
         drop(requests);
         index.close()
@@ -225,11 +204,6 @@ fn read_only(jobs: &[Job]) -> bool {
     jobs.iter().all(|j| matches!(&j.work, Work::Ops(group) if group.ops.read_only()))
 }
 
-/// Whether the jobs ask nothing of the whole index (which a pipeline holds).
-fn only_ops(jobs: &[Job]) -> bool {
-    jobs.iter().all(|j| matches!(j.work, Work::Ops(..)))
-}
-
 /// The jobs' operations, in order, as one batch.
 fn batch_of(widths: &Widths, jobs: &[Job]) -> Batch {
     let ops = jobs.iter().map(Job::ops).sum();
@@ -249,52 +223,38 @@ fn push(batch: &mut Batch, widths: &Widths, group: &Group, range: std::ops::Rang
 }
 
 impl Answers {
-    /// Waits for the oldest batch in flight and answers its jobs. A write batch that failed
-    /// with nothing submitted after it runs again request by request (the pipeline is dropped
-    /// first: it holds the index).
+    /// Waits for the oldest batch in flight and answers its jobs.
     fn answer_flight(
         &mut self,
         index: &GpHash,
-        piped: &mut Option<Pipeline<'_>>,
-        flights: &mut VecDeque<Flight>,
+        pipe: &mut Pipeline<'_>,
+        flights: &mut VecDeque<(Vec<Job>, Instant)>,
     ) {
-        let Flight { jobs, started, writes } = flights.pop_front().expect("a batch in flight");
-        let pipe = piped.as_mut().expect("batches in flight run in the pipeline");
+        let (jobs, started) = flights.pop_front().expect("a batch in flight");
         let result = pipe.next().expect("the pipeline has a result for each batch submitted");
         self.record.pipelined += 1;
-        match result {
-            Err(e) if writes && flights.is_empty() => {
-                drop(piped.take());
-                self.failed(index, jobs, e, started);
-            }
-            result => self.reply(index, jobs, result.map(Some), started),
-        }
+        self.reply(index, jobs, result.map(Some), started);
     }
 
-    /// Runs the jobs' operations, `batch`, as one ordered call and answers them; a control
-    /// job (only ever the last) is answered after the batch.
-    fn run_ordered(&mut self, index: &GpHash, jobs: Vec<Job>, batch: Batch) {
+    /// Runs the jobs' operations as one ordered batch and answers them; a control job (only
+    /// ever the last) is answered after the batch.
+    fn run_ordered(&mut self, index: &GpHash, jobs: Vec<Job>) {
         let started = Instant::now();
-        match if batch.is_empty() { Ok(None) } else { index.execute_ordered(&batch).map(Some) } {
-            Err(e) => self.failed(index, jobs, e, started),
-            result => self.reply(index, jobs, result, started),
-        }
-    }
-
-    /// Answers the jobs of a batch that failed and took no effect, with nothing after it run:
-    /// where the index is not poisoned and it had several requests, each runs alone, so that
-    /// only those the failure concerns (a full table, heap or disk; a damaged value an ordered
-    /// change would read) fail.
-    fn failed(&mut self, index: &GpHash, jobs: Vec<Job>, e: gphash::Error, started: Instant) {
+        let batch = batch_of(&self.widths, &jobs);
+        let result = if batch.is_empty() { Ok(None) } else { index.execute_ordered(&batch).map(Some) };
         let requests: usize =
             jobs.iter().filter(|j| matches!(j.work, Work::Ops(..))).map(Job::requests).sum();
-        if requests > 1 && index.stats().poisoned.is_none() {
-            log::warn!("a batch of {requests} requests failed ({e}); running them one at a time");
-            for job in jobs {
-                self.run_alone(index, job);
+        match result {
+            Err(e) if requests > 1 && index.stats().poisoned.is_none() => {
+                // The batch took no effect (a full table, heap or disk; a damaged value an
+                // ordered change would read): each request runs alone, so that only those
+                // it concerns fail.
+                log::warn!("a batch of {requests} requests failed ({e}); running them one at a time");
+                for job in jobs {
+                    self.run_alone(index, job);
+                }
             }
-        } else {
-            self.reply(index, jobs, Err(e), started);
+            result => self.reply(index, jobs, result, started),
         }
     }
 

@@ -43,7 +43,7 @@ pub(crate) struct Record {
     /// read with it) to its outcome leaving the batcher.
     request_us: Histogram<u64>,
     pub(crate) failed: u64,
-    /// Batches run through the pipeline.
+    /// Batches of reads run through the pipeline.
     pub(crate) pipelined: u64,
 }
 

@@ -118,15 +118,6 @@ impl Pipeline<'_> {
         self.flights.queue.len() + self.done.len()
     }
 
-    /// Ends the last batch submitted if it writes (its phases and persists), as the next
-    /// [`Pipeline::submit`] would before starting its batch, and says whether it took effect
-    /// (its result is still taken in order). A caller that runs a failed batch's operations
-    /// again asks this before submitting the next batch: when it says `false`, nothing after
-    /// the failed batch has run.
-    pub fn end_last(&mut self) -> bool {
-        self.flights.end_last()
-    }
-
     /// Takes the oldest batch in flight to its end: its remaining phases and persists, its
     /// results.
     fn complete(&mut self) -> Result<BatchResult> {
@@ -275,29 +266,19 @@ impl<'a, L: Load> Flights<'a, L> {
         Ok(self.queue.len() >= self.state.engine()?.slots())
     }
 
-    /// Ends the last batch if it writes and has not ended; whether it (as far as it went)
-    /// has not failed.
-    fn end_last(&mut self) -> bool {
-        let s = &mut *self.state;
-        match self.queue.back_mut() {
-            Some(prev) if matches!(prev.stage, Stage::A) && !prev.load.input().read_only() => {
-                let ended = s.end(prev.slot, prev.load.input());
-                let ok = ended.is_ok();
-                prev.stage = Stage::Ended(ended.map_err(|e| s.failed(e)));
-                ok
-            }
-            Some(Flight { stage: Stage::Ended(Err(_)), .. }) => false,
-            _ => true,
-        }
-    }
-
     /// Starts `load` in a free slot, once the batch before it, if it writes, has ended.
     fn launch(&mut self, load: L) -> Result<()> {
         // A batch that writes ends (its phases and persists) before the next one starts:
         // no persist runs while the GPU writes the pool. A reads-only one needs no persist, so
         // the next batch's phase A follows it on the GPU at once.
-        self.end_last();
         let s = &mut *self.state;
+        if let Some(prev) = self.queue.back_mut()
+            && matches!(prev.stage, Stage::A)
+            && !prev.load.input().read_only()
+        {
+            let ended = s.end(prev.slot, prev.load.input());
+            prev.stage = Stage::Ended(ended.map_err(|e| s.failed(e)));
+        }
         // Nothing runs on an index that a batch ahead poisoned.
         s.usable()?;
         let depth = s.engine()?.slots();
