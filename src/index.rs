@@ -1099,7 +1099,7 @@ impl State {
         if !table && heap.is_none() {
             return;
         }
-        // Asked only when kernels are to compile: it counts the cached groups, a tenth of the
+        // Asked only when kernels are to compile: it counts the cached groups, 9% of the
         // server's batcher thread when asked after every batch (BENCHMARKS.md, "The server's
         // front end and its batcher").
         let (Ok(gpu), Some(placed)) = (&self.gpu, self.placed_as()) else { return };

@@ -108,7 +108,7 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     while let Some(read) = requests.next().await {
         let mut chunk = Chunk::default();
         let mut gone = false;
-        // Counted once a chunk: one counter that every connection bumped per request took 9.5%
+        // Counted once a chunk: one counter that every connection bumped per request took 9%
         // of the server's CPU under SETs on the H200 (BENCHMARKS.md, "The server's front end
         // and its batcher").
         let mut commands = 0;
@@ -131,7 +131,7 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
             match command::parse(&request, &shared.widths, &mut chunk.group.ops) {
                 Command::Ops(shape, n) => chunk.ops(shape, n),
                 Command::Control(c) => {
-                    // INFO counts every command read before it, itself included.
+                    // An INFO counts every command its connection sent before it, itself included.
                     Counters::add(&shared.counters.commands, std::mem::take(&mut commands));
                     chunk.control(c, &shared)
                 }
