@@ -80,7 +80,7 @@ fn follow(op: u32, kind: u32, cell: u32) {
 @compute @workgroup_size(WG)
 fn main(inv: Invocation) {
     let me = op_index(inv);
-    if (me >= params.n || batch_stopped()) {
+    if (me >= params.n) {
         return;
     }
     let kind = kinds[me];

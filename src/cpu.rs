@@ -79,7 +79,7 @@ impl CpuEngine {
         for i in 0..batch.len() {
             stage(&model, &mut mem, &mut self.allocator, &mut dirty, run, i);
         }
-        Report { control: run.control, written: Written::Lines(dirty.lines), closed: false }
+        Report { control: run.control, written: Written::Lines(dirty.lines) }
     }
 
     /// Allocation and phase A, with one report for the whole phase, as the GPU's single

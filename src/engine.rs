@@ -78,16 +78,12 @@ pub(crate) struct Report {
     pub control: Control,
     /// What to persist.
     pub written: Written,
-    /// Phase A's submit ran phase B too, behind a persist barrier (`GpuEngine::fuses`): the
-    /// batch is complete unless phase A found no slot or no cell (`control::FULL`,
-    /// `control::NO_CELL`), which stopped phase B on the GPU.
-    pub closed: bool,
 }
 
 impl Report {
     /// A phase that did nothing: no counts, nothing to persist.
     pub(crate) fn nothing() -> Report {
-        Report { control: Control::default(), written: Written::Lines(vec![]), closed: false }
+        Report { control: Control::default(), written: Written::Lines(vec![]) }
     }
 }
 

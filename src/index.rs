@@ -200,10 +200,6 @@ pub struct Activity {
     pub operations: u64,
     /// Engine batches rolled back (table or heap full).
     pub rolled_back: u64,
-    /// Write batches whose phase B ran in their phase A's submit, behind a persist barrier:
-    /// one GPU round trip instead of two (zero-copy pools in host memory's durability domain;
-    /// `docs/protocol.md`, "One submit a write batch").
-    pub fused_batches: u64,
     /// Cache lines persisted.
     pub persisted_lines: u64,
     /// Time spent persisting.
@@ -1601,9 +1597,8 @@ impl State {
     }
 
     /// Waits for the phase last started in `slot`, persists what it wrote (unless it is phase A
-    /// of a reads-only batch, which wrote nothing) and returns its control block, and whether
-    /// phase B ran in the same submit ([`crate::engine::Report::closed`]).
-    fn settle(&mut self, slot: usize, reads_only: bool) -> Result<(Control, bool)> {
+    /// of a reads-only batch, which wrote nothing) and returns its control block.
+    fn settle(&mut self, slot: usize, reads_only: bool) -> Result<Control> {
         let t = match self.started.take() {
             Some((started, stopped)) if started == slot => stopped,
             _ => Instant::now(),
@@ -1615,7 +1610,7 @@ impl State {
         if !reads_only {
             self.persist(&report.written)?;
         }
-        Ok((report.control, report.closed))
+        Ok(report.control)
     }
 
     /// Takes `batch`, whose phase A runs in `slot`, to its end: waits for phase A and persists
@@ -1627,7 +1622,7 @@ impl State {
         // Where a batch that grew the table spends the time from its rollback on.
         let mut laps: Option<Laps> = None;
         loop {
-            let (a, closed) = self.settle(slot, batch.read_only())?;
+            let a = self.settle(slot, batch.read_only())?;
             if let Some(l) = &mut laps {
                 l.lap("phase A again");
             }
@@ -1640,15 +1635,9 @@ impl State {
                 if batch.read_only() || (matches!(batch, Input::Device(_)) && !publish && !allocated) {
                     return Ok(());
                 }
-                // Acknowledged once phase B is persisted: with phase A, where it ran in its
-                // submit (behind a persist barrier: `GpuEngine::fuses`).
-                let b = if closed {
-                    self.activity.fused_batches += 1;
-                    a
-                } else {
-                    self.step(slot, Phase::B { publish }, batch)?;
-                    self.settle(slot, false)?.0
-                };
+                self.step(slot, Phase::B { publish }, batch)?;
+                // Acknowledged once phase B is persisted.
+                let b = self.settle(slot, false)?;
                 if let Some(l) = &mut laps {
                     l.lap("phase B");
                 }

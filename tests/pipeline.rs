@@ -13,10 +13,7 @@ use device_buffers::{Buffers, download};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gphash::{
-    Batch, Config, Error, GpHash, GpuOptions, Mode, OpKind, Options, PersistMode, Placement, PoolError,
-    Status,
-};
+use gphash::{Batch, Config, Error, GpHash, GpuOptions, OpKind, Options, Placement, PoolError, Status};
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
@@ -202,10 +199,9 @@ enum Through {
 }
 
 /// A write batch, then a second one submitted behind it (encoded while the first one runs);
-/// the persist that would acknowledge the first one fails (its phase B's, or its only one where
-/// phase B ran in phase A's submit). Neither is acknowledged: the first fails, the second is
-/// refused before anything of it runs, the index is poisoned, and after a reopen every
-/// acknowledged key holds its acknowledged value or the failed batch's (it was not
+/// the persist of the first one's phase B fails. Neither is acknowledged: the first fails, the
+/// second is refused before anything of it runs, the index is poisoned, and after a reopen
+/// every acknowledged key holds its acknowledged value or the failed batch's (it was not
 /// acknowledged, so either may be found), never the second batch's.
 fn failed_persist(options: &Options, through: Through, what: &str) {
     let dir = common::pool_dir();
@@ -217,14 +213,6 @@ fn failed_persist(options: &Options, through: Through, what: &str) {
     let new = |k: u64| [k.to_le_bytes(), [2; 8]].concat();
     let values: Vec<u8> = (0..1000).flat_map(old).collect();
     assert!(t.insert(&keys, &values).unwrap().iter().all(|&s| s == Status::Ok));
-    // Host write batches of a zero-copy tmpfs pool persist once, unless told to split (the
-    // insert above is one); device batches persist phase A and phase B.
-    let stats = t.stats();
-    let fusable = matches!(stats.mode, Mode::ZeroCopy)
-        && stats.persist_mode == PersistMode::Fence
-        && !options.gpu.split_write_batches;
-    assert_eq!(stats.activity.fused_batches > 0, fusable, "{what}: {stats}");
-    let fused = fusable && matches!(through, Through::Host);
     let mut updates = Batch::new(KB, VB);
     for k in 0..500 {
         updates.update(&common::key(k, KB), &new(k)).unwrap();
@@ -236,9 +224,8 @@ fn failed_persist(options: &Options, through: Through, what: &str) {
     // A key already there: phase A writes its status (`Exists`), which a refused batch must
     // leave unwritten; fresh inserts get theirs only in phase B.
     inserts.insert(&common::key(0, KB), &new(0)).unwrap();
-    // The persist of the updates' phase A succeeds (where it is one of its own), the next
-    // ones fail.
-    t.with_pool(|pool| pool.fail_persists(Some(u64::from(!fused))));
+    // The first persist (phase A of the updates) succeeds, the next ones fail.
+    t.with_pool(|pool| pool.fail_persists(Some(1)));
     let injected = |r: &Result<(), Error>| {
         matches!(r, Err(Error::Pool(PoolError::Io { op: "persist (injected fault)", .. })))
     };
@@ -290,12 +277,6 @@ fn failed_persist(options: &Options, through: Through, what: &str) {
 #[test]
 fn a_failed_persist_acknowledges_nothing_of_its_batch_nor_of_the_next_on_the_gpu() {
     failed_persist(&common::gpu_options(Default::default()), Through::Host, "gpu");
-}
-
-#[test]
-fn a_failed_persist_acknowledges_nothing_of_its_split_batch_nor_of_the_next_on_the_gpu() {
-    let options = common::gpu_options(GpuOptions { split_write_batches: true, ..Default::default() });
-    failed_persist(&options, Through::Host, "gpu, split");
 }
 
 #[test]

@@ -72,10 +72,6 @@ struct ExecArgs {
     /// the cost.
     #[arg(long, global = true)]
     large_pool_mode: bool,
-    /// Each write batch in two GPU submits with the host's wait and persist between them, as
-    /// pools that need a host persist run it, where one submit would do: to measure the gain.
-    #[arg(long, global = true)]
-    split_write_batches: bool,
     /// When the GPU starts: `background` opens without waiting for it (calls run on the CPU
     /// model until the device, the pool's import and the kernels are ready, then the GPU
     /// takes over), `wait` before the open returns, `auto` in the background under
@@ -133,7 +129,6 @@ impl ExecArgs {
                     ..CacheOptions::default()
                 },
                 large_pool_mode: self.large_pool_mode,
-                split_write_batches: self.split_write_batches,
                 ..GpuOptions::default()
             },
             verify_values: self.verify_values,

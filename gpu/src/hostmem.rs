@@ -170,58 +170,24 @@ unsafe fn import_as(
 /// A command buffer holding only a barrier that makes shader and transfer writes visible to
 /// host reads (wgpu does this only for mappable buffers). Submit it after the work.
 pub fn host_read_barrier(gpu: &Gpu) -> wgpu::CommandBuffer {
-    barrier(gpu, raw_device(gpu), vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ)
+    barrier(gpu, vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ)
 }
 
 /// A command buffer holding only a barrier that orders every shader and transfer write
 /// submitted before it before every shader and transfer access after it, whatever wgpu
 /// tracks: for work the host submits without waiting for what runs before it.
 pub fn compute_barrier(gpu: &Gpu) -> wgpu::CommandBuffer {
+    let reads_and_writes = vk::AccessFlags::SHADER_READ
+        | vk::AccessFlags::SHADER_WRITE
+        | vk::AccessFlags::TRANSFER_READ
+        | vk::AccessFlags::TRANSFER_WRITE;
     let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
-    barrier(gpu, raw_device(gpu), stages, SHADER_AND_TRANSFER)
+    barrier(gpu, stages, reads_and_writes)
 }
 
-fn raw_device(gpu: &Gpu) -> Option<ash::Device> {
-    gpu.raw().map(|(device, _, _)| device)
-}
-
-/// A command buffer holding only a barrier that makes every shader and transfer write submitted
-/// before it available in the host's memory domain before any shader or transfer access after
-/// it runs: a memory dependency whose destination holds a host access performs the domain
-/// operation between the availability and the visibility operations, and the later accesses
-/// follow the visibility operation. For memory that is the pool (zero-copy), this is a persist
-/// point wherever the pool's durability domain is host memory (tmpfs, anonymous). `None`
-/// without the Vulkan backend, where no barrier of ours can be recorded.
-pub fn persist_barrier(gpu: &Gpu) -> Option<wgpu::CommandBuffer> {
-    let raw = gpu.raw()?.0;
-    let stages = vk::PipelineStageFlags::COMPUTE_SHADER
-        | vk::PipelineStageFlags::TRANSFER
-        | vk::PipelineStageFlags::HOST;
-    Some(barrier(gpu, Some(raw), stages, SHADER_AND_TRANSFER | vk::AccessFlags::HOST_READ))
-}
-
-/// Whether barriers of ours are recorded (the Vulkan backend): else [`persist_barrier`] is
-/// `None` and the others are empty.
-pub fn records_barriers(gpu: &Gpu) -> bool {
-    gpu.raw().is_some()
-}
-
-/// Every shader and transfer access.
-const SHADER_AND_TRANSFER: vk::AccessFlags = vk::AccessFlags::from_raw(
-    vk::AccessFlags::SHADER_READ.as_raw()
-        | vk::AccessFlags::SHADER_WRITE.as_raw()
-        | vk::AccessFlags::TRANSFER_READ.as_raw()
-        | vk::AccessFlags::TRANSFER_WRITE.as_raw(),
-);
-
-/// A command buffer holding only a barrier from shader and transfer writes to `dst` accesses
-/// (empty without the Vulkan device `raw`).
-fn barrier(
-    gpu: &Gpu,
-    raw: Option<ash::Device>,
-    dst_stages: vk::PipelineStageFlags,
-    dst: vk::AccessFlags,
-) -> wgpu::CommandBuffer {
+/// A command buffer holding only a barrier from shader and transfer writes to `dst` accesses.
+fn barrier(gpu: &Gpu, dst_stages: vk::PipelineStageFlags, dst: vk::AccessFlags) -> wgpu::CommandBuffer {
+    let raw = gpu.raw().map(|(device, _, _)| device);
     let mut enc = gpu.device.create_command_encoder(&Default::default());
     // SAFETY: records one barrier into the encoder's live Vulkan command buffer.
     unsafe {

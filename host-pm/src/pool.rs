@@ -1129,11 +1129,6 @@ impl Pool {
         }
     }
 
-    /// Whether a function is shown the pool at every persist point.
-    pub fn observed(&self) -> bool {
-        self.observer.is_some()
-    }
-
     /// Sets (or removes) the function shown the pool at every persist point.
     pub fn set_observer(&mut self, observer: Option<Observer>) {
         // Its snapshots must not race holes still being punched.

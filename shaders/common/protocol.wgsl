@@ -66,15 +66,6 @@ fn decides(op: u32, lead: u32) -> bool {
     return select(op + 1u == op_field(lead, ST_LAST_WRITE), op == first_delete, first_delete != NONE);
 }
 
-// Whether phase A found no slot or no cell for some operation. A write batch whose phase B runs
-// in its phase A's submit (`GpuEngine::fuses`) then stops there: the host rolls it back. Its
-// tail may run (the release frees only cells phase A set aside, which the rollback frees again;
-// the write-through copies words the rollback's copies again). A phase B of its own runs in a
-// submit whose control block starts cleared, and only once the host saw neither count.
-fn batch_stopped() -> bool {
-    return atomicLoad(&control[CTRL_FULL]) + atomicLoad(&control[CTRL_NO_CELL]) != 0u;
-}
-
 // Per-invocation counts, added to the control block once per subgroup by `flush_tally`: the
 // hot kernels would otherwise make every operation contend for the same few atomic words.
 var<private> tally: array<u32, CTRL_WORDS>;

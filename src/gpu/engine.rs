@@ -101,10 +101,6 @@ pub struct GpuOptions {
     /// and the 256-byte dirty lines of a 1 TiB pool (see `docs/design.md`, "Pools past
     /// 16 GiB"); for tests and for measuring the cost.
     pub large_pool_mode: bool,
-    /// Phase A and phase B of every write batch in submits of their own, the host's wait and
-    /// persist between them, even where one submit with a persist barrier between them
-    /// would do (`GpuEngine::fuses`): to measure what that gives.
-    pub split_write_batches: bool,
     /// The cell where the allocator's cursor starts, instead of the start of the bitmap's
     /// longest free run: for tests that put values far into a heap without filling it
     /// (feature `testing`).
@@ -121,7 +117,6 @@ impl Default for GpuOptions {
             cache: CacheOptions::default(),
             time_kernels: false,
             large_pool_mode: false,
-            split_write_batches: false,
             #[cfg(feature = "testing")]
             first_cell: None,
         }
@@ -166,15 +161,6 @@ struct Slot {
     values: Vec<u32>,
 }
 
-/// What one submit runs: `kernels`, then `closing` behind a persist barrier, then `tail` in a
-/// submit of its own that the host does not wait for.
-#[derive(Clone, Copy, Default)]
-struct Submit<'a> {
-    kernels: &'a [Kernel],
-    closing: &'a [Kernel],
-    tail: &'a [Kernel],
-}
-
 /// A submit recorded, not yet submitted.
 struct Recorded {
     kernels: Vec<Kernel>,
@@ -185,8 +171,6 @@ struct Recorded {
     passes: u32,
     writeback: bool,
     in_host: bool,
-    /// Phase B ran behind a persist barrier in phase A's submit.
-    fused: bool,
 }
 
 /// A tail submitted: done once its flag is set.
@@ -223,8 +207,6 @@ struct Running {
     submitted: Instant,
     /// Set once the submit ran, where its results are in host memory ([`HostOps`]).
     done: Option<Arc<AtomicBool>>,
-    /// Phase B ran in this submit, behind phase A's persist barrier.
-    fused: bool,
 }
 
 /// Buffers sized for the largest batch so far.
@@ -489,9 +471,6 @@ pub(crate) struct GpuEngine {
     /// The largest batch the buffers can hold on this device.
     max_batch: u32,
     track_lines: bool,
-    /// Whether a host write batch's phase B may run in its phase A's submit, behind a persist
-    /// barrier (see [`GpuEngine::fuses`]).
-    fusing: bool,
     /// Whether small host batches keep their operations in host memory ([`HOST_OPS_MAX`]):
     /// the driver imports host memory, and did so far.
     ops_in_host_memory: bool,
@@ -583,11 +562,6 @@ impl GpuEngine {
         let windows = placed.0.take().expect("placed");
         drop(placed);
         let ops_in_host_memory = gpu.info.host_import;
-        let fusing = !opts.split_write_batches
-            && !track_lines
-            && !windows.staged()
-            && timer.is_none()
-            && hostmem::records_barriers(&gpu);
         Ok(GpuEngine {
             gpu,
             cfg,
@@ -602,7 +576,6 @@ impl GpuEngine {
             slots: Default::default(),
             max_batch,
             track_lines,
-            fusing,
             ops_in_host_memory,
             batches: 0,
             fills: 0,
@@ -847,17 +820,20 @@ impl GpuEngine {
 
     /// Records and submits `kernels` for the batch in `slot` without waiting (`collect` waits).
     fn submit(&mut self, slot: usize, kernels: &[Kernel], results: Results) -> Result<()> {
-        let recorded = self.record(slot, Submit { kernels, ..Submit::default() }, results)?;
+        let recorded = self.record(slot, (kernels, &[]), results)?;
         self.launch(slot, recorded)
     }
 
     /// Records `kernels` for the batch in `slot` (the dispatches of one compute pass, a pass
-    /// each when timed: wgpu orders them with barriers; the parameters are immediates), then
-    /// `closing` behind a persist barrier (a fused write batch's phase B), the write-back
-    /// gather in staged mode, and the copies of the control block and, when asked, the
-    /// results; then `tail`, untimed, in a command buffer of its own that copies nothing.
-    fn record(&mut self, slot: usize, submit: Submit<'_>, results: Results) -> Result<Recorded> {
-        let Submit { kernels, closing, tail } = submit;
+    /// each when timed: wgpu orders them with barriers; the parameters are immediates), the
+    /// write-back gather in staged mode, and the copies of the control block and, when asked,
+    /// the results; then `tail`, untimed, in a command buffer of its own that copies nothing.
+    fn record(
+        &mut self,
+        slot: usize,
+        (kernels, tail): (&[Kernel], &[Kernel]),
+        results: Results,
+    ) -> Result<Recorded> {
         let scopes = ErrorScopes::push(&self.gpu.device);
         let started = Instant::now();
         let n = self.slots[slot].n;
@@ -878,26 +854,16 @@ impl GpuEngine {
             _ => &io.device_ops.as_ref().expect("reserved").bind,
         };
         // A batch of gets (`Search`) claims nothing: nothing to write back.
-        let writes = kernels.iter().chain(closing).any(|k| k.writes_pool());
+        let writes = kernels.iter().any(|k| k.writes_pool());
         let writeback = (self.windows.staged() && writes)
             .then(|| (self.pipelines.get(Kernel::Writeback), writeback_invocations(io.dirty_cap)));
         let timer = self.timer.as_ref();
-        let binds = (&[&io.bind, batch_bind][..], bytemuck::bytes_of(&params));
-        let dispatches = |ks: &[Kernel]| {
-            ks.iter().map(|&k| (self.pipelines.get(k), self.invocations(k, n))).collect::<Vec<_>>()
-        };
-        let mut passes =
-            record_passes(&mut enc, binds, dispatches(kernels).into_iter().chain(writeback), timer);
-        let mut cmds = vec![];
-        if !closing.is_empty() {
-            debug_assert!(timer.is_none() && writeback.is_none(), "a fused batch is untimed and zero-copy");
-            let barrier = hostmem::persist_barrier(&self.gpu).expect("fused only with Vulkan barriers");
-            cmds.extend([
-                std::mem::replace(&mut enc, dev.create_command_encoder(&Default::default())).finish(),
-                barrier,
-            ]);
-            passes += record_passes(&mut enc, binds, dispatches(closing), None);
-        }
+        let passes = record_passes(
+            &mut enc,
+            (&[&io.bind, batch_bind], bytemuck::bytes_of(&params)),
+            kernels.iter().map(|&k| (self.pipelines.get(k), self.invocations(k, n))).chain(writeback),
+            timer,
+        );
         let rl = io.layout;
         if let Some(timer) = timer {
             timer.resolve(&mut enc, passes, &io.readback, rl.timestamps);
@@ -930,7 +896,7 @@ impl GpuEngine {
         // that the next submit's control block starts at zero but for what a tail between
         // them counts.
         enc.clear_buffer(&self.control, 0, None);
-        cmds.push(enc.finish());
+        let mut cmds = vec![enc.finish()];
         // The host reads what the kernels wrote into the pool (persists, recovery) and into
         // host memory of the batch's own; a submit that writes neither (a batch of gets in
         // device buffers) needs no barrier, and each one that writes has its own.
@@ -940,28 +906,28 @@ impl GpuEngine {
         let tail = (!tail.is_empty()).then(|| {
             debug_assert!(tail.iter().all(|k| !k.writes_pool()), "the host persists what it waited for");
             let mut enc = dev.create_command_encoder(&Default::default());
-            record_passes(&mut enc, binds, dispatches(tail), None);
+            let passes = tail.iter().map(|&k| (self.pipelines.get(k), self.invocations(k, n)));
+            record_passes(&mut enc, (&[&io.bind, batch_bind], bytemuck::bytes_of(&params)), passes, None);
             // Barriers of its own, before and after: no wait of the host orders it.
             let barrier = || hostmem::compute_barrier(&self.gpu);
             (tail.to_vec(), vec![barrier(), enc.finish(), barrier()])
         });
         scopes.pop(|| {
             format!(
-                "recording {kernels:?}, {closing:?}, then {tail:?} for {n} operations",
+                "recording {kernels:?} then {tail:?} for {n} operations",
                 tail = tail.as_ref().map(|t| &t.0)
             )
         })?;
         let p = &mut self.profile;
         p.writes += written - started;
         p.record += written.elapsed();
-        let (fused, writeback) = (!closing.is_empty(), writeback.is_some());
-        let kernels = [kernels, closing].concat();
-        Ok(Recorded { kernels, results, cmds, tail, passes, writeback, in_host, fused })
+        let (kernels, writeback) = (kernels.to_vec(), writeback.is_some());
+        Ok(Recorded { kernels, results, cmds, tail, passes, writeback, in_host })
     }
 
     /// Submits what was recorded for the batch in `slot`, without waiting.
     fn launch(&mut self, slot: usize, recorded: Recorded) -> Result<()> {
-        let Recorded { kernels, results, cmds, tail, passes, writeback, in_host, fused } = recorded;
+        let Recorded { kernels, results, cmds, tail, passes, writeback, in_host } = recorded;
         let scopes = ErrorScopes::push(&self.gpu.device);
         let started = Instant::now();
         let submission = self.gpu.queue.submit(cmds);
@@ -985,7 +951,7 @@ impl GpuEngine {
         let submitted = Instant::now();
         self.profile.submit += submitted - started;
         self.slots[slot].running =
-            Some(Running { submission, kernels, results, passes, writeback, submitted, done, fused });
+            Some(Running { submission, kernels, results, passes, writeback, submitted, done });
         Ok(())
     }
 
@@ -1094,11 +1060,10 @@ impl GpuEngine {
 
     /// Waits for the submit of `slot` and reports it.
     fn collect(&mut self, pool: &mut Pool, slot: usize) -> Result<Report> {
-        let closed = self.slots[slot].running.as_ref().is_some_and(|r| r.fused);
         let control = self.collect_control(slot)?;
         self.cache.record(&control);
         let written = self.written(pool, slot, &control)?;
-        Ok(Report { control, written, closed })
+        Ok(Report { control, written })
     }
 
     /// The cache's work to run with the next submit: a slice of its loading phase (`whole`: the
@@ -1196,25 +1161,9 @@ impl GpuEngine {
         (k, tail)
     }
 
-    /// Whether `batch` runs phase B in phase A's submit, behind a persist barrier
-    /// ([`hostmem::persist_barrier`]), instead of in a submit of its own once the host has
-    /// waited for phase A and persisted it: one GPU round trip a write batch instead of two.
-    /// The barrier puts phase A's writes in host memory before phase B's first access, which is
-    /// a persist point where the pool is that memory (zero-copy) and its durability domain is
-    /// host memory (a fence's or nothing's: tmpfs, anonymous, volatile; `fusing`). A phase A
-    /// that finds no slot or no cell stops phase B on the GPU (`batch_stopped` in
-    /// `shaders/common/protocol.wgsl`), and the host rolls the batch back as before. Host batches only (a
-    /// device batch keeps its submits); not under an observer, which sees the pool at host
-    /// persists only (`observed`: the crash-image tests), so that each image it records is one
-    /// their model allows.
-    fn fuses(&self, batch: Input, observed: bool) -> bool {
-        self.fusing && !observed && matches!(batch, Input::Host(e) if !e.read_only())
-    }
-
     /// Phase A of `batch` in `slot`: its input written (or its device buffers bound), a slice of
-    /// the cache's loading phase when one is due, allocation and phase A submitted, and phase B
-    /// behind it when `fused` ([`GpuEngine::fuses`]).
-    fn start_a(&mut self, slot: usize, batch: Input, fused: bool) -> Result<()> {
+    /// the cache's loading phase when one is due, allocation and phase A submitted.
+    fn start_a(&mut self, slot: usize, batch: Input) -> Result<()> {
         let n = match u32::try_from(batch.len()) {
             Ok(n) if n <= self.max_batch => n,
             _ => return Err(Error::BatchTooLarge { len: batch.len() as u64, max: self.max_batch as u64 }),
@@ -1271,28 +1220,18 @@ impl GpuEngine {
         };
         self.slots[slot].device = matches!(batch, Input::Device(_));
         scopes.pop(|| format!("the input of a batch of {n} operations"))?;
-        let submitted = if fused {
-            let (closing, tail) = self.closing(Phase::B { publish: true }, batch);
-            let submit = Submit { kernels: &kernels, closing: &closing, tail: &tail };
-            self.record(slot, submit, Self::results_of_b(batch)).and_then(|r| self.launch(slot, r))
-        } else {
-            self.submit(slot, &kernels, results)
-        };
+        let submitted = self.submit(slot, &kernels, results);
         self.fills = 0;
         submitted?;
         // Phase B recorded while phase A runs: a write batch then waits for phase A only to
         // persist it and submit (the server's median write batch of SETs took 209-257 µs
         // instead of 302-315 on the H200; BENCHMARKS.md, "The server's write batches").
-        if !batch.read_only() && !fused {
+        if !batch.read_only() {
             let phase = Phase::B { publish: true };
             // Best effort: phase A runs already, so a failure here belongs to phase B, which
             // then records again when it follows and reports it.
             let (kernels, tail) = self.closing(phase, batch);
-            match self.record(
-                slot,
-                Submit { kernels: &kernels, tail: &tail, ..Submit::default() },
-                Self::results_of_b(batch),
-            ) {
+            match self.record(slot, (&kernels, &tail), Self::results_of_b(batch)) {
                 Ok(prepared) => {
                     let s = &mut self.slots[slot];
                     s.prepared = Some(prepared);
@@ -1328,12 +1267,12 @@ impl Engine for GpuEngine {
         SLOTS
     }
 
-    fn start(&mut self, pool: &mut Pool, slot: usize, phase: Phase, batch: Input) -> Result<()> {
+    fn start(&mut self, _pool: &mut Pool, slot: usize, phase: Phase, batch: Input) -> Result<()> {
         let started = Instant::now();
         // What was recorded ahead for this batch is used only if phase B (as recorded) follows.
         let prepared = self.slots[slot].prepared.take();
         let submitted = match phase {
-            Phase::A => self.start_a(slot, batch, self.fuses(batch, pool.observed())),
+            Phase::A => self.start_a(slot, batch),
             Phase::Rollback => self.submit(slot, &self.closing(phase, batch).0, Results::None),
             Phase::B { .. } => {
                 let ((kernels, tail), results) = (self.closing(phase, batch), Self::results_of_b(batch));
@@ -1342,10 +1281,7 @@ impl Engine for GpuEngine {
                     Some(p) if p.kernels == kernels && recorded_tail(&p) && p.results == results => {
                         self.launch(slot, p)
                     }
-                    _ => {
-                        let submit = Submit { kernels: &kernels, tail: &tail, ..Submit::default() };
-                        self.record(slot, submit, results).and_then(|r| self.launch(slot, r))
-                    }
+                    _ => self.record(slot, (&kernels, &tail), results).and_then(|r| self.launch(slot, r)),
                 }
             }
         };
