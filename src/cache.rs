@@ -605,6 +605,7 @@ mod tests {
             int64: false,
             binding_arrays: 0,
             device_memory: 1 << 30,
+            device_addresses: false,
         };
         let cpu = DeviceInfo { device_type: wgpu::DeviceType::Cpu, ..gpu.clone() };
         let o = CacheOptions { ratio: Some(0.2), ..CacheOptions::default() };

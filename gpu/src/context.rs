@@ -59,6 +59,11 @@ pub struct DeviceInfo {
     /// Bytes of the device's largest device-local memory heap (on a CPU device such as
     /// lavapipe, host memory): what the bucket cache's default budget is a share of.
     pub device_memory: u64,
+    /// Buffers may be read through their device addresses by SPIR-V kernels passed through
+    /// (`VK_KHR_buffer_device_address` and `wgpu::Features::PASSTHROUGH_SHADERS`, enabled where
+    /// the device has both): only `bench reach` uses them, to compare them with the windows
+    /// the kernels reach a pool through (docs/design.md, "Pools past 16 GiB").
+    pub device_addresses: bool,
 }
 
 impl DeviceInfo {
@@ -200,10 +205,18 @@ impl Gpu {
             | wgpu::Features::STORAGE_RESOURCE_BINDING_ARRAY
             | wgpu::Features::SAMPLED_TEXTURE_AND_STORAGE_BUFFER_ARRAY_NON_UNIFORM_INDEXING;
         let has_arrays = adapter.features().contains(arrays);
+        // Device addresses likewise: only `bench reach` uses them.
+        // SAFETY: a capability query on the adapter's hal.
+        let has_addresses = unsafe { adapter.as_hal::<Vulkan>() }.is_some_and(|hal| {
+            hal.physical_device_capabilities().supports_extension(ash::khr::buffer_device_address::NAME)
+        });
+        let device_addresses =
+            has_addresses && adapter.features().contains(wgpu::Features::PASSTHROUGH_SHADERS);
         let wanted = [
             (timestamps, wgpu::Features::TIMESTAMP_QUERY),
             (int64, wgpu::Features::SHADER_INT64),
             (has_arrays, arrays),
+            (device_addresses, wgpu::Features::PASSTHROUGH_SHADERS),
         ];
         let features = wanted
             .into_iter()
@@ -211,13 +224,19 @@ impl Gpu {
             .fold(wgpu::Features::SUBGROUP | wgpu::Features::IMMEDIATES, |f, w| f | w.1);
         let limits = adapter.limits();
         let ext = ash::ext::external_memory_host::NAME;
+        // wgpu enables device addresses only for ray tracing, which is never asked for here, so
+        // the feature is added to the device's creation once, by the callback.
+        let addresses = ash::khr::buffer_device_address::NAME;
+        let mut address_feature =
+            vk::PhysicalDeviceBufferDeviceAddressFeatures::default().buffer_device_address(true);
         // SAFETY: the hal adapter is only used to query capabilities and to open the device
-        // with one extra extension that the physical device reports.
+        // with extra extensions (and the feature of one) that the physical device reports.
         let open = unsafe {
             let hal = adapter
                 .as_hal::<Vulkan>()
                 .ok_or_else(|| Error::NoAdapter(format!("{} is not a Vulkan adapter", ainfo.name)))?;
             let has_ext = hal.physical_device_capabilities().supports_extension(ext);
+            let feature = &mut address_feature;
             hal.open_with_callback(
                 features,
                 &limits,
@@ -225,6 +244,10 @@ impl Gpu {
                 Some(Box::new(move |args: wgpu::hal::vulkan::CreateDeviceCallbackArgs| {
                     if has_ext && !args.extensions.contains(&ext) {
                         args.extensions.push(ext);
+                    }
+                    if device_addresses && !args.extensions.contains(&addresses) {
+                        args.extensions.push(addresses);
+                        *args.create_info = args.create_info.push_next(feature);
                     }
                 })),
             )
@@ -265,6 +288,7 @@ impl Gpu {
             int64,
             binding_arrays: if has_arrays { limits.max_binding_array_elements_per_shader_stage } else { 0 },
             device_memory,
+            device_addresses,
         };
         log::info!("gphash device: {info:?}");
         let wait_spin =

@@ -39,11 +39,40 @@ pub unsafe fn import(
     label: &str,
 ) -> Result<wgpu::Buffer, String> {
     // SAFETY: the caller's contract.
-    unsafe { import_as(gpu, (ptr, len), guard, label, false) }
+    unsafe { import_as(gpu, (ptr, len), guard, label, Import::default()) }.map(|(buffer, _)| buffer)
 }
 
-/// [`import`], refused (`Err`) unless the memory type is host-coherent when `coherent_only`
-/// (host and GPU then see each other's writes with no flush or invalidate).
+/// [`import`], and the buffer's device address, for kernels that read it through one
+/// (`DeviceInfo::device_addresses`; `bench reach`).
+///
+/// # Safety
+/// As [`import`].
+pub unsafe fn import_addressable(
+    gpu: &Gpu,
+    ptr: *mut u8,
+    len: u64,
+    guard: &ImportGuard,
+    label: &str,
+) -> Result<(wgpu::Buffer, u64), String> {
+    if !gpu.info.device_addresses {
+        return Err("the device has no buffer device addresses".into());
+    }
+    let how = Import { addressable: true, ..Import::default() };
+    // SAFETY: the caller's contract.
+    unsafe { import_as(gpu, (ptr, len), guard, label, how) }
+}
+
+/// What an import asks for beyond a storage buffer.
+#[derive(Clone, Copy, Default)]
+struct Import {
+    /// Refused unless the memory type is host-coherent (host and GPU then see each other's
+    /// writes with no flush or invalidate).
+    coherent_only: bool,
+    /// The buffer has a device address (returned; 0 otherwise).
+    addressable: bool,
+}
+
+/// [`import`] as `how` says, with the buffer's device address when it has one (else 0).
 ///
 /// # Safety
 /// As [`import`].
@@ -52,8 +81,8 @@ unsafe fn import_as(
     (ptr, len): (*mut u8, u64),
     guard: &ImportGuard,
     label: &str,
-    coherent_only: bool,
-) -> Result<wgpu::Buffer, String> {
+    how: Import,
+) -> Result<(wgpu::Buffer, u64), String> {
     let align = gpu.info.import_alignment;
     if !gpu.info.host_import {
         return Err("the driver lacks VK_EXT_external_memory_host".into());
@@ -83,7 +112,12 @@ unsafe fn import_as(
         .usage(
             vk::BufferUsageFlags::STORAGE_BUFFER
                 | vk::BufferUsageFlags::TRANSFER_SRC
-                | vk::BufferUsageFlags::TRANSFER_DST,
+                | vk::BufferUsageFlags::TRANSFER_DST
+                | if how.addressable {
+                    vk::BufferUsageFlags::SHADER_DEVICE_ADDRESS
+                } else {
+                    vk::BufferUsageFlags::empty()
+                },
         )
         .sharing_mode(vk::SharingMode::EXCLUSIVE)
         .push_next(&mut external);
@@ -107,7 +141,7 @@ unsafe fn import_as(
         Err(why)
     };
     let Some(index) = pick(vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT)
-        .or_else(|| if coherent_only { None } else { pick(vk::MemoryPropertyFlags::HOST_VISIBLE) })
+        .or_else(|| if how.coherent_only { None } else { pick(vk::MemoryPropertyFlags::HOST_VISIBLE) })
     else {
         return destroy(format!(
             "no host-visible memory type can import it (pointer types {:#x}, buffer types {:#x})",
@@ -119,10 +153,14 @@ unsafe fn import_as(
     }
     let mut import =
         vk::ImportMemoryHostPointerInfoEXT::default().handle_type(handle).host_pointer(ptr as *mut c_void);
-    let alloc = vk::MemoryAllocateInfo::default()
+    let mut flags = vk::MemoryAllocateFlagsInfo::default().flags(vk::MemoryAllocateFlags::DEVICE_ADDRESS);
+    let mut alloc = vk::MemoryAllocateInfo::default()
         .allocation_size(len)
         .memory_type_index(index)
         .push_next(&mut import);
+    if how.addressable {
+        alloc = alloc.push_next(&mut flags);
+    }
     // SAFETY: import of a live, aligned host range (caller contract).
     let mem = match unsafe { raw.allocate_memory(&alloc, None) } {
         Ok(m) => m,
@@ -134,6 +172,13 @@ unsafe fn import_as(
         unsafe { raw.free_memory(mem, None) };
         return destroy(format!("vkBindBufferMemory: {e:?}"));
     }
+    let address = if how.addressable {
+        // SAFETY: a buffer bound to memory allocated with a device address, on a device with
+        // the feature enabled (`DeviceInfo::device_addresses`, which `import_addressable` checks).
+        unsafe { raw.get_buffer_device_address(&vk::BufferDeviceAddressInfo::default().buffer(buf)) }
+    } else {
+        0
+    };
 
     let counter = guard.0.clone();
     counter.fetch_add(1, Ordering::AcqRel);
@@ -164,7 +209,7 @@ unsafe fn import_as(
             },
         )
     };
-    Ok(buffer)
+    Ok((buffer, address))
 }
 
 /// A command buffer holding only a barrier that makes shader and transfer writes visible to
@@ -245,10 +290,14 @@ impl HostBuffer {
         let memory = std::ptr::NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
             .ok_or_else(|| format!("no host memory for {len} bytes"))?;
         let guard = ImportGuard::default();
+        // Coherent only: nothing flushes it.
+        let how = Import { coherent_only: true, ..Import::default() };
         // SAFETY: `memory` is `len` writable bytes aligned to the import alignment, freed only
-        // in `drop` after `guard` counts no live import. Coherent only: nothing flushes it.
-        match unsafe { import_as(gpu, (memory.as_ptr(), len), &guard, label, true) } {
-            Ok(buffer) => Ok(HostBuffer { buffer: Some(buffer), memory, layout, guard, gpu: gpu.clone() }),
+        // in `drop` after `guard` counts no live import.
+        match unsafe { import_as(gpu, (memory.as_ptr(), len), &guard, label, how) } {
+            Ok((buffer, _)) => {
+                Ok(HostBuffer { buffer: Some(buffer), memory, layout, guard, gpu: gpu.clone() })
+            }
             Err(e) => {
                 // SAFETY: allocated above with `layout`; nothing imported it.
                 unsafe { std::alloc::dealloc(memory.as_ptr(), layout) };
