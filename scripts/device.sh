@@ -6,6 +6,10 @@
 #   scripts/device.sh suite ARGS gphash bench suite ARGS (results tarred)
 #   scripts/device.sh profile ARGS  gphash bench profile ARGS, one call at a time and pipelined
 #   scripts/device.sh large      the cost of the large-pool kernels; a pool past 16 GiB
+#   scripts/device.sh reach      how kernels reach host memory past one binding: windows, a
+#                                binding array, device addresses (4 to 64 GiB in windows of 1 GiB,
+#                                the engine's on the H200; 16 GiB in windows of 256 MiB; 16 and
+#                                64 GiB in transparent huge pages)
 #   scripts/device.sh hugepages  searches over PCIe with the pool in 4 KiB and in 2 MiB pages
 #   scripts/device.sh past-gpu-memory  a 150 GiB pool on a 256 GiB host, then gphash check
 #   scripts/device.sh widths     phase A's tile width per batch against fixed widths
@@ -34,6 +38,13 @@ tests)
     echo "== $t"
     ./test-$t 2>&1 | grep -E "test result|FAILED|panicked|GPU tests run|hardware" | sort -u
   done 2>&1 | tee "$out/tests.log"
+  ;;
+reach)
+  for args in "--mib 4096 --window-mib 1024" "--mib 16384 --window-mib 1024" "--mib 65536 --window-mib 1024" \
+    "--mib 16384 --window-mib 256" "--mib 16384 --window-mib 1024 --huge-pages" "--mib 65536 --window-mib 1024 --huge-pages"; do
+    echo "== gphash bench reach $args --reps 5"
+    RUST_LOG=gphash_bench=info ./gphash bench reach $args --reps 5 2>&1
+  done | tee "$out/reach.txt"
   ;;
 figures)
   ./gphash bench load-search --keys 16777216 --batch 65536 --reps 3 2>&1 | tee "$out/load-search.txt"

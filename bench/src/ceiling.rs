@@ -237,17 +237,7 @@ impl<'a> Bench<'a> {
             self.gpu.wait()?;
             Ok(t.elapsed())
         };
-        // Calibrate: double the work until one run lasts a tenth of the target.
-        let mut iters = 1u32;
-        while run(iters, 0)? < method.target / 10 && iters < 1 << 20 {
-            iters *= 2;
-        }
-        let scaled =
-            ((iters as f64) * (method.target.as_secs_f64() / run(iters, 1)?.as_secs_f64()).max(1.0)) as u32;
-        let mut rates: Vec<f64> = (0..method.reps)
-            .map(|r| Ok(units(scaled) / run(scaled, 2 + r as u32)?.as_secs_f64()))
-            .collect::<Result<_>>()?;
-        rates.sort_by(f64::total_cmp);
+        let rates = calibrated(method, units, run)?;
         // The sink keeps the reads alive; reading it back also proves the kernels ran.
         let mut sum = 0u32;
         map_read_sink(self.gpu, &self.sink, &mut sum)?;
@@ -276,6 +266,27 @@ impl<'a> Bench<'a> {
         let cas = self.time("cas", data, 1, cas_inv, method, |iters| iters as f64 * cas_inv as f64)?;
         Ok(Ceilings { seq_read, seq_write, random_read, random_write, cas })
     }
+}
+
+/// The rates (`units(iters)` over the time of `run(iters, seed)`) of `method.reps` runs, sorted,
+/// with the work per run (`iters`) calibrated to `method.target`: doubled until one run lasts a
+/// tenth of it, then scaled to it.
+pub(crate) fn calibrated(
+    method: &Method,
+    units: impl Fn(u32) -> f64,
+    run: impl Fn(u32, u32) -> Result<Duration>,
+) -> Result<Vec<f64>> {
+    let mut iters = 1u32;
+    while run(iters, 0)? < method.target / 10 && iters < 1 << 20 {
+        iters *= 2;
+    }
+    let scaled =
+        ((iters as f64) * (method.target.as_secs_f64() / run(iters, 1)?.as_secs_f64()).max(1.0)) as u32;
+    let mut rates: Vec<f64> = (0..method.reps.max(1))
+        .map(|r| Ok(units(scaled) / run(scaled, 2 + r as u32)?.as_secs_f64()))
+        .collect::<Result<_>>()?;
+    rates.sort_by(f64::total_cmp);
+    Ok(rates)
 }
 
 fn map_read_sink(gpu: &Gpu, sink: &wgpu::Buffer, sum: &mut u32) -> Result<()> {

@@ -1,5 +1,5 @@
 //! gphash's benchmarks: the basic figures (`basic`), the bucket cache's (`bktcache`), the
-//! memory ceilings (`ceiling`), where a batch's time goes (`profile`), and the workload runner (`runner`: YCSB and micro workloads,
+//! memory ceilings (`ceiling`), how kernels reach a large region (`reach`), where a batch's time goes (`profile`), and the workload runner (`runner`: YCSB and micro workloads,
 //! `ycsb`, and trace files, `traces`) that drives gphash and the baselines through one interface
 //! (`systems`).
 
@@ -8,6 +8,7 @@ pub mod bktcache;
 pub mod ceiling;
 pub mod plots;
 pub mod profile;
+pub mod reach;
 pub mod runner;
 pub mod sharded;
 pub mod systems;

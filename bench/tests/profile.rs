@@ -1,7 +1,8 @@
 //! `bench profile`'s accounting (not speed): its stages add up to the wall time of the batches
 //! measured, and the breakdowns agree with the index's coarse counters; kernels are timed one
 //! by one only when asked, and within the time the host waited for them; the round trip it
-//! holds batches to has the shape asked for.
+//! holds batches to has the shape asked for. And `bench reach`'s kernels read what its model
+//! says, each way the device can take.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use gphash::{Config, GpHash, GpuOptions, KernelTimes, Placement, Profile};
 use gphash_bench::ceiling;
 use gphash_bench::profile::{Measured, ProfileBench, Rep};
+use gphash_bench::reach::{self, Way};
 
 /// The tests run one at a time: another test's work on the same cores (the harness runs
 /// tests in parallel) would stretch a measured batch's wall time past the stages it is made of.
@@ -233,6 +235,40 @@ fn round_trip_shape() {
     assert_eq!(trips.iter().map(|t| (t.items, t.reps)).collect::<Vec<_>>(), [(1, 7), (4096, 7), (5000, 7)]);
     for t in &trips {
         assert!(Duration::ZERO < t.min && t.min <= t.median && t.median <= t.max, "{t}");
+    }
+}
+
+/// `bench reach` measures every way the device can take over a region of several windows (the
+/// last one partial), each checked against the model inside `measure`; it refuses a region or
+/// window it cannot split.
+#[test]
+fn reach_ways_read_what_the_model_says() {
+    let _alone = alone();
+    let Some(gpu) = common::gpu() else { return };
+    let info = &gpu.info;
+    let window = (256u64 << 10).max(info.import_alignment);
+    let method = ceiling::Method { bytes: 0, reps: 2, target: Duration::from_millis(20) };
+    let reached = reach::measure(&gpu, (8 * window + 3 * reach::LINE_BYTES, window), true, &method).unwrap();
+    let mut expected = vec![Way::FirstWindow];
+    if info.int64 && info.max_storage_buffers > 9 {
+        expected.push(Way::Bindings);
+    }
+    if info.int64 && info.binding_arrays >= 9 {
+        expected.push(Way::BindingArray);
+    }
+    if info.device_addresses {
+        expected.push(Way::DeviceAddress);
+    }
+    assert_eq!(reached.iter().map(|r| r.way).collect::<Vec<_>>(), expected);
+    for r in &reached {
+        assert_eq!(r.rates.len(), 2, "{:?}", r.way);
+        assert!(r.rates[0] > 0.0 && r.rates[0] <= r.median() && r.median() <= r.rates[1], "{r:?}");
+        let (bytes, windows) = if r.way == Way::FirstWindow { (window, 1) } else { (8 * window + 384, 9) };
+        assert_eq!((r.bytes, r.windows), (bytes, if r.way == Way::DeviceAddress { 1 } else { windows }));
+    }
+    for (bytes, window) in [(100, window), (8 * window, window + 128), (8 * window, 64)] {
+        let refused = reach::measure(&gpu, (bytes, window), false, &method);
+        assert!(matches!(refused, Err(gphash::Error::InvalidConfig(_))), "{bytes} in windows of {window}");
     }
 }
 

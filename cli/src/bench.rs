@@ -7,6 +7,7 @@ use gphash::{Layout, Options, Placement};
 use gphash_bench::bktcache::{self, CacheBench};
 use gphash_bench::ceiling::{self, Method};
 use gphash_bench::profile::ProfileBench;
+use gphash_bench::reach;
 use gphash_bench::runner::{self, Suite, SystemKind};
 use gphash_bench::sharded::ShardedLoad;
 use gphash_bench::ycsb::{Distribution, Workload};
@@ -31,6 +32,11 @@ pub(crate) enum Bench {
     /// memory and in host memory imported zero-copy; and the latency floor of a batch, the bare
     /// wgpu round trip (write, one dispatch, read back) of 4096 to 2^20 words.
     Ceilings(CeilingArgs),
+    /// How kernels reach host memory larger than one storage binding: random 128-byte requests
+    /// over a region imported zero-copy, through a binding per window, a binding array of
+    /// windows, and the region's buffer device address (a SPIR-V kernel passed through), against
+    /// the same requests over one window; each way's reads checked against a model.
+    Reach(ReachArgs),
     /// YCSB core and micro workloads against gphash and the baselines, with the ceilings of the
     /// same run: a table on stdout, JSON, CSV and SVG plots.
     Suite(SuiteArgs),
@@ -321,6 +327,23 @@ pub(crate) struct CeilingArgs {
     round_trip_reps: usize,
 }
 
+/// `bench reach` settings.
+#[derive(Args, Clone)]
+pub(crate) struct ReachArgs {
+    /// Bytes of host memory the requests spread over, in MiB.
+    #[arg(long, default_value_t = 16 << 10)]
+    mib: u64,
+    /// Bytes of a window, in MiB (a power of two; at most the device's binding size).
+    #[arg(long, default_value_t = 2048)]
+    window_mib: u64,
+    /// Repetitions of each way (median, min and max are reported).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Ask for the host memory in transparent huge pages (2 MiB on x86-64).
+    #[arg(long)]
+    huge_pages: bool,
+}
+
 /// Where pools go.
 #[derive(Args, Clone)]
 pub(crate) struct PoolDir {
@@ -443,6 +466,36 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
                 for t in ceiling::round_trips(&gpu, &a.round_trip_items, a.round_trip_reps)? {
                     println!("round trip {t}");
                 }
+            }
+            Ok(())
+        }
+        Bench::Reach(a) => {
+            let gpu = gphash::Gpu::new()?;
+            let method = Method { reps: a.reps, ..Method::default() };
+            println!("# {} ({})", gpu.info.name, gpu.info.driver);
+            let pages = if a.huge_pages { "transparent huge pages" } else { "the host's default pages" };
+            println!(
+                "# random 128-byte requests over {} MiB of host memory ({pages}), windows of {} MiB",
+                a.mib, a.window_mib
+            );
+            let reached = reach::measure(&gpu, (a.mib << 20, a.window_mib << 20), a.huge_pages, &method)?;
+            let reference = reached.iter().find(|r| r.way == reach::Way::FirstWindow).map(|r| r.median());
+            println!(
+                "{:<26} {:>10} {:>8} {:>12} {:>10} {:>10} {:>8}",
+                "way", "MiB", "windows", "M req/s", "min", "max", "ratio"
+            );
+            for r in &reached {
+                let ratio = reference.map_or(String::from("-"), |f| format!("{:.3}", r.median() / f));
+                println!(
+                    "{:<26} {:>10} {:>8} {:>12.1} {:>10.1} {:>10.1} {:>8}",
+                    r.way.to_string(),
+                    r.bytes >> 20,
+                    r.windows,
+                    r.median() / 1e6,
+                    r.rates[0] / 1e6,
+                    r.rates[r.rates.len() - 1] / 1e6,
+                    ratio
+                );
             }
             Ok(())
         }
