@@ -157,8 +157,12 @@ struct Slot {
     /// (see [`GpuEngine::closing`]): it reads the batch's input, so the slot's next batch
     /// waits for it before writing or replacing its buffers.
     tail: Option<Tail>,
+    /// The last submit's results, copied out of the readback buffer, or where they are in
+    /// `BatchBuffers::host_ops`'s outputs (byte ranges), which the kernels wrote in place: the
+    /// host reads them there, without a copy ([`Engine::results`]).
     statuses: Vec<u32>,
     values: Vec<u32>,
+    in_host: Option<[std::ops::Range<usize>; 2]>,
 }
 
 /// A submit recorded, not yet submitted.
@@ -974,15 +978,15 @@ impl GpuEngine {
         let mut mapped = r.submitted;
         let timer = self.timer.as_ref();
         let mut times = None;
-        // The control block at 0, the statuses and values at `at`: refilled in place (the
-        // vectors keep their allocations from batch to batch).
-        let mut take = |bytes: &[u8], [c, s, v]: [usize; 3]| {
-            ctl.copy_from_slice(bytemuck::cast_slice(&bytes[c..c + control::WORDS * 4]));
-            let some = |on: bool, at: usize, len: usize| if on { &bytes[at..at + len] } else { &[][..] };
-            let status_bytes = some(r.results != Results::None, s, n as usize * 4);
-            let value_bytes = some(r.results == Results::WithValues, v, (n as u64 * vw * 4) as usize);
-            crate::bulk::refill_words(statuses, status_bytes);
-            crate::bulk::refill_words(values, value_bytes);
+        // The byte ranges of the statuses and values at `s` and `v`, empty where not asked for
+        // (and then not read back: they may lie past what is).
+        let ranges = |[s, v]: [usize; 2]| {
+            let range = |on: bool, at: usize, len: usize| if on { at..at + len } else { 0..0 };
+            let value_bytes = (n as u64 * vw * 4) as usize;
+            [
+                range(r.results != Results::None, s, n as usize * 4),
+                range(r.results == Results::WithValues, v, value_bytes),
+            ]
         };
         let stamps = rl.timestamps as usize..rl.statuses as usize;
         match &r.done {
@@ -990,8 +994,13 @@ impl GpuEngine {
                 map_read_after(&self.gpu, Some(r.submission), &io.readback, 0..end, |bytes| {
                     mapped = Instant::now();
                     times = timer.map(|t| t.times(&bytes[stamps], r.passes));
-                    take(bytes, [0, rl.statuses as usize, rl.values as usize]);
+                    ctl.copy_from_slice(bytemuck::cast_slice(&bytes[..control::WORDS * 4]));
+                    // Refilled in place: the vectors keep their allocations from batch to batch.
+                    let [s, v] = ranges([rl.statuses as usize, rl.values as usize]);
+                    crate::bulk::refill_words(statuses, &bytes[s]);
+                    crate::bulk::refill_words(values, &bytes[v]);
                 })?;
+                self.slots[slot].in_host = None;
             }
             Some(done) => {
                 self.gpu.wait_flag(done, &r.submission)?;
@@ -1005,7 +1014,11 @@ impl GpuEngine {
                 let host = &io.host_ops.as_ref().expect("a batch in host memory").buffers;
                 // SAFETY: the slot's submit ended (waited for above), behind the host-read barrier,
                 // and no other submit uses its host memory.
-                take(unsafe { host.outputs.bytes() }, [host.at[0], host.at[4], host.at[5]]);
+                let bytes = unsafe { host.outputs.bytes() };
+                ctl.copy_from_slice(bytemuck::cast_slice(
+                    &bytes[host.at[0]..host.at[0] + control::WORDS * 4],
+                ));
+                self.slots[slot].in_host = Some(ranges([host.at[4], host.at[5]]));
             }
         }
         let done = Instant::now();
@@ -1297,7 +1310,17 @@ impl Engine for GpuEngine {
     }
 
     fn results(&self, slot: usize) -> (&[u32], &[u32]) {
-        (&self.slots[slot].statuses, &self.slots[slot].values)
+        let s = &self.slots[slot];
+        match (&s.in_host, s.io.as_ref().and_then(|io| io.host_ops.as_ref())) {
+            (Some([statuses, values]), Some(host)) => {
+                // SAFETY: the slot's last submit ended (`collect_control` waited for it, behind
+                // the host-read barrier), and its next one starts only after this borrow of
+                // `self` ends; the kernels of its tail, which may still run, write neither.
+                let bytes = unsafe { host.buffers.outputs.bytes() };
+                (bytemuck::cast_slice(&bytes[statuses.clone()]), bytemuck::cast_slice(&bytes[values.clone()]))
+            }
+            _ => (&s.statuses, &s.values),
+        }
     }
 
     #[cfg(test)]
