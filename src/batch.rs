@@ -923,7 +923,12 @@ impl BatchResult {
                 let bulk = !bytes.is_empty() && padded == vb;
                 if bulk {
                     // Values of operations that are not successful reads are never handed out.
-                    crate::bulk::copy(&mut self.values_mut()[start * vb..end * vb], bytes);
+                    // The whole batch's go straight into a new vector: each byte written once.
+                    if self.values.is_empty() && start == 0 && end == self.statuses.len() {
+                        crate::bulk::refill(&mut self.values, bytes);
+                    } else {
+                        crate::bulk::copy(&mut self.values_mut()[start * vb..end * vb], bytes);
+                    }
                 }
                 // A stretch of the part's operations from its `first`: their statuses, whether
                 // they read a value, and (when not copied in bulk above) the values.

@@ -85,21 +85,29 @@ impl Staging {
 /// little-endian, as the device and the pool are), on all host threads when it is large; `dst`
 /// keeps its allocation and no word is written twice.
 pub(crate) fn refill_words(dst: &mut Vec<u32>, src: &[u8]) {
-    assert_eq!(src.len() % 4, 0, "whole words");
-    let words = src.len() / 4;
+    refill(dst, src)
+}
+
+/// [`refill_words`] for any plain type: `dst`'s elements become those whose bytes are `src`
+/// (a whole number of them), each written once.
+pub(crate) fn refill<T: bytemuck::Pod>(dst: &mut Vec<T>, src: &[u8]) {
+    let size = size_of::<T>();
+    assert_eq!(src.len() % size, 0, "whole elements");
+    let len = src.len() / size;
     dst.clear();
-    dst.reserve(words);
-    let spare = &mut dst.spare_capacity_mut()[..words];
-    // SAFETY: `spare` is `words` u32s of `dst`'s allocation, so its bytes are `src.len()` bytes
-    // of it, and any bytes are a valid `MaybeUninit<u8>`.
+    dst.reserve(len);
+    let spare = &mut dst.spare_capacity_mut()[..len];
+    // SAFETY: `spare` is `len` elements of `dst`'s allocation, so its bytes are `src.len()`
+    // bytes of it, and any bytes are a valid `MaybeUninit<u8>`.
     let bytes = unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast(), src.len()) };
     if src.len() < PARALLEL_BYTES {
         copy_into(bytes, src);
     } else {
         bytes.par_chunks_mut(TASK_BYTES).zip(src.par_chunks(TASK_BYTES)).for_each(|(d, s)| copy_into(d, s));
     }
-    // SAFETY: the first `words` words were all written above (every byte of them).
-    unsafe { dst.set_len(words) };
+    // SAFETY: the first `len` elements were all written above (every byte of them), and any
+    // bytes are a valid `T` (`Pod`).
+    unsafe { dst.set_len(len) };
 }
 
 fn copy_into(dst: &mut [std::mem::MaybeUninit<u8>], src: &[u8]) {
