@@ -25,11 +25,14 @@ pub struct Profile {
     pub submit: Duration,
     /// From the submit until the results are mapped (the kernels run in here).
     pub wait: Duration,
-    /// Copying the mapped results (control block, statuses, values) out.
+    /// Copying the mapped results (control block, statuses, values) out; for a batch whose
+    /// operations are in host memory, only the control block (its results are decoded where
+    /// the kernels wrote them).
     pub readback: Duration,
     /// Reading back the list of written lines (and in staged mode their contents).
     pub lines: Duration,
-    /// Decoding results into the caller's `BatchResult`.
+    /// Decoding results into the caller's `BatchResult` (for a batch in host memory, read
+    /// from there).
     pub decode: Duration,
     /// Persisting written lines.
     pub persist: Duration,

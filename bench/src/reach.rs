@@ -139,9 +139,10 @@ pub fn measure(
             "{bytes} bytes: must be a positive multiple of 128 of fewer than 2^32 lines"
         ));
     }
-    if !window_bytes.is_power_of_two() || window_bytes < LINE_BYTES || window_bytes > info.max_binding {
+    // `Windows` makes windows of 64 words at least.
+    if !window_bytes.is_power_of_two() || window_bytes < 256 || window_bytes > info.max_binding {
         return invalid(format!(
-            "windows of {window_bytes} bytes: must be a power of two from 128 to the device's binding size ({})",
+            "windows of {window_bytes} bytes: must be a power of two from 256 to the device's binding size ({})",
             info.max_binding
         ));
     }
@@ -168,61 +169,98 @@ pub fn measure(
         log::info!("{} MiB asked for in huge pages; the host now has {huge}", bytes >> 20);
     }
     let sink = gphash_gpu::resources::storage_buffer(&gpu.device, "reach sink", INVOCATIONS * 4);
-    let windows = Windows::cover(bytes / 4, window_bytes);
     let guard = ImportGuard::default();
+    let region = Region { base: host.as_mut_ptr(), bytes, window_bytes, align };
     let mut out = Vec::new();
-    {
-        let base = host.as_mut_ptr();
-        let imported: Vec<wgpu::Buffer> = (0..windows.count)
-            .map(|i| {
-                let at = i as u64 * window_bytes;
-                let len = (bytes - at).min(window_bytes).next_multiple_of(align);
-                // SAFETY: inside the mapping, which outlives the imports (released below).
-                unsafe { hostmem::import(gpu, base.add(at as usize), len, &guard, "reach window") }
-            })
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|why| Error::Gpu(format!("importing the windows: {why}")))?;
-        let first = Windows { count: 1, shift: windows.shift };
-        let ways = [
-            (Way::FirstWindow, Reach::default(), first, bytes.min(window_bytes)),
-            (Way::Bindings, Reach { wide: true, arrays: false }, windows, bytes),
-            (Way::BindingArray, Reach { wide: true, arrays: true }, windows, bytes),
-        ];
-        for (way, reach, w, span) in ways {
-            let fits = match way {
-                Way::Bindings => w.count < info.max_storage_buffers && info.int64,
-                Way::BindingArray => w.count <= info.binding_arrays && info.int64,
-                _ => true,
-            };
-            if !fits {
-                log::warn!("{way} is not measured: the device cannot bind {} windows that way", w.count);
-                continue;
-            }
-            let kernel = windows_kernel(gpu, reach, w, &sink, &imported[..w.count as usize])?;
-            out.push(run(gpu, way, &kernel, &sink, (span, w.count), method)?);
-        }
-        imported.iter().for_each(wgpu::Buffer::destroy);
-    }
+    // Each phase drops its imports whatever its outcome, and they are released before the next
+    // phase and before the memory is unmapped.
+    let windows = through_windows(gpu, &region, (&sink, &guard), method, &mut out);
     release_imports(gpu, &guard);
+    windows?;
     if info.device_addresses {
-        let len = bytes.next_multiple_of(align);
-        // SAFETY: the whole mapping, which outlives the import (released below).
-        match unsafe { hostmem::import_addressable(gpu, host.as_mut_ptr(), len, &guard, "reach region") } {
-            Ok((buffer, base)) => {
-                let kernel = address_kernel(gpu, &sink, base)?;
-                let reached = run(gpu, Way::DeviceAddress, &kernel, &sink, (bytes, 1), method);
-                buffer.destroy();
-                drop(kernel);
-                release_imports(gpu, &guard);
-                out.push(reached?);
-            }
-            Err(why) => log::warn!("{} is not measured: {why}", Way::DeviceAddress),
-        }
+        let address = through_address(gpu, &region, (&sink, &guard), method, &mut out);
+        release_imports(gpu, &guard);
+        address?;
     } else {
         log::warn!("{} is not measured: the device has no buffer device addresses", Way::DeviceAddress);
     }
     drop(host);
     Ok(out)
+}
+
+/// The host memory measured: `bytes` at `base`, split in windows of `window_bytes`, imports
+/// rounded up to `align`.
+struct Region {
+    base: *mut u8,
+    bytes: u64,
+    window_bytes: u64,
+    align: u64,
+}
+
+/// The ways through windows (each imported on its own), onto `out`.
+fn through_windows(
+    gpu: &Gpu,
+    r: &Region,
+    (sink, guard): (&wgpu::Buffer, &ImportGuard),
+    method: &Method,
+    out: &mut Vec<Reached>,
+) -> Result<()> {
+    let info = &gpu.info;
+    let windows = Windows::cover(r.bytes / 4, r.window_bytes);
+    let imported: Vec<wgpu::Buffer> = (0..windows.count)
+        .map(|i| {
+            let at = i as u64 * r.window_bytes;
+            let len = (r.bytes - at).min(r.window_bytes).next_multiple_of(r.align);
+            // SAFETY: inside the mapping, which the caller unmaps only once the imports are
+            // released.
+            unsafe { hostmem::import(gpu, r.base.add(at as usize), len, guard, "reach window") }
+        })
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|why| Error::Gpu(format!("importing the windows: {why}")))?;
+    let first = Windows { count: 1, shift: windows.shift };
+    let ways = [
+        (Way::FirstWindow, Reach::default(), first, r.bytes.min(r.window_bytes)),
+        (Way::Bindings, Reach { wide: true, arrays: false }, windows, r.bytes),
+        (Way::BindingArray, Reach { wide: true, arrays: true }, windows, r.bytes),
+    ];
+    for (way, reach, w, span) in ways {
+        let fits = match way {
+            Way::Bindings => w.count < info.max_storage_buffers && info.int64,
+            Way::BindingArray => w.count <= info.binding_arrays && info.int64,
+            _ => true,
+        };
+        if !fits {
+            log::warn!("{way} is not measured: the device cannot bind {} windows that way", w.count);
+            continue;
+        }
+        let kernel = windows_kernel(gpu, reach, w, sink, &imported[..w.count as usize])?;
+        out.push(run(gpu, way, &kernel, sink, (span, w.count), method)?);
+    }
+    imported.iter().for_each(wgpu::Buffer::destroy);
+    Ok(())
+}
+
+/// The way through the region's device address (one import of it all), onto `out`; a region
+/// the driver will not import that way is left out, with a warning.
+fn through_address(
+    gpu: &Gpu,
+    r: &Region,
+    (sink, guard): (&wgpu::Buffer, &ImportGuard),
+    method: &Method,
+    out: &mut Vec<Reached>,
+) -> Result<()> {
+    let len = r.bytes.next_multiple_of(r.align);
+    // SAFETY: the whole mapping, which the caller unmaps only once the import is released.
+    match unsafe { hostmem::import_addressable(gpu, r.base, len, guard, "reach region") } {
+        Ok((buffer, base)) => {
+            let reached = address_kernel(gpu, sink, base)
+                .and_then(|kernel| run(gpu, Way::DeviceAddress, &kernel, sink, (r.bytes, 1), method));
+            buffer.destroy();
+            out.push(reached?);
+        }
+        Err(why) => log::warn!("{} is not measured: {why}", Way::DeviceAddress),
+    }
+    Ok(())
 }
 
 /// The layout of a way's bindings: the sink, then `windows` (as a binding array or not).

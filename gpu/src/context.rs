@@ -207,8 +207,11 @@ impl Gpu {
         let has_arrays = adapter.features().contains(arrays);
         // Device addresses likewise: only `bench reach` uses them.
         // SAFETY: a capability query on the adapter's hal.
+        // Vulkan 1.2 at least: the address is asked for through its core entry point.
         let has_addresses = unsafe { adapter.as_hal::<Vulkan>() }.is_some_and(|hal| {
-            hal.physical_device_capabilities().supports_extension(ash::khr::buffer_device_address::NAME)
+            let caps = hal.physical_device_capabilities();
+            caps.properties().api_version >= vk::API_VERSION_1_2
+                && caps.supports_extension(ash::khr::buffer_device_address::NAME)
         });
         let device_addresses =
             has_addresses && adapter.features().contains(wgpu::Features::PASSTHROUGH_SHADERS);

@@ -159,7 +159,8 @@ struct Slot {
     tail: Option<Tail>,
     /// The last submit's results, copied out of the readback buffer, or where they are in
     /// `BatchBuffers::host_ops`'s outputs (byte ranges), which the kernels wrote in place: the
-    /// host reads them there, without a copy ([`Engine::results`]).
+    /// host reads them there, without a copy ([`Engine::results`]), until the slot's next
+    /// submit (which clears the ranges).
     statuses: Vec<u32>,
     values: Vec<u32>,
     in_host: Option<[std::ops::Range<usize>; 2]>,
@@ -761,8 +762,10 @@ impl GpuEngine {
             match HostOps::new(&self.gpu, sizes.map(|(_, bytes)| bytes)) {
                 Ok(buffers) => {
                     let bind = self.batch_bind_group(std::array::from_fn(|i| buffers.binding(i, sizes[i].1)));
-                    let io = self.slots[slot].io.as_mut().expect("reserved");
-                    io.host_ops = Some(Ops { cap, buffers, bind });
+                    let s = &mut self.slots[slot];
+                    // Results in the memory replaced are gone with it.
+                    s.in_host = None;
+                    s.io.as_mut().expect("reserved").host_ops = Some(Ops { cap, buffers, bind });
                 }
                 Err(why) => {
                     log::warn!("batches' operations stay in device buffers: {why}");
@@ -932,6 +935,8 @@ impl GpuEngine {
     /// Submits what was recorded for the batch in `slot`, without waiting.
     fn launch(&mut self, slot: usize, recorded: Recorded) -> Result<()> {
         let Recorded { kernels, results, cmds, tail, passes, writeback, in_host } = recorded;
+        // The slot's last results are no longer there to read: this submit may write them.
+        self.slots[slot].in_host = None;
         let scopes = ErrorScopes::push(&self.gpu.device);
         let started = Instant::now();
         let submission = self.gpu.queue.submit(cmds);
@@ -1313,9 +1318,10 @@ impl Engine for GpuEngine {
         let s = &self.slots[slot];
         match (&s.in_host, s.io.as_ref().and_then(|io| io.host_ops.as_ref())) {
             (Some([statuses, values]), Some(host)) => {
-                // SAFETY: the slot's last submit ended (`collect_control` waited for it, behind
-                // the host-read barrier), and its next one starts only after this borrow of
-                // `self` ends; the kernels of its tail, which may still run, write neither.
+                // SAFETY: `in_host` is set when the slot's last submit ended (`collect_control`
+                // waited for it, behind the host-read barrier) and cleared when the next one is
+                // submitted, which cannot happen while this borrow of `self` lives; the kernels
+                // of its tail, which may still run, write neither.
                 let bytes = unsafe { host.buffers.outputs.bytes() };
                 (bytemuck::cast_slice(&bytes[statuses.clone()]), bytemuck::cast_slice(&bytes[values.clone()]))
             }
