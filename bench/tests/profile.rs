@@ -282,6 +282,17 @@ fn reach_ways_read_what_the_model_says() {
     }
 }
 
+/// `bench reach`'s kernels at every subgroup size lavapipe gives (they use no subgroup
+/// operation, so the size must change nothing they read).
+#[test]
+fn reach_at_subgroup_sizes_4_to_128() {
+    let _alone = alone();
+    if common::gpu().is_none() {
+        return;
+    }
+    common::rerun_at_subgroup_sizes(&["reach_ways_read_what_the_model_says"], 1);
+}
+
 #[test]
 fn stages_add_up_zero_copy() {
     let _alone = alone();

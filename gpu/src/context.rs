@@ -205,9 +205,9 @@ impl Gpu {
             | wgpu::Features::STORAGE_RESOURCE_BINDING_ARRAY
             | wgpu::Features::SAMPLED_TEXTURE_AND_STORAGE_BUFFER_ARRAY_NON_UNIFORM_INDEXING;
         let has_arrays = adapter.features().contains(arrays);
-        // Device addresses likewise: only `bench reach` uses them.
+        // Device addresses likewise: only `bench reach` uses them. Vulkan 1.2 at least: the
+        // address is asked for through its core entry point.
         // SAFETY: a capability query on the adapter's hal.
-        // Vulkan 1.2 at least: the address is asked for through its core entry point.
         let has_addresses = unsafe { adapter.as_hal::<Vulkan>() }.is_some_and(|hal| {
             let caps = hal.physical_device_capabilities();
             caps.properties().api_version >= vk::API_VERSION_1_2

@@ -1005,7 +1005,6 @@ impl GpuEngine {
                     crate::bulk::refill_words(statuses, &bytes[s]);
                     crate::bulk::refill_words(values, &bytes[v]);
                 })?;
-                self.slots[slot].in_host = None;
             }
             Some(done) => {
                 self.gpu.wait_flag(done, &r.submission)?;
