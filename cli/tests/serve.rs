@@ -174,6 +174,22 @@ fn every_command_answers_as_redis_does() {
     {
         assert!(all.contains(line), "INFO lacks {line}:\n{all}");
     }
+    // Where the batcher's and the index's time went: writes ran, so the index took time in
+    // its calls, encoded, and persisted.
+    let micros = |name: &str| -> u64 {
+        let line = all.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_else(|| panic!("no {name}:\n{all}"));
+        line.parse().unwrap()
+    };
+    for step in ["gather", "build", "reply"] {
+        micros(&format!("gphash_batcher_usec_{step}:"));
+    }
+    assert!(micros("gphash_batcher_usec_index:") > 0, "{all}");
+    assert!(micros("gphash_index_usec_encode:") > 0, "{all}");
+    assert!(micros("gphash_index_usec_persist:") + micros("gphash_index_usec_wait:") > 0, "{all}");
+    assert!(
+        micros("gphash_index_usec_encode:") <= micros("gphash_batcher_usec_index:"),
+        "the index's stages are part of its calls:\n{all}"
+    );
     assert_eq!(info(b"keyspace", &mut q), "# Keyspace\r\ndb0:keys=3,expires=0,avg_ttl=0\r\n");
     assert_eq!(q(&[b"QUIT"]).unwrap(), okay());
     assert!(q(&[b"PING"]).is_err(), "QUIT closes the connection");

@@ -143,7 +143,8 @@ impl Batcher {
                     }
                 }
             };
-            let (jobs, stopped) = gather(first, &requests, &batching);
+            let (jobs, stopped) =
+                answers.record.time.timed(|t| &mut t.gather, || gather(first, &requests, &batching));
             stop |= stopped;
             let ops: usize = jobs.iter().map(Job::ops).sum();
             if starting && reads.is_none() {
@@ -152,7 +153,9 @@ impl Batcher {
             if read_only(&jobs) && ops <= engine_max {
                 let pipe = reads.get_or_insert_with(|| index.pipeline());
                 let started = Instant::now();
-                match pipe.submit(batch_of(&answers.widths, &jobs)) {
+                let time = &mut answers.record.time;
+                let batch = time.timed(|t| &mut t.build, || batch_of(&answers.widths, &jobs));
+                match time.timed(|t| &mut t.index, || pipe.submit(batch)) {
                     Ok(()) => flights.push_back((jobs, started)),
                     Err(e) => answers.reply(&index, jobs, Err(e), started),
                 }
@@ -231,7 +234,8 @@ impl Answers {
         flights: &mut VecDeque<(Vec<Job>, Instant)>,
     ) {
         let (jobs, started) = flights.pop_front().expect("a batch in flight");
-        let result = pipe.next().expect("the pipeline has a result for each batch submitted");
+        let result = self.record.time.timed(|t| &mut t.index, || pipe.next());
+        let result = result.expect("the pipeline has a result for each batch submitted");
         self.record.pipelined += 1;
         self.reply(index, jobs, result.map(Some), started);
     }
@@ -240,8 +244,13 @@ impl Answers {
     /// ever the last) is answered after the batch.
     fn run_ordered(&mut self, index: &GpHash, jobs: Vec<Job>) {
         let started = Instant::now();
-        let batch = batch_of(&self.widths, &jobs);
-        let result = if batch.is_empty() { Ok(None) } else { index.execute_ordered(&batch).map(Some) };
+        let time = &mut self.record.time;
+        let batch = time.timed(|t| &mut t.build, || batch_of(&self.widths, &jobs));
+        let result = if batch.is_empty() {
+            Ok(None)
+        } else {
+            time.timed(|t| &mut t.index, || index.execute_ordered(&batch)).map(Some)
+        };
         let requests: usize =
             jobs.iter().filter(|j| matches!(j.work, Work::Ops(..))).map(Job::requests).sum();
         match result {
@@ -269,7 +278,8 @@ impl Answers {
                     let started = Instant::now();
                     let mut batch = index.batch();
                     push(&mut batch, &self.widths, group, first..first + len);
-                    replies.push(match index.execute_ordered(&batch) {
+                    let result = self.record.time.timed(|t| &mut t.index, || index.execute_ordered(&batch));
+                    replies.push(match result {
                         Ok(r) => {
                             self.record.batch(len, started.elapsed());
                             answer(&r, 0, len, shape, &self.widths)
@@ -289,8 +299,22 @@ impl Answers {
     }
 
     /// Answers the jobs of a batch from its result (`None`: it had no operations): each group
-    /// gets its share of the results, and its connection makes the replies.
+    /// gets its share of the results, and its connection makes the replies. Its time is the
+    /// batcher's `reply` step.
     fn reply(
+        &mut self,
+        index: &GpHash,
+        jobs: Vec<Job>,
+        result: gphash::Result<Option<BatchResult>>,
+        started: Instant,
+    ) {
+        let replying = Instant::now();
+        self.answer_jobs(index, jobs, result, started);
+        self.record.time.reply += replying.elapsed();
+    }
+
+    /// [`Answers::reply`], untimed.
+    fn answer_jobs(
         &mut self,
         index: &GpHash,
         jobs: Vec<Job>,

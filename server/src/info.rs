@@ -45,6 +45,33 @@ pub(crate) struct Record {
     pub(crate) failed: u64,
     /// Batches of reads run through the pipeline.
     pub(crate) pipelined: u64,
+    /// The batcher thread's time by what it did.
+    pub(crate) time: BatcherTime,
+}
+
+/// The batcher thread's time since the server started, by step: what bounds a server whose
+/// batcher is never idle (INFO's `gphash_batcher_usec_*`; with the index's own stages,
+/// `gphash_index_usec_*`, where the time of its calls goes).
+#[derive(Debug, Default)]
+pub(crate) struct BatcherTime {
+    /// Taking the requests queued into a batch (not the wait for a first one).
+    pub(crate) gather: Duration,
+    /// Building the batch's operations from its jobs.
+    pub(crate) build: Duration,
+    /// The index's calls: ordered batches with their persists, pipelined submits and waits.
+    pub(crate) index: Duration,
+    /// Handing each job its share of the results, and the latency records.
+    pub(crate) reply: Duration,
+}
+
+impl BatcherTime {
+    /// Runs `f`, adding its time to the step `step` picks.
+    pub(crate) fn timed<R>(&mut self, step: fn(&mut Self) -> &mut Duration, f: impl FnOnce() -> R) -> R {
+        let started = Instant::now();
+        let r = f();
+        *step(self) += started.elapsed();
+        r
+    }
 }
 
 fn histogram() -> Histogram<u64> {
@@ -53,7 +80,14 @@ fn histogram() -> Histogram<u64> {
 
 impl Record {
     pub(crate) fn new() -> Self {
-        Record { sizes: histogram(), batch_us: histogram(), request_us: histogram(), failed: 0, pipelined: 0 }
+        Record {
+            sizes: histogram(),
+            batch_us: histogram(),
+            request_us: histogram(),
+            failed: 0,
+            pipelined: 0,
+            time: BatcherTime::default(),
+        }
     }
 
     pub(crate) fn batch(&mut self, ops: usize, took: Duration) {
@@ -73,8 +107,8 @@ impl Record {
         let wants = |s: &str| all || sections.iter().any(|x| x == s);
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut out = Text::default();
-        let stats = wants("server").then(|| index.stats());
-        if let Some(s) = &stats {
+        if wants("server") {
+            let s = index.stats();
             out.section("Server");
             // The protocol level the server speaks, for clients that check it.
             out.line("redis_version", &"7.0.0");
@@ -117,6 +151,15 @@ impl Record {
                     out.line(&format!("gphash_{name}_{label}"), &h.value_at_quantile(q));
                 }
                 out.line(&format!("gphash_{name}_max"), &h.max());
+            }
+            let t = &self.time;
+            for (step, took) in
+                [("gather", t.gather), ("build", t.build), ("index", t.index), ("reply", t.reply)]
+            {
+                out.line(&format!("gphash_batcher_usec_{step}"), &took.as_micros());
+            }
+            for (stage, took) in index.activity().profile.stages() {
+                out.line(&format!("gphash_index_usec_{stage}"), &took.as_micros());
             }
         }
         if wants("keyspace") {
