@@ -180,7 +180,7 @@ fn every_command_answers_as_redis_does() {
         let line = all.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_else(|| panic!("no {name}:\n{all}"));
         line.parse().unwrap()
     };
-    for step in ["build", "answer", "reply"] {
+    for step in ["gather", "build", "reply"] {
         micros(&format!("gphash_batcher_usec_{step}:"));
     }
     assert!(micros("gphash_batcher_usec_index:") > 0, "{all}");

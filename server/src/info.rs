@@ -5,8 +5,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use gphash::GpHash;
-
-use crate::batcher::BatcherTime;
 use hdrhistogram::Histogram;
 
 /// Counters the connections keep.
@@ -39,8 +37,7 @@ pub(crate) struct Identity {
 pub(crate) struct Record {
     /// Operations per batch.
     sizes: Histogram<u64>,
-    /// Microseconds a batch took in the index: the ordered call with its persists, or from its
-    /// pipelined submit to its result.
+    /// Microseconds a batch took: building, the ordered call with its persists, and replies.
     batch_us: Histogram<u64>,
     /// Microseconds from a request's arrival at the batcher (with the requests its connection
     /// read with it) to its outcome leaving the batcher.
@@ -48,6 +45,33 @@ pub(crate) struct Record {
     pub(crate) failed: u64,
     /// Batches of reads run through the pipeline.
     pub(crate) pipelined: u64,
+    /// The batcher thread's time by what it did.
+    pub(crate) time: BatcherTime,
+}
+
+/// The batcher thread's time since the server started, by step: what bounds a server whose
+/// batcher is never idle (INFO's `gphash_batcher_usec_*`; with the index's own stages,
+/// `gphash_index_usec_*`, where the time of its calls goes).
+#[derive(Debug, Default)]
+pub(crate) struct BatcherTime {
+    /// Taking the requests queued into a batch (not the wait for a first one).
+    pub(crate) gather: Duration,
+    /// Building the batch's operations from its jobs.
+    pub(crate) build: Duration,
+    /// The index's calls: ordered batches with their persists, pipelined submits and waits.
+    pub(crate) index: Duration,
+    /// Handing each job its share of the results, and the latency records.
+    pub(crate) reply: Duration,
+}
+
+impl BatcherTime {
+    /// Runs `f`, adding its time to the step `step` picks.
+    pub(crate) fn timed<R>(&mut self, step: fn(&mut Self) -> &mut Duration, f: impl FnOnce() -> R) -> R {
+        let started = Instant::now();
+        let r = f();
+        *step(self) += started.elapsed();
+        r
+    }
 }
 
 fn histogram() -> Histogram<u64> {
@@ -62,6 +86,7 @@ impl Record {
             request_us: histogram(),
             failed: 0,
             pipelined: 0,
+            time: BatcherTime::default(),
         }
     }
 
@@ -76,14 +101,7 @@ impl Record {
     }
 
     /// INFO's text for `sections` (none, `default`, `all` or `everything`: every section).
-    pub(crate) fn info(
-        &self,
-        sections: &[String],
-        index: &GpHash,
-        c: &Counters,
-        id: &Identity,
-        time: &BatcherTime,
-    ) -> String {
+    pub(crate) fn info(&self, sections: &[String], index: &GpHash, c: &Counters, id: &Identity) -> String {
         let all = sections.is_empty()
             || sections.iter().any(|s| ["default", "all", "everything"].contains(&s.as_str()));
         let wants = |s: &str| all || sections.iter().any(|x| x == s);
@@ -134,8 +152,11 @@ impl Record {
                 }
                 out.line(&format!("gphash_{name}_max"), &h.max());
             }
-            for (step, micros) in time.steps() {
-                out.line(&format!("gphash_batcher_usec_{step}"), &micros);
+            let t = &self.time;
+            for (step, took) in
+                [("gather", t.gather), ("build", t.build), ("index", t.index), ("reply", t.reply)]
+            {
+                out.line(&format!("gphash_batcher_usec_{step}"), &took.as_micros());
             }
             for (stage, took) in index.activity().profile.stages() {
                 out.line(&format!("gphash_index_usec_{stage}"), &took.as_micros());
