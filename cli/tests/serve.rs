@@ -177,7 +177,8 @@ fn every_command_answers_as_redis_does() {
     // Where the batcher's and the index's time went: writes ran, so the index took time in
     // its calls, encoded, and persisted.
     let micros = |name: &str| -> u64 {
-        let line = all.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_else(|| panic!("no {name}:\n{all}"));
+        let line =
+            all.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_else(|| panic!("no {name}:\n{all}"));
         line.parse().unwrap()
     };
     for step in ["gather", "build", "reply"] {
