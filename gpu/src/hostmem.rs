@@ -218,31 +218,16 @@ pub fn host_read_barrier(gpu: &Gpu) -> wgpu::CommandBuffer {
     barrier(gpu, vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ)
 }
 
-/// The shader and transfer stages and their accesses: what [`compute_barrier`] orders.
-fn device_scope() -> (vk::PipelineStageFlags, vk::AccessFlags) {
-    let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
-    let access = vk::AccessFlags::SHADER_READ
-        | vk::AccessFlags::SHADER_WRITE
-        | vk::AccessFlags::TRANSFER_READ
-        | vk::AccessFlags::TRANSFER_WRITE;
-    (stages, access)
-}
-
 /// A command buffer holding only a barrier that orders every shader and transfer write
 /// submitted before it before every shader and transfer access after it, whatever wgpu
 /// tracks: for work the host submits without waiting for what runs before it.
 pub fn compute_barrier(gpu: &Gpu) -> wgpu::CommandBuffer {
-    let (stages, access) = device_scope();
-    barrier(gpu, stages, access)
-}
-
-/// [`host_read_barrier`] and [`compute_barrier`] in one: submitted after the work, it makes
-/// its writes visible to the host's reads and to every later shader and transfer access, of
-/// this submit or later ones (a barrier's second scope is all that follows it in submission
-/// order).
-pub fn host_read_and_compute_barrier(gpu: &Gpu) -> wgpu::CommandBuffer {
-    let (stages, access) = device_scope();
-    barrier(gpu, vk::PipelineStageFlags::HOST | stages, vk::AccessFlags::HOST_READ | access)
+    let reads_and_writes = vk::AccessFlags::SHADER_READ
+        | vk::AccessFlags::SHADER_WRITE
+        | vk::AccessFlags::TRANSFER_READ
+        | vk::AccessFlags::TRANSFER_WRITE;
+    let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
+    barrier(gpu, stages, reads_and_writes)
 }
 
 /// A command buffer holding only a barrier from shader and transfer writes to `dst` accesses.

@@ -907,14 +907,7 @@ impl GpuEngine {
         // The host reads what the kernels wrote into the pool (persists, recovery) and into
         // host memory of the batch's own; a submit that writes neither (a batch of gets in
         // device buffers) needs no barrier, and each one that writes has its own.
-        let host_reads = in_host || (!self.windows.staged() && writes);
-        // A barrier's second scope holds every command later in submission order, later
-        // submits' too: the barrier that ends this submit for the host's reads also orders it
-        // before the tail's kernels, if it reaches them (one command buffer less a batch).
-        let tail_ordered = host_reads && !tail.is_empty();
-        if tail_ordered {
-            cmds.push(hostmem::host_read_and_compute_barrier(&self.gpu));
-        } else if host_reads {
+        if in_host || (!self.windows.staged() && writes) {
             cmds.push(hostmem::host_read_barrier(&self.gpu));
         }
         let tail = (!tail.is_empty()).then(|| {
@@ -922,11 +915,9 @@ impl GpuEngine {
             let mut enc = dev.create_command_encoder(&Default::default());
             let passes = tail.iter().map(|&k| (self.pipelines.get(k), self.invocations(k, n)));
             record_passes(&mut enc, (&[&io.bind, batch_bind], bytemuck::bytes_of(&params)), passes, None);
-            // Barriers before (the one above, or its own) and after: no wait of the host
-            // orders it.
+            // Barriers of its own, before and after: no wait of the host orders it.
             let barrier = || hostmem::compute_barrier(&self.gpu);
-            let before = (!tail_ordered).then(barrier);
-            (tail.to_vec(), before.into_iter().chain([enc.finish(), barrier()]).collect())
+            (tail.to_vec(), vec![barrier(), enc.finish(), barrier()])
         });
         scopes.pop(|| {
             format!(
