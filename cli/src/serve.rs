@@ -29,8 +29,8 @@ pub(crate) struct ServeArgs {
     /// Connections served at once.
     #[arg(long, default_value_t = ServeOptions::default().max_clients)]
     max_clients: usize,
-    /// Threads that read, parse and answer the connections (0: one per core). Clients on the
-    /// same host compete with them for its cores.
+    /// Threads that read, parse and answer the connections (0: a quarter of the cores, at
+    /// least one, leaving cores to the batcher and to clients on the same host).
     #[arg(long, default_value_t = ServeOptions::default().io_threads)]
     io_threads: usize,
     /// Key width of a new pool: keys of up to this minus 1 bytes.
