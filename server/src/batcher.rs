@@ -276,9 +276,16 @@ impl Answers {
                 let mut replies = Vec::with_capacity(group.requests.len());
                 for &(shape, len) in &group.requests {
                     let started = Instant::now();
-                    let mut batch = index.batch();
-                    push(&mut batch, &self.widths, group, first..first + len);
-                    let result = self.record.time.timed(|t| &mut t.index, || index.execute_ordered(&batch));
+                    let time = &mut self.record.time;
+                    let batch = time.timed(
+                        |t| &mut t.build,
+                        || {
+                            let mut batch = index.batch();
+                            push(&mut batch, &self.widths, group, first..first + len);
+                            batch
+                        },
+                    );
+                    let result = time.timed(|t| &mut t.index, || index.execute_ordered(&batch));
                     replies.push(match result {
                         Ok(r) => {
                             self.record.batch(len, started.elapsed());

@@ -54,13 +54,15 @@ pub(crate) struct Record {
 /// `gphash_index_usec_*`, where the time of its calls goes).
 #[derive(Debug, Default)]
 pub(crate) struct BatcherTime {
-    /// Taking the requests queued into a batch (not the wait for a first one).
+    /// Taking the requests queued into a batch (not the wait for a first one; with a batch
+    /// deadline, the wait for more).
     pub(crate) gather: Duration,
     /// Building the batch's operations from its jobs.
     pub(crate) build: Duration,
     /// The index's calls: ordered batches with their persists, pipelined submits and waits.
     pub(crate) index: Duration,
-    /// Handing each job its share of the results, and the latency records.
+    /// Handing each job its share of the results, the latency records, and the replies to
+    /// INFO, DBSIZE and failed batches.
     pub(crate) reply: Duration,
 }
 
