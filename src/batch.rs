@@ -258,15 +258,15 @@ impl Batch {
         // device and the pool are.
         match part {
             Part::Ops { start, end } => {
-                crate::bulk::refill_words(&mut e.kinds, bytemuck::cast_slice(&self.kinds[start..end]));
+                crate::bulk::refill(&mut e.kinds, bytemuck::cast_slice(&self.kinds[start..end]));
                 // Whole words (a key width that is not is refused by `check_widths` first).
                 let keys = &self.keys[start * kb..end * kb];
-                crate::bulk::refill_words(&mut e.keys, &keys[..keys.len() / 4 * 4]);
+                crate::bulk::refill(&mut e.keys, &keys[..keys.len() / 4 * 4]);
                 if !every(&self.kinds[start..end], |k| !k.writes_value()) {
                     // Operations that write no value have zeros in `self.values`.
                     let own = &self.values[start * vb..end * vb];
                     if padded == vb {
-                        crate::bulk::refill_words(&mut e.values, own);
+                        crate::bulk::refill(&mut e.values, own);
                     } else {
                         e.values.resize((end - start) * padded / 4, 0);
                         let values: &mut [u8] = bytemuck::cast_slice_mut(&mut e.values);

@@ -81,15 +81,9 @@ impl Staging {
     }
 }
 
-/// Replaces `dst`'s words with those whose little-endian bytes are `src` (the host is
-/// little-endian, as the device and the pool are), on all host threads when it is large; `dst`
-/// keeps its allocation and no word is written twice.
-pub(crate) fn refill_words(dst: &mut Vec<u32>, src: &[u8]) {
-    refill(dst, src)
-}
-
-/// [`refill_words`] for any plain type: `dst`'s elements become those whose bytes are `src`
-/// (a whole number of them), each written once.
+/// Replaces `dst`'s elements with those whose bytes are `src` (a whole number of them; the
+/// host is little-endian, as the device and the pool are), on all host threads when it is
+/// large; `dst` keeps its allocation and no element is written twice.
 pub(crate) fn refill<T: bytemuck::Pod>(dst: &mut Vec<T>, src: &[u8]) {
     let size = size_of::<T>();
     assert_eq!(src.len() % size, 0, "whole elements");
@@ -141,7 +135,7 @@ mod tests {
             // A vector that held more words, and one that held fewer, both end as `src`.
             for before in [len / 4 + 100, 1] {
                 let mut words = vec![0xdead_beef_u32; before];
-                refill_words(&mut words, &src);
+                refill(&mut words, &src);
                 assert_eq!(words.len(), len / 4);
                 assert_eq!(
                     bytemuck::cast_slice::<u32, u8>(&words),

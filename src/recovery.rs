@@ -88,7 +88,7 @@ impl Allocator {
                     // The copy faults in a page of fresh memory every 4 KiB, so it runs on all
                     // host threads.
                     let mut copied = Vec::new();
-                    crate::bulk::refill_words(&mut copied, &bytes[..words * 4]);
+                    crate::bulk::refill(&mut copied, &bytes[..words * 4]);
                     Bitmap::from_words(copied)
                 }
                 None => {

@@ -1002,8 +1002,8 @@ impl GpuEngine {
                     ctl.copy_from_slice(bytemuck::cast_slice(&bytes[..control::WORDS * 4]));
                     // Refilled in place: the vectors keep their allocations from batch to batch.
                     let [s, v] = ranges([rl.statuses as usize, rl.values as usize]);
-                    crate::bulk::refill_words(statuses, &bytes[s]);
-                    crate::bulk::refill_words(values, &bytes[v]);
+                    crate::bulk::refill(statuses, &bytes[s]);
+                    crate::bulk::refill(values, &bytes[v]);
                 })?;
             }
             Some(done) => {
