@@ -16,6 +16,7 @@ use gphash_gpu::resources::{dispatch, map_read, scoped, shader_module, single_pi
 use gphash_gpu::shader::{self, Files, SHARED};
 
 use crate::basic::spread;
+use crate::vulkan_trip::VulkanRoundTripper;
 
 /// Where the measured buffer lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -342,10 +343,31 @@ pub const ROUND_TRIP_ITEMS: [u64; 3] = [4096, 1 << 16, 1 << 20];
 /// Repetitions of each round trip they measure.
 pub const ROUND_TRIP_REPS: usize = 200;
 
-/// The bare wgpu round trip of `items` 32-bit words: the least a batch of that many operations
+/// How a round trip is recorded and submitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// Through wgpu, as the engine's batches are: the issue's latency floor.
+    Wgpu,
+    /// Through Vulkan itself ([`VulkanRoundTripper`]): what wgpu's validation, tracking and
+    /// command buffers add shows as the difference.
+    Vulkan,
+}
+
+impl fmt::Display for Via {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Via::Wgpu => "wgpu",
+            Via::Vulkan => "Vulkan",
+        })
+    }
+}
+
+/// The bare round trip of `items` 32-bit words: the least a batch of that many operations
 /// can take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RoundTrip {
+    /// Through wgpu or Vulkan itself.
+    pub via: Via,
     /// Words written, incremented and read back.
     pub items: u64,
     /// Repetitions measured.
@@ -363,7 +385,8 @@ impl fmt::Display for RoundTrip {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         write!(
             f,
-            "{:>8} items: median {:.4} ms, min {:.4} ms, max {:.4} ms ({} repetitions)",
+            "{:<6} {:>8} items: median {:.4} ms, min {:.4} ms, max {:.4} ms ({} repetitions)",
+            self.via,
             self.items,
             ms(self.median),
             ms(self.min),
@@ -386,29 +409,38 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 }";
 
-fn round_trip_source() -> String {
+pub(crate) fn round_trip_source() -> String {
     ROUND_TRIP.replace("WG", &shader::WORKGROUP.to_string())
 }
 
 /// Measures the round trip of each of `items` words, `reps` times each (after a few unmeasured
 /// ones): `queue.write_buffer` of the input, one dispatch of `output[i] = input[i] + 1`, a copy
-/// into a mappable buffer, the map and the copy of the words out, as an engine's batch does.
-/// `Err` if the words read back are not the input plus one.
+/// into a mappable buffer, the map and the copy of the words out, as an engine's batch does;
+/// and, timed in turn with it, the same through Vulkan itself ([`VulkanRoundTripper`]). For
+/// each count, wgpu's round trip then Vulkan's. `Err` if the words read back are not the input
+/// plus one.
 pub fn round_trips(gpu: &Gpu, items: &[u64], reps: usize) -> Result<Vec<RoundTrip>> {
     let pipeline = RoundTripper::pipeline(gpu)?;
-    items
-        .iter()
-        .map(|&n| {
-            let mut trips = RoundTripper::with_pipeline(gpu, pipeline.clone(), n)?;
-            const WARMUP: usize = 3;
-            for _ in 0..WARMUP {
-                trips.once()?;
-            }
-            let times = (0..reps.max(1)).map(|_| trips.once()).collect::<Result<Vec<_>>>()?;
+    let mut out = vec![];
+    for &n in items {
+        let mut wgpu = RoundTripper::with_pipeline(gpu, pipeline.clone(), n)?;
+        let mut vulkan = VulkanRoundTripper::new(gpu, n)?;
+        const WARMUP: usize = 3;
+        for _ in 0..WARMUP {
+            wgpu.once()?;
+            vulkan.once()?;
+        }
+        let (mut a, mut b) = (vec![], vec![]);
+        for _ in 0..reps.max(1) {
+            a.push(wgpu.once()?);
+            b.push(vulkan.once()?);
+        }
+        for (via, times) in [(Via::Wgpu, a), (Via::Vulkan, b)] {
             let (median, min, max) = spread(times);
-            Ok(RoundTrip { items: trips.items(), reps: reps.max(1), median, min, max })
-        })
-        .collect()
+            out.push(RoundTrip { via, items: wgpu.items(), reps: reps.max(1), median, min, max });
+        }
+    }
+    Ok(out)
 }
 
 /// The bare round trip of a number of words, ready to be timed one at a time (`bench profile

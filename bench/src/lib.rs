@@ -1,5 +1,5 @@
 //! gphash's benchmarks: the basic figures (`basic`), the bucket cache's (`bktcache`), the
-//! memory ceilings (`ceiling`), how kernels reach a large region (`reach`), where a batch's time goes (`profile`), and the workload runner (`runner`: YCSB and micro workloads,
+//! memory ceilings (`ceiling`), how kernels reach a large region (`reach`), the bare round trip through Vulkan itself (`vulkan_trip`), where a batch's time goes (`profile`), and the workload runner (`runner`: YCSB and micro workloads,
 //! `ycsb`, and trace files, `traces`) that drives gphash and the baselines through one interface
 //! (`systems`).
 
@@ -13,6 +13,7 @@ pub mod runner;
 pub mod sharded;
 pub mod systems;
 pub mod traces;
+pub mod vulkan_trip;
 pub mod ycsb;
 
 pub use basic::{

@@ -18,6 +18,7 @@ use gphash::{
 use crate::basic::{key, spread};
 use crate::ceiling::{self, RoundTrip};
 use crate::systems::DeviceOps;
+use crate::vulkan_trip::VulkanRoundTripper;
 use crate::ycsb::Uniform;
 
 /// What to profile.
@@ -249,6 +250,9 @@ pub struct Alternated {
     pub pairs: usize,
     /// Per repetition: the batches' and the round trips' times.
     pub reps: Vec<(Vec<Duration>, Vec<Duration>)>,
+    /// Per repetition: the times of the same round trips through Vulkan itself, timed in
+    /// each pair too ([`crate::vulkan_trip`]).
+    pub vulkan: Vec<Vec<Duration>>,
     /// Per repetition, the index's stages over its batches (the host's recording and
     /// submitting do not depend on the GPU's clock, unlike the batches' and round trips'
     /// times).
@@ -281,7 +285,7 @@ impl fmt::Display for Alternated {
         let kind = if self.device { "device batches" } else { "host batches (execute_ordered)" };
         writeln!(
             f,
-            "# {} batches of {} operations, {kind}, alternated with bare round trips of {} words: {} repetitions of {} pairs",
+            "# {} batches of {} operations, {kind}, alternated with bare round trips of {} words (through wgpu, and through Vulkan itself): {} repetitions of {} pairs",
             self.workload,
             self.batch,
             self.batch,
@@ -290,27 +294,30 @@ impl fmt::Display for Alternated {
         )?;
         writeln!(
             f,
-            "{:<4} {:>13} {:>13} {:>15} {:>15} {:>7} {:>10} {:>10} {:>10}",
+            "{:<4} {:>13} {:>13} {:>15} {:>15} {:>7} {:>11} {:>10} {:>10} {:>10}",
             "rep",
             "batch p50 ms",
             "batch p99 ms",
             "round trip p50",
             "round trip p99",
             "ratio",
+            "Vulkan p50",
             "record µs",
             "submit µs",
             "wait µs"
         )?;
         let per_batch = |d: Duration| d.as_secs_f64() * 1e6 / self.pairs.max(1) as f64;
         let mut ratios = self.ratios();
-        for (i, (((b, t), r), p)) in self.reps.iter().zip(&ratios).zip(&self.stages).enumerate() {
+        let reps = self.reps.iter().zip(&self.vulkan).zip(&ratios).zip(&self.stages);
+        for (i, ((((b, t), v), r), p)) in reps.enumerate() {
             writeln!(
                 f,
-                "{i:<4} {:>13.4} {:>13.4} {:>15.4} {:>15.4} {r:>6.2}x {:>10.1} {:>10.1} {:>10.1}",
+                "{i:<4} {:>13.4} {:>13.4} {:>15.4} {:>15.4} {r:>6.2}x {:>11.4} {:>10.1} {:>10.1} {:>10.1}",
                 ms(quantile(b, 0.5)),
                 ms(quantile(b, 0.99)),
                 ms(quantile(t, 0.5)),
                 ms(quantile(t, 0.99)),
+                ms(quantile(v, 0.5)),
                 per_batch(p.record),
                 per_batch(p.submit),
                 per_batch(p.wait)
@@ -513,10 +520,12 @@ impl ProfileBench {
         let mut out = vec![];
         for &n in &self.batches {
             let mut trips = ceiling::RoundTripper::new(&gpu, n as u64)?;
+            let mut vulkan = VulkanRoundTripper::new(&gpu, n as u64)?;
             for workload in ["search", "insert"] {
                 let warm = Instant::now();
                 while warm.elapsed() < WARM_UP {
                     trips.once()?;
+                    vulkan.once()?;
                     run(&make.next("search", n)?)?;
                 }
                 let mut measured = Alternated {
@@ -525,18 +534,21 @@ impl ProfileBench {
                     device: self.device,
                     pairs: self.alternate,
                     reps: vec![],
+                    vulkan: vec![],
                     stages: vec![],
                 };
                 for _ in 0..self.reps.max(1) {
-                    let (mut batches, mut floor) = (vec![], vec![]);
+                    let (mut batches, mut floor, mut raw) = (vec![], vec![], vec![]);
                     let before = index.activity().profile;
                     for _ in 0..self.alternate {
                         let batch = make.next(workload, n)?;
                         floor.push(trips.once()?);
+                        raw.push(vulkan.once()?);
                         batches.push(run(&batch)?);
                     }
                     measured.stages.push(index.activity().profile.since(&before));
                     measured.reps.push((batches, floor));
+                    measured.vulkan.push(raw);
                 }
                 report(&measured);
                 out.push(measured);

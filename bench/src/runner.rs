@@ -744,6 +744,7 @@ pub fn write_files(
         .collect();
     #[derive(Serialize)]
     struct Trip {
+        via: String,
         items: u64,
         reps: usize,
         median_s: f64,
@@ -753,6 +754,7 @@ pub fn write_files(
     let trips: Vec<Trip> = round_trips
         .iter()
         .map(|t| Trip {
+            via: t.via.to_string(),
             items: t.items,
             reps: t.reps,
             median_s: t.median.as_secs_f64(),

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use gphash::{Config, GpHash, GpuOptions, KernelTimes, Placement, Profile};
-use gphash_bench::ceiling;
+use gphash_bench::ceiling::{self, Via};
 use gphash_bench::profile::{Measured, ProfileBench, Rep};
 use gphash_bench::reach::{self, Way};
 
@@ -203,7 +203,8 @@ fn alternated_batches_and_round_trips() {
             ]
         );
         for m in &measured {
-            assert_eq!((m.reps.len(), m.stages.len()), (2, 2), "{m}");
+            assert_eq!((m.reps.len(), m.vulkan.len(), m.stages.len()), (2, 2, 2), "{m}");
+            assert!(m.vulkan.iter().all(|v| v.len() == 5 && v.iter().all(|t| *t > Duration::ZERO)), "{m}");
             for ((batches, trips), stages) in m.reps.iter().zip(&m.stages) {
                 assert_eq!((batches.len(), trips.len()), (5, 5), "{m}");
                 assert!(batches.iter().chain(trips).all(|t| *t > Duration::ZERO), "{m}");
@@ -231,8 +232,14 @@ fn alternated_batches_and_round_trips() {
 fn round_trip_shape() {
     let _alone = alone();
     let Some(gpu) = common::gpu() else { return };
+    // Each count through wgpu and through Vulkan itself; each round trip checks every word it
+    // reads back (the input plus one, different input each time), so an `Ok` is a right one.
     let trips = ceiling::round_trips(&gpu, &[1, 4096, 5000], 7).unwrap();
-    assert_eq!(trips.iter().map(|t| (t.items, t.reps)).collect::<Vec<_>>(), [(1, 7), (4096, 7), (5000, 7)]);
+    let (w, v) = (Via::Wgpu, Via::Vulkan);
+    assert_eq!(
+        trips.iter().map(|t| (t.via, t.items, t.reps)).collect::<Vec<_>>(),
+        [(w, 1, 7), (v, 1, 7), (w, 4096, 7), (v, 4096, 7), (w, 5000, 7), (v, 5000, 7)]
+    );
     for t in &trips {
         assert!(Duration::ZERO < t.min && t.min <= t.median && t.median <= t.max, "{t}");
     }

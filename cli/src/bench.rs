@@ -319,7 +319,7 @@ pub(crate) struct CeilingArgs {
     /// Repetitions of each memory ceiling (the median is reported).
     #[arg(long, default_value_t = 5)]
     reps: usize,
-    /// Items (32-bit words) of the bare wgpu round trips measured: write, one dispatch, read.
+    /// Items (32-bit words) of the bare round trips measured (through wgpu and through Vulkan itself): write, one dispatch, read.
     #[arg(long, value_delimiter = ',', default_value = "4096,65536,1048576")]
     round_trip_items: Vec<u64>,
     /// Repetitions of each round trip (median, min and max are reported; 0: none measured).

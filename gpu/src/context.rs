@@ -301,13 +301,27 @@ impl Gpu {
 
     /// The raw Vulkan handles of the device, for host-memory import.
     pub(crate) fn raw(&self) -> Option<(ash::Device, ash::Instance, vk::PhysicalDevice)> {
+        // SAFETY: only the device's handles are taken, not its queue.
+        let v = unsafe { self.vulkan() }?;
+        Some((v.device, v.instance, v.physical))
+    }
+
+    /// The Vulkan objects under the device and its queue, for work recorded and submitted
+    /// without wgpu (`bench ceilings`' round trip through Vulkan itself).
+    ///
+    /// # Safety
+    /// A queue is externally synchronized in Vulkan: the caller submits to `queue` only while
+    /// no other thread submits to it through wgpu, and destroys nothing wgpu owns.
+    pub unsafe fn vulkan(&self) -> Option<RawVulkan> {
         // SAFETY: the handles are cloned out; the device outlives every use (Gpu owns it).
         let hal = unsafe { self.device.as_hal::<Vulkan>() }?;
-        Some((
-            hal.raw_device().clone(),
-            hal.shared_instance().raw_instance().clone(),
-            hal.raw_physical_device(),
-        ))
+        Some(RawVulkan {
+            device: hal.raw_device().clone(),
+            instance: hal.shared_instance().raw_instance().clone(),
+            physical: hal.raw_physical_device(),
+            queue: hal.raw_queue(),
+            family: hal.queue_family_index(),
+        })
     }
 
     /// Waits until the queue is idle.
@@ -362,6 +376,21 @@ impl Gpu {
             .map(|_| ())
             .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))
     }
+}
+
+/// The Vulkan objects under a [`Gpu`] ([`Gpu::vulkan`]).
+#[derive(Clone)]
+pub struct RawVulkan {
+    /// The logical device.
+    pub device: ash::Device,
+    /// Its instance.
+    pub instance: ash::Instance,
+    /// Its physical device.
+    pub physical: vk::PhysicalDevice,
+    /// The queue wgpu submits to.
+    pub queue: vk::Queue,
+    /// That queue's family.
+    pub family: u32,
 }
 
 /// [`WAIT_SPIN_ENV`] as a duration, if set.

@@ -13,6 +13,7 @@ pub mod resources;
 pub mod shader;
 pub mod timing;
 
-pub use context::{DeviceInfo, Gpu};
+pub use ash;
+pub use context::{DeviceInfo, Gpu, RawVulkan};
 pub use error::{Error, Result};
 pub use resources::{Placement, Residence};
