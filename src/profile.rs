@@ -39,6 +39,12 @@ pub struct Profile {
     /// GPU time per kernel, part of `wait` and on some drivers (lavapipe) of `submit`, which
     /// starts the kernels (zero unless kernels are timed).
     pub kernels: KernelTimes,
+    /// The engine's submits of batch kernels through wgpu (a phase's, a tail's).
+    pub wgpu_submits: u64,
+    /// Those recorded and submitted with Vulkan itself instead (host batches whose operations
+    /// are in host memory, untimed, over a pool that needs no write-back; docs/design.md,
+    /// "Submits through Vulkan itself").
+    pub vulkan_submits: u64,
 }
 
 /// GPU time per kernel, from timestamp queries: only where `GpuOptions::time_kernels` asks for
@@ -141,6 +147,8 @@ impl Profile {
             decode: d(self.decode, earlier.decode),
             persist: d(self.persist, earlier.persist),
             kernels: self.kernels.since(&earlier.kernels),
+            wgpu_submits: self.wgpu_submits.saturating_sub(earlier.wgpu_submits),
+            vulkan_submits: self.vulkan_submits.saturating_sub(earlier.vulkan_submits),
         }
     }
 }
@@ -158,6 +166,8 @@ impl AddAssign for Profile {
         self.decode += o.decode;
         self.persist += o.persist;
         self.kernels += o.kernels;
+        self.wgpu_submits += o.wgpu_submits;
+        self.vulkan_submits += o.vulkan_submits;
     }
 }
 

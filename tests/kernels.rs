@@ -196,6 +196,67 @@ fn gpu_matches_model_on_random_batches() {
     }
 }
 
+/// Small host batches (their operations and results in host memory) are recorded and
+/// submitted with Vulkan itself once a submit through wgpu has bound their slot's buffers,
+/// the tails of their write batches too, with the oracle's results; a timed engine, a staged
+/// pool and a batch too large for host memory go through wgpu. Also the cache, every kernel's
+/// twin, the heap's cells and the invariants.
+#[test]
+fn small_host_batches_are_submitted_through_vulkan_itself() {
+    let Some(device) = common::gpu() else { return };
+    let mut rng =
+        StdRng::seed_from_u64(common::seed("small_host_batches_are_submitted_through_vulkan_itself"));
+    let dir = common::pool_dir();
+    let cfg = Config { key_bytes: 8, value_bytes: 16, capacity: 40_000, ..Default::default() };
+    let timed = GpuOptions { time_kernels: true, ..GpuOptions::default() };
+    let staged = GpuOptions { placement: Placement::Staged, ..GpuOptions::default() };
+    // Where the driver imports no host memory, no batch's operations are there.
+    let zero_copy = device.info.host_import;
+    for (name, gpu, direct) in
+        [("zero-copy", GpuOptions::default(), zero_copy), ("timed", timed, false), ("staged", staged, false)]
+    {
+        let t = common::table(&dir, name, &cfg, &common::gpu_options(gpu));
+        let cpu = common::table(&dir, &format!("{name}-model"), &cfg, &common::cpu_options());
+        let mut oracle = Oracle::default();
+        let space = 3000;
+        for round in 0..8 {
+            let mut batch = t.batch();
+            let n = rng.random_range(1..400);
+            for k in sample(&mut rng, space, n) {
+                let kind = common::random_kind(&mut rng);
+                let v = common::value(&mut rng, 16);
+                batch.push(kind, &common::key(k as u64, 8), kind.writes_value().then_some(&v[..])).unwrap();
+            }
+            same_as_oracle(&t, &cpu, &mut oracle, &batch, &format!("{name} round {round}"));
+        }
+        let p = t.activity().profile;
+        // The first batch's submits are wgpu's; with the rounds' writes, some tails are Vulkan's.
+        assert!(p.wgpu_submits > 0, "{name}: {p:?}");
+        if direct {
+            assert!(p.vulkan_submits >= 8, "{name}: {p:?}");
+        } else {
+            assert_eq!(p.vulkan_submits, 0, "{name}: {p:?}");
+        }
+        // Gets of more keys than host memory holds for a batch (16,384) go through wgpu.
+        let before = t.activity().profile;
+        let keys: Vec<u8> = (0..20_000u64).flat_map(|k| common::key(k, 8)).collect();
+        let got = t.get(&keys).unwrap();
+        for k in 0..space {
+            assert_eq!(
+                got.value(k),
+                oracle.map.get(&common::key(k as u64, 8)).map(|v| &v[..]),
+                "{name}: key {k}"
+            );
+        }
+        let large = t.activity().profile.since(&before);
+        assert_eq!((large.vulkan_submits, large.wgpu_submits > 0), (0, true), "{name}: {large:?}");
+        assert_same_content(t.entries(), &oracle.map, name);
+        assert_eq!(t.cells_used().unwrap(), t.len(), "{name}: a value cell leaked or was freed twice");
+        let report = t.check();
+        assert!(report.ok(), "{name}: {report}");
+    }
+}
+
 /// Batches large enough that phase A narrows its tiles below the configured width (4 lanes
 /// serving their lanes' operations in turns, while the other kernels keep 32-lane tiles), every
 /// kind of operation, between smaller ones whose operations and results the kernels read and

@@ -7,6 +7,7 @@
 //! output back ([`round_trips`]).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gphash::Gpu;
@@ -231,10 +232,10 @@ impl<'a> Bench<'a> {
                 pass.set_bind_group(0, &bind, &[]);
                 dispatch(&mut pass, invocations);
             }
-            self.gpu.queue.submit([]);
+            self.gpu.submit([]);
             self.gpu.wait()?;
             let t = Instant::now();
-            self.gpu.queue.submit([enc.finish()]);
+            self.gpu.submit([enc.finish()]);
             self.gpu.wait()?;
             Ok(t.elapsed())
         };
@@ -299,7 +300,7 @@ fn map_read_sink(gpu: &Gpu, sink: &wgpu::Buffer, sum: &mut u32) -> Result<()> {
     });
     let mut enc = gpu.device.create_command_encoder(&Default::default());
     enc.copy_buffer_to_buffer(sink, 0, &rb, 0, 256);
-    gpu.queue.submit([enc.finish()]);
+    gpu.submit([enc.finish()]);
     Ok(map_read(gpu, &rb, 0..256, |b| {
         *sum = bytemuck::cast_slice::<u8, u32>(b).iter().fold(0, |a, &w| a ^ w)
     })?)
@@ -416,28 +417,30 @@ pub(crate) fn round_trip_source() -> String {
 /// Measures the round trip of each of `items` words, `reps` times each (after a few unmeasured
 /// ones): `queue.write_buffer` of the input, one dispatch of `output[i] = input[i] + 1`, a copy
 /// into a mappable buffer, the map and the copy of the words out, as an engine's batch does;
-/// and, timed in turn with it, the same through Vulkan itself ([`VulkanRoundTripper`]). For
-/// each count, wgpu's round trip then Vulkan's. `Err` if the words read back are not the input
-/// plus one.
-pub fn round_trips(gpu: &Gpu, items: &[u64], reps: usize) -> Result<Vec<RoundTrip>> {
+/// and, timed in turn with it where the device imports host memory, the same through Vulkan
+/// itself ([`VulkanRoundTripper`]). For each count, wgpu's round trip then Vulkan's. `Err` if
+/// the words read back are not the input plus one.
+pub fn round_trips(gpu: &Arc<Gpu>, items: &[u64], reps: usize) -> Result<Vec<RoundTrip>> {
     let pipeline = RoundTripper::pipeline(gpu)?;
     let mut out = vec![];
     for &n in items {
         let mut wgpu = RoundTripper::with_pipeline(gpu, pipeline.clone(), n)?;
-        let mut vulkan = VulkanRoundTripper::new(gpu, n)?;
+        let mut vulkan = VulkanRoundTripper::on(gpu, n)?;
         const WARMUP: usize = 3;
-        for _ in 0..WARMUP {
-            wgpu.once()?;
-            vulkan.once()?;
-        }
         let (mut a, mut b) = (vec![], vec![]);
-        for _ in 0..reps.max(1) {
-            a.push(wgpu.once()?);
-            b.push(vulkan.once()?);
+        for rep in 0..WARMUP + reps.max(1) {
+            let t = wgpu.once()?;
+            let v = vulkan.as_mut().map(VulkanRoundTripper::once).transpose()?;
+            if rep >= WARMUP {
+                a.push(t);
+                b.extend(v);
+            }
         }
         for (via, times) in [(Via::Wgpu, a), (Via::Vulkan, b)] {
-            let (median, min, max) = spread(times);
-            out.push(RoundTrip { via, items: wgpu.items(), reps: reps.max(1), median, min, max });
+            if !times.is_empty() {
+                let (median, min, max) = spread(times);
+                out.push(RoundTrip { via, items: wgpu.items(), reps: reps.max(1), median, min, max });
+            }
         }
     }
     Ok(out)
@@ -535,7 +538,7 @@ impl<'g> RoundTripper<'g> {
             dispatch(&mut pass, n as u64);
         }
         enc.copy_buffer_to_buffer(&self.output, 0, &self.readback, 0, bytes);
-        gpu.queue.submit([enc.finish()]);
+        gpu.submit([enc.finish()]);
         self.read.clear();
         let read = &mut self.read;
         map_read(gpu, &self.readback, 0..bytes, |b| {

@@ -251,7 +251,7 @@ pub struct Alternated {
     /// Per repetition: the batches' and the round trips' times.
     pub reps: Vec<(Vec<Duration>, Vec<Duration>)>,
     /// Per repetition: the times of the same round trips through Vulkan itself, timed in
-    /// each pair too ([`crate::vulkan_trip`]).
+    /// each pair too ([`crate::vulkan_trip`]; none where the device imports no host memory).
     pub vulkan: Vec<Vec<Duration>>,
     /// Per repetition, the index's stages over its batches (the host's recording and
     /// submitting do not depend on the GPU's clock, unlike the batches' and round trips'
@@ -317,7 +317,7 @@ impl fmt::Display for Alternated {
                 ms(quantile(b, 0.99)),
                 ms(quantile(t, 0.5)),
                 ms(quantile(t, 0.99)),
-                ms(quantile(v, 0.5)),
+                if v.is_empty() { f64::NAN } else { ms(quantile(v, 0.5)) },
                 per_batch(p.record),
                 per_batch(p.submit),
                 per_batch(p.wait)
@@ -421,7 +421,7 @@ impl ProfileBench {
                             let ops = batches.iter().map(|b| DeviceOps::new(g, b)).collect();
                             // The buffers' contents reach the device with the next submit: an
                             // empty one, waited for, so that the timed batches do not carry it.
-                            g.queue.submit([]);
+                            g.submit([]);
                             g.wait()?;
                             ops
                         }
@@ -520,12 +520,12 @@ impl ProfileBench {
         let mut out = vec![];
         for &n in &self.batches {
             let mut trips = ceiling::RoundTripper::new(&gpu, n as u64)?;
-            let mut vulkan = VulkanRoundTripper::new(&gpu, n as u64)?;
+            let mut vulkan = VulkanRoundTripper::on(&gpu, n as u64)?;
             for workload in ["search", "insert"] {
                 let warm = Instant::now();
                 while warm.elapsed() < WARM_UP {
                     trips.once()?;
-                    vulkan.once()?;
+                    vulkan.as_mut().map(VulkanRoundTripper::once).transpose()?;
                     run(&make.next("search", n)?)?;
                 }
                 let mut measured = Alternated {
@@ -543,7 +543,7 @@ impl ProfileBench {
                     for _ in 0..self.alternate {
                         let batch = make.next(workload, n)?;
                         floor.push(trips.once()?);
-                        raw.push(vulkan.once()?);
+                        raw.extend(vulkan.as_mut().map(VulkanRoundTripper::once).transpose()?);
                         batches.push(run(&batch)?);
                     }
                     measured.stages.push(index.activity().profile.since(&before));

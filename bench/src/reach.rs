@@ -366,7 +366,7 @@ fn run(
         }
         let cmds = enc.finish();
         let t = Instant::now();
-        gpu.queue.submit([cmds]);
+        gpu.submit([cmds]);
         gpu.wait()?;
         Ok(t.elapsed())
     };

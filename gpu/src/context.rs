@@ -92,6 +92,9 @@ pub struct Gpu {
     pub wait_spin: Duration,
     /// Regions of a pool imported in place so far ([`Gpu::region_imports`]).
     region_imports: std::sync::atomic::AtomicU64,
+    /// Held while anything submits to the queue ([`Gpu::submit_lock`]); shared with every
+    /// handle on the same queue ([`Gpu::alike`]).
+    submitting: std::sync::Arc<std::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -117,6 +120,7 @@ impl Gpu {
             info,
             wait_spin,
             region_imports: Default::default(),
+            submitting: self.submitting.clone(),
         }
     }
 
@@ -296,7 +300,14 @@ impl Gpu {
         log::info!("gphash device: {info:?}");
         let wait_spin =
             wait_spin_from_env()?.unwrap_or(if info.is_cpu() { Duration::ZERO } else { WAIT_SPIN });
-        Ok(Gpu { device, queue, info, wait_spin, region_imports: Default::default() })
+        Ok(Gpu {
+            device,
+            queue,
+            info,
+            wait_spin,
+            region_imports: Default::default(),
+            submitting: Default::default(),
+        })
     }
 
     /// The raw Vulkan handles of the device, for host-memory import.
@@ -322,6 +333,19 @@ impl Gpu {
             queue: hal.raw_queue(),
             family: hal.queue_family_index(),
         })
+    }
+
+    /// The queue's lock: Vulkan wants a queue's submits one at a time, which wgpu ensures for
+    /// its own only; submits recorded with Vulkan itself ([`crate::direct`]) take the same
+    /// lock as wgpu's submits of this crate's users ([`Gpu::submit`]).
+    pub fn submit_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.submitting.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Submits `cmds` through wgpu, under [`Gpu::submit_lock`].
+    pub fn submit(&self, cmds: impl IntoIterator<Item = wgpu::CommandBuffer>) -> wgpu::SubmissionIndex {
+        let _queue = self.submit_lock();
+        self.queue.submit(cmds)
     }
 
     /// Waits until the queue is idle.

@@ -354,7 +354,7 @@ pub fn release_imports(gpu: &Gpu, guard: &ImportGuard) {
 /// Waits until no more than `alive` buffers imported under `guard` are left.
 pub(crate) fn release_imports_to(gpu: &Gpu, guard: &ImportGuard, alive: usize) {
     // wgpu frees buffers that never took part in a submit at the next submit.
-    gpu.queue.submit([]);
+    gpu.submit([]);
     for _ in 0..100 {
         if guard.live() <= alive {
             return;

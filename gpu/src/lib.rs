@@ -6,6 +6,7 @@
 //! code every table's kernels may include ([`shader`], `shaders/`).
 
 pub mod context;
+pub mod direct;
 pub mod error;
 pub mod hostmem;
 mod probe;

@@ -69,7 +69,7 @@ fn main(@builtin(local_invocation_index) i: u32, @builtin(subgroup_size) size: u
             pass.set_bind_group(0, &bind, &[]);
             pass.dispatch_workgroups(1, 1, 1);
         }
-        self.queue.submit([enc.finish()]);
+        self.submit([enc.finish()]);
         let words = download_words(self, &out, WORKGROUP as u64 * 2)?;
         match words.chunks(2).find(|w| w[0] != w[1]) {
             None => Ok(()),

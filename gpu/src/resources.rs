@@ -74,7 +74,7 @@ pub fn download_words(gpu: &Gpu, buffer: &wgpu::Buffer, words: u64) -> Result<Ve
         });
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
-        gpu.queue.submit([enc.finish()]);
+        gpu.submit([enc.finish()]);
         staging
     })?;
     let mut out = vec![];
@@ -686,7 +686,7 @@ pub fn read_dirty(
         if let Some(staging) = staging {
             enc.copy_buffer_to_buffer(staging, 0, readback, at + list_bytes, data_bytes);
         }
-        gpu.queue.submit([enc.finish()]);
+        gpu.submit([enc.finish()]);
     })?;
     let mut lines = Vec::with_capacity((count as usize) << line_shift);
     let dst = pool.bytes_mut();
@@ -812,7 +812,7 @@ pub fn download_region(
             });
             let mut enc = gpu.device.create_command_encoder(&Default::default());
             enc.copy_buffer_to_buffer(buf, 0, &rb, 0, len);
-            gpu.queue.submit([enc.finish()]);
+            gpu.submit([enc.finish()]);
             rb
         })?;
         let dst = &mut pool.bytes_mut()[at as usize..(at + len) as usize];

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use gphash_gpu::direct::{DirectPipelines, DirectSet, DirectSubmit};
 use gphash_gpu::hostmem::{self, HostBuffer};
 use gphash_gpu::resources::{
     ErrorScopes, ImportedRegions, Pipelines, PoolRef, PoolWindows, Residence, batch_layout, bind_group,
@@ -45,6 +46,19 @@ const HOST_SEARCH_INVOCATIONS: u64 = 1 << 16;
 // The search kernel serves several operations a lane only where each has a lane of its own
 // (spread 1): every batch larger than the cap must get spread 1 from `phase_a_lanes`.
 const _: () = assert!(SPREAD_INVOCATIONS <= 2 * HOST_SEARCH_INVOCATIONS);
+
+/// The kernels a submit recorded with Vulkan itself may run: every batch kernel but the staged
+/// write-back (a staged pool's submits stay wgpu's) and the cache's loading, whose inputs are
+/// written through wgpu's queue (written only by wgpu's next submit).
+const DIRECT_KERNELS: [Kernel; 7] = [
+    Kernel::Alloc,
+    Kernel::PhaseA,
+    Kernel::Search,
+    Kernel::PhaseB,
+    Kernel::FreeCells,
+    Kernel::Rollback,
+    Kernel::CacheRefresh,
+];
 
 /// Phase A's narrowest tile (for large batches): 4 lanes cover the at most 128 candidate slots
 /// of a layout in 32 passes, the most a lane's bit mask of empty candidates holds.
@@ -139,6 +153,10 @@ const SLOTS: usize = 2;
 /// that submit.
 #[derive(Default)]
 struct Slot {
+    /// The slot's submits recorded with Vulkan itself (its batch's, then its tail's), where the
+    /// engine records them: first of the fields, so that a slot dropped waits for them before
+    /// its buffers go.
+    direct: Option<[DirectSubmit; 2]>,
     io: Option<BatchBuffers>,
     /// The bind group of the last device-buffer batch, kept for the next one with the same
     /// buffers and length (`None`: the host batch buffers).
@@ -178,10 +196,11 @@ struct Recorded {
     in_host: bool,
 }
 
-/// A tail submitted: done once its flag is set.
-struct Tail {
-    submission: wgpu::SubmissionIndex,
-    done: Arc<AtomicBool>,
+/// A tail submitted: through wgpu (done once its flag is set) or recorded with Vulkan itself
+/// (the slot's second direct submit).
+enum Tail {
+    Wgpu { submission: wgpu::SubmissionIndex, done: Arc<AtomicBool> },
+    Direct,
 }
 
 /// The batch bind group of a device batch and what it binds: the batch's buffers (kinds, keys,
@@ -200,7 +219,9 @@ impl DeviceBind {
 
 /// A submit in flight, to be taken by `GpuEngine::collect`.
 struct Running {
-    submission: wgpu::SubmissionIndex,
+    /// wgpu's, or none for a submit recorded with Vulkan itself (the slot's first direct
+    /// submit).
+    submission: Option<wgpu::SubmissionIndex>,
     kernels: Vec<Kernel>,
     results: Results,
     /// Passes recorded (the timed ones).
@@ -230,6 +251,12 @@ struct BatchBuffers {
     readback: wgpu::Buffer,
     /// The table's bind group with these working buffers.
     bind: wgpu::BindGroup,
+    /// Whether a submit through wgpu bound `bind`: wgpu then regards every buffer it binds as
+    /// initialized, and a submit recorded with Vulkan itself may bind them too (wgpu clears a
+    /// buffer at its own first use, whatever was written into it before).
+    wgpu_used: bool,
+    /// `bind` for submits recorded with Vulkan itself (where the engine records them).
+    direct: Option<DirectSet>,
 }
 
 /// A slot's operations (kinds, keys, input values) and results (statuses, found values) for
@@ -240,6 +267,9 @@ struct Ops<B> {
     cap: u32,
     buffers: B,
     bind: wgpu::BindGroup,
+    /// `bind` for submits recorded with Vulkan itself (host memory only, where the engine
+    /// records such submits).
+    direct: Option<DirectSet>,
 }
 
 /// A slot's operations and results in host memory that the kernels read and write in place,
@@ -490,6 +520,9 @@ pub(crate) struct GpuEngine {
     /// Times the kernels of each submit (`GpuOptions::time_kernels` on a device with
     /// timestamps).
     timer: Option<PassTimer>,
+    /// The kernels compiled for submits recorded with Vulkan itself ([`DIRECT_KERNELS`]),
+    /// where the engine records them ([`GpuEngine::direct_serves`]).
+    direct: Option<DirectPipelines<Kernel>>,
     /// `GpuOptions::first_cell`.
     #[cfg(feature = "testing")]
     first_cell: Option<u32>,
@@ -561,7 +594,24 @@ impl GpuEngine {
         // A submit runs each batch kernel at most once.
         let timer = if opts.time_kernels { PassTimer::new(&gpu, Kernel::BATCH.len() as u32)? } else { None };
         let max_batch = largest_batch(&geo, staged_line(windows), timestamp_bytes(&timer), &gpu.info)?;
-        gpu.queue.submit([]);
+        // Only host batches in host memory are recorded with Vulkan itself, untimed, over a
+        // pool that needs no write-back; without these kernels every submit is wgpu's.
+        let direct = (gpu.info.host_import && timer.is_none() && !windows.staged())
+            .then(|| {
+                let groups = [&layout.1[..], &batch_layout.1[..]];
+                DirectPipelines::build(&gpu, (&groups, Params::BYTES), &DIRECT_KERNELS, |k| {
+                    shader::source(k, &cfg)
+                })
+            })
+            .and_then(|built| built.map_err(|e| log::warn!("every submit goes through wgpu: {e}")).ok());
+        let mut submits = match &direct {
+            Some(_) => (0..SLOTS)
+                .map(|_| Ok(Some([DirectSubmit::new(&gpu)?, DirectSubmit::new(&gpu)?])))
+                .collect::<Result<Vec<_>>>()?,
+            None => vec![],
+        };
+        laps.lap("direct");
+        gpu.submit([]);
         scopes.pop(|| "creating the engine".into())?;
         laps.lap("rest");
         let windows = placed.0.take().expect("placed");
@@ -578,7 +628,7 @@ impl GpuEngine {
             layout,
             batch_layout,
             pipelines,
-            slots: Default::default(),
+            slots: std::array::from_fn(|_| Slot { direct: submits.pop().flatten(), ..Default::default() }),
             max_batch,
             track_lines,
             ops_in_host_memory,
@@ -587,6 +637,7 @@ impl GpuEngine {
             busy: Duration::ZERO,
             profile: Profile::default(),
             timer,
+            direct,
             #[cfg(feature = "testing")]
             first_cell: opts.first_cell,
         })
@@ -691,6 +742,9 @@ impl GpuEngine {
         scoped(&self.gpu.device, "writing the value-cell allocator", || {
             q.write_buffer(&self.bitmap, 0, bytemuck::cast_slice(&bitmap.words));
             q.write_buffer(&self.allocator, 0, bytemuck::cast_slice(&allocator));
+            // wgpu copies queue writes at its next submit: submitted now, so that a submit
+            // recorded with Vulkan itself, which wgpu does not see, finds them done.
+            self.gpu.submit([]);
         })
         .map_err(Error::from)
     }
@@ -699,8 +753,12 @@ impl GpuEngine {
     fn reserve(&mut self, slot: usize, n: u32) -> Result<()> {
         // The slot's last tail reads its input: it ends before the input is written or its
         // buffers replaced.
-        if let Some(Tail { submission, done }) = self.slots[slot].tail.take() {
-            self.gpu.wait_flag(&done, &submission)?;
+        match self.slots[slot].tail.take() {
+            Some(Tail::Wgpu { submission, done }) => self.gpu.wait_flag(&done, &submission)?,
+            Some(Tail::Direct) => {
+                self.slots[slot].direct.as_mut().expect("a direct tail ran")[1].wait(&self.gpu)?
+            }
+            None => {}
         }
         if self.slots[slot].io.as_ref().is_some_and(|io| io.cap >= n) {
             return Ok(());
@@ -720,6 +778,12 @@ impl GpuEngine {
         });
         let bind = self.bind_group([&opstate, &dirty, &staging, &claims]);
         scopes.pop(|| format!("the buffers of a batch of {cap} operations"))?;
+        let direct = match &self.direct {
+            Some(p) => {
+                Some(p.set(0, &self.layout.1, self.table_resources([&opstate, &dirty, &staging, &claims]))?)
+            }
+            None => None,
+        };
         // The operation buffers do not depend on the others: they are kept.
         let old = self.slots[slot].io.take();
         let (device_ops, host_ops) = old.map_or((None, None), |io| (io.device_ops, io.host_ops));
@@ -734,6 +798,8 @@ impl GpuEngine {
             claims,
             readback,
             bind,
+            wgpu_used: false,
+            direct,
         });
         Ok(())
     }
@@ -761,11 +827,16 @@ impl GpuEngine {
         if host {
             match HostOps::new(&self.gpu, sizes.map(|(_, bytes)| bytes)) {
                 Ok(buffers) => {
-                    let bind = self.batch_bind_group(std::array::from_fn(|i| buffers.binding(i, sizes[i].1)));
+                    let bound = || std::array::from_fn::<_, 5, _>(|i| buffers.binding(i, sizes[i].1));
+                    let bind = self.batch_bind_group(bound());
+                    let direct = match &self.direct {
+                        Some(p) => Some(p.set(1, &self.batch_layout.1, bound())?),
+                        None => None,
+                    };
                     let s = &mut self.slots[slot];
                     // Results in the memory replaced are gone with it.
                     s.in_host = None;
-                    s.io.as_mut().expect("reserved").host_ops = Some(Ops { cap, buffers, bind });
+                    s.io.as_mut().expect("reserved").host_ops = Some(Ops { cap, buffers, bind, direct });
                 }
                 Err(why) => {
                     log::warn!("batches' operations stay in device buffers: {why}");
@@ -779,7 +850,7 @@ impl GpuEngine {
             let buffers = sizes.map(|(label, bytes)| storage_buffer(dev, label, bytes));
             let bind = self.batch_bind_group(buffers.each_ref().map(wgpu::Buffer::as_entire_binding));
             let io = self.slots[slot].io.as_mut().expect("reserved");
-            io.device_ops = Some(Ops { cap, buffers, bind });
+            io.device_ops = Some(Ops { cap, buffers, bind, direct: None });
         }
         scopes.pop(|| format!("the operation buffers of a batch of {cap}"))?;
         Ok(host)
@@ -788,14 +859,21 @@ impl GpuEngine {
     /// The table's bind group with a slot's working buffers (`opstate`, `dirty`, `staging`,
     /// `claims`).
     fn bind_group(&self, work: [&wgpu::Buffer; 4]) -> wgpu::BindGroup {
+        bind_group(&self.gpu.device, "gphash", (&self.layout.0, &self.layout.1), self.table_resources(work))
+    }
+
+    /// What the table's bind group binds, with a slot's working buffers.
+    fn table_resources<'a>(
+        &'a self,
+        work: [&'a wgpu::Buffer; 4],
+    ) -> impl Iterator<Item = wgpu::BindingResource<'a>> {
         let [opstate, dirty, staging, claims] = work;
         let c = &self.cache;
-        let rest = [opstate, &self.control, dirty, &self.bitmap, &self.allocator, staging, claims]
+        [opstate, &self.control, dirty, &self.bitmap, &self.allocator, staging, claims]
             .into_iter()
             .chain([&c.map, &c.owner, &c.counts, &c.plan])
             .chain(self.windows.buffers().chain(&c.table).chain(&c.heap))
-            .map(wgpu::Buffer::as_entire_binding);
-        bind_group(&self.gpu.device, "gphash", (&self.layout.0, &self.layout.1), rest)
+            .map(wgpu::Buffer::as_entire_binding)
     }
 
     /// The batch bind group of a batch's operation buffers (`kinds`, `keys`, `vals_in`,
@@ -827,8 +905,92 @@ impl GpuEngine {
 
     /// Records and submits `kernels` for the batch in `slot` without waiting (`collect` waits).
     fn submit(&mut self, slot: usize, kernels: &[Kernel], results: Results) -> Result<()> {
+        if self.direct_serves(slot, kernels) {
+            return self.submit_direct(slot, (kernels, &[]), results);
+        }
         let recorded = self.record(slot, (kernels, &[]), results)?;
         self.launch(slot, recorded)
+    }
+
+    /// Whether the submit of `kernels` for the batch in `slot` is recorded with Vulkan itself:
+    /// the engine has the kernels for it, the batch's operations and results are in host memory
+    /// (no copy to map, nothing written through wgpu's queue), the kernels are among
+    /// [`DIRECT_KERNELS`], and a submit through wgpu has bound the slot's buffers (see
+    /// [`BatchBuffers::wgpu_used`]). Timed engines and staged pools have no such kernels.
+    fn direct_serves(&self, slot: usize, kernels: &[Kernel]) -> bool {
+        let s = &self.slots[slot];
+        self.direct.is_some()
+            && s.host
+            && !s.device
+            && s.io.as_ref().is_some_and(|io| io.wgpu_used)
+            && kernels.iter().all(|k| DIRECT_KERNELS.contains(k))
+    }
+
+    /// Records `kernels` for the batch in `slot` with Vulkan itself, then the copy of the
+    /// control block into the batch's host memory (the kernels wrote its results there), and
+    /// submits them; then `tail` in a submit of its own that the host does not wait for (see
+    /// [`GpuEngine::closing`]). What wgpu's submits order with barriers of their own, each
+    /// command here orders with one after it. `results`: what the host reads of the batch's
+    /// results, in place.
+    fn submit_direct(
+        &mut self,
+        slot: usize,
+        (kernels, tail): (&[Kernel], &[Kernel]),
+        results: Results,
+    ) -> Result<()> {
+        let started = Instant::now();
+        let n = self.slots[slot].n;
+        let params = self.params(slot, n);
+        let written = Instant::now();
+        let pipelines = self.direct.as_ref().expect("direct kernels");
+        let invocations: Vec<u64> = kernels.iter().chain(tail).map(|&k| self.invocations(k, n)).collect();
+        let s = &mut self.slots[slot];
+        let io = s.io.as_ref().expect("reserved");
+        let host = io.host_ops.as_ref().expect("a batch in host memory");
+        let sets =
+            [io.direct.as_ref().expect("made with its buffers"), host.direct.as_ref().expect("likewise")];
+        let [main, after] = s.direct.as_mut().expect("made with the engine's direct kernels");
+        let immediates = bytemuck::bytes_of(&params);
+        let rec = main.record(pipelines)?;
+        // Gets never register in the claim registry.
+        if kernels.contains(&Kernel::PhaseA) {
+            rec.clear(&io.claims)?;
+        }
+        rec.bind(&sets, immediates);
+        for (&k, &i) in kernels.iter().zip(&invocations) {
+            rec.dispatch(pipelines, k, i);
+        }
+        let control_bytes = (control::WORDS * 4) as u64;
+        rec.copy(
+            (&self.control, 0),
+            (host.buffers.outputs.buffer(), host.buffers.at[0] as u64),
+            control_bytes,
+        )?;
+        // Cleared once copied, as `record` clears it.
+        rec.clear(&self.control)?;
+        let recorded = Instant::now();
+        // Its last results are no longer there to read: this submit may write them.
+        s.in_host = None;
+        main.submit(&self.gpu)?;
+        if !tail.is_empty() {
+            let rec = after.record(pipelines)?;
+            rec.bind(&sets, immediates);
+            for (&k, &i) in tail.iter().zip(&invocations[kernels.len()..]) {
+                rec.dispatch(pipelines, k, i);
+            }
+            after.submit(&self.gpu)?;
+            s.tail = Some(Tail::Direct);
+        }
+        let submitted = Instant::now();
+        let p = &mut self.profile;
+        p.writes += written - started;
+        p.record += recorded - written;
+        p.submit += submitted - recorded;
+        p.vulkan_submits += 1 + u64::from(!tail.is_empty());
+        let kernels = kernels.to_vec();
+        let (passes, writeback, done) = (0, false, None);
+        s.running = Some(Running { submission: None, kernels, results, passes, writeback, submitted, done });
+        Ok(())
     }
 
     /// Records `kernels` for the batch in `slot` (the dispatches of one compute pass, a pass
@@ -939,7 +1101,7 @@ impl GpuEngine {
         self.slots[slot].in_host = None;
         let scopes = ErrorScopes::push(&self.gpu.device);
         let started = Instant::now();
-        let submission = self.gpu.queue.submit(cmds);
+        let submission = self.gpu.submit(cmds);
         // Nothing is mapped to say when host-memory results are there: the queue says (a
         // callback registered now waits for the submits so far, not for the tail after).
         let done = in_host.then(|| self.gpu.work_done_flag());
@@ -947,18 +1109,21 @@ impl GpuEngine {
         // garbage and must not be read, and its tail is not submitted.
         let n = self.slots[slot].n;
         scopes.pop(|| format!("submitting {kernels:?} for {n} operations"))?;
+        self.slots[slot].io.as_mut().expect("reserved").wgpu_used = true;
+        self.profile.wgpu_submits += 1 + u64::from(tail.is_some());
         if let Some((tail_kernels, cmds)) = tail {
             // Phase B ran: a tail that did not would leave the cache stale, so its failure is
             // the batch's (the index is poisoned and collects nothing).
             let scopes = ErrorScopes::push(&self.gpu.device);
-            let submission = self.gpu.queue.submit(cmds);
+            let submission = self.gpu.submit(cmds);
             let done = self.gpu.work_done_flag();
             scopes.pop(|| format!("submitting {tail_kernels:?} for {n} operations"))?;
-            self.slots[slot].tail = Some(Tail { submission, done });
+            self.slots[slot].tail = Some(Tail::Wgpu { submission, done });
         }
         // The profile's wait starts once both are submitted (the tail's submit is `submit`'s).
         let submitted = Instant::now();
         self.profile.submit += submitted - started;
+        let submission = Some(submission);
         self.slots[slot].running =
             Some(Running { submission, kernels, results, passes, writeback, submitted, done });
         Ok(())
@@ -994,9 +1159,9 @@ impl GpuEngine {
             ]
         };
         let stamps = rl.timestamps as usize..rl.statuses as usize;
-        match &r.done {
-            None => {
-                map_read_after(&self.gpu, Some(r.submission), &io.readback, 0..end, |bytes| {
+        match (&r.submission, &r.done) {
+            (Some(submission), None) => {
+                map_read_after(&self.gpu, Some(submission.clone()), &io.readback, 0..end, |bytes| {
                     mapped = Instant::now();
                     times = timer.map(|t| t.times(&bytes[stamps], r.passes));
                     ctl.copy_from_slice(bytemuck::cast_slice(&bytes[..control::WORDS * 4]));
@@ -1006,12 +1171,15 @@ impl GpuEngine {
                     crate::bulk::refill(values, &bytes[v]);
                 })?;
             }
-            Some(done) => {
-                self.gpu.wait_flag(done, &r.submission)?;
+            (submission, done) => {
+                match (submission, done) {
+                    (Some(submission), Some(done)) => self.gpu.wait_flag(done, submission)?,
+                    _ => s.direct.as_mut().expect("a direct submit ran")[0].wait(&self.gpu)?,
+                }
                 mapped = Instant::now();
-                if let Some(t) = timer {
+                if let (Some(t), Some(submission)) = (timer, &r.submission) {
                     let range = stamps.start as u64..stamps.end as u64;
-                    map_read_after(&self.gpu, Some(r.submission), &io.readback, range, |bytes| {
+                    map_read_after(&self.gpu, Some(submission.clone()), &io.readback, range, |bytes| {
                         times = Some(t.times(bytes, r.passes))
                     })?;
                 }
@@ -1243,11 +1411,11 @@ impl GpuEngine {
         // Phase B recorded while phase A runs: a write batch then waits for phase A only to
         // persist it and submit (the server's median write batch of SETs took 209-257 µs
         // instead of 302-315 on the H200; BENCHMARKS.md, "The server's write batches").
-        if !batch.read_only() {
-            let phase = Phase::B { publish: true };
+        let (kernels, tail) = self.closing(Phase::B { publish: true }, batch);
+        // A phase B recorded with Vulkan itself is recorded when it follows, in a few µs.
+        if !batch.read_only() && !self.direct_serves(slot, &[&kernels[..], &tail].concat()) {
             // Best effort: phase A runs already, so a failure here belongs to phase B, which
             // then records again when it follows and reports it.
-            let (kernels, tail) = self.closing(phase, batch);
             match self.record(slot, (&kernels, &tail), Self::results_of_b(batch)) {
                 Ok(prepared) => {
                     let s = &mut self.slots[slot];
@@ -1293,6 +1461,10 @@ impl Engine for GpuEngine {
             Phase::Rollback => self.submit(slot, &self.closing(phase, batch).0, Results::None),
             Phase::B { .. } => {
                 let ((kernels, tail), results) = (self.closing(phase, batch), Self::results_of_b(batch));
+                if self.direct_serves(slot, &[&kernels[..], &tail].concat()) {
+                    self.busy += started.elapsed();
+                    return self.submit_direct(slot, (&kernels, &tail), results);
+                }
                 let recorded_tail = |p: &Recorded| p.tail.as_ref().map_or(&[][..], |t| &t.0[..]) == &tail[..];
                 match prepared {
                     Some(p) if p.kernels == kernels && recorded_tail(&p) && p.results == results => {

@@ -329,10 +329,10 @@ pub(crate) fn build(
         if *kernel == Kernel::Rehash {
             enc.copy_buffer_to_buffer(&ctl, 0, &readback, 0, (control::WORDS * 4) as u64);
         }
-        gpu.queue.submit([enc.finish()]);
+        gpu.submit([enc.finish()]);
     }
     if !staged {
-        gpu.queue.submit([hostmem::host_read_barrier(gpu)]);
+        gpu.submit([hostmem::host_read_barrier(gpu)]);
     }
     // Checked before anything is read back: a refused submit built nothing.
     let submitted = scopes.pop(|| "building the grown table".into());

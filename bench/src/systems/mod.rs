@@ -200,7 +200,7 @@ impl DeviceOps {
         }
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         enc.clear_buffer(&self.statuses, 0, Some((n as u64 * 4).next_multiple_of(4).max(4)));
-        gpu.queue.submit([enc.finish()]);
+        gpu.submit([enc.finish()]);
         self.len = n as u32;
         self.reads_only = encoded.read_only();
     }
@@ -341,7 +341,7 @@ impl HostBatches {
         if !found.is_empty() {
             upload(&self.gpu, batch.found, &found);
         }
-        self.gpu.queue.submit([]);
+        self.gpu.submit([]);
         Ok(self.gpu.wait()?)
     }
 
@@ -384,7 +384,7 @@ impl HostBatches {
             }
             at += bytes;
         }
-        self.gpu.queue.submit([enc.finish()]);
+        self.gpu.submit([enc.finish()]);
         let mut out = vec![];
         gphash_gpu::resources::map_read(&self.gpu, staging, 0..total, |b| {
             let words: &[u32] = bytemuck::cast_slice(b);

@@ -440,7 +440,7 @@ impl SlabSystem {
         words[cells..cells + rec.cell_bits.len()].copy_from_slice(&rec.cell_bits);
         self.gpu.queue.write_buffer(&self.state, 0, bytemuck::cast_slice(&words));
         self.seq = 0;
-        self.gpu.queue.submit([]);
+        self.gpu.submit([]);
         Ok(())
     }
 
@@ -623,7 +623,7 @@ impl SlabSystem {
             let marks = self.cfg.marks() as u64 * 4;
             let mut enc = self.gpu.device.create_command_encoder(&Default::default());
             enc.clear_buffer(&self.state, marks, Some(self.geo.buckets as u64 * 4));
-            self.gpu.queue.submit([enc.finish()]);
+            self.gpu.submit([enc.finish()]);
             self.seq = 1;
         }
     }
@@ -649,7 +649,7 @@ impl SlabSystem {
         if !self.windows.staged() {
             cmds.push(hostmem::host_read_barrier(&self.gpu));
         }
-        self.gpu.queue.submit(cmds);
+        self.gpu.submit(cmds);
         let mut control = Control::default();
         map_read(&self.gpu, &io.readback, 0..CONTROL_WORDS as u64 * 4, |b| {
             control.copy_from_slice(bytemuck::cast_slice(b))

@@ -1,0 +1,484 @@
+//! Submits recorded with Vulkan itself, on the queue under wgpu: the same kernels (compiled from
+//! the same WGSL by naga, as wgpu compiles them), bound to the same buffers, without wgpu's
+//! validation, tracking and command buffers, which cost a submit of the engine's 20 µs and
+//! more on the H200 (the bare round trip: 46 µs through wgpu, 26 µs through Vulkan;
+//! BENCHMARKS.md, "A submit through Vulkan itself").
+//!
+//! What wgpu would do for its own submits, these do themselves: a barrier before the first
+//! command (wgpu's earlier submits may still write what they read) and after the last (for
+//! wgpu's later submits, and for the host's reads); the queue's external synchronization
+//! ([`Gpu::submit_lock`]). What they cannot do, the caller must: keep every buffer bound or
+//! copied alive until the submit is waited for, and bind only buffers whose contents wgpu
+//! already regards as initialized (wgpu clears a buffer the first time one of its own submits
+//! uses it, whatever a submit recorded here wrote into it before).
+
+use std::time::Instant;
+
+use ash::vk;
+use wgpu::hal::api::Vulkan;
+
+use crate::Gpu;
+use crate::context::RawVulkan;
+use crate::error::{Error, Result};
+use crate::resources::Binding;
+use crate::shader::{KernelEntry, WORKGROUP};
+
+/// A Vulkan error as the plumbing's.
+fn failed(what: &'static str) -> impl Fn(vk::Result) -> Error {
+    move |r| Error::Gpu(format!("{what}: {r:?}"))
+}
+
+/// The raw handle of a wgpu buffer.
+fn raw(buffer: &wgpu::Buffer) -> Result<vk::Buffer> {
+    // SAFETY: the handle is only recorded; the caller keeps the buffer alive until the submit
+    // that uses it was waited for (this module's contract).
+    let hal =
+        unsafe { buffer.as_hal::<Vulkan>() }.ok_or_else(|| Error::Gpu("a buffer not of Vulkan".into()))?;
+    // SAFETY: as above.
+    Ok(unsafe { hal.raw_handle() })
+}
+
+/// SPIR-V of entry point `entry` of `wgsl`, as wgpu-hal writes it for our modules: bounds
+/// checks that restrict indices (binding arrays unchecked, as wgpu leaves them), no loop
+/// bounding (see [`crate::resources::shader_module`]), each binding at its group's set.
+fn spirv(wgsl: &str, entry: &str, version: u32) -> std::result::Result<Vec<u32>, String> {
+    let module = naga::front::wgsl::parse_str(wgsl).map_err(|e| e.emit_to_string(wgsl))?;
+    let info =
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .map_err(|e| format!("{e:?}"))?;
+    use naga::proc::BoundsCheckPolicy::{Restrict, Unchecked};
+    let options = naga::back::spv::Options {
+        lang_version: match version {
+            v if v >= vk::API_VERSION_1_3 => (1, 6),
+            v if v >= vk::API_VERSION_1_2 => (1, 5),
+            _ => (1, 3),
+        },
+        flags: naga::back::spv::WriterFlags::empty(),
+        bounds_check_policies: naga::proc::BoundsCheckPolicies {
+            index: Restrict,
+            buffer: Restrict,
+            image_load: Restrict,
+            binding_array: Unchecked,
+        },
+        force_loop_bounding: false,
+        ..Default::default()
+    };
+    let pipeline = naga::back::spv::PipelineOptions {
+        shader_stage: naga::ShaderStage::Compute,
+        entry_point: entry.into(),
+    };
+    naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline)).map_err(|e| e.to_string())
+}
+
+/// Kernels compiled for submits recorded here, sharing one pipeline layout: bind groups of
+/// `Binding`s (set `i` for group `i`) and immediates (push constants).
+pub struct DirectPipelines<K> {
+    vk: RawVulkan,
+    sets: Vec<vk::DescriptorSetLayout>,
+    layout: vk::PipelineLayout,
+    pipelines: Vec<(K, vk::Pipeline)>,
+}
+
+impl<K: KernelEntry + Send> DirectPipelines<K> {
+    /// Compiles `kernels` (each on a thread of its own), `source` giving each one's WGSL,
+    /// with bind groups of `groups` and `immediates` bytes of immediates.
+    pub fn build(
+        gpu: &Gpu,
+        (groups, immediates): (&[&[Binding]], u32),
+        kernels: &[K],
+        source: impl Fn(K) -> Result<String> + Sync,
+    ) -> Result<DirectPipelines<K>> {
+        // SAFETY: only objects of this module's own are made and destroyed.
+        let vk = unsafe { gpu.vulkan() }.ok_or_else(|| Error::Gpu("the device is not Vulkan".into()))?;
+        let mut made =
+            DirectPipelines { vk, sets: vec![], layout: vk::PipelineLayout::null(), pipelines: vec![] };
+        let d = &made.vk.device;
+        for bindings in groups {
+            let entries: Vec<vk::DescriptorSetLayoutBinding> = (0..)
+                .zip(bindings.iter())
+                .map(|(i, b)| {
+                    vk::DescriptorSetLayoutBinding::default()
+                        .binding(i)
+                        .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                        .descriptor_count(b.array.unwrap_or(1))
+                        .stage_flags(vk::ShaderStageFlags::COMPUTE)
+                })
+                .collect();
+            let info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&entries);
+            // SAFETY: plain object creation on the live device; destroyed by `drop`.
+            let set = unsafe { d.create_descriptor_set_layout(&info, None) }
+                .map_err(failed("vkCreateDescriptorSetLayout"))?;
+            made.sets.push(set);
+        }
+        let ranges = [vk::PushConstantRange {
+            stage_flags: vk::ShaderStageFlags::COMPUTE,
+            offset: 0,
+            size: immediates,
+        }];
+        let info = vk::PipelineLayoutCreateInfo::default()
+            .set_layouts(&made.sets)
+            .push_constant_ranges(if immediates > 0 { &ranges[..] } else { &[] });
+        // SAFETY: as above.
+        made.layout =
+            unsafe { d.create_pipeline_layout(&info, None) }.map_err(failed("vkCreatePipelineLayout"))?;
+        // SAFETY: a read-only query of the live instance.
+        let version =
+            unsafe { made.vk.instance.get_physical_device_properties(made.vk.physical) }.api_version;
+        let layout = made.layout;
+        // As wgpu-hal makes its pipelines: the subgroup size is the device's choice.
+        let flags = if gpu.device.features().contains(wgpu::Features::SUBGROUP) {
+            vk::PipelineShaderStageCreateFlags::ALLOW_VARYING_SUBGROUP_SIZE
+        } else {
+            vk::PipelineShaderStageCreateFlags::empty()
+        };
+        let build = |k: K| -> Result<vk::Pipeline> {
+            let code = spirv(&source(k)?, k.entry(), version)
+                .map_err(|e| Error::Shader(format!("{} ({}) for Vulkan itself: {e}", k.file(), k.entry())))?;
+            // SAFETY: plain object creation; the module is destroyed once the pipeline is made.
+            unsafe {
+                let module = d
+                    .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None)
+                    .map_err(failed("vkCreateShaderModule"))?;
+                let name = std::ffi::CString::new(k.entry()).expect("an entry point's name");
+                let stage = vk::PipelineShaderStageCreateInfo::default()
+                    .flags(flags)
+                    .stage(vk::ShaderStageFlags::COMPUTE)
+                    .module(module)
+                    .name(&name);
+                let info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout);
+                let pipeline = d.create_compute_pipelines(vk::PipelineCache::null(), &[info], None);
+                d.destroy_shader_module(module, None);
+                pipeline.map(|p| p[0]).map_err(|(_, r)| failed("vkCreateComputePipelines")(r))
+            }
+        };
+        let built: Vec<Result<vk::Pipeline>> = std::thread::scope(|s| {
+            let threads: Vec<_> = kernels.iter().map(|&k| s.spawn(move || build(k))).collect();
+            threads.into_iter().map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+        });
+        // Every pipeline made is kept, so that `drop` destroys it, before an error is returned.
+        let mut error = None;
+        for (&k, p) in kernels.iter().zip(built) {
+            match p {
+                Ok(p) => made.pipelines.push((k, p)),
+                Err(e) => error = error.or(Some(e)),
+            }
+        }
+        error.map_or(Ok(made), Err)
+    }
+
+    /// A set of group `group` binding `resources`, in order from binding 0 (a binding array
+    /// takes as many in a row as it holds), as [`crate::resources::bind_group`] binds them.
+    pub fn set<'a>(
+        &self,
+        group: usize,
+        bindings: &[Binding],
+        resources: impl IntoIterator<Item = wgpu::BindingResource<'a>>,
+    ) -> Result<DirectSet> {
+        let infos = resources
+            .into_iter()
+            .map(|r| match r {
+                wgpu::BindingResource::Buffer(b) => Ok(vk::DescriptorBufferInfo {
+                    buffer: raw(b.buffer)?,
+                    offset: b.offset,
+                    range: b.size.map_or(vk::WHOLE_SIZE, |s| s.get()),
+                }),
+                _ => Err(Error::Gpu("a set binds buffers only".into())),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let total: u32 = bindings.iter().map(|b| b.array.unwrap_or(1)).sum();
+        assert_eq!(infos.len(), total as usize, "a resource for each buffer a binding takes");
+        let d = &self.vk.device;
+        let sizes =
+            [vk::DescriptorPoolSize { ty: vk::DescriptorType::STORAGE_BUFFER, descriptor_count: total }];
+        let info = vk::DescriptorPoolCreateInfo::default().max_sets(1).pool_sizes(&sizes);
+        // SAFETY: plain object creation on the live device; the pool (and its set) is destroyed
+        // by the set's `drop`.
+        let pool =
+            unsafe { d.create_descriptor_pool(&info, None) }.map_err(failed("vkCreateDescriptorPool"))?;
+        let mut made = DirectSet { device: d.clone(), pool, set: vk::DescriptorSet::null() };
+        let layouts = [self.sets[group]];
+        let alloc = vk::DescriptorSetAllocateInfo::default().descriptor_pool(pool).set_layouts(&layouts);
+        // SAFETY: as above.
+        made.set =
+            unsafe { d.allocate_descriptor_sets(&alloc) }.map_err(failed("vkAllocateDescriptorSets"))?[0];
+        let set = made.set;
+        let mut at = 0;
+        let writes: Vec<vk::WriteDescriptorSet> = (0..)
+            .zip(bindings)
+            .map(|(i, b)| {
+                let n = b.array.unwrap_or(1) as usize;
+                at += n;
+                vk::WriteDescriptorSet::default()
+                    .dst_set(set)
+                    .dst_binding(i)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(&infos[at - n..at])
+            })
+            .collect();
+        // SAFETY: the set is idle (just made); its buffers are the caller's to keep alive.
+        unsafe { d.update_descriptor_sets(&writes, &[]) };
+        Ok(made)
+    }
+}
+
+impl<K: KernelEntry> DirectPipelines<K> {
+    /// The pipeline of kernel `k`, which must have been built.
+    fn get(&self, k: K) -> vk::Pipeline {
+        self.pipelines.iter().find(|(kk, _)| *kk == k).expect("every kernel is built").1
+    }
+}
+
+impl<K> Drop for DirectPipelines<K> {
+    fn drop(&mut self) {
+        let d = &self.vk.device;
+        // SAFETY: the owner waited for every submit that used them (this module's contract).
+        unsafe {
+            for &(_, p) in &self.pipelines {
+                d.destroy_pipeline(p, None);
+            }
+            d.destroy_pipeline_layout(self.layout, None);
+            for &s in &self.sets {
+                d.destroy_descriptor_set_layout(s, None);
+            }
+        }
+    }
+}
+
+/// A descriptor set of [`DirectPipelines::set`]: wgpu's bind group, for submits recorded here.
+pub struct DirectSet {
+    device: ash::Device,
+    pool: vk::DescriptorPool,
+    set: vk::DescriptorSet,
+}
+
+impl Drop for DirectSet {
+    fn drop(&mut self) {
+        // SAFETY: the owner waited for every submit that used the set.
+        unsafe { self.device.destroy_descriptor_pool(self.pool, None) };
+    }
+}
+
+/// One command buffer and its fence: a submit recorded, submitted and waited for, then the
+/// next.
+pub struct DirectSubmit {
+    vk: RawVulkan,
+    pool: vk::CommandPool,
+    cmd: vk::CommandBuffer,
+    fence: vk::Fence,
+    /// Submitted and not yet seen done.
+    pending: bool,
+}
+
+impl DirectSubmit {
+    /// A command buffer on the queue under `gpu`.
+    pub fn new(gpu: &Gpu) -> Result<DirectSubmit> {
+        // SAFETY: submits go through `Gpu::submit_lock`, and only objects made here are destroyed.
+        let vk = unsafe { gpu.vulkan() }.ok_or_else(|| Error::Gpu("the device is not Vulkan".into()))?;
+        let d = vk.device.clone();
+        let info = vk::CommandPoolCreateInfo::default()
+            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER)
+            .queue_family_index(vk.family);
+        // SAFETY: plain object creation on the live device; destroyed by `drop` (null handles
+        // of a failed step are ignored there).
+        let pool = unsafe { d.create_command_pool(&info, None) }.map_err(failed("vkCreateCommandPool"))?;
+        let mut made = DirectSubmit {
+            vk,
+            pool,
+            cmd: vk::CommandBuffer::null(),
+            fence: vk::Fence::null(),
+            pending: false,
+        };
+        let alloc = vk::CommandBufferAllocateInfo::default()
+            .command_pool(pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: as above.
+        unsafe {
+            made.cmd = d.allocate_command_buffers(&alloc).map_err(failed("vkAllocateCommandBuffers"))?[0];
+            made.fence = d.create_fence(&Default::default(), None).map_err(failed("vkCreateFence"))?;
+        }
+        Ok(made)
+    }
+
+    /// Starts recording for kernels of `pipelines`, after a barrier that orders everything
+    /// submitted before. The last submit must have been waited for.
+    pub fn record<'a, K>(&'a mut self, pipelines: &'a DirectPipelines<K>) -> Result<Recorder<'a>> {
+        assert!(!self.pending, "a submit recorded here is waited for before the next is recorded");
+        let d = &self.vk.device;
+        let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        // SAFETY: the command buffer is idle (its last submit was waited for).
+        unsafe { d.begin_command_buffer(self.cmd, &begin) }.map_err(failed("vkBeginCommandBuffer"))?;
+        let r = Recorder { d, cmd: self.cmd, layout: pipelines.layout };
+        r.barrier(
+            vk::PipelineStageFlags::ALL_COMMANDS,
+            vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE,
+        );
+        Ok(r)
+    }
+
+    /// Ends the recording (after a barrier that makes its writes visible to everything after
+    /// it and to the host) and submits it.
+    pub fn submit(&mut self, gpu: &Gpu) -> Result<()> {
+        let d = &self.vk.device;
+        let r = Recorder { d, cmd: self.cmd, layout: vk::PipelineLayout::null() };
+        let after = vk::PipelineStageFlags::ALL_COMMANDS | vk::PipelineStageFlags::HOST;
+        r.barrier(
+            after,
+            vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE | vk::AccessFlags::HOST_READ,
+        );
+        let cmds = [self.cmd];
+        let submit = vk::SubmitInfo::default().command_buffers(&cmds);
+        // SAFETY: the command buffer was recorded by `record`; the queue is taken only under
+        // the lock every submit of this process takes.
+        unsafe {
+            d.end_command_buffer(self.cmd).map_err(failed("vkEndCommandBuffer"))?;
+            let _queue = gpu.submit_lock();
+            d.queue_submit(self.vk.queue, &[submit], self.fence).map_err(failed("vkQueueSubmit"))?;
+        }
+        self.pending = true;
+        Ok(())
+    }
+
+    /// Whether the last submit ran (without waiting).
+    pub fn done(&self) -> Result<bool> {
+        // SAFETY: the fence is live.
+        Ok(!self.pending
+            || unsafe { self.vk.device.get_fence_status(self.fence) }.map_err(failed("vkGetFenceStatus"))?)
+    }
+
+    /// Waits for the last submit: polling for [`Gpu::wait_spin`], then in the driver.
+    pub fn wait(&mut self, gpu: &Gpu) -> Result<()> {
+        if !self.pending {
+            return Ok(());
+        }
+        let started = Instant::now();
+        while !self.done()? {
+            if started.elapsed() >= gpu.wait_spin {
+                // SAFETY: the fence is live and submitted.
+                unsafe { self.vk.device.wait_for_fences(&[self.fence], true, u64::MAX) }
+                    .map_err(failed("vkWaitForFences"))?;
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        // SAFETY: the fence is signaled and nothing waits on it.
+        unsafe { self.vk.device.reset_fences(&[self.fence]) }.map_err(failed("vkResetFences"))?;
+        self.pending = false;
+        Ok(())
+    }
+}
+
+impl Drop for DirectSubmit {
+    fn drop(&mut self) {
+        // A submit still running (its owner failed before waiting) finishes first; if even
+        // that fails, the device is lost and nothing runs.
+        if self.pending {
+            // SAFETY: the fence is live.
+            let _ = unsafe { self.vk.device.wait_for_fences(&[self.fence], true, u64::MAX) };
+        }
+        // SAFETY: nothing runs that uses them; null handles are ignored.
+        unsafe {
+            self.vk.device.destroy_fence(self.fence, None);
+            self.vk.device.destroy_command_pool(self.pool, None);
+        }
+    }
+}
+
+/// The commands of a submit being recorded ([`DirectSubmit::record`]): each command is
+/// followed by a barrier, so that every one sees what those before it wrote, as wgpu orders
+/// the dispatches of a pass.
+pub struct Recorder<'a> {
+    d: &'a ash::Device,
+    cmd: vk::CommandBuffer,
+    layout: vk::PipelineLayout,
+}
+
+impl Recorder<'_> {
+    /// A barrier from every command before to the `after` stages' `access`.
+    fn barrier(&self, after: vk::PipelineStageFlags, access: vk::AccessFlags) {
+        let b = vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::MEMORY_WRITE)
+            .dst_access_mask(access);
+        // SAFETY: recording into the command buffer `record` began.
+        unsafe {
+            self.d.cmd_pipeline_barrier(
+                self.cmd,
+                vk::PipelineStageFlags::ALL_COMMANDS,
+                after,
+                Default::default(),
+                &[b],
+                &[],
+                &[],
+            )
+        };
+    }
+
+    /// The barrier after a command.
+    fn then(&self) {
+        self.barrier(
+            vk::PipelineStageFlags::ALL_COMMANDS,
+            vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE,
+        );
+    }
+
+    /// Binds `sets` (set 0, 1, ...) and `immediates` for the dispatches that follow.
+    pub fn bind(&self, sets: &[&DirectSet], immediates: &[u8]) {
+        let sets: Vec<vk::DescriptorSet> = sets.iter().map(|s| s.set).collect();
+        // SAFETY: recording; the sets and layout are live (the caller's).
+        unsafe {
+            self.d.cmd_bind_descriptor_sets(
+                self.cmd,
+                vk::PipelineBindPoint::COMPUTE,
+                self.layout,
+                0,
+                &sets,
+                &[],
+            );
+            if !immediates.is_empty() {
+                self.d.cmd_push_constants(
+                    self.cmd,
+                    self.layout,
+                    vk::ShaderStageFlags::COMPUTE,
+                    0,
+                    immediates,
+                );
+            }
+        }
+    }
+
+    /// `invocations` invocations of kernel `k` of `pipelines` (the grid of
+    /// [`crate::resources::dispatch`]).
+    pub fn dispatch<K: KernelEntry>(&self, pipelines: &DirectPipelines<K>, k: K, invocations: u64) {
+        let groups = invocations.div_ceil(WORKGROUP as u64).max(1);
+        let x = groups.min(65535);
+        // SAFETY: recording; the pipeline is live (the caller's).
+        unsafe {
+            self.d.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipelines.get(k));
+            self.d.cmd_dispatch(self.cmd, x as u32, groups.div_ceil(x) as u32, 1);
+        }
+        self.then();
+    }
+
+    /// Zeroes `buffer` (all of it).
+    pub fn clear(&self, buffer: &wgpu::Buffer) -> Result<()> {
+        // SAFETY: recording; the buffer is the caller's to keep alive.
+        unsafe { self.d.cmd_fill_buffer(self.cmd, raw(buffer)?, 0, vk::WHOLE_SIZE, 0) };
+        self.then();
+        Ok(())
+    }
+
+    /// Copies `bytes` from `src` at `from` to `dst` at `to`.
+    pub fn copy(
+        &self,
+        (src, from): (&wgpu::Buffer, u64),
+        (dst, to): (&wgpu::Buffer, u64),
+        bytes: u64,
+    ) -> Result<()> {
+        let region = vk::BufferCopy { src_offset: from, dst_offset: to, size: bytes };
+        // SAFETY: recording; the buffers are the caller's to keep alive.
+        unsafe { self.d.cmd_copy_buffer(self.cmd, raw(src)?, raw(dst)?, &[region]) };
+        self.then();
+        Ok(())
+    }
+}
