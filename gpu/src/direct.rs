@@ -12,6 +12,7 @@
 //! already regards as initialized (wgpu clears a buffer the first time one of its own submits
 //! uses it, whatever a submit recorded here wrote into it before).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use ash::vk;
@@ -74,6 +75,8 @@ fn spirv(wgsl: &str, entry: &str, version: u32) -> std::result::Result<Vec<u32>,
 /// Kernels compiled for submits recorded here, sharing one pipeline layout: bind groups of
 /// `Binding`s (set `i` for group `i`) and immediates (push constants).
 pub struct DirectPipelines<K> {
+    /// Keeps the device alive until these are destroyed.
+    gpu: Arc<Gpu>,
     vk: RawVulkan,
     sets: Vec<vk::DescriptorSetLayout>,
     layout: vk::PipelineLayout,
@@ -84,15 +87,15 @@ impl<K: KernelEntry + Send> DirectPipelines<K> {
     /// Compiles `kernels` (each on a thread of its own), `source` giving each one's WGSL,
     /// with bind groups of `groups` and `immediates` bytes of immediates.
     pub fn build(
-        gpu: &Gpu,
+        gpu: &Arc<Gpu>,
         (groups, immediates): (&[&[Binding]], u32),
         kernels: &[K],
         source: impl Fn(K) -> Result<String> + Sync,
     ) -> Result<DirectPipelines<K>> {
         // SAFETY: only objects of this module's own are made and destroyed.
         let vk = unsafe { gpu.vulkan() }.ok_or_else(|| Error::Gpu("the device is not Vulkan".into()))?;
-        let mut made =
-            DirectPipelines { vk, sets: vec![], layout: vk::PipelineLayout::null(), pipelines: vec![] };
+        let (sets, layout, pipelines) = (vec![], vk::PipelineLayout::null(), vec![]);
+        let mut made = DirectPipelines { gpu: gpu.clone(), vk, sets, layout, pipelines };
         let d = &made.vk.device;
         for bindings in groups {
             let entries: Vec<vk::DescriptorSetLayoutBinding> = (0..)
@@ -196,7 +199,8 @@ impl<K: KernelEntry + Send> DirectPipelines<K> {
         // by the set's `drop`.
         let pool =
             unsafe { d.create_descriptor_pool(&info, None) }.map_err(failed("vkCreateDescriptorPool"))?;
-        let mut made = DirectSet { device: d.clone(), pool, set: vk::DescriptorSet::null() };
+        let set = vk::DescriptorSet::null();
+        let mut made = DirectSet { _gpu: self.gpu.clone(), device: d.clone(), pool, set };
         let layouts = [self.sets[group]];
         let alloc = vk::DescriptorSetAllocateInfo::default().descriptor_pool(pool).set_layouts(&layouts);
         // SAFETY: as above.
@@ -247,6 +251,8 @@ impl<K> Drop for DirectPipelines<K> {
 
 /// A descriptor set of [`DirectPipelines::set`]: wgpu's bind group, for submits recorded here.
 pub struct DirectSet {
+    /// Keeps the device alive until the set is destroyed.
+    _gpu: Arc<Gpu>,
     device: ash::Device,
     pool: vk::DescriptorPool,
     set: vk::DescriptorSet,
@@ -262,6 +268,8 @@ impl Drop for DirectSet {
 /// One command buffer and its fence: a submit recorded, submitted and waited for, then the
 /// next.
 pub struct DirectSubmit {
+    /// Keeps the device alive until these are destroyed.
+    _gpu: Arc<Gpu>,
     vk: RawVulkan,
     pool: vk::CommandPool,
     cmd: vk::CommandBuffer,
@@ -272,7 +280,7 @@ pub struct DirectSubmit {
 
 impl DirectSubmit {
     /// A command buffer on the queue under `gpu`.
-    pub fn new(gpu: &Gpu) -> Result<DirectSubmit> {
+    pub fn new(gpu: &Arc<Gpu>) -> Result<DirectSubmit> {
         // SAFETY: submits go through `Gpu::submit_lock`, and only objects made here are destroyed.
         let vk = unsafe { gpu.vulkan() }.ok_or_else(|| Error::Gpu("the device is not Vulkan".into()))?;
         let d = vk.device.clone();
@@ -283,6 +291,7 @@ impl DirectSubmit {
         // of a failed step are ignored there).
         let pool = unsafe { d.create_command_pool(&info, None) }.map_err(failed("vkCreateCommandPool"))?;
         let mut made = DirectSubmit {
+            _gpu: gpu.clone(),
             vk,
             pool,
             cmd: vk::CommandBuffer::null(),
