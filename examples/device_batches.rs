@@ -81,7 +81,8 @@ fn read_back<T: bytemuck::Pod>(gpu: &gphash::Gpu, buffer: &wgpu::Buffer) -> Resu
     });
     let mut encoder = gpu.device.create_command_encoder(&Default::default());
     encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, buffer.size());
-    gpu.queue.submit([encoder.finish()]);
+    // Through the device's queue lock: the index submits to the same queue (Gpu::submit).
+    gpu.submit([encoder.finish()]);
     staging.slice(..).map_async(wgpu::MapMode::Read, |r| r.expect("map the staging buffer"));
     gpu.device.poll(wgpu::PollType::wait_indefinitely())?;
     Ok(bytemuck::pod_collect_to_vec(&staging.slice(..).get_mapped_range()?))

@@ -342,7 +342,9 @@ impl Gpu {
         self.submitting.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Submits `cmds` through wgpu, under [`Gpu::submit_lock`].
+    /// Submits `cmds` through wgpu, under [`Gpu::submit_lock`]. Work of one's own on a device
+    /// that an index uses goes this way, not through `queue.submit`: the index's engine may
+    /// submit to the same queue without wgpu.
     pub fn submit(&self, cmds: impl IntoIterator<Item = wgpu::CommandBuffer>) -> wgpu::SubmissionIndex {
         let _queue = self.submit_lock();
         self.queue.submit(cmds)

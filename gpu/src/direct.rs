@@ -39,17 +39,31 @@ fn raw(buffer: &wgpu::Buffer) -> Result<vk::Buffer> {
     Ok(unsafe { hal.raw_handle() })
 }
 
-/// SPIR-V of entry point `entry` of `wgsl`, as wgpu-hal writes it for our modules: bounds
-/// checks that restrict indices (binding arrays unchecked, as wgpu leaves them), no loop
-/// bounding (see [`crate::resources::shader_module`]), each binding at its group's set.
-fn spirv(wgsl: &str, entry: &str, version: u32) -> std::result::Result<Vec<u32>, String> {
-    let module = naga::front::wgsl::parse_str(wgsl).map_err(|e| e.emit_to_string(wgsl))?;
-    let info =
-        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-            .validate(&module)
-            .map_err(|e| format!("{e:?}"))?;
+/// The SPIR-V options wgpu-hal takes on this device for our modules (its `naga_options`, with
+/// the runtime checks of [`crate::resources::shader_module`]): the SPIR-V version of the
+/// device's Vulkan version, indices restricted to their arrays, buffer accesses unchecked where
+/// the device enables `robustBufferAccess2` (restricted otherwise), binding arrays unchecked,
+/// no loop bounding, workgroup memory zeroed by the driver where it can; each binding at its
+/// group's set.
+fn spirv_options(vk: &RawVulkan, gpu: &Gpu) -> naga::back::spv::Options<'static> {
     use naga::proc::BoundsCheckPolicy::{Restrict, Unchecked};
-    let options = naga::back::spv::Options {
+    let (instance, physical) = (&vk.instance, vk.physical);
+    // SAFETY: read-only queries of the live instance.
+    let version = unsafe { instance.get_physical_device_properties(physical) }.api_version;
+    let mut robust = vk::PhysicalDeviceRobustness2FeaturesEXT::default();
+    let mut zeroed = vk::PhysicalDeviceVulkan13Features::default();
+    let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut robust);
+    if version >= vk::API_VERSION_1_3 {
+        features = features.push_next(&mut zeroed);
+    }
+    // SAFETY: as above, into structures chained for the call.
+    unsafe { instance.get_physical_device_features2(physical, &mut features) };
+    // SAFETY: the extensions wgpu enabled, read.
+    let robustness2 = unsafe { gpu.device.as_hal::<Vulkan>() }
+        .is_some_and(|d| d.enabled_device_extensions().contains(&ash::ext::robustness2::NAME));
+    let robust = robustness2 && robust.robust_buffer_access2 == vk::TRUE;
+    let zeroed = version >= vk::API_VERSION_1_3 && zeroed.shader_zero_initialize_workgroup_memory == vk::TRUE;
+    naga::back::spv::Options {
         lang_version: match version {
             v if v >= vk::API_VERSION_1_3 => (1, 6),
             v if v >= vk::API_VERSION_1_2 => (1, 5),
@@ -58,18 +72,36 @@ fn spirv(wgsl: &str, entry: &str, version: u32) -> std::result::Result<Vec<u32>,
         flags: naga::back::spv::WriterFlags::empty(),
         bounds_check_policies: naga::proc::BoundsCheckPolicies {
             index: Restrict,
-            buffer: Restrict,
+            buffer: if robust { Unchecked } else { Restrict },
             image_load: Restrict,
             binding_array: Unchecked,
         },
+        zero_initialize_workgroup_memory: if zeroed {
+            naga::back::spv::ZeroInitializeWorkgroupMemoryMode::Native
+        } else {
+            naga::back::spv::ZeroInitializeWorkgroupMemoryMode::Polyfill
+        },
         force_loop_bounding: false,
         ..Default::default()
-    };
+    }
+}
+
+/// SPIR-V of entry point `entry` of `wgsl`, written with `options`.
+fn spirv(
+    wgsl: &str,
+    entry: &str,
+    options: &naga::back::spv::Options,
+) -> std::result::Result<Vec<u32>, String> {
+    let module = naga::front::wgsl::parse_str(wgsl).map_err(|e| e.emit_to_string(wgsl))?;
+    let info =
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .map_err(|e| format!("{e:?}"))?;
     let pipeline = naga::back::spv::PipelineOptions {
         shader_stage: naga::ShaderStage::Compute,
         entry_point: entry.into(),
     };
-    naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline)).map_err(|e| e.to_string())
+    naga::back::spv::write_vec(&module, &info, options, Some(&pipeline)).map_err(|e| e.to_string())
 }
 
 /// Kernels compiled for submits recorded here, sharing one pipeline layout: bind groups of
@@ -126,8 +158,7 @@ impl<K: KernelEntry + Send> DirectPipelines<K> {
         made.layout =
             unsafe { d.create_pipeline_layout(&info, None) }.map_err(failed("vkCreatePipelineLayout"))?;
         // SAFETY: a read-only query of the live instance.
-        let version =
-            unsafe { made.vk.instance.get_physical_device_properties(made.vk.physical) }.api_version;
+        let options = spirv_options(&made.vk, gpu);
         let layout = made.layout;
         // As wgpu-hal makes its pipelines: the subgroup size is the device's choice.
         let flags = if gpu.device.features().contains(wgpu::Features::SUBGROUP) {
@@ -136,7 +167,7 @@ impl<K: KernelEntry + Send> DirectPipelines<K> {
             vk::PipelineShaderStageCreateFlags::empty()
         };
         let build = |k: K| -> Result<vk::Pipeline> {
-            let code = spirv(&source(k)?, k.entry(), version)
+            let code = spirv(&source(k)?, k.entry(), &options)
                 .map_err(|e| Error::Shader(format!("{} ({}) for Vulkan itself: {e}", k.file(), k.entry())))?;
             // SAFETY: plain object creation; the module is destroyed once the pipeline is made.
             unsafe {
@@ -265,15 +296,18 @@ impl Drop for DirectSet {
     }
 }
 
-/// One command buffer and its fence: a submit recorded, submitted and waited for, then the
-/// next.
+/// One command buffer and the timeline semaphore its submits signal (as wgpu's do: the host
+/// polls its value in user space, where a fence's status may take a call into the kernel): a
+/// submit recorded, submitted and waited for, then the next.
 pub struct DirectSubmit {
     /// Keeps the device alive until these are destroyed.
     _gpu: Arc<Gpu>,
     vk: RawVulkan,
     pool: vk::CommandPool,
     cmd: vk::CommandBuffer,
-    fence: vk::Fence,
+    timeline: vk::Semaphore,
+    /// The value the last submit signals.
+    submits: u64,
     /// Submitted and not yet seen done.
     pending: bool,
 }
@@ -295,7 +329,8 @@ impl DirectSubmit {
             vk,
             pool,
             cmd: vk::CommandBuffer::null(),
-            fence: vk::Fence::null(),
+            timeline: vk::Semaphore::null(),
+            submits: 0,
             pending: false,
         };
         let alloc = vk::CommandBufferAllocateInfo::default()
@@ -305,7 +340,10 @@ impl DirectSubmit {
         // SAFETY: as above.
         unsafe {
             made.cmd = d.allocate_command_buffers(&alloc).map_err(failed("vkAllocateCommandBuffers"))?[0];
-            made.fence = d.create_fence(&Default::default(), None).map_err(failed("vkCreateFence"))?;
+            let mut timeline =
+                vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE);
+            let info = vk::SemaphoreCreateInfo::default().push_next(&mut timeline);
+            made.timeline = d.create_semaphore(&info, None).map_err(failed("vkCreateSemaphore"))?;
         }
         Ok(made)
     }
@@ -336,24 +374,37 @@ impl DirectSubmit {
             after,
             vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE | vk::AccessFlags::HOST_READ,
         );
-        let cmds = [self.cmd];
-        let submit = vk::SubmitInfo::default().command_buffers(&cmds);
+        let (cmds, signals, values) = ([self.cmd], [self.timeline], [self.submits + 1]);
+        let mut timeline = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&values);
+        let submit = vk::SubmitInfo::default()
+            .command_buffers(&cmds)
+            .signal_semaphores(&signals)
+            .push_next(&mut timeline);
         // SAFETY: the command buffer was recorded by `record`; the queue is taken only under
         // the lock every submit of this process takes.
         unsafe {
             d.end_command_buffer(self.cmd).map_err(failed("vkEndCommandBuffer"))?;
             let _queue = gpu.submit_lock();
-            d.queue_submit(self.vk.queue, &[submit], self.fence).map_err(failed("vkQueueSubmit"))?;
+            d.queue_submit(self.vk.queue, &[submit], vk::Fence::null()).map_err(failed("vkQueueSubmit"))?;
         }
+        self.submits += 1;
         self.pending = true;
         Ok(())
     }
 
     /// Whether the last submit ran (without waiting).
     pub fn done(&self) -> Result<bool> {
-        // SAFETY: the fence is live.
-        Ok(!self.pending
-            || unsafe { self.vk.device.get_fence_status(self.fence) }.map_err(failed("vkGetFenceStatus"))?)
+        // SAFETY: the semaphore is live.
+        let reached = || unsafe { self.vk.device.get_semaphore_counter_value(self.timeline) };
+        Ok(!self.pending || reached().map_err(failed("vkGetSemaphoreCounterValue"))? >= self.submits)
+    }
+
+    /// Waits in the driver for the last submit.
+    fn block(&self) -> std::result::Result<(), vk::Result> {
+        let (semaphores, values) = ([self.timeline], [self.submits]);
+        let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
+        // SAFETY: the semaphore is live.
+        unsafe { self.vk.device.wait_semaphores(&info, u64::MAX) }
     }
 
     /// Waits for the last submit: polling for [`Gpu::wait_spin`], then in the driver.
@@ -364,15 +415,11 @@ impl DirectSubmit {
         let started = Instant::now();
         while !self.done()? {
             if started.elapsed() >= gpu.wait_spin {
-                // SAFETY: the fence is live and submitted.
-                unsafe { self.vk.device.wait_for_fences(&[self.fence], true, u64::MAX) }
-                    .map_err(failed("vkWaitForFences"))?;
+                self.block().map_err(failed("vkWaitSemaphores"))?;
                 break;
             }
             std::hint::spin_loop();
         }
-        // SAFETY: the fence is signaled and nothing waits on it.
-        unsafe { self.vk.device.reset_fences(&[self.fence]) }.map_err(failed("vkResetFences"))?;
         self.pending = false;
         Ok(())
     }
@@ -383,12 +430,11 @@ impl Drop for DirectSubmit {
         // A submit still running (its owner failed before waiting) finishes first; if even
         // that fails, the device is lost and nothing runs.
         if self.pending {
-            // SAFETY: the fence is live.
-            let _ = unsafe { self.vk.device.wait_for_fences(&[self.fence], true, u64::MAX) };
+            let _ = self.block();
         }
         // SAFETY: nothing runs that uses them; null handles are ignored.
         unsafe {
-            self.vk.device.destroy_fence(self.fence, None);
+            self.vk.device.destroy_semaphore(self.timeline, None);
             self.vk.device.destroy_command_pool(self.pool, None);
         }
     }
