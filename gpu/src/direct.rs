@@ -357,10 +357,7 @@ impl DirectSubmit {
         // SAFETY: the command buffer is idle (its last submit was waited for).
         unsafe { d.begin_command_buffer(self.cmd, &begin) }.map_err(failed("vkBeginCommandBuffer"))?;
         let r = Recorder { d, cmd: self.cmd, layout: pipelines.layout };
-        r.barrier(
-            vk::PipelineStageFlags::ALL_COMMANDS,
-            vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE,
-        );
+        r.then();
         Ok(r)
     }
 
@@ -369,11 +366,7 @@ impl DirectSubmit {
     pub fn submit(&mut self, gpu: &Gpu) -> Result<()> {
         let d = &self.vk.device;
         let r = Recorder { d, cmd: self.cmd, layout: vk::PipelineLayout::null() };
-        let after = vk::PipelineStageFlags::ALL_COMMANDS | vk::PipelineStageFlags::HOST;
-        r.barrier(
-            after,
-            vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE | vk::AccessFlags::HOST_READ,
-        );
+        r.barrier(WORK | vk::PipelineStageFlags::HOST, WORK_ACCESS | vk::AccessFlags::HOST_READ);
         let (cmds, signals, values) = ([self.cmd], [self.timeline], [self.submits + 1]);
         let mut timeline = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&values);
         let submit = vk::SubmitInfo::default()
@@ -440,6 +433,19 @@ impl Drop for DirectSubmit {
     }
 }
 
+/// The stages of the commands here and of wgpu's submits around them: dispatches and copies.
+const WORK: vk::PipelineStageFlags = vk::PipelineStageFlags::from_raw(
+    vk::PipelineStageFlags::COMPUTE_SHADER.as_raw() | vk::PipelineStageFlags::TRANSFER.as_raw(),
+);
+
+/// Their accesses.
+const WORK_ACCESS: vk::AccessFlags = vk::AccessFlags::from_raw(
+    vk::AccessFlags::SHADER_READ.as_raw()
+        | vk::AccessFlags::SHADER_WRITE.as_raw()
+        | vk::AccessFlags::TRANSFER_READ.as_raw()
+        | vk::AccessFlags::TRANSFER_WRITE.as_raw(),
+);
+
 /// The commands of a submit being recorded ([`DirectSubmit::record`]): each command is
 /// followed by a barrier, so that every one sees what those before it wrote, as wgpu orders
 /// the dispatches of a pass.
@@ -450,31 +456,18 @@ pub struct Recorder<'a> {
 }
 
 impl Recorder<'_> {
-    /// A barrier from every command before to the `after` stages' `access`.
+    /// A barrier from every dispatch and copy before (their writes) to the `after` stages' `access`.
     fn barrier(&self, after: vk::PipelineStageFlags, access: vk::AccessFlags) {
         let b = vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::MEMORY_WRITE)
+            .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
             .dst_access_mask(access);
         // SAFETY: recording into the command buffer `record` began.
-        unsafe {
-            self.d.cmd_pipeline_barrier(
-                self.cmd,
-                vk::PipelineStageFlags::ALL_COMMANDS,
-                after,
-                Default::default(),
-                &[b],
-                &[],
-                &[],
-            )
-        };
+        unsafe { self.d.cmd_pipeline_barrier(self.cmd, WORK, after, Default::default(), &[b], &[], &[]) };
     }
 
     /// The barrier after a command.
     fn then(&self) {
-        self.barrier(
-            vk::PipelineStageFlags::ALL_COMMANDS,
-            vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE,
-        );
+        self.barrier(WORK, WORK_ACCESS);
     }
 
     /// Binds `sets` (set 0, 1, ...) and `immediates` for the dispatches that follow.
