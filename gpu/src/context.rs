@@ -318,12 +318,12 @@ impl Gpu {
     }
 
     /// The Vulkan objects under the device and its queue, for work recorded and submitted
-    /// without wgpu (`bench ceilings`' round trip through Vulkan itself).
+    /// without wgpu ([`crate::direct`]).
     ///
     /// # Safety
-    /// A queue is externally synchronized in Vulkan: the caller submits to `queue` only while
-    /// no other thread submits to it through wgpu, and destroys nothing wgpu owns.
-    pub unsafe fn vulkan(&self) -> Option<RawVulkan> {
+    /// A queue is externally synchronized in Vulkan: the caller submits to `queue` only under
+    /// [`Gpu::submit_lock`], and destroys nothing wgpu owns.
+    pub(crate) unsafe fn vulkan(&self) -> Option<RawVulkan> {
         // SAFETY: the handles are cloned out; the device outlives every use (Gpu owns it).
         let hal = unsafe { self.device.as_hal::<Vulkan>() }?;
         Some(RawVulkan {
@@ -344,7 +344,9 @@ impl Gpu {
 
     /// Submits `cmds` through wgpu, under [`Gpu::submit_lock`]. Work of one's own on a device
     /// that an index uses goes this way, not through `queue.submit`: the index's engine may
-    /// submit to the same queue without wgpu.
+    /// submit to the same queue without wgpu. (wgpu also submits its pending queue writes
+    /// when a buffer is mapped or `on_submitted_work_done` is registered; this crate takes the
+    /// lock around both, and so must a caller that does either while an index runs.)
     pub fn submit(&self, cmds: impl IntoIterator<Item = wgpu::CommandBuffer>) -> wgpu::SubmissionIndex {
         let _queue = self.submit_lock();
         self.queue.submit(cmds)
@@ -381,6 +383,8 @@ impl Gpu {
     pub fn work_done_flag(&self) -> Arc<AtomicBool> {
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
+        // It submits the queue's pending writes first, if any: a submit like any other.
+        let _queue = self.submit_lock();
         self.queue.on_submitted_work_done(move || flag.store(true, Ordering::Release));
         done
     }
@@ -406,7 +410,7 @@ impl Gpu {
 
 /// The Vulkan objects under a [`Gpu`] ([`Gpu::vulkan`]).
 #[derive(Clone)]
-pub struct RawVulkan {
+pub(crate) struct RawVulkan {
     /// The logical device.
     pub device: ash::Device,
     /// Its instance.

@@ -1,13 +1,14 @@
 //! Submits recorded with Vulkan itself, on the queue under wgpu: the same kernels (compiled from
 //! the same WGSL by naga, as wgpu compiles them), bound to the same buffers, without wgpu's
-//! validation, tracking and command buffers, which cost a submit of the engine's 20 µs and
-//! more on the H200 (the bare round trip: 46 µs through wgpu, 26 µs through Vulkan;
-//! BENCHMARKS.md, "A submit through Vulkan itself").
+//! validation, tracking and command buffers (on the H200 the bare round trip of 4,096 words
+//! took 51-63 µs through wgpu and 35-39 µs recorded here, and a server's write batch spent
+//! 84-104 µs recording and submitting through wgpu against 27-34 here; BENCHMARKS.md,
+//! "Submits through Vulkan itself").
 //!
-//! What wgpu would do for its own submits, these do themselves: a barrier before the first
-//! command (wgpu's earlier submits may still write what they read) and after the last (for
-//! wgpu's later submits, and for the host's reads); the queue's external synchronization
-//! ([`Gpu::submit_lock`]). What they cannot do, the caller must: keep every buffer bound or
+//! What wgpu would do for its own submits, these do themselves: a barrier before each command
+//! (the first one's covers wgpu's earlier submits, which may still write what it reads) and
+//! after the last (for wgpu's later submits, and for the host's reads); the queue's external
+//! synchronization ([`Gpu::submit_lock`]). What they cannot do, the caller must: keep every buffer bound or
 //! copied alive until the submit is waited for, and bind only buffers whose contents wgpu
 //! already regards as initialized (wgpu clears a buffer the first time one of its own submits
 //! uses it, whatever a submit recorded here wrote into it before).
@@ -21,8 +22,10 @@ use wgpu::hal::api::Vulkan;
 use crate::Gpu;
 use crate::context::RawVulkan;
 use crate::error::{Error, Result};
+use crate::hostmem::{WORK_ACCESS, WORK_STAGES, WORK_WRITES};
 use crate::resources::Binding;
-use crate::shader::{KernelEntry, WORKGROUP};
+use crate::resources::grid;
+use crate::shader::KernelEntry;
 
 /// A Vulkan error as the plumbing's.
 fn failed(what: &'static str) -> impl Fn(vk::Result) -> Error {
@@ -157,7 +160,6 @@ impl<K: KernelEntry + Send> DirectPipelines<K> {
         // SAFETY: as above.
         made.layout =
             unsafe { d.create_pipeline_layout(&info, None) }.map_err(failed("vkCreatePipelineLayout"))?;
-        // SAFETY: a read-only query of the live instance.
         let options = spirv_options(&made.vk, gpu);
         let layout = made.layout;
         // As wgpu-hal makes its pipelines: the subgroup size is the device's choice.
@@ -301,7 +303,7 @@ impl Drop for DirectSet {
 /// submit recorded, submitted and waited for, then the next.
 pub struct DirectSubmit {
     /// Keeps the device alive until these are destroyed.
-    _gpu: Arc<Gpu>,
+    gpu: Arc<Gpu>,
     vk: RawVulkan,
     pool: vk::CommandPool,
     cmd: vk::CommandBuffer,
@@ -325,7 +327,7 @@ impl DirectSubmit {
         // of a failed step are ignored there).
         let pool = unsafe { d.create_command_pool(&info, None) }.map_err(failed("vkCreateCommandPool"))?;
         let mut made = DirectSubmit {
-            _gpu: gpu.clone(),
+            gpu: gpu.clone(),
             vk,
             pool,
             cmd: vk::CommandBuffer::null(),
@@ -348,41 +350,20 @@ impl DirectSubmit {
         Ok(made)
     }
 
-    /// Starts recording for kernels of `pipelines`, after a barrier that orders everything
-    /// submitted before. The last submit must have been waited for.
+    /// Starts recording for kernels of `pipelines` (what a failed recording left is reset).
+    /// The last submit must have been waited for.
     pub fn record<'a, K>(&'a mut self, pipelines: &'a DirectPipelines<K>) -> Result<Recorder<'a>> {
         assert!(!self.pending, "a submit recorded here is waited for before the next is recorded");
-        let d = &self.vk.device;
+        let (d, cmd) = (&self.vk.device, self.cmd);
         let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
-        // SAFETY: the command buffer is idle (its last submit was waited for).
-        unsafe { d.begin_command_buffer(self.cmd, &begin) }.map_err(failed("vkBeginCommandBuffer"))?;
-        let r = Recorder { d, cmd: self.cmd, layout: pipelines.layout };
-        r.then();
-        Ok(r)
-    }
-
-    /// Ends the recording (after a barrier that makes its writes visible to everything after
-    /// it and to the host) and submits it.
-    pub fn submit(&mut self, gpu: &Gpu) -> Result<()> {
-        let d = &self.vk.device;
-        let r = Recorder { d, cmd: self.cmd, layout: vk::PipelineLayout::null() };
-        r.barrier(WORK | vk::PipelineStageFlags::HOST, WORK_ACCESS | vk::AccessFlags::HOST_READ);
-        let (cmds, signals, values) = ([self.cmd], [self.timeline], [self.submits + 1]);
-        let mut timeline = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&values);
-        let submit = vk::SubmitInfo::default()
-            .command_buffers(&cmds)
-            .signal_semaphores(&signals)
-            .push_next(&mut timeline);
-        // SAFETY: the command buffer was recorded by `record`; the queue is taken only under
-        // the lock every submit of this process takes.
+        // SAFETY: the command buffer is not pending (its last submit was waited for); its pool
+        // lets it be reset, also from the recording state a failed recording left.
         unsafe {
-            d.end_command_buffer(self.cmd).map_err(failed("vkEndCommandBuffer"))?;
-            let _queue = gpu.submit_lock();
-            d.queue_submit(self.vk.queue, &[submit], vk::Fence::null()).map_err(failed("vkQueueSubmit"))?;
+            d.reset_command_buffer(cmd, vk::CommandBufferResetFlags::empty())
+                .map_err(failed("vkResetCommandBuffer"))?;
+            d.begin_command_buffer(cmd, &begin).map_err(failed("vkBeginCommandBuffer"))?;
         }
-        self.submits += 1;
-        self.pending = true;
-        Ok(())
+        Ok(Recorder { layout: pipelines.layout, submit: self })
     }
 
     /// Whether the last submit ran (without waiting).
@@ -401,13 +382,13 @@ impl DirectSubmit {
     }
 
     /// Waits for the last submit: polling for [`Gpu::wait_spin`], then in the driver.
-    pub fn wait(&mut self, gpu: &Gpu) -> Result<()> {
+    pub fn wait(&mut self) -> Result<()> {
         if !self.pending {
             return Ok(());
         }
         let started = Instant::now();
         while !self.done()? {
-            if started.elapsed() >= gpu.wait_spin {
+            if started.elapsed() >= self.gpu.wait_spin {
                 self.block().map_err(failed("vkWaitSemaphores"))?;
                 break;
             }
@@ -433,86 +414,94 @@ impl Drop for DirectSubmit {
     }
 }
 
-/// The stages of the commands here and of wgpu's submits around them: dispatches and copies.
-const WORK: vk::PipelineStageFlags = vk::PipelineStageFlags::from_raw(
-    vk::PipelineStageFlags::COMPUTE_SHADER.as_raw() | vk::PipelineStageFlags::TRANSFER.as_raw(),
-);
-
-/// Their accesses.
-const WORK_ACCESS: vk::AccessFlags = vk::AccessFlags::from_raw(
-    vk::AccessFlags::SHADER_READ.as_raw()
-        | vk::AccessFlags::SHADER_WRITE.as_raw()
-        | vk::AccessFlags::TRANSFER_READ.as_raw()
-        | vk::AccessFlags::TRANSFER_WRITE.as_raw(),
-);
-
-/// The commands of a submit being recorded ([`DirectSubmit::record`]): each command is
-/// followed by a barrier, so that every one sees what those before it wrote, as wgpu orders
-/// the dispatches of a pass.
+/// The commands of a submit being recorded ([`DirectSubmit::record`]): a barrier precedes each
+/// command, so that it sees what those before it wrote (wgpu's earlier submits' too), as wgpu
+/// orders the dispatches of a pass; [`Recorder::submit`] ends it.
 pub struct Recorder<'a> {
-    d: &'a ash::Device,
-    cmd: vk::CommandBuffer,
+    submit: &'a mut DirectSubmit,
     layout: vk::PipelineLayout,
 }
 
 impl Recorder<'_> {
-    /// A barrier from every dispatch and copy before (their writes) to the `after` stages' `access`.
+    /// A barrier from every dispatch's and copy's writes before to the `after` stages' `access`
+    /// (the engine's barriers through wgpu: `hostmem::WORK_STAGES`).
     fn barrier(&self, after: vk::PipelineStageFlags, access: vk::AccessFlags) {
-        let b = vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
-            .dst_access_mask(access);
+        let b = vk::MemoryBarrier::default().src_access_mask(WORK_WRITES).dst_access_mask(access);
         // SAFETY: recording into the command buffer `record` began.
-        unsafe { self.d.cmd_pipeline_barrier(self.cmd, WORK, after, Default::default(), &[b], &[], &[]) };
+        unsafe {
+            self.submit.vk.device.cmd_pipeline_barrier(
+                self.submit.cmd,
+                WORK_STAGES,
+                after,
+                Default::default(),
+                &[b],
+                &[],
+                &[],
+            )
+        };
     }
 
-    /// The barrier after a command.
+    /// The barrier before a command.
     fn then(&self) {
-        self.barrier(WORK, WORK_ACCESS);
+        self.barrier(WORK_STAGES, WORK_ACCESS);
+    }
+
+    /// Ends the recording, with a barrier that makes its writes visible to everything after it
+    /// and to the host, and submits it, under the queue's lock.
+    pub fn submit(self) -> Result<()> {
+        self.barrier(WORK_STAGES | vk::PipelineStageFlags::HOST, WORK_ACCESS | vk::AccessFlags::HOST_READ);
+        let s = self.submit;
+        let (cmds, signals, values) = ([s.cmd], [s.timeline], [s.submits + 1]);
+        let mut timeline = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&values);
+        let submit = vk::SubmitInfo::default()
+            .command_buffers(&cmds)
+            .signal_semaphores(&signals)
+            .push_next(&mut timeline);
+        let d = &s.vk.device;
+        // SAFETY: the command buffer was recorded by `record`; the queue is taken only under
+        // the lock every submit of this process takes.
+        unsafe {
+            d.end_command_buffer(s.cmd).map_err(failed("vkEndCommandBuffer"))?;
+            let _queue = s.gpu.submit_lock();
+            d.queue_submit(s.vk.queue, &[submit], vk::Fence::null()).map_err(failed("vkQueueSubmit"))?;
+        }
+        s.submits += 1;
+        s.pending = true;
+        Ok(())
     }
 
     /// Binds `sets` (set 0, 1, ...) and `immediates` for the dispatches that follow.
     pub fn bind(&self, sets: &[&DirectSet], immediates: &[u8]) {
+        let (d, cmd) = (&self.submit.vk.device, self.submit.cmd);
         let sets: Vec<vk::DescriptorSet> = sets.iter().map(|s| s.set).collect();
+        let compute = vk::PipelineBindPoint::COMPUTE;
         // SAFETY: recording; the sets and layout are live (the caller's).
         unsafe {
-            self.d.cmd_bind_descriptor_sets(
-                self.cmd,
-                vk::PipelineBindPoint::COMPUTE,
-                self.layout,
-                0,
-                &sets,
-                &[],
-            );
+            d.cmd_bind_descriptor_sets(cmd, compute, self.layout, 0, &sets, &[]);
             if !immediates.is_empty() {
-                self.d.cmd_push_constants(
-                    self.cmd,
-                    self.layout,
-                    vk::ShaderStageFlags::COMPUTE,
-                    0,
-                    immediates,
-                );
+                d.cmd_push_constants(cmd, self.layout, vk::ShaderStageFlags::COMPUTE, 0, immediates);
             }
         }
     }
 
-    /// `invocations` invocations of kernel `k` of `pipelines` (the grid of
-    /// [`crate::resources::dispatch`]).
+    /// `invocations` invocations of kernel `k` of `pipelines`, on wgpu's grid ([`grid`]).
     pub fn dispatch<K: KernelEntry>(&self, pipelines: &DirectPipelines<K>, k: K, invocations: u64) {
-        let groups = invocations.div_ceil(WORKGROUP as u64).max(1);
-        let x = groups.min(65535);
+        self.then();
+        let (d, cmd) = (&self.submit.vk.device, self.submit.cmd);
+        let [x, y, z] = grid(invocations);
         // SAFETY: recording; the pipeline is live (the caller's).
         unsafe {
-            self.d.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipelines.get(k));
-            self.d.cmd_dispatch(self.cmd, x as u32, groups.div_ceil(x) as u32, 1);
+            d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipelines.get(k));
+            d.cmd_dispatch(cmd, x, y, z);
         }
-        self.then();
     }
 
     /// Zeroes `buffer` (all of it).
     pub fn clear(&self, buffer: &wgpu::Buffer) -> Result<()> {
-        // SAFETY: recording; the buffer is the caller's to keep alive.
-        unsafe { self.d.cmd_fill_buffer(self.cmd, raw(buffer)?, 0, vk::WHOLE_SIZE, 0) };
+        let buffer = raw(buffer)?;
         self.then();
+        // SAFETY: recording; the buffer is the caller's to keep alive.
+        unsafe { self.submit.vk.device.cmd_fill_buffer(self.submit.cmd, buffer, 0, vk::WHOLE_SIZE, 0) };
         Ok(())
     }
 
@@ -523,10 +512,11 @@ impl Recorder<'_> {
         (dst, to): (&wgpu::Buffer, u64),
         bytes: u64,
     ) -> Result<()> {
+        let (src, dst) = (raw(src)?, raw(dst)?);
         let region = vk::BufferCopy { src_offset: from, dst_offset: to, size: bytes };
-        // SAFETY: recording; the buffers are the caller's to keep alive.
-        unsafe { self.d.cmd_copy_buffer(self.cmd, raw(src)?, raw(dst)?, &[region]) };
         self.then();
+        // SAFETY: recording; the buffers are the caller's to keep alive.
+        unsafe { self.submit.vk.device.cmd_copy_buffer(self.submit.cmd, src, dst, &[region]) };
         Ok(())
     }
 }

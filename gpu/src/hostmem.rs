@@ -222,13 +222,23 @@ pub fn host_read_barrier(gpu: &Gpu) -> wgpu::CommandBuffer {
 /// submitted before it before every shader and transfer access after it, whatever wgpu
 /// tracks: for work the host submits without waiting for what runs before it.
 pub fn compute_barrier(gpu: &Gpu) -> wgpu::CommandBuffer {
-    let reads_and_writes = vk::AccessFlags::SHADER_READ
-        | vk::AccessFlags::SHADER_WRITE
-        | vk::AccessFlags::TRANSFER_READ
-        | vk::AccessFlags::TRANSFER_WRITE;
-    let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
-    barrier(gpu, stages, reads_and_writes)
+    barrier(gpu, WORK_STAGES, WORK_ACCESS)
 }
+
+/// The stages of the engine's commands: dispatches and copies (and fills).
+pub(crate) const WORK_STAGES: vk::PipelineStageFlags = vk::PipelineStageFlags::from_raw(
+    vk::PipelineStageFlags::COMPUTE_SHADER.as_raw() | vk::PipelineStageFlags::TRANSFER.as_raw(),
+);
+
+/// Their writes.
+pub(crate) const WORK_WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
+    vk::AccessFlags::SHADER_WRITE.as_raw() | vk::AccessFlags::TRANSFER_WRITE.as_raw(),
+);
+
+/// Their reads and writes.
+pub(crate) const WORK_ACCESS: vk::AccessFlags = vk::AccessFlags::from_raw(
+    WORK_WRITES.as_raw() | vk::AccessFlags::SHADER_READ.as_raw() | vk::AccessFlags::TRANSFER_READ.as_raw(),
+);
 
 /// A command buffer holding only a barrier from shader and transfer writes to `dst` accesses.
 fn barrier(gpu: &Gpu, dst_stages: vk::PipelineStageFlags, dst: vk::AccessFlags) -> wgpu::CommandBuffer {
@@ -240,12 +250,10 @@ fn barrier(gpu: &Gpu, dst_stages: vk::PipelineStageFlags, dst: vk::AccessFlags) 
             let (Some(e), Some(raw)) = (e, raw) else {
                 return;
             };
-            let barrier = vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
-                .dst_access_mask(dst);
+            let barrier = vk::MemoryBarrier::default().src_access_mask(WORK_WRITES).dst_access_mask(dst);
             raw.cmd_pipeline_barrier(
                 e.raw_handle(),
-                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                WORK_STAGES,
                 dst_stages,
                 vk::DependencyFlags::empty(),
                 &[barrier],

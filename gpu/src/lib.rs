@@ -14,7 +14,6 @@ pub mod resources;
 pub mod shader;
 pub mod timing;
 
-pub use ash;
-pub use context::{DeviceInfo, Gpu, RawVulkan};
+pub use context::{DeviceInfo, Gpu};
 pub use error::{Error, Result};
 pub use resources::{Placement, Residence};

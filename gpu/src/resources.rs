@@ -15,9 +15,16 @@ pub use crate::error::{ErrorScopes, scoped};
 
 /// Dispatches `invocations` invocations (two-dimensional beyond 65535 workgroups).
 pub fn dispatch(pass: &mut wgpu::ComputePass<'_>, invocations: u64) {
+    let [x, y, z] = grid(invocations);
+    pass.dispatch_workgroups(x, y, z);
+}
+
+/// The workgroups of a dispatch of `invocations`: rows of at most 65,535 (the least limit of a
+/// grid's dimension).
+pub fn grid(invocations: u64) -> [u32; 3] {
     let groups = invocations.div_ceil(WORKGROUP as u64).max(1);
     let x = groups.min(65535);
-    pass.dispatch_workgroups(x as u32, groups.div_ceil(x) as u32, 1);
+    [x as u32, groups.div_ceil(x) as u32, 1]
 }
 
 /// Maps `range` of a MAP_READ buffer, hands the bytes to `f`, unmaps.
@@ -41,9 +48,13 @@ pub fn map_read_after(
 ) -> Result<()> {
     let slice = buf.slice(range);
     let (tx, rx) = std::sync::mpsc::channel();
-    slice.map_async(wgpu::MapMode::Read, move |r| {
-        let _ = tx.send(r);
-    });
+    {
+        // A map submits the buffer's pending queue writes, if any: a submit like any other.
+        let _queue = gpu.submit_lock();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+    }
     // A small batch's work ends while the host polls; a longer one's wait sleeps in the driver.
     let mapped = match gpu.poll_until(|| rx.try_recv().ok())? {
         Some(r) => r,

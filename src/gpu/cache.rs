@@ -342,9 +342,13 @@ impl DeviceCache {
         let left = self.fills.len() - self.done;
         let n = if whole { left } else { self.slice.min(left) };
         let fills = &self.fills[self.done..self.done + n];
-        let words: Vec<u32> =
-            std::iter::once(n as u32).chain(fills.iter().flat_map(|f| [f.entry, f.group])).collect();
-        gpu.queue.write_buffer(&self.plan, 0, bytemuck::cast_slice(&words));
+        // Written only for a fill kernel to read (a queue write waits for wgpu's next submit,
+        // and a batch with no fill may be submitted without wgpu).
+        if n > 0 {
+            let words: Vec<u32> =
+                std::iter::once(n as u32).chain(fills.iter().flat_map(|f| [f.entry, f.group])).collect();
+            gpu.queue.write_buffer(&self.plan, 0, bytemuck::cast_slice(&words));
+        }
         for f in fills {
             self.owner_host[f.entry as usize] = f.group;
         }

@@ -47,18 +47,13 @@ const HOST_SEARCH_INVOCATIONS: u64 = 1 << 16;
 // (spread 1): every batch larger than the cap must get spread 1 from `phase_a_lanes`.
 const _: () = assert!(SPREAD_INVOCATIONS <= 2 * HOST_SEARCH_INVOCATIONS);
 
-/// The kernels a submit recorded with Vulkan itself may run: every batch kernel but the staged
-/// write-back (a staged pool's submits stay wgpu's) and the cache's loading, whose inputs are
-/// written through wgpu's queue (written only by wgpu's next submit).
-const DIRECT_KERNELS: [Kernel; 7] = [
-    Kernel::Alloc,
-    Kernel::PhaseA,
-    Kernel::Search,
-    Kernel::PhaseB,
-    Kernel::FreeCells,
-    Kernel::Rollback,
-    Kernel::CacheRefresh,
-];
+/// Whether a submit recorded with Vulkan itself may run kernel `k`: every batch kernel but the
+/// staged write-back (a staged pool's submits stay wgpu's) and the cache's loading: its fills
+/// read a plan written through wgpu's queue, which reaches the GPU only with wgpu's next
+/// submit, and its decay runs only at the start of a loading phase, with the first fills.
+fn direct_kernel(k: Kernel) -> bool {
+    !matches!(k, Kernel::Writeback | Kernel::CacheFill | Kernel::CacheDecay)
+}
 
 /// Phase A's narrowest tile (for large batches): 4 lanes cover the at most 128 candidate slots
 /// of a layout in 32 passes, the most a lane's bit mask of empty candidates holds.
@@ -520,7 +515,7 @@ pub(crate) struct GpuEngine {
     /// Times the kernels of each submit (`GpuOptions::time_kernels` on a device with
     /// timestamps).
     timer: Option<PassTimer>,
-    /// The kernels compiled for submits recorded with Vulkan itself ([`DIRECT_KERNELS`]),
+    /// The kernels compiled for submits recorded with Vulkan itself ([`direct_kernel`]),
     /// where the engine records them ([`GpuEngine::direct_serves`]).
     direct: Option<DirectPipelines<Kernel>>,
     /// `GpuOptions::first_cell`.
@@ -596,20 +591,21 @@ impl GpuEngine {
         let max_batch = largest_batch(&geo, staged_line(windows), timestamp_bytes(&timer), &gpu.info)?;
         // Only host batches in host memory are recorded with Vulkan itself, untimed, over a
         // pool that needs no write-back; without these kernels every submit is wgpu's.
-        let direct = (gpu.info.host_import && timer.is_none() && !windows.staged())
-            .then(|| {
+        // A device that cannot make them leaves every submit to wgpu.
+        let (direct, mut submits) = (gpu.info.host_import && timer.is_none() && !windows.staged())
+            .then(|| -> gphash_gpu::Result<_> {
                 let groups = [&layout.1[..], &batch_layout.1[..]];
-                DirectPipelines::build(&gpu, (&groups, Params::BYTES), &DIRECT_KERNELS, |k| {
-                    shader::source(k, &cfg)
-                })
+                let kernels: Vec<Kernel> = Kernel::BATCH.into_iter().filter(|&k| direct_kernel(k)).collect();
+                let source =
+                    |k| shader::source(k, &cfg).map_err(|e| gphash_gpu::Error::Shader(e.to_string()));
+                let pipelines = DirectPipelines::build(&gpu, (&groups, Params::BYTES), &kernels, source)?;
+                let submits = (0..SLOTS)
+                    .map(|_| Ok([DirectSubmit::new(&gpu)?, DirectSubmit::new(&gpu)?]))
+                    .collect::<gphash_gpu::Result<Vec<_>>>()?;
+                Ok((pipelines, submits))
             })
-            .and_then(|built| built.map_err(|e| log::warn!("every submit goes through wgpu: {e}")).ok());
-        let mut submits = match &direct {
-            Some(_) => (0..SLOTS)
-                .map(|_| Ok(Some([DirectSubmit::new(&gpu)?, DirectSubmit::new(&gpu)?])))
-                .collect::<Result<Vec<_>>>()?,
-            None => vec![],
-        };
+            .and_then(|made| made.map_err(|e| log::warn!("every submit goes through wgpu: {e}")).ok())
+            .map_or((None, vec![]), |(p, s)| (Some(p), s));
         laps.lap("direct");
         gpu.submit([]);
         scopes.pop(|| "creating the engine".into())?;
@@ -628,7 +624,7 @@ impl GpuEngine {
             layout,
             batch_layout,
             pipelines,
-            slots: std::array::from_fn(|_| Slot { direct: submits.pop().flatten(), ..Default::default() }),
+            slots: std::array::from_fn(|_| Slot { direct: submits.pop(), ..Default::default() }),
             max_batch,
             track_lines,
             ops_in_host_memory,
@@ -755,9 +751,7 @@ impl GpuEngine {
         // buffers replaced.
         match self.slots[slot].tail.take() {
             Some(Tail::Wgpu { submission, done }) => self.gpu.wait_flag(&done, &submission)?,
-            Some(Tail::Direct) => {
-                self.slots[slot].direct.as_mut().expect("a direct tail ran")[1].wait(&self.gpu)?
-            }
+            Some(Tail::Direct) => self.slots[slot].direct.as_mut().expect("a direct tail ran")[1].wait()?,
             None => {}
         }
         if self.slots[slot].io.as_ref().is_some_and(|io| io.cap >= n) {
@@ -778,12 +772,8 @@ impl GpuEngine {
         });
         let bind = self.bind_group([&opstate, &dirty, &staging, &claims]);
         scopes.pop(|| format!("the buffers of a batch of {cap} operations"))?;
-        let direct = match &self.direct {
-            Some(p) => {
-                Some(p.set(0, &self.layout.1, self.table_resources([&opstate, &dirty, &staging, &claims]))?)
-            }
-            None => None,
-        };
+        let work = [&opstate, &dirty, &staging, &claims];
+        let direct = self.direct_set(|p| p.set(0, &self.layout.1, self.table_resources(work)));
         // The operation buffers do not depend on the others: they are kept.
         let old = self.slots[slot].io.take();
         let (device_ops, host_ops) = old.map_or((None, None), |io| (io.device_ops, io.host_ops));
@@ -829,10 +819,7 @@ impl GpuEngine {
                 Ok(buffers) => {
                     let bound = || std::array::from_fn::<_, 5, _>(|i| buffers.binding(i, sizes[i].1));
                     let bind = self.batch_bind_group(bound());
-                    let direct = match &self.direct {
-                        Some(p) => Some(p.set(1, &self.batch_layout.1, bound())?),
-                        None => None,
-                    };
+                    let direct = self.direct_set(|p| p.set(1, &self.batch_layout.1, bound()));
                     let s = &mut self.slots[slot];
                     // Results in the memory replaced are gone with it.
                     s.in_host = None;
@@ -860,6 +847,16 @@ impl GpuEngine {
     /// `claims`).
     fn bind_group(&self, work: [&wgpu::Buffer; 4]) -> wgpu::BindGroup {
         bind_group(&self.gpu.device, "gphash", (&self.layout.0, &self.layout.1), self.table_resources(work))
+    }
+
+    /// A descriptor set `make` makes for submits recorded with Vulkan itself, where the engine
+    /// records them; a set the device refuses leaves the batches it would bind to wgpu.
+    fn direct_set(
+        &self,
+        make: impl FnOnce(&DirectPipelines<Kernel>) -> gphash_gpu::Result<DirectSet>,
+    ) -> Option<DirectSet> {
+        let made = make(self.direct.as_ref()?);
+        made.map_err(|e| log::warn!("these buffers' submits go through wgpu: {e}")).ok()
     }
 
     /// What the table's bind group binds, with a slot's working buffers.
@@ -915,15 +912,18 @@ impl GpuEngine {
     /// Whether the submit of `kernels` for the batch in `slot` is recorded with Vulkan itself:
     /// the engine has the kernels for it, the batch's operations and results are in host memory
     /// (no copy to map, nothing written through wgpu's queue), the kernels are among
-    /// [`DIRECT_KERNELS`], and a submit through wgpu has bound the slot's buffers (see
+    /// [`direct_kernel`], and a submit through wgpu has bound the slot's buffers (see
     /// [`BatchBuffers::wgpu_used`]). Timed engines and staged pools have no such kernels.
     fn direct_serves(&self, slot: usize, kernels: &[Kernel]) -> bool {
         let s = &self.slots[slot];
+        let sets = |io: &BatchBuffers| {
+            io.direct.is_some() && io.host_ops.as_ref().is_some_and(|h| h.direct.is_some())
+        };
         self.direct.is_some()
             && s.host
             && !s.device
-            && s.io.as_ref().is_some_and(|io| io.wgpu_used)
-            && kernels.iter().all(|k| DIRECT_KERNELS.contains(k))
+            && s.io.as_ref().is_some_and(|io| io.wgpu_used && sets(io))
+            && kernels.iter().all(|&k| direct_kernel(k))
     }
 
     /// Records `kernels` for the batch in `slot` with Vulkan itself, then the copy of the
@@ -951,6 +951,8 @@ impl GpuEngine {
             [io.direct.as_ref().expect("made with its buffers"), host.direct.as_ref().expect("likewise")];
         let [main, after] = s.direct.as_mut().expect("made with the engine's direct kernels");
         let immediates = bytemuck::bytes_of(&params);
+        // Its last results are no longer there to read: this submit may write them.
+        s.in_host = None;
         let rec = main.record(pipelines)?;
         // Gets never register in the claim registry.
         if kernels.contains(&Kernel::PhaseA) {
@@ -969,16 +971,14 @@ impl GpuEngine {
         // Cleared once copied, as `record` clears it.
         rec.clear(&self.control)?;
         let recorded = Instant::now();
-        // Its last results are no longer there to read: this submit may write them.
-        s.in_host = None;
-        main.submit(&self.gpu)?;
+        rec.submit()?;
         if !tail.is_empty() {
             let rec = after.record(pipelines)?;
             rec.bind(&sets, immediates);
             for (&k, &i) in tail.iter().zip(&invocations[kernels.len()..]) {
                 rec.dispatch(pipelines, k, i);
             }
-            after.submit(&self.gpu)?;
+            rec.submit()?;
             s.tail = Some(Tail::Direct);
         }
         let submitted = Instant::now();
@@ -1174,7 +1174,7 @@ impl GpuEngine {
             (submission, done) => {
                 match (submission, done) {
                     (Some(submission), Some(done)) => self.gpu.wait_flag(done, submission)?,
-                    _ => s.direct.as_mut().expect("a direct submit ran")[0].wait(&self.gpu)?,
+                    _ => s.direct.as_mut().expect("a direct submit ran")[0].wait()?,
                 }
                 mapped = Instant::now();
                 if let (Some(t), Some(submission)) = (timer, &r.submission) {
