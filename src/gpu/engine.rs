@@ -594,11 +594,7 @@ impl GpuEngine {
         // A device that cannot make them leaves every submit to wgpu.
         let (direct, mut submits) = (gpu.info.host_import && timer.is_none() && !windows.staged())
             .then(|| -> gphash_gpu::Result<_> {
-                let groups = [&layout.1[..], &batch_layout.1[..]];
-                let kernels: Vec<Kernel> = Kernel::BATCH.into_iter().filter(|&k| direct_kernel(k)).collect();
-                let source =
-                    |k| shader::source(k, &cfg).map_err(|e| gphash_gpu::Error::Shader(e.to_string()));
-                let pipelines = DirectPipelines::build(&gpu, (&groups, Params::BYTES), &kernels, source)?;
+                let pipelines = Self::direct_pipelines(&gpu, &cfg, [&layout.1, &batch_layout.1])?;
                 let submits = (0..SLOTS)
                     .map(|_| Ok([DirectSubmit::new(&gpu)?, DirectSubmit::new(&gpu)?]))
                     .collect::<gphash_gpu::Result<Vec<_>>>()?;
@@ -690,19 +686,37 @@ impl GpuEngine {
         Ok((layout, batch_layout, pipelines))
     }
 
+    /// The kernels of `cfg` that submits recorded with Vulkan itself run ([`direct_kernel`]),
+    /// with the table's bindings and the batch's (`groups`).
+    fn direct_pipelines(
+        gpu: &Arc<Gpu>,
+        cfg: &KernelConfig,
+        groups: [&[Binding]; 2],
+    ) -> gphash_gpu::Result<DirectPipelines<Kernel>> {
+        let kernels: Vec<Kernel> = Kernel::BATCH.into_iter().filter(|&k| direct_kernel(k)).collect();
+        let source = |k| shader::source(k, cfg).map_err(|e| gphash_gpu::Error::Shader(e.to_string()));
+        DirectPipelines::build(gpu, (&groups, Params::BYTES), &kernels, source)
+    }
+
     /// Compiles, and drops, the kernels an engine for a table of `geo` would compile, with
     /// the cache it would plan for a pool imported in place (`zero_copy`) or not, once `freed`
     /// bytes of device memory more are free: the driver keeps what it compiled, so the engine
     /// made later for that table starts without compiling (a growth's, made after the build).
+    /// The kernels for submits recorded with Vulkan itself too, where that engine would have
+    /// them (a pool imported in place, untimed kernels).
     pub(crate) fn warm(
-        gpu: &Gpu,
+        gpu: &Arc<Gpu>,
         table: (Geometry, crate::hash::Seeds),
         placed: (bool, u64),
         opts: &GpuOptions,
         verify_values: bool,
     ) -> Result<()> {
         let cfg = Self::planned_config(gpu, table, placed, opts, verify_values)?;
-        Self::pipelines(gpu, &cfg).map(drop)
+        let (layout, batch_layout, _) = Self::pipelines(gpu, &cfg)?;
+        if placed.0 && gpu.info.host_import && !opts.time_kernels {
+            Self::direct_pipelines(gpu, &cfg, [&layout.1, &batch_layout.1])?;
+        }
+        Ok(())
     }
 
     /// The kernels' configuration [`GpuEngine::warm`] compiles.

@@ -157,7 +157,7 @@ extern "C" fn wait_for_compiles() {
 fn compile_ahead(
     gpu: &Arc<Gpu>,
     what: &'static str,
-    compile: impl FnOnce(&Gpu) -> Result<()> + Send + 'static,
+    compile: impl FnOnce(&Arc<Gpu>) -> Result<()> + Send + 'static,
 ) -> Option<JoinHandle<()>> {
     if gpu.info.is_cpu() {
         return None;
