@@ -425,7 +425,7 @@ pub fn round_trips(gpu: &Arc<Gpu>, items: &[u64], reps: usize) -> Result<Vec<Rou
     let mut out = vec![];
     for &n in items {
         let mut wgpu = RoundTripper::with_pipeline(gpu, pipeline.clone(), n)?;
-        let mut vulkan = VulkanRoundTripper::on(gpu, n)?;
+        let mut vulkan = VulkanRoundTripper::on(gpu, n, &round_trip_source())?;
         const WARMUP: usize = 3;
         let (mut a, mut b) = (vec![], vec![]);
         for rep in 0..WARMUP + reps.max(1) {

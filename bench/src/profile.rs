@@ -520,7 +520,7 @@ impl ProfileBench {
         let mut out = vec![];
         for &n in &self.batches {
             let mut trips = ceiling::RoundTripper::new(&gpu, n as u64)?;
-            let mut vulkan = VulkanRoundTripper::on(&gpu, n as u64)?;
+            let mut vulkan = VulkanRoundTripper::on(&gpu, n as u64, &ceiling::round_trip_source())?;
             for workload in ["search", "insert"] {
                 let warm = Instant::now();
                 while warm.elapsed() < WARM_UP {

@@ -44,14 +44,15 @@ pub struct VulkanRoundTripper {
 }
 
 impl VulkanRoundTripper {
-    /// The round trip of `items` words (at least one). `Err` on a device that imports no host
+    /// The round trip of `items` words (at least one) through `kernel`, the WGSL of wgpu's
+    /// round trip (`ceiling::round_trip_source`). `Err` on a device that imports no host
     /// memory.
-    pub fn new(gpu: &Arc<Gpu>, items: u64) -> Result<VulkanRoundTripper> {
+    fn new(gpu: &Arc<Gpu>, items: u64, kernel: &str) -> Result<VulkanRoundTripper> {
         let words = items.max(1) as usize;
         let bytes = words as u64 * 4;
         // The kernel's input read-only, its output read-write.
         let bindings = Binding::plain(2, |i| i == 0);
-        let source = |_| Ok(crate::ceiling::round_trip_source());
+        let source = |_| Ok(kernel.to_string());
         let pipelines = DirectPipelines::build(gpu, (&[&bindings[..]], 0), &[Increment], source)?;
         let host =
             |label| HostBuffer::new(gpu, bytes, label).map_err(|e| Error::Gpu(format!("{label}: {e}")));
@@ -71,8 +72,8 @@ impl VulkanRoundTripper {
     }
 
     /// [`VulkanRoundTripper::new`] where the device imports host memory, else `None`.
-    pub fn on(gpu: &Arc<Gpu>, items: u64) -> Result<Option<VulkanRoundTripper>> {
-        gpu.info.host_import.then(|| Self::new(gpu, items)).transpose()
+    pub fn on(gpu: &Arc<Gpu>, items: u64, kernel: &str) -> Result<Option<VulkanRoundTripper>> {
+        gpu.info.host_import.then(|| Self::new(gpu, items, kernel)).transpose()
     }
 
     /// Words of each round trip.
