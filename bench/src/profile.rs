@@ -294,7 +294,7 @@ impl fmt::Display for Alternated {
         )?;
         writeln!(
             f,
-            "{:<4} {:>13} {:>13} {:>15} {:>15} {:>7} {:>11} {:>10} {:>10} {:>10}",
+            "{:<4} {:>13} {:>13} {:>15} {:>15} {:>7} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10}",
             "rep",
             "batch p50 ms",
             "batch p99 ms",
@@ -304,15 +304,22 @@ impl fmt::Display for Alternated {
             "Vulkan p50",
             "record µs",
             "submit µs",
-            "wait µs"
+            "wait µs",
+            "other µs",
+            "rest µs"
         )?;
         let per_batch = |d: Duration| d.as_secs_f64() * 1e6 / self.pairs.max(1) as f64;
         let mut ratios = self.ratios();
         let reps = self.reps.iter().zip(&self.vulkan).zip(&ratios).zip(&self.stages);
         for (i, ((((b, t), v), r), p)) in reps.enumerate() {
+            // The other stages (encoding, queue writes, readback, decoding, ...), and what the
+            // batch took beyond all stages (the index's and the engine's bookkeeping).
+            let staged: Duration = p.stages().iter().map(|(_, d)| *d).sum();
+            let other = staged.saturating_sub(p.record + p.submit + p.wait);
+            let rest = b.iter().sum::<Duration>().saturating_sub(staged);
             writeln!(
                 f,
-                "{i:<4} {:>13.4} {:>13.4} {:>15.4} {:>15.4} {r:>6.2}x {:>11.4} {:>10.1} {:>10.1} {:>10.1}",
+                "{i:<4} {:>13.4} {:>13.4} {:>15.4} {:>15.4} {r:>6.2}x {:>11.4} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
                 ms(quantile(b, 0.5)),
                 ms(quantile(b, 0.99)),
                 ms(quantile(t, 0.5)),
@@ -320,7 +327,9 @@ impl fmt::Display for Alternated {
                 if v.is_empty() { f64::NAN } else { ms(quantile(v, 0.5)) },
                 per_batch(p.record),
                 per_batch(p.submit),
-                per_batch(p.wait)
+                per_batch(p.wait),
+                per_batch(other),
+                per_batch(rest)
             )?;
         }
         ratios.sort_by(f64::total_cmp);
