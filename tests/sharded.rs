@@ -68,6 +68,17 @@ fn sharded_tables_match_the_model() {
     }
     let grown: Vec<u64> = t.shards().iter().map(|s| s.activity().resizes).collect();
     assert!(grown.iter().all(|&g| g > 0), "each shard should have grown: {grown:?}");
+    // A batch's parts ran on the shards' threads at once, and where the shards' pools are
+    // imported in place, each recorded and submitted some of them with Vulkan itself, beside
+    // the others' submits through wgpu on the same queue (docs/design.md §6).
+    if let Some(g) = common::gpu().filter(|g| g.info.host_import) {
+        for (i, shard) in t.shards().iter().enumerate() {
+            let p = shard.activity().profile;
+            if shard.stats().mode == gphash::Mode::ZeroCopy {
+                assert!(p.vulkan_submits > 0 && p.wgpu_submits > 0, "shard {i} on {}: {p:?}", g.info.name);
+            }
+        }
+    }
     assert_same_content(content(&t), &oracle.map, "before closing");
     assert!(t.check().iter().all(|r| r.ok()));
     t.close().unwrap();

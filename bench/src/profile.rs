@@ -340,7 +340,13 @@ impl fmt::Display for Alternated {
             ratios[0],
             ratios[ratios.len() - 1],
             ratios.len()
-        )
+        )?;
+        // Each stage's time a batch over all repetitions: what "other" is made of.
+        let mut all = Profile::default();
+        self.stages.iter().for_each(|p| all += *p);
+        let batches = (self.pairs * self.stages.len()).max(1) as f64;
+        let stages = all.stages().map(|(name, d)| format!("{name} {:.1}", d.as_secs_f64() * 1e6 / batches));
+        writeln!(f, "µs a batch by stage: {}", stages.join(", "))
     }
 }
 
