@@ -212,11 +212,20 @@ impl DeviceBind {
     }
 }
 
+/// How the host learns that a submit in flight ran, and where it finds its results.
+enum Completion {
+    /// Through wgpu, its results copied into the slot's readback buffer, which is mapped.
+    Mapped(wgpu::SubmissionIndex),
+    /// Through wgpu, its results in host memory ([`HostOps`]): the flag is set once it ran.
+    Flagged(wgpu::SubmissionIndex, Arc<AtomicBool>),
+    /// Recorded with Vulkan itself (the slot's first direct submit), its results in host
+    /// memory.
+    Direct,
+}
+
 /// A submit in flight, to be taken by `GpuEngine::collect`.
 struct Running {
-    /// wgpu's, or none for a submit recorded with Vulkan itself (the slot's first direct
-    /// submit).
-    submission: Option<wgpu::SubmissionIndex>,
+    completion: Completion,
     kernels: Vec<Kernel>,
     results: Results,
     /// Passes recorded (the timed ones).
@@ -226,8 +235,6 @@ struct Running {
     /// When the host turned from the submit, having recorded what follows it: the profile's
     /// wait starts here.
     submitted: Instant,
-    /// Set once the submit ran, where its results are in host memory ([`HostOps`]).
-    done: Option<Arc<AtomicBool>>,
 }
 
 /// Buffers sized for the largest batch so far.
@@ -1002,8 +1009,8 @@ impl GpuEngine {
         p.submit += submitted - recorded;
         p.vulkan_submits += 1 + u64::from(!tail.is_empty());
         let kernels = kernels.to_vec();
-        let (passes, writeback, done) = (0, false, None);
-        s.running = Some(Running { submission: None, kernels, results, passes, writeback, submitted, done });
+        let (completion, passes, writeback) = (Completion::Direct, 0, false);
+        s.running = Some(Running { completion, kernels, results, passes, writeback, submitted });
         Ok(())
     }
 
@@ -1137,9 +1144,12 @@ impl GpuEngine {
         // The profile's wait starts once both are submitted (the tail's submit is `submit`'s).
         let submitted = Instant::now();
         self.profile.submit += submitted - started;
-        let submission = Some(submission);
+        let completion = match done {
+            Some(done) => Completion::Flagged(submission, done),
+            None => Completion::Mapped(submission),
+        };
         self.slots[slot].running =
-            Some(Running { submission, kernels, results, passes, writeback, submitted, done });
+            Some(Running { completion, kernels, results, passes, writeback, submitted });
         Ok(())
     }
 
@@ -1173,8 +1183,8 @@ impl GpuEngine {
             ]
         };
         let stamps = rl.timestamps as usize..rl.statuses as usize;
-        match (&r.submission, &r.done) {
-            (Some(submission), None) => {
+        match &r.completion {
+            Completion::Mapped(submission) => {
                 map_read_after(&self.gpu, Some(submission.clone()), &io.readback, 0..end, |bytes| {
                     mapped = Instant::now();
                     times = timer.map(|t| t.times(&bytes[stamps], r.passes));
@@ -1185,13 +1195,13 @@ impl GpuEngine {
                     crate::bulk::refill(values, &bytes[v]);
                 })?;
             }
-            (submission, done) => {
-                match (submission, done) {
-                    (Some(submission), Some(done)) => self.gpu.wait_flag(done, submission)?,
+            in_host => {
+                match in_host {
+                    Completion::Flagged(submission, done) => self.gpu.wait_flag(done, submission)?,
                     _ => s.direct.as_mut().expect("a direct submit ran")[0].wait()?,
                 }
                 mapped = Instant::now();
-                if let (Some(t), Some(submission)) = (timer, &r.submission) {
+                if let (Some(t), Completion::Flagged(submission, _)) = (timer, in_host) {
                     let range = stamps.start as u64..stamps.end as u64;
                     map_read_after(&self.gpu, Some(submission.clone()), &io.readback, range, |bytes| {
                         times = Some(t.times(bytes, r.passes))
