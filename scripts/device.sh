@@ -18,6 +18,8 @@
 #   scripts/device.sh side-by-side    every YCSB workload and distribution, gphash against the host maps
 #   scripts/device.sh serve-cpu ARGS  the CPU each of the server's threads takes under redis-benchmark
 #                                    at pipeline 64, and a perf profile where .gpu/perf/ has perf
+#   scripts/device.sh serve-pairs    gphash serve and redis-server (always) in turn, a ratio a pair
+#                                    (needs .gl-redis; knobs of scripts/serve-pairs.sh)
 #   scripts/device.sh serve-threads  gphash serve against redis-server (always) under redis-benchmark
 #                                    with 4, 8 and 16 client threads (needs .gl-redis, .gpu-serve)
 #   scripts/device.sh scoreboard PART...  issue 12's aims in one build (PART: profile, volatile, pcie,
@@ -59,6 +61,11 @@ serve-threads)
     (cd "$root" && OUT=$out/t$threads THREADS=$threads FSYNCS=always SCALE=4 REPS=3 LIBRARY_BATCHES= \
       GPHASH=/tmp/gph/gphash bash scripts/serve-bench.sh /dev/shm 2>&1 | tail -3)
   done
+  ;;
+serve-pairs)
+  # gphash serve and redis-server (always) in turn, for each ratio from the same minute (knobs:
+  # scripts/serve-pairs.sh).
+  (cd "$root" && GPHASH=/tmp/gph/gphash bash scripts/serve-pairs.sh /dev/shm) 2>&1 | tee "$out/serve-pairs.txt"
   ;;
 serve-cpu)
   # Where the server's time goes at pipeline 64 (50 clients, 8 client threads; knobs TESTS,

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# gphash serve and redis-server 7 (AOF, appendfsync always) in turn, PAIRS times for each test,
+# so that each ratio compares runs of the same minute; then redis-server with appendfsync
+# everysec once a test. Each run is a fresh server and a 6 s window in the middle of a long
+# redis-benchmark run: 50 clients in two processes of 25, 4 threads each, 1 M random keys;
+# requests/s as the server counts them (INFO's total_commands_processed). A gphash server
+# first takes 2 M SETs (a warm-up).
+#   scripts/serve-pairs.sh [DIR]   DIR holds the pools and AOF files (default /dev/shm)
+# Knobs: TESTS ("set:64": test:pipeline pairs), PAIRS (5), GPHASH (the binary; default
+# target/release/gphash), SERVE_ENV (environment of the gphash server, e.g.
+# MIMALLOC_PURGE_DELAY=-1). Needs redis-benchmark and redis-server, or their Debian packages in
+# .gl-redis/ (scripts/redis-tools.sh). Prints a line a run; tee it where it should go.
+set -u
+root=$(pwd)
+dir=${1:-/dev/shm}
+gphash=${GPHASH:-$root/target/release/gphash}
+. "$root/scripts/redis-tools.sh"
+command -v redis-server >/dev/null || { echo "serve-pairs: no redis-server (see scripts/redis-tools.sh)" >&2; exit 1; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+echo "cores $(nproc); NUMA nodes $(ls -d /sys/devices/system/node/node* | wc -l); numa_balancing $(cat /proc/sys/kernel/numa_balancing 2>/dev/null)"
+count() { redis-cli -p "$1" info stats | tr -d '\r' | awk -F: '/total_commands_processed/{print $2}'; }
+# PORT TEST PIPELINE: requests/s over a 6 s window.
+window() {
+  local pids=() c0 c1 t0 t1
+  for _ in 1 2; do
+    redis-benchmark -p "$1" -t "$2" -n 400000000 -c 25 -P "$3" -r 1000000 --threads 4 --csv >/dev/null 2>&1 &
+    pids+=($!)
+  done
+  sleep 2
+  t0=$(date +%s.%N) c0=$(count "$1")
+  sleep 6
+  t1=$(date +%s.%N) c1=$(count "$1")
+  kill "${pids[@]}"
+  wait "${pids[@]}" 2>/dev/null
+  awk -v a="$c0" -v b="$c1" -v x="$t0" -v y="$t1" 'BEGIN { printf "%.0f\n", (b - a) / (y - x) }'
+}
+# FSYNC TEST PIPELINE
+redis() {
+  rm -rf "$dir/gphash-pairs-aof"
+  redis-server --port 6391 --appendonly yes --appendfsync "$1" --dir "$dir" --appenddirname gphash-pairs-aof \
+    --save "" --daemonize yes >/dev/null
+  sleep 1
+  echo "redis-server $1 $2 pipeline $3: $(window 6391 "$2" "$3") requests/s"
+  redis-cli -p 6391 shutdown nosave >/dev/null 2>&1
+  sleep 1
+  rm -rf "$dir/gphash-pairs-aof"
+}
+# TEST PIPELINE
+serve() {
+  local pool=$dir/gphash-pairs.pool pid
+  rm -f "$pool"
+  env ${SERVE_ENV:-GPHASH_PAIRS=1} "$gphash" serve "$pool" --bind 127.0.0.1:6390 --gpu-start wait >/tmp/gphash-pairs.log 2>&1 &
+  pid=$!
+  until grep -q "listening on" /tmp/gphash-pairs.log; do
+    sleep 0.2
+    kill -0 $pid 2>/dev/null || { cat /tmp/gphash-pairs.log; exit 1; }
+  done
+  redis-benchmark -p 6390 -t set -n 2000000 -c 50 -P 64 -r 1000000 --threads 4 --csv >/dev/null 2>&1
+  echo "gphash ${SERVE_ENV:-} $1 pipeline $2: $(window 6390 "$1" "$2") requests/s"
+  kill $pid
+  wait $pid 2>/dev/null
+  grep -iE "warn|error" /tmp/gphash-pairs.log | head -3
+  rm -f "$pool"
+}
+for t in ${TESTS:-set:64}; do
+  for _ in $(seq "${PAIRS:-5}"); do
+    redis always "${t%:*}" "${t#*:}"
+    serve "${t%:*}" "${t#*:}"
+  done
+  redis everysec "${t%:*}" "${t#*:}"
+done
