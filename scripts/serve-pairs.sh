@@ -8,18 +8,19 @@
 #   scripts/serve-pairs.sh [DIR]   DIR holds the pools and AOF files (default /dev/shm)
 # Knobs: TESTS ("set:64": test:pipeline pairs), PAIRS (5), GPHASH (the binary; default
 # target/release/gphash), SERVE_ENV (environment of the gphash server, e.g.
-# MIMALLOC_PURGE_DELAY=-1). Needs redis-benchmark and redis-server, or their Debian packages in
+# MIMALLOC_PURGE_DELAY=-1), SERVE_OPTS (more options of gphash serve, e.g. --batch-wait-us 50),
+# REDIS (0: the gphash runs alone), WINDOW (6: seconds a window counts). Needs redis-benchmark and redis-server, or their Debian packages in
 # .gl-redis/ (scripts/redis-tools.sh). Prints a line a run; tee it where it should go.
 set -u
 root=$(pwd)
 dir=${1:-/dev/shm}
 gphash=${GPHASH:-$root/target/release/gphash}
 . "$root/scripts/redis-tools.sh"
-command -v redis-server >/dev/null || { echo "serve-pairs: no redis-server (see scripts/redis-tools.sh)" >&2; exit 1; }
+[ "${REDIS:-1}" = 0 ] || command -v redis-server >/dev/null || { echo "serve-pairs: no redis-server (see scripts/redis-tools.sh)" >&2; exit 1; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 echo "cores $(nproc); NUMA nodes $(ls -d /sys/devices/system/node/node* | wc -l); numa_balancing $(cat /proc/sys/kernel/numa_balancing 2>/dev/null)"
 count() { redis-cli -p "$1" info stats | tr -d '\r' | awk -F: '/total_commands_processed/{print $2}'; }
-# PORT TEST PIPELINE: requests/s over a 6 s window.
+# PORT TEST PIPELINE: requests/s over a window of WINDOW seconds.
 window() {
   local pids=() c0 c1 t0 t1
   for _ in 1 2; do
@@ -28,7 +29,7 @@ window() {
   done
   sleep 2
   t0=$(date +%s.%N) c0=$(count "$1")
-  sleep 6
+  sleep "${WINDOW:-6}"
   t1=$(date +%s.%N) c1=$(count "$1")
   kill "${pids[@]}"
   wait "${pids[@]}" 2>/dev/null
@@ -49,14 +50,15 @@ redis() {
 serve() {
   local pool=$dir/gphash-pairs.pool pid
   rm -f "$pool"
-  env ${SERVE_ENV:-GPHASH_PAIRS=1} "$gphash" serve "$pool" --bind 127.0.0.1:6390 --gpu-start wait >/tmp/gphash-pairs.log 2>&1 &
+  env ${SERVE_ENV:-GPHASH_PAIRS=1} "$gphash" serve "$pool" --bind 127.0.0.1:6390 --gpu-start wait ${SERVE_OPTS:-} \
+    >/tmp/gphash-pairs.log 2>&1 &
   pid=$!
   until grep -q "listening on" /tmp/gphash-pairs.log; do
     sleep 0.2
     kill -0 $pid 2>/dev/null || { cat /tmp/gphash-pairs.log; exit 1; }
   done
   redis-benchmark -p 6390 -t set -n 2000000 -c 50 -P 64 -r 1000000 --threads 4 --csv >/dev/null 2>&1
-  echo "gphash ${SERVE_ENV:-} $1 pipeline $2: $(window 6390 "$1" "$2") requests/s"
+  echo "gphash ${SERVE_ENV:-} ${SERVE_OPTS:-} $1 pipeline $2: $(window 6390 "$1" "$2") requests/s"
   kill $pid
   wait $pid 2>/dev/null
   grep -iE "warn|error" /tmp/gphash-pairs.log | head -3
@@ -64,8 +66,8 @@ serve() {
 }
 for t in ${TESTS:-set:64}; do
   for _ in $(seq "${PAIRS:-5}"); do
-    redis always "${t%:*}" "${t#*:}"
+    [ "${REDIS:-1}" = 0 ] || redis always "${t%:*}" "${t#*:}"
     serve "${t%:*}" "${t#*:}"
   done
-  redis everysec "${t%:*}" "${t#*:}"
+  [ "${REDIS:-1}" = 0 ] || redis everysec "${t%:*}" "${t#*:}"
 done
