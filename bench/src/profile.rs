@@ -313,10 +313,12 @@ impl fmt::Display for Alternated {
         let reps = self.reps.iter().zip(&self.vulkan).zip(&ratios).zip(&self.stages);
         for (i, ((((b, t), v), r), p)) in reps.enumerate() {
             // The other stages (encoding, queue writes, readback, decoding, ...), and what the
-            // batch took beyond all stages (the index's and the engine's bookkeeping).
+            // batch took beyond all stages: waiting for the last batch's tail, buffers made,
+            // cache slices, error scopes, the index's and the engine's bookkeeping (signed:
+            // stages that overlapped the batches' calls would show as negative).
             let staged: Duration = p.stages().iter().map(|(_, d)| *d).sum();
             let other = staged.saturating_sub(p.record + p.submit + p.wait);
-            let rest = b.iter().sum::<Duration>().saturating_sub(staged);
+            let rest = b.iter().sum::<Duration>().as_secs_f64() - staged.as_secs_f64();
             writeln!(
                 f,
                 "{i:<4} {:>13.4} {:>13.4} {:>15.4} {:>15.4} {r:>6.2}x {:>11.4} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
@@ -329,7 +331,7 @@ impl fmt::Display for Alternated {
                 per_batch(p.submit),
                 per_batch(p.wait),
                 per_batch(other),
-                per_batch(rest)
+                rest * 1e6 / self.pairs.max(1) as f64
             )?;
         }
         ratios.sort_by(f64::total_cmp);

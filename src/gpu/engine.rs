@@ -1198,7 +1198,8 @@ impl GpuEngine {
             in_host => {
                 match in_host {
                     Completion::Flagged(submission, done) => self.gpu.wait_flag(done, submission)?,
-                    _ => s.direct.as_mut().expect("a direct submit ran")[0].wait()?,
+                    Completion::Direct => s.direct.as_mut().expect("a direct submit ran")[0].wait()?,
+                    Completion::Mapped(_) => unreachable!("taken by the arm above"),
                 }
                 mapped = Instant::now();
                 if let (Some(t), Completion::Flagged(submission, _)) = (timer, in_host) {
