@@ -203,7 +203,9 @@ fn gpu_matches_model_on_random_batches() {
 /// wgpu. The table's contents, its cells and its invariants are checked after.
 #[test]
 fn small_host_batches_are_submitted_through_vulkan_itself() {
-    let Some(device) = common::gpu() else { return };
+    if common::gpu().is_none() {
+        return;
+    }
     let mut rng =
         StdRng::seed_from_u64(common::seed("small_host_batches_are_submitted_through_vulkan_itself"));
     let dir = common::pool_dir();
@@ -214,10 +216,7 @@ fn small_host_batches_are_submitted_through_vulkan_itself() {
         [("default", GpuOptions::default(), true), ("timed", timed, false), ("staged", staged, false)]
     {
         let t = common::table(&dir, name, &cfg, &common::gpu_options(gpu));
-        // Only a zero-copy pool on a driver that imports host memory (where a batch's
-        // operations are) has them: the default pool is staged where the pool's file system
-        // cannot be imported.
-        let direct = direct && t.stats().mode == gphash::Mode::ZeroCopy && device.info.host_import;
+        let direct = direct && common::submits_through_vulkan(&t);
         let cpu = common::table(&dir, &format!("{name}-model"), &cfg, &common::cpu_options());
         let mut oracle = Oracle::default();
         let space = 3000;
@@ -569,11 +568,9 @@ fn full_table_and_full_heap_roll_back() {
             Err(Error::TableFull { failed: 1, .. }) => {}
             other => panic!("{name}: expected TableFull, got {other:?}"),
         }
-        // On a zero-copy pool where the driver imports host memory, phase A and the rollback
-        // were recorded with Vulkan itself (the insert before bound the slot through wgpu).
-        let direct =
-            common::gpu().is_some_and(|g| g.info.host_import) && t.stats().mode == gphash::Mode::ZeroCopy;
-        if name == "GPU" && direct {
+        // Where the engine submits through Vulkan itself, phase A and the rollback were
+        // recorded there (the insert before bound the slot through wgpu).
+        if name == "GPU" && common::submits_through_vulkan(&t) {
             let p = t.activity().profile.since(&before);
             assert_eq!((p.vulkan_submits, p.wgpu_submits), (2, 0), "{name}: {p:?}");
         }

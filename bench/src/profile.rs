@@ -308,7 +308,7 @@ impl fmt::Display for Alternated {
             "other µs",
             "rest µs"
         )?;
-        let per_batch = |d: Duration| d.as_secs_f64() * 1e6 / self.pairs.max(1) as f64;
+        let per_batch = |secs: f64| secs * 1e6 / self.pairs.max(1) as f64;
         let mut ratios = self.ratios();
         let reps = self.reps.iter().zip(&self.vulkan).zip(&ratios).zip(&self.stages);
         for (i, ((((b, t), v), r), p)) in reps.enumerate() {
@@ -327,11 +327,11 @@ impl fmt::Display for Alternated {
                 ms(quantile(t, 0.5)),
                 ms(quantile(t, 0.99)),
                 if v.is_empty() { f64::NAN } else { ms(quantile(v, 0.5)) },
-                per_batch(p.record),
-                per_batch(p.submit),
-                per_batch(p.wait),
-                per_batch(other),
-                rest * 1e6 / self.pairs.max(1) as f64
+                per_batch(p.record.as_secs_f64()),
+                per_batch(p.submit.as_secs_f64()),
+                per_batch(p.wait.as_secs_f64()),
+                per_batch(other.as_secs_f64()),
+                per_batch(rest)
             )?;
         }
         ratios.sort_by(f64::total_cmp);

@@ -1183,7 +1183,8 @@ impl GpuEngine {
             ]
         };
         let stamps = rl.timestamps as usize..rl.statuses as usize;
-        match &r.completion {
+        // Whether the results are in the batch's host memory, where the kernels wrote them.
+        let in_host = match &r.completion {
             Completion::Mapped(submission) => {
                 map_read_after(&self.gpu, Some(submission.clone()), &io.readback, 0..end, |bytes| {
                     mapped = Instant::now();
@@ -1194,29 +1195,32 @@ impl GpuEngine {
                     crate::bulk::refill(statuses, &bytes[s]);
                     crate::bulk::refill(values, &bytes[v]);
                 })?;
+                false
             }
-            in_host => {
-                match in_host {
-                    Completion::Flagged(submission, done) => self.gpu.wait_flag(done, submission)?,
-                    Completion::Direct => s.direct.as_mut().expect("a direct submit ran")[0].wait()?,
-                    Completion::Mapped(_) => unreachable!("taken by the arm above"),
-                }
+            Completion::Flagged(submission, done) => {
+                self.gpu.wait_flag(done, submission)?;
                 mapped = Instant::now();
-                if let (Some(t), Completion::Flagged(submission, _)) = (timer, in_host) {
+                if let Some(t) = timer {
                     let range = stamps.start as u64..stamps.end as u64;
                     map_read_after(&self.gpu, Some(submission.clone()), &io.readback, range, |bytes| {
                         times = Some(t.times(bytes, r.passes))
                     })?;
                 }
-                let host = &io.host_ops.as_ref().expect("a batch in host memory").buffers;
-                // SAFETY: the slot's submit ended (waited for above), behind the host-read barrier,
-                // and no other submit uses its host memory.
-                let bytes = unsafe { host.outputs.bytes() };
-                ctl.copy_from_slice(bytemuck::cast_slice(
-                    &bytes[host.at[0]..host.at[0] + control::WORDS * 4],
-                ));
-                self.slots[slot].in_host = Some(ranges([host.at[4], host.at[5]]));
+                true
             }
+            Completion::Direct => {
+                s.direct.as_mut().expect("a direct submit ran")[0].wait()?;
+                mapped = Instant::now();
+                true
+            }
+        };
+        if in_host {
+            let host = &io.host_ops.as_ref().expect("a batch in host memory").buffers;
+            // SAFETY: the slot's submit ended (waited for above), behind the host-read barrier,
+            // and no other submit uses its host memory.
+            let bytes = unsafe { host.outputs.bytes() };
+            ctl.copy_from_slice(bytemuck::cast_slice(&bytes[host.at[0]..host.at[0] + control::WORDS * 4]));
+            self.slots[slot].in_host = Some(ranges([host.at[4], host.at[5]]));
         }
         let done = Instant::now();
         let p = &mut self.profile;

@@ -24,6 +24,13 @@ pub const SUBGROUP_SIZES: [u32; 6] = [4, 8, 16, 32, 64, 128];
 /// not run compute shaders that wide (so gphash refuses it): the size cannot be tested here.
 const UNTESTABLE: i32 = 77;
 
+/// Whether `t`'s small host batches are recorded and submitted with Vulkan itself: a pool
+/// imported in place on a GPU that imports host memory (docs/design.md, "Submits through Vulkan
+/// itself"; a pool the file system keeps from the GPU lands staged).
+pub fn submits_through_vulkan(t: &gphash::GpHash) -> bool {
+    t.stats().mode == gphash::Mode::ZeroCopy && gpu().is_some_and(|g| g.info.host_import)
+}
+
 /// The GPU all tests of a process share. Without one the tests fail (under `CI=true` always;
 /// elsewhere unless `GPHASH_SKIP_GPU_TESTS=1` says to run the CPU executor instead, loudly).
 pub fn gpu() -> Option<Arc<Gpu>> {
