@@ -1,6 +1,7 @@
 // Allocation stage, first of phase A: every operation that carries a value takes a free cell
-// of the heap (next-fit from the allocator's cursor: `alloc_cells`), and the tile writes the
-// value and its checksum into it. Resets the per-operation records.
+// of its key's arena (next-fit from the arena's cursor: `alloc_cells`, once per arena that the
+// subgroup's operations need), and the tile writes the value and its checksum into it. Resets
+// the per-operation records, each with its key's arena, which holds every cell it names.
 // Twin: Model::alloc in src/model.rs.
 
 #include "common/prelude.wgsl"
@@ -19,7 +20,29 @@ fn main(inv: Invocation, sg: Subgroup) {
     let o = owned(inv);
     let me = o.op;
     let want = o.owns && writes_value(kinds[me]);
-    let cell = alloc_cells(want, sg.lane, sg.size);
+    var arena = 0u;
+    var cell = NONE;
+    if (ARENAS == 1u) {
+        cell = alloc_cells(want, 0u, sg.lane, sg.size);
+    } else {
+        if (o.owns) {
+            arena = arena_of(hash_key(load_key(me), FINGERPRINT_SEED));
+        }
+        // One arena at a time, the lowest that a lane still waits for (subgroup-uniform).
+        var waiting = want;
+        loop {
+            let next = subgroupMin(select(NONE, arena, waiting));
+            if (next == NONE) {
+                break;
+            }
+            let mine = waiting && arena == next;
+            let c = alloc_cells(mine, next, sg.lane, sg.size);
+            if (mine) {
+                cell = c;
+                waiting = false;
+            }
+        }
+    }
     if (o.owns) {
         var phase = 0u;
         if (want) {
@@ -36,7 +59,8 @@ fn main(inv: Invocation, sg: Subgroup) {
         set_op_field(me, ST_FREE, NONE);
         set_op_field(me, ST_LAST_WRITE, 0u);
         set_op_field(me, ST_FIRST_DELETE, NONE);
+        set_op_field(me, ST_ARENA, arena);
     }
-    write_values(t, me, cell);
+    write_values(t, me, heap_cell(arena, cell));
     flush_tally(sg.lane);
 }

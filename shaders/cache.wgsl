@@ -106,8 +106,13 @@ fn fill(inv: Invocation, sg: Subgroup) {
     for (var first = 0u; first < GROUP_SLOTS; first += t.size) {
         let pos = first + t.lane;
         var state = EMPTY;
+        var fp = 0u;
         if (busy && pos < GROUP_SLOTS) {
-            state = table_load(state_word(group * GROUP_BUCKETS + pos / SLOTS, pos % SLOTS));
+            let bucket = group * GROUP_BUCKETS + pos / SLOTS;
+            state = table_load(state_word(bucket, pos % SLOTS));
+            if (ARENAS > 1u) {
+                fp = table_load(fp_word(bucket, pos % SLOTS));
+            }
         }
         // One published position at a time, every tile of the subgroup in step.
         var published = tile_ballot(t, state >= PUBLISHED);
@@ -118,7 +123,7 @@ fn fill(inv: Invocation, sg: Subgroup) {
             let has = published != 0u;
             let src = select(0u, firstTrailingBit(published), has);
             published &= published - 1u;
-            let cell = tile_bcast(t, state, src) - PUBLISHED;
+            let cell = heap_cell(arena_of(tile_bcast(t, fp, src)), tile_bcast(t, state, src) - PUBLISHED);
             if (has) {
                 let id = group * GROUP_SLOTS + first + src;
                 for (var w = t.lane; w < CELL_WORDS; w += t.size) {

@@ -85,10 +85,11 @@ struct Read {
 // The value of the tile's get `op`, which found its key when `found_get`, into the batch's output:
 // consecutive lanes, one request per cell (none for a cached group). A damaged value is not
 // handed out: zeros instead.
-fn read_value(t: Tile, found_get: bool, op: u32, hit: Hit) -> Read {
+fn read_value(t: Tile, found_get: bool, op: u32, hit: Hit, fp: u32) -> Read {
     // A published cell beyond the heap is a damaged state word: the read reports CORRUPT.
     let cell = hit.state - PUBLISHED;
-    let damaged = found_get && cell >= HEAP_CELLS;
+    let damaged = found_get && cell >= ARENA_CELLS;
+    let at = heap_cell(arena_of(fp), cell);
     let reads = found_get && !damaged;
     // Verified reads fetch the checksum word too: it follows the value in the same request.
     let read_words = VALUE_WORDS + VERIFY_VALUES;
@@ -98,7 +99,7 @@ fn read_value(t: Tile, found_get: bool, op: u32, hit: Hit) -> Read {
         for (var w = t.lane; w < read_words; w += t.size) {
             var v: u32;
             if (hit.entry == NONE) {
-                v = heap_load(cell_word(cell, w));
+                v = heap_load(cell_word(at, w));
             } else {
                 v = cheap_load(cached_value_word(hit.entry, hit.slot, w));
             }
@@ -170,7 +171,7 @@ fn step(t: Tile, turn: Turn) -> bool {
     }
     let bucket = candidate_bucket(loc.tops, chosen);
     let slot = chosen % SLOTS;
-    let r = read_value(t, turn.busy && found && kind == OP_GET, op, hit);
+    let r = read_value(t, turn.busy && found && kind == OP_GET, op, hit, loc.fp);
 
     if (!turn.leader) {
         return true;
@@ -271,7 +272,7 @@ fn search(inv: Invocation, sg: Subgroup) {
         }
         let loc = locate(key);
         let hit = tile_hit(t, probe(t, turn.busy, key, loc));
-        let r = read_value(t, turn.busy && hit.found, turn.op, hit);
+        let r = read_value(t, turn.busy && hit.found, turn.op, hit, loc.fp);
         if (turn.leader) {
             note(turn.op, loc, hit.slot, hit.entry, table_group_reads(loc, hit.entry), r.value && hit.entry != NONE);
             statuses[turn.op] = get_status(hit.found, r);

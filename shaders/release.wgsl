@@ -13,7 +13,7 @@
 fn free_cells(inv: Invocation) {
     let me = op_index(inv);
     if (me < params.n) {
-        release(op_field(me, ST_FREE));
+        release(op_field(me, ST_ARENA), op_field(me, ST_FREE));
     }
 }
 
@@ -28,5 +28,5 @@ fn rollback(inv: Invocation) {
         table_store(word, EMPTY);
         mark_table_words(word, 1u);
     }
-    release(op_field(me, ST_CELL));
+    release(op_field(me, ST_ARENA), op_field(me, ST_CELL));
 }

@@ -409,9 +409,10 @@ pub fn expected_entry(geo: &Geometry, table: &[u32], heap: &[u32], group: u64) -
     for b in 0..buckets {
         for s in 0..geo.layout.slots {
             let state = table[geo.state_word(group * buckets + b, s) as usize];
-            if state >= PUBLISHED {
+            let fp = table[geo.fp_word(group * buckets + b, s) as usize];
+            if let Some(Ok(cell)) = (state >= PUBLISHED).then(|| geo.published_cell(fp, state)) {
                 let pos = (b * geo.layout.slots as u64 + s as u64) as usize;
-                let cell = (state - PUBLISHED) as usize;
+                let cell = cell as usize;
                 values[pos * cw..(pos + 1) * cw].copy_from_slice(&heap[cell * cw..(cell + 1) * cw]);
             }
         }

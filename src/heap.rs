@@ -17,13 +17,17 @@ use crate::placement::{place, region_bytes};
 use crate::profile::Laps;
 use crate::resize::copy_on_all_threads;
 
-/// The geometry of `geo`'s table with its heap grown by a quarter, or to the most cells the
-/// kernels address ([`MAX_CELLS`], more than the table's slots); `HeapFull` (naming `failed`
-/// operations) when it has them already.
+/// The geometry of `geo`'s table with its heap grown by a quarter (in whole bitmap words of
+/// each arena), or to the most cells its arenas' state words address ([`MAX_CELLS`] an arena,
+/// more than the table's slots); `HeapFull` (naming `failed` operations) when it has them
+/// already.
 pub(crate) fn grown(geo: &Geometry, failed: u64) -> Result<Geometry> {
-    let cells = (geo.cells + geo.cells / 4 + 1024).min(MAX_CELLS);
+    let arenas = geo.arenas();
+    let (words, most) =
+        if arenas == 1 { (1, MAX_CELLS) } else { (32 * arenas, arenas * (MAX_CELLS / 32 * 32)) };
+    let cells = ((geo.cells + geo.cells / 4 + 1024).div_ceil(words) * words).min(most);
     if cells <= geo.cells {
-        log::info!("the heap cannot grow: it has the {MAX_CELLS} cells the kernels address");
+        log::info!("the heap cannot grow: it has the {most} cells its arenas address");
         return Err(Error::HeapFull { failed });
     }
     geo.with_cells(cells)
@@ -137,12 +141,12 @@ mod tests {
     #[test]
     fn a_grown_allocator_keeps_its_cells_and_frees_the_new_ones() {
         for (cells, grown_to) in [(40u64, 50u64), (40, 70), (64, 200), (1, 33)] {
-            let mut bitmap = crate::model::Bitmap::new(cells);
-            let taken: Vec<u32> = (0..cells / 2 + 1).map(|_| bitmap.alloc().unwrap()).collect();
+            let mut bitmap = crate::model::Bitmap::new(cells, 1);
+            let taken: Vec<u32> = (0..cells / 2 + 1).map(|_| bitmap.alloc(0).unwrap()).collect();
             let mut bitmap = bitmap.grown(cells, grown_to);
             assert_eq!(bitmap.used(grown_to), taken.len() as u64, "{cells} -> {grown_to}");
             let mut fresh = vec![];
-            while let Some(c) = bitmap.alloc() {
+            while let Some(c) = bitmap.alloc(0) {
                 fresh.push(c);
             }
             assert_eq!(fresh.len() as u64 + taken.len() as u64, grown_to, "{cells} -> {grown_to}");

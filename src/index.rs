@@ -71,6 +71,10 @@ pub struct Config {
     /// Keep keys in an array of their own instead of in their buckets (an ablation of the
     /// design: a positive search then reads its key with a request of its own; no cache).
     pub keys_apart: bool,
+    /// The heap's arenas, as log2 (0 to 5; `None`: the fewest whose state words name a cell
+    /// for every slot of the table, one up to 2^32 - 4 slots). More arenas than needed only
+    /// cost each allocation stage a pass per arena its subgroups need: for tests.
+    pub arena_bits: Option<u32>,
 }
 
 impl Default for Config {
@@ -83,6 +87,7 @@ impl Default for Config {
             seed: 0x9E37_79B9_7F4A_7C15,
             max_bytes: None,
             keys_apart: false,
+            arena_bits: None,
         }
     }
 }
@@ -459,6 +464,7 @@ pub(crate) fn new_header(
     };
     header.user[crate::layout::KEYS_APART_WORD] = geo.keys_apart as u64;
     header.user[crate::layout::LOCATIONS_APART_WORD] = geo.locations_apart as u64;
+    header.user[crate::layout::ARENA_BITS_WORD] = geo.arena_bits as u64;
     header
 }
 
@@ -479,6 +485,7 @@ impl GpHash {
         let geo =
             Geometry::for_capacity(config.layout, config.key_bytes, config.value_bytes, config.capacity)?
                 .with_keys_apart(config.keys_apart)?;
+        let geo = geo.with_arena_bits(config.arena_bits.unwrap_or(geo.arena_bits))?;
         let (table_region, heap_region, bytes) = host_pm::layout_regions(geo.table_bytes(), geo.heap_bytes());
         let mut header = new_header(&geo, config.seed, [table_region, heap_region]);
         if let Some((table, number)) = shard {
@@ -526,8 +533,13 @@ impl GpHash {
         };
         let keys_apart = flag(crate::layout::KEYS_APART_WORD, "key placement")?;
         let locations_apart = flag(crate::layout::LOCATIONS_APART_WORD, "placement of hash locations")?;
-        let geo = Geometry::new(layout, t.key_bytes, t.value_bytes, t.top_level, h.heap_cells)
-            .and_then(|g| g.with_keys_apart(keys_apart)?.with_locations_apart(locations_apart))
+        let arena_bits = u32::try_from(h.user[crate::layout::ARENA_BITS_WORD]).unwrap_or(u32::MAX);
+        let geo = Geometry::new(layout, t.key_bytes, t.value_bytes, t.top_level, 1)
+            .and_then(|g| {
+                g.with_keys_apart(keys_apart)?
+                    .with_locations_apart(locations_apart)?
+                    .with_heap(arena_bits, h.heap_cells)
+            })
             .map_err(|e| incompatible(e.to_string()))?;
         h.check_regions(geo.table_bytes(), geo.heap_bytes()).map_err(incompatible)?;
         Ok(geo)
@@ -755,9 +767,11 @@ impl GpHash {
         for bucket in 0..g.buckets() {
             for slot in 0..g.layout.slots {
                 let state = table[g.state_word(bucket, slot) as usize];
+                let fp = table[g.fp_word(bucket, slot) as usize];
                 // A cell beyond the heap is a damaged state word (`check` names it): left out.
-                let cell = state.wrapping_sub(crate::layout::PUBLISHED) as u64;
-                if state >= crate::layout::PUBLISHED && cell < g.cells {
+                if let Some(Ok(cell)) =
+                    (state >= crate::layout::PUBLISHED).then(|| g.published_cell(fp, state))
+                {
                     let k = g.key_word(bucket, slot) as usize;
                     let key = bytemuck::cast_slice(&table[k..k + g.key_words() as usize]).to_vec();
                     let at = cell as usize * cell_bytes;

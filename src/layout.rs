@@ -35,11 +35,13 @@ pub(crate) const EMPTY: u32 = 0;
 pub(crate) const INSERTING: u32 = 1;
 /// State words at or above this value are published: `state - PUBLISHED` is the value cell.
 pub const PUBLISHED: u32 = 2;
-/// Most value cells a heap has: a state word names its cell with 32 bits, above the states of
-/// an empty and a claimed slot, and short of `u32::MAX` (`NONE` in the kernels). Never fewer
-/// than a table's slots: a table has fewer than 2^32 - 2 (its slots are numbered with 32 bits
-/// too), so its heap can always hold a value for every slot it has.
+/// Most value cells an arena has: a state word names its cell within the arena with 32 bits,
+/// above the states of an empty and a claimed slot, and short of `u32::MAX` (`NONE` in the
+/// kernels). A heap of one arena (every table whose slots this reaches) has at most this many
+/// cells; a heap of `A` arenas at most `A` times this, rounded down to whole words of each.
 pub const MAX_CELLS: u64 = (u32::MAX - PUBLISHED) as u64 - 1;
+/// Most arenas a heap has, as log2 ([`Geometry::arena_bits`]).
+pub(crate) const MAX_ARENA_BITS: u32 = 5;
 /// Largest number of candidate slots per key (`L * H * S`) the kernels support.
 pub(crate) const MAX_CANDIDATES: u32 = 128;
 /// Fewest candidate slots per key a table may have: with fewer, keys collide while the table
@@ -54,6 +56,9 @@ pub(crate) const LOCATIONS_APART_WORD: usize = 1;
 /// table's identity, and the shard's number plus one (both 0: not a shard).
 pub(crate) const SHARD_TABLE_WORD: usize = 2;
 pub(crate) const SHARD_NUMBER_WORD: usize = 3;
+/// The pool header's user word that records the heap's arenas, as log2 (0: one arena, as in
+/// pools made before arenas).
+pub(crate) const ARENA_BITS_WORD: usize = 4;
 /// Load factor the table is sized for when created with a capacity.
 pub const TARGET_LOAD: f64 = 0.75;
 
@@ -167,6 +172,12 @@ pub struct Geometry {
     /// Each hash location hashes into a part of the top level of its own, named by the top
     /// bucket's highest bits (d-left hashing: [`Geometry::location_bits`]).
     pub locations_apart: bool,
+    /// log2 of the heap's arenas. A key's cells are all in the arena its fingerprint's highest
+    /// bits name, and its state word names a cell by its number within that arena, so that
+    /// 32-bit state words reach `2^arena_bits` times [`MAX_CELLS`] cells and the commit stays
+    /// one 32-bit CAS. Bitmap word `w` (cells `32w .. 32w + 31`) belongs to arena `w mod A`:
+    /// [`Geometry::cell_index`].
+    pub arena_bits: u32,
 }
 
 impl Geometry {
@@ -185,8 +196,17 @@ impl Geometry {
         // Locations apart where the level splits evenly among them.
         let hashes = layout.hashes;
         let locations_apart = hashes > 1 && hashes.is_power_of_two();
-        Geometry { layout, key_bytes, value_bytes, top_level, cells, keys_apart: false, locations_apart }
-            .checked()
+        Geometry {
+            layout,
+            key_bytes,
+            value_bytes,
+            top_level,
+            cells,
+            keys_apart: false,
+            locations_apart,
+            arena_bits: 0,
+        }
+        .checked()
     }
 
     /// The same table with its keys in an array of their own (`apart`) or in their buckets.
@@ -198,6 +218,62 @@ impl Geometry {
     /// or every location hashing into all of it.
     pub fn with_locations_apart(self, apart: bool) -> Result<Self> {
         Geometry { locations_apart: apart, ..self }.checked()
+    }
+
+    /// The same table with `2^bits` arenas in its heap, whose cells are rounded up to whole
+    /// bitmap words of each arena.
+    pub fn with_arena_bits(self, bits: u32) -> Result<Self> {
+        let words = 32 << bits.min(MAX_ARENA_BITS);
+        self.with_heap(bits, self.cells.div_ceil(words) * words)
+    }
+
+    /// The same table with a heap of `cells` cells in `2^arena_bits` arenas.
+    pub fn with_heap(self, arena_bits: u32, cells: u64) -> Result<Self> {
+        Geometry { arena_bits, cells, ..self }.checked()
+    }
+
+    /// Arenas of the heap.
+    pub fn arenas(&self) -> u64 {
+        1 << self.arena_bits
+    }
+
+    /// The arena of the key whose fingerprint is `fp`: its highest `arena_bits` bits.
+    pub fn arena_of(&self, fp: u32) -> u32 {
+        ((fp as u64) >> (32 - self.arena_bits)) as u32
+    }
+
+    /// Cells of each arena.
+    pub fn arena_cells(&self) -> u64 {
+        self.cells >> self.arena_bits
+    }
+
+    /// The heap's cell `local` of arena `arena` (what a state word names, less [`PUBLISHED`]):
+    /// arena `p` has bitmap words `p, p + A, p + 2A, ..`.
+    pub fn cell_index(&self, arena: u32, local: u32) -> u64 {
+        (((local as u64 >> 5) << self.arena_bits) + arena as u64) * 32 + (local & 31) as u64
+    }
+
+    /// The heap cell that published state word `state` names in a slot whose fingerprint is
+    /// `fp`, or why it names none (a damaged state word: a number beyond its arena).
+    pub fn published_cell(&self, fp: u32, state: u32) -> std::result::Result<u64, String> {
+        let (arena, local) = (self.arena_of(fp), state - PUBLISHED);
+        if (local as u64) < self.arena_cells() {
+            Ok(self.cell_index(arena, local))
+        } else if self.arena_bits == 0 {
+            Err(format!("value cell {local} beyond the heap of {} cells", self.cells))
+        } else {
+            Err(format!(
+                "value cell {local} of arena {arena} beyond the {} cells of an arena",
+                self.arena_cells()
+            ))
+        }
+    }
+
+    /// The arena and the number within it of heap cell `cell` (inverse of [`Self::cell_index`]).
+    pub fn cell_local(&self, cell: u64) -> (u32, u32) {
+        let word = cell / 32;
+        let arena = (word & (self.arenas() - 1)) as u32;
+        (arena, (((word >> self.arena_bits) * 32) + cell % 32) as u32)
     }
 
     /// The top-level bucket's highest bits that name its hash location: log2 `H` for tables
@@ -227,8 +303,16 @@ impl Geometry {
         if g.slots() >= u32::MAX as u64 {
             return bad(format!("table of {} slots: at most 2^32 - 2", g.slots()));
         }
-        if cells == 0 || cells > MAX_CELLS {
-            return bad(format!("{cells} value cells: must be 1 to {MAX_CELLS} (2^32 - 4)"));
+        let arenas = 1u64 << g.arena_bits.min(MAX_ARENA_BITS);
+        if g.arena_bits > MAX_ARENA_BITS {
+            return bad(format!("2^{} arenas: at most 2^{MAX_ARENA_BITS}", g.arena_bits));
+        }
+        let most = if arenas == 1 { MAX_CELLS } else { arenas * (MAX_CELLS / 32 * 32) };
+        if cells == 0 || cells > most {
+            return bad(format!("{cells} value cells: must be 1 to {most} in {arenas} arenas"));
+        }
+        if arenas > 1 && !cells.is_multiple_of(32 * arenas) {
+            return bad(format!("{cells} value cells: not whole bitmap words of each of {arenas} arenas"));
         }
         Ok(g)
     }
@@ -245,7 +329,11 @@ impl Geometry {
         while slots_at(top) < want && top < 30 {
             top += 1;
         }
-        Geometry::new(layout, key_bytes, value_bytes, top, Self::cells_for_keys(capacity.max(1)))
+        // As many arenas as name a cell for every slot.
+        let arena_bits = slots_at(top).div_ceil(MAX_CELLS).next_power_of_two().ilog2();
+        let words = if arena_bits == 0 { 1 } else { 32 << arena_bits };
+        let cells = Self::cells_for_keys(capacity.max(1)).div_ceil(words) * words;
+        Geometry::new(layout, key_bytes, value_bytes, top, 1)?.with_heap(arena_bits, cells)
     }
 
     /// Heap cells for a table meant to hold `keys` keys: one each, plus a sixteenth (and 1,024)
@@ -258,7 +346,7 @@ impl Geometry {
 
     /// The same table with a heap of `cells` cells.
     pub fn with_cells(&self, cells: u64) -> Result<Geometry> {
-        Geometry { cells, ..*self }.checked()
+        self.with_heap(self.arena_bits, cells)
     }
 
     /// 32-bit words of one key.
@@ -374,7 +462,10 @@ impl Geometry {
     /// many cells as the new slots need.
     pub fn grown(&self) -> Result<Geometry> {
         let mut g = Geometry { top_level: self.top_level + 1, ..*self };
-        g.cells = self.cells.max(Self::cells_for_keys((g.slots() as f64 * TARGET_LOAD) as u64));
+        let words = 32 * self.arenas();
+        g.cells = self
+            .cells
+            .max(Self::cells_for_keys((g.slots() as f64 * TARGET_LOAD) as u64).div_ceil(words) * words);
         g.checked()
     }
 

@@ -5,7 +5,7 @@
 //! of a batch through a stage before the next stage starts is one of the interleavings the
 //! GPU may produce, so for batches of distinct keys the results are identical.
 
-use crate::hash::{Seeds, locate, value_checksum};
+use crate::hash::{Seeds, hash_words, locate, value_checksum};
 use crate::layout::{Candidate, EMPTY, Geometry, INSERTING, Layout, PUBLISHED};
 use std::collections::HashMap;
 
@@ -49,22 +49,24 @@ impl Dirty {
     }
 }
 
-/// The volatile value-cell allocator: one bit per cell, set = in use.
+/// The volatile value-cell allocator: one bit per cell, set = in use. Cells are numbered over
+/// the whole heap (`Geometry::cell_index`); arena `p` of `A` has bitmap words `p, p + A, ..`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bitmap {
     /// Bit `i % 32` of word `i / 32` is cell `i`; bits past the last cell are set.
     pub words: Vec<u32>,
-    cursor: usize,
+    /// Per arena, the bitmap word the next allocation looks at first.
+    cursors: Vec<usize>,
 }
 
 impl Bitmap {
-    /// An allocator with every cell free.
-    pub fn new(cells: u64) -> Self {
+    /// An allocator with every cell free, in `arenas` arenas.
+    pub fn new(cells: u64, arenas: u64) -> Self {
         let mut words = vec![0u32; cells.div_ceil(32) as usize];
         if let Some(last) = words.last_mut() {
             *last = Bitmap::past_cells(cells);
         }
-        Bitmap { words, cursor: 0 }
+        Bitmap::from_words(words, arenas)
     }
 
     /// The bits of the last word that lie past the last of `cells` cells: an allocator keeps
@@ -77,13 +79,18 @@ impl Bitmap {
     }
 
     /// The allocator whose bitmap words are `words` (as the GPU engine holds them).
-    pub fn from_words(words: Vec<u32>) -> Self {
-        Bitmap { words, cursor: 0 }
+    pub fn from_words(words: Vec<u32>, arenas: u64) -> Self {
+        Bitmap { words, cursors: vec![0; arenas as usize] }
+    }
+
+    /// Arenas of the heap.
+    fn arenas(&self) -> usize {
+        self.cursors.len()
     }
 
     /// The same allocator over a heap grown from `cells` to `grown` cells (the new ones free).
     pub fn grown(mut self, cells: u64, grown: u64) -> Self {
-        let fresh = Bitmap::new(grown);
+        let fresh = Bitmap::new(grown, 1);
         // The bits past the old last cell are cells now.
         *self.words.last_mut().expect("a heap has cells") &= !Bitmap::past_cells(cells);
         self.words.extend_from_slice(&fresh.words[self.words.len()..]);
@@ -98,47 +105,58 @@ impl Bitmap {
     }
 
     /// What the allocation kernels keep beside the bitmap: the summary, bit `w % 32` of word
-    /// `w / 32` set when bitmap word `w` is full (no free cell); then the next-fit cursor, a
-    /// cell counter, where free cells are thickest: at the first word of the longest run of
-    /// words with every cell free (the tail a load left, the quarter a growth added), else at
-    /// the first word with a free cell, else 0. One pass: an open makes it for the whole heap.
+    /// `w / 32` set when bitmap word `w` is full (no free cell); then a next-fit cursor per
+    /// arena, a counter of the arena's cells, where its free cells are thickest: at the first
+    /// word of the arena's longest run of words with every cell free (the tail a load left, the
+    /// quarter a growth added), else at its first word with a free cell, else 0. One pass: an
+    /// open makes it for the whole heap.
     pub fn allocator_words(&self) -> Vec<u32> {
-        let mut words = vec![0u32; Bitmap::summary_words(self.words.len()) + 1];
-        let (mut best, mut best_len, mut run_start, mut first_free) = (0, 0, 0, None);
+        let arenas = self.arenas();
+        let summary = Bitmap::summary_words(self.words.len());
+        let mut words = vec![0u32; summary + arenas];
         for (w, &bits) in self.words.iter().enumerate() {
             if bits == !0 {
                 words[w / 32] |= 1 << (w % 32);
-            } else if first_free.is_none() {
-                first_free = Some(w);
-            }
-            if bits != 0 {
-                run_start = w + 1;
-            } else if w + 1 - run_start > best_len {
-                (best, best_len) = (run_start, w + 1 - run_start);
             }
         }
-        let roomiest = if best_len > 0 { best } else { first_free.unwrap_or(0) };
-        *words.last_mut().expect("the cursor") = (roomiest * 32) as u32;
+        for arena in 0..arenas {
+            let (mut best, mut best_len, mut run_start, mut first_free) = (0, 0, 0, None);
+            for (i, &bits) in self.words.iter().skip(arena).step_by(arenas).enumerate() {
+                if bits != !0 && first_free.is_none() {
+                    first_free = Some(i);
+                }
+                if bits != 0 {
+                    run_start = i + 1;
+                } else if i + 1 - run_start > best_len {
+                    (best, best_len) = (run_start, i + 1 - run_start);
+                }
+            }
+            let roomiest = if best_len > 0 { best } else { first_free.unwrap_or(0) };
+            words[summary + arena] = (roomiest * 32) as u32;
+        }
         words
     }
 
-    /// Takes a free cell.
-    pub fn alloc(&mut self) -> Option<u32> {
-        let n = self.words.len();
-        for i in 0..n {
-            let w = (self.cursor + i) % n;
+    /// Takes a free cell of arena `arena`; returns its number within the arena.
+    pub fn alloc(&mut self, arena: u32) -> Option<u32> {
+        let arenas = self.arenas();
+        let mine = (self.words.len() + arenas - 1 - arena as usize) / arenas;
+        let cursor = &mut self.cursors[arena as usize];
+        for i in 0..mine {
+            let j = (*cursor + i) % mine;
+            let w = j * arenas + arena as usize;
             if self.words[w] != !0 {
                 let bit = (!self.words[w]).trailing_zeros();
                 self.words[w] |= 1 << bit;
-                self.cursor = w;
-                return Some((w * 32) as u32 + bit);
+                *cursor = j;
+                return Some((j * 32) as u32 + bit);
             }
         }
         None
     }
 
-    /// Returns a cell.
-    pub fn free(&mut self, cell: u32) {
+    /// Returns heap cell `cell`.
+    pub fn free(&mut self, cell: u64) {
         self.words[(cell / 32) as usize] &= !(1 << (cell % 32));
     }
 
@@ -268,11 +286,14 @@ impl Model<'_> {
         i: usize,
     ) {
         let kind = OpKind::from_code(batch.kinds[i]).expect("encoded from OpKind");
+        let kw = self.geo.key_words() as usize;
+        let st = &mut run.states[i];
+        // Every cell the operation names (a delete's too) is in its key's arena.
+        st.arena = self.geo.arena_of(hash_words(&batch.keys[i * kw..(i + 1) * kw], self.seeds.fingerprint));
         if !kind.writes_value() {
             return;
         }
-        let st = &mut run.states[i];
-        let Some(cell) = bitmap.alloc() else {
+        let Some(cell) = bitmap.alloc(st.arena) else {
             st.phase = phase::NO_CELL;
             run.control[control::NO_CELL] += 1;
             return;
@@ -280,7 +301,7 @@ impl Model<'_> {
         run.control[control::ALLOCATED] += 1;
         let (vw, cw) = (self.geo.value_words() as usize, self.geo.cell_words() as usize);
         let value = &batch.values[i * vw..(i + 1) * vw];
-        let at = cell as usize * cw;
+        let at = self.geo.cell_index(st.arena, cell) as usize * cw;
         mem.heap[at..at + vw].copy_from_slice(value);
         mem.heap[at + vw] = value_checksum(value);
         dirty.heap(at as u64, cw as u64);
@@ -312,9 +333,11 @@ impl Model<'_> {
         };
         match (kind, found) {
             (OpKind::Get, Some(c)) => {
-                let cell = (probe.states[c] - PUBLISHED) as u64;
+                let local = probe.states[c] - PUBLISHED;
+                let cell = self.geo.cell_index(self.geo.arena_of(probe.fingerprint), local);
                 // A cell beyond the heap is a damaged state word (not scanned at a clean open).
-                let value = (cell < self.geo.cells).then(|| &mem.heap[cell as usize * cw..][..vw + 1]);
+                let value = ((local as u64) < self.geo.arena_cells())
+                    .then(|| &mem.heap[cell as usize * cw..][..vw + 1]);
                 if let Some(value) =
                     value.filter(|v| !self.verify_values || value_checksum(&v[..vw]) == v[vw])
                 {
@@ -480,14 +503,14 @@ impl Model<'_> {
 
     /// Release after phase B (`free_cells` in `shaders/release.wgsl`).
     pub fn free(&self, bitmap: &mut Bitmap, st: &OpState) {
-        self.release(bitmap, st.free);
+        self.release(bitmap, st.arena, st.free);
     }
 
-    /// Gives `cell` back, unless it is none or beyond the heap (a damaged state word: its bit
-    /// would be another cell's).
-    fn release(&self, bitmap: &mut Bitmap, cell: u32) {
-        if (cell as u64) < self.geo.cells {
-            bitmap.free(cell);
+    /// Gives cell `local` of arena `arena` back, unless it is none or beyond the heap (a
+    /// damaged state word: its bit would be another cell's).
+    fn release(&self, bitmap: &mut Bitmap, arena: u32, local: u32) {
+        if (local as u64) < self.geo.arena_cells() {
+            bitmap.free(self.geo.cell_index(arena, local));
         }
     }
 
@@ -498,7 +521,7 @@ impl Model<'_> {
             mem.table[at] = EMPTY;
             dirty.table(at as u64, 1);
         }
-        self.release(bitmap, st.cell);
+        self.release(bitmap, st.arena, st.cell);
     }
 }
 
@@ -508,7 +531,7 @@ mod tests {
 
     #[test]
     fn the_allocator_starts_at_the_longest_free_run() {
-        let mut bitmap = Bitmap::new(32 * 100 - 5);
+        let mut bitmap = Bitmap::new(32 * 100 - 5, 1);
         bitmap.words[..60].fill(!0);
         bitmap.words[70..80].fill(!0);
         let words = bitmap.allocator_words();

@@ -100,9 +100,11 @@ pub struct OpState {
     /// Global slot id (`bucket * S + slot`) found or claimed, the claiming operation's index
     /// for [`phase::JOINED`], or [`NONE`].
     pub slot: u32,
-    /// The fresh value cell of this operation, or [`NONE`].
+    /// The fresh value cell of this operation (numbered within its key's arena, as a state word
+    /// names it), or [`NONE`].
     pub cell: u32,
-    /// The cell this operation releases once its batch is persisted, or [`NONE`].
+    /// The cell this operation releases once its batch is persisted (within the same arena),
+    /// or [`NONE`].
     pub free: u32,
     /// Of a lead ([`phase::FOUND`]): 1 + the highest index of the operations of its key that
     /// write a value (0: none).
@@ -111,8 +113,9 @@ pub struct OpState {
     pub first_delete: u32,
     /// The state word phase A found (the key's published state before the batch).
     pub found: u32,
-    /// Unused (the record is 8 words).
-    pub pad: u32,
+    /// The arena of the operation's key (`Geometry::arena_of` its fingerprint), which holds
+    /// `cell` and `free`; set by the allocation stage for operations that carry a value.
+    pub arena: u32,
 }
 
 impl OpState {
@@ -128,7 +131,7 @@ impl OpState {
         last_write: 0,
         first_delete: NONE,
         found: 0,
-        pad: 0,
+        arena: 0,
     };
 }
 

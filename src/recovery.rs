@@ -89,7 +89,7 @@ impl Allocator {
                     // host threads.
                     let mut copied = Vec::new();
                     crate::bulk::refill(&mut copied, &bytes[..words * 4]);
-                    Bitmap::from_words(copied)
+                    Bitmap::from_words(copied, geo.arenas())
                 }
                 None => {
                     let (mut rec, table) = (Recovery::default(), pool.header().table_region);
@@ -220,7 +220,7 @@ fn scan_in_rounds(
     [round_buckets, task_buckets]: [usize; 2],
 ) -> crate::Result<(Bitmap, Vec<u64>)> {
     let task_buckets = task_buckets.min(round_buckets);
-    let mut bitmap = Bitmap::new(geo.cells);
+    let mut bitmap = Bitmap::new(geo.cells, geo.arenas());
     // A power of two: a cell's part is a shift of it.
     let part_words = bitmap.words.len().div_ceil(SCAN_PARTS).next_power_of_two();
     let stride = geo.bucket_words() as usize;
@@ -243,7 +243,7 @@ fn scan_in_rounds(
         laps.add("walk", t.elapsed());
         let t = Instant::now();
         let twice = bitmap.words.par_chunks_mut(part_words).enumerate().find_map_any(|(part, words)| {
-            let base = (part * part_words * 32) as u32;
+            let base = (part * part_words * 32) as u64;
             for cell in found.iter().flat_map(|f| &f.cells[part]) {
                 let (word, bit) = ((cell - base) as usize / 32, 1 << (cell % 32));
                 if words[word] & bit != 0 {
@@ -293,21 +293,16 @@ fn walk(
             crate::bulk::prefetch(base.wrapping_add(i * stride + ahead));
         }
         let bucket_id = first + i as u64;
-        for (s, state) in bucket[states..states + geo.layout.slots as usize].iter_mut().enumerate() {
+        let (fps, bucket) = bucket.split_at_mut(states);
+        for (s, state) in bucket[..geo.layout.slots as usize].iter_mut().enumerate() {
             if *state == INSERTING {
                 *state = EMPTY;
                 found.lines.push(region.offset / 64 + geo.state_word(bucket_id, s as u32) * 4 / 64);
                 found.cleared += 1;
             } else if *state >= PUBLISHED {
-                let cell = *state - PUBLISHED;
-                if cell as u64 >= geo.cells {
-                    return Err(host_pm::PoolError::Corrupt {
-                        what: format!(
-                            "bucket {bucket_id} slot {s}: value cell {cell} beyond the heap of {} cells; run `gphash check`",
-                            geo.cells
-                        ),
-                    });
-                }
+                let cell = geo.published_cell(fps[s], *state).map_err(|why| host_pm::PoolError::Corrupt {
+                    what: format!("bucket {bucket_id} slot {s}: {why}; run `gphash check`"),
+                })?;
                 found.cells[(cell >> part_shift) as usize].push(cell);
                 found.items += 1;
             }
@@ -318,15 +313,15 @@ fn walk(
 
 /// The error for a cell that two published slots of `buckets` (the table's) name: the second
 /// slot is named.
-fn referenced_twice(geo: &Geometry, buckets: &[u32], cell: u32) -> host_pm::PoolError {
+fn referenced_twice(geo: &Geometry, buckets: &[u32], cell: u64) -> host_pm::PoolError {
     let states = (geo.state_word(0, 0) - geo.fp_word(0, 0)) as usize;
     let slots = geo.layout.slots as usize;
     let (bucket_id, s) = buckets
         .chunks(geo.bucket_words() as usize)
         .enumerate()
-        .flat_map(|(b, bucket)| (0..slots).map(move |s| (b, s, bucket[states + s])))
-        .filter(|&(_, _, state)| state == PUBLISHED + cell)
-        .map(|(b, s, _)| (b, s))
+        .flat_map(|(b, bucket)| (0..slots).map(move |s| (b, s, bucket[s], bucket[states + s])))
+        .filter(|&(_, _, fp, state)| state >= PUBLISHED && geo.published_cell(fp, state) == Ok(cell))
+        .map(|(b, s, _, _)| (b, s))
         .nth(1)
         .expect("the scan found the cell twice");
     host_pm::PoolError::Corrupt {
@@ -363,7 +358,7 @@ struct Found {
     cleared: u64,
     lines: Vec<u64>,
     /// The cells of the task's published slots, by the part of the bitmap they fall in.
-    cells: Vec<Vec<u32>>,
+    cells: Vec<Vec<u64>>,
 }
 
 /// A resize record (`host_pm` checked that its regions lie in the pool without overlaps) must
@@ -459,7 +454,7 @@ pub fn check(pool: &Pool, geo: &Geometry, header: &Header) -> CheckReport {
         table: bytemuck::cast_slice(pool.region(header.table_region)),
         heap: bytemuck::cast_slice(pool.region(header.heap_region)),
         clean: header.clean_shutdown,
-        used: Bitmap::new(geo.cells).words.into_iter().map(AtomicU32::new).collect(),
+        used: Bitmap::new(geo.cells, 1).words.into_iter().map(AtomicU32::new).collect(),
     };
     // Buckets in tasks on all host threads, their findings joined in bucket order.
     let tasks = geo.buckets().div_ceil(SCAN_TASK_BUCKETS as u64);
@@ -478,7 +473,7 @@ pub fn check(pool: &Pool, geo: &Geometry, header: &Header) -> CheckReport {
     report.items = found.items;
     report.claims = found.claims;
     report.violations.extend(found.findings.into_iter().map(|(v, _)| v));
-    let used = Bitmap::from_words(scan.used.into_iter().map(AtomicU32::into_inner).collect());
+    let used = Bitmap::from_words(scan.used.into_iter().map(AtomicU32::into_inner).collect(), geo.arenas());
     if header.clean_shutdown && !header.closed.saved.is_empty() {
         check_saved(pool, geo, header, &used, &mut report);
     }
@@ -507,7 +502,7 @@ struct Checked {
 }
 
 impl CheckScan<'_> {
-    /// The key published at `here`, its candidates and fingerprint, if it is published there.
+    /// The key published at `here` and its state word, if it is published there.
     fn published(&self, here: Candidate) -> Option<(&[u32], u32)> {
         let g = self.geo;
         let state = self.table[g.state_word(here.bucket, here.slot) as usize];
@@ -563,11 +558,13 @@ impl CheckScan<'_> {
                     let at = format!("bucket {} slot {}", before.bucket, before.slot);
                     bad(format!("key {key:x?} is also published at {at}"), None);
                 }
-                let cell = (state - PUBLISHED) as u64;
-                if cell >= g.cells {
-                    bad(format!("value cell {cell} beyond the heap of {} cells", g.cells), Some(cell));
-                    continue;
-                }
+                let cell = match g.published_cell(stored_fp, state) {
+                    Ok(cell) => cell,
+                    Err(why) => {
+                        bad(why, Some((state - PUBLISHED) as u64));
+                        continue;
+                    }
+                };
                 let bit = 1 << (cell % 32);
                 if self.used[(cell / 32) as usize].fetch_or(bit, Ordering::Relaxed) & bit != 0 {
                     out.shared.push(cell);
@@ -599,7 +596,9 @@ impl CheckScan<'_> {
         for bucket in 0..g.buckets() {
             for slot in 0..g.layout.slots {
                 let here = Candidate { bucket, slot };
-                let Some(cell) = self.published(here).map(|(_, state)| (state - PUBLISHED) as u64) else {
+                let fp = self.table[g.fp_word(bucket, slot) as usize];
+                let Some(Ok(cell)) = self.published(here).map(|(_, state)| g.published_cell(fp, state))
+                else {
                     continue;
                 };
                 if !shared.contains(&cell) {
@@ -718,14 +717,15 @@ mod tests {
     /// The allocator, key count and claims a scan finds, the slow way: slot by slot.
     fn walked(pool: &Pool, geo: &Geometry) -> (Vec<u32>, u64, Vec<u64>) {
         let table: &[u32] = bytemuck::cast_slice(pool.region(pool.header().table_region));
-        let mut bitmap = Bitmap::new(geo.cells);
+        let mut bitmap = Bitmap::new(geo.cells, geo.arenas());
         let (mut items, mut claims) = (0, vec![]);
         for b in 0..geo.buckets() {
             for s in 0..geo.layout.slots {
                 match table[geo.state_word(b, s) as usize] {
                     INSERTING => claims.push(geo.state_word(b, s)),
                     state if state >= PUBLISHED => {
-                        let cell = state - PUBLISHED;
+                        let fp = table[geo.fp_word(b, s) as usize];
+                        let cell = geo.published_cell(fp, state).unwrap();
                         bitmap.words[(cell / 32) as usize] |= 1 << (cell % 32);
                         items += 1;
                     }

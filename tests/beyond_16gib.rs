@@ -68,7 +68,7 @@ fn records_past_match_the_model(past: u64, cfg: Config, name: &str) {
     // Next-fit fills a fresh heap from its start: the GPU's allocator starts 200 cells before
     // `past` instead, so that the batches' values lie on both sides of it.
     let cell_bytes = on_cpu.geometry().cell_words() as u64 * 4;
-    let first_cell = Some((past / cell_bytes - 200) as u32);
+    let first_cell = Some(past / cell_bytes - 200);
     let options = Options { gpu: GpuOptions { first_cell, ..options.gpu }, ..options };
     let (heap_bytes, host) = (on_cpu.geometry().heap_bytes(), host_memory());
     if !gpu.info.is_cpu() && heap_bytes > host {

@@ -20,6 +20,8 @@ struct Case {
     value_bytes: u32,
     gpu: GpuOptions,
     keys_apart: bool,
+    /// The heap's arenas, as log2 (`Config::arena_bits`; `None`: as the table needs, one).
+    arena_bits: Option<u32>,
 }
 
 fn cases() -> Vec<Case> {
@@ -38,6 +40,7 @@ fn cases() -> Vec<Case> {
             value_bytes: 8,
             gpu: opts(Placement::ZeroCopy, 32, None),
             keys_apart: false,
+            arena_bits: None,
         },
         Case {
             layout: "2L-2H-8S",
@@ -45,6 +48,7 @@ fn cases() -> Vec<Case> {
             value_bytes: 128,
             gpu: opts(Placement::Staged, 32, None),
             keys_apart: false,
+            arena_bits: None,
         },
         Case {
             layout: "4L-2H-16S",
@@ -52,6 +56,7 @@ fn cases() -> Vec<Case> {
             value_bytes: 20,
             gpu: wide(opts(Placement::ZeroCopy, 16, Some(64 << 10))),
             keys_apart: false,
+            arena_bits: None,
         },
         Case {
             layout: "1L-2H-8S",
@@ -59,6 +64,7 @@ fn cases() -> Vec<Case> {
             value_bytes: 3,
             gpu: wide(opts(Placement::Staged, 4, Some(64 << 10))),
             keys_apart: false,
+            arena_bits: None,
         },
         Case {
             layout: "3L-3H-4S",
@@ -66,6 +72,7 @@ fn cases() -> Vec<Case> {
             value_bytes: 64,
             gpu: opts(Placement::ZeroCopy, 8, None),
             keys_apart: false,
+            arena_bits: None,
         },
         // The naive baseline: one invocation per operation, no cooperation.
         Case {
@@ -74,6 +81,7 @@ fn cases() -> Vec<Case> {
             value_bytes: 5,
             gpu: opts(Placement::ZeroCopy, 1, None),
             keys_apart: false,
+            arena_bits: None,
         },
         // Keys in an array of their own (the ablation of in-place keys).
         Case {
@@ -82,6 +90,7 @@ fn cases() -> Vec<Case> {
             value_bytes: 12,
             gpu: wide(opts(Placement::ZeroCopy, 32, Some(64 << 10))),
             keys_apart: true,
+            arena_bits: None,
         },
         Case {
             layout: "3L-2H-4S",
@@ -89,6 +98,24 @@ fn cases() -> Vec<Case> {
             value_bytes: 1,
             gpu: opts(Placement::Staged, 8, None),
             keys_apart: true,
+            arena_bits: None,
+        },
+        // Heaps of several arenas (each key's cells in the arena its fingerprint names).
+        Case {
+            layout: "2L-2H-8S",
+            key_bytes: 8,
+            value_bytes: 8,
+            gpu: opts(Placement::ZeroCopy, 32, None),
+            keys_apart: false,
+            arena_bits: Some(2),
+        },
+        Case {
+            layout: "3L-2H-4S",
+            key_bytes: 16,
+            value_bytes: 36,
+            gpu: wide(opts(Placement::Staged, 4, Some(64 << 10))),
+            keys_apart: false,
+            arena_bits: Some(5),
         },
         // Volatile: device memory only (its results are compared; its pool is not).
         Case {
@@ -97,6 +124,7 @@ fn cases() -> Vec<Case> {
             value_bytes: 8,
             gpu: opts(Placement::Volatile, 2, None),
             keys_apart: false,
+            arena_bits: None,
         },
     ]
 }
@@ -132,10 +160,11 @@ fn gpu_matches_model_on_random_batches() {
             seed: rng.random(),
             max_bytes: None,
             keys_apart: case.keys_apart,
+            arena_bits: case.arena_bits,
         };
         let what = format!(
-            "{} key {} value {} apart {} {:?}",
-            case.layout, case.key_bytes, case.value_bytes, case.keys_apart, case.gpu
+            "{} key {} value {} apart {} arenas {:?} {:?}",
+            case.layout, case.key_bytes, case.value_bytes, case.keys_apart, case.arena_bits, case.gpu
         );
         let mut gpu = common::table(&dir, &format!("g{ci}"), &cfg, &common::gpu_options(case.gpu.clone()));
         let mut cpu = common::table(&dir, &format!("c{ci}"), &cfg, &common::cpu_options());

@@ -37,7 +37,7 @@ fn alloc_cells(inv: Invocation, sg: Subgroup) {
         op_set(me, F_JOINER, 0u);
         op_set(me, F_HOLDER, NONE);
     }
-    write_values(t, me, cell);
+    write_values(t, me, cell_at(cell));
 }
 
 @compute @workgroup_size(WG)

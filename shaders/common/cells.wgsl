@@ -1,14 +1,18 @@
-// gphash's value cells: a bitmap allocator over binding `bitmap`, next-fit. Binding `allocator`
-// holds a bit per bitmap word, set while that word is full (words 0 to ALLOC_CURSOR - 1;
-// `common/bitmap.wgsl`), and the cursor (word ALLOC_CURSOR): a cell counter that subgroups
-// advance with `atomicAdd` to claim the cells they look at, so that the batches sweep the heap
-// together, each range of cells looked at by one subgroup a lap (a claim that passes the heap's
-// end goes on from its start). The allocation stage only sets bits and
+// gphash's value cells: a bitmap allocator over binding `bitmap`, next-fit. The heap has
+// ARENAS arenas (a power of two): arena `p` has bitmap words `p, p + ARENAS, ..`, ARENA_CELLS
+// cells, numbered from 0 within it, and holds the cells of the keys whose fingerprint's highest
+// ARENA_BITS bits are `p` (twin: `Geometry::cell_index`), so a state word names up to
+// ARENAS * 2^32 cells with 32 bits. Binding `allocator` holds a bit per bitmap word, set while
+// that word is full (words 0 to ALLOC_CURSOR - 1; `common/bitmap.wgsl`), and a cursor per
+// arena (word ALLOC_CURSOR + p): a counter of the arena's cells that subgroups advance with
+// `atomicAdd` to claim the cells they look at, so that the batches sweep the arena together,
+// each range of cells looked at by one subgroup a lap (a claim that passes the arena's end
+// goes on from its start). The allocation stage only sets bits and
 // the release only clears them, in separate passes, so a set summary bit is never wrong; one
 // left clear only costs a scan a load.
 // Twins: Model::alloc (`Bitmap::allocator_words` for the summary and the cursor) and the bitmap
 // updates of Model::rollback and the engines' free step.
-// uses: ALLOC_CURSOR, BITMAP_WORDS, HEAP_CELLS, NONE, allocator, bitmap
+// uses: ALLOC_CURSOR, ARENAS, ARENA_CELLS, ARENA_WORDS, NONE, allocator, bitmap
 
 #include "common/bitmap.wgsl"
 
@@ -45,7 +49,8 @@ fn lowest_bits(bits: u32, n: u32) -> u32 {
     return bits & ~rest;
 }
 
-// Takes a free cell for each lane of the subgroup with `want` set, next-fit: the subgroup
+// Takes a free cell of arena `arena` (subgroup-uniform) for each lane of the subgroup with
+// `want` set and returns its number in the arena, next-fit: the subgroup
 // claims the next cells from the cursor (as many as it still needs at the density of free
 // cells it last found, doubled while it finds none; at most `lanes - 1` words, so that a claim
 // that starts inside a word spans a word per lane at most), each lane looks
@@ -56,7 +61,7 @@ fn lowest_bits(bits: u32, n: u32) -> u32 {
 // operations get neighbouring cells where the heap has free words (a load, a grown heap), so
 // their values reach the pool as neighbouring lines.
 // Subgroup-uniform control flow.
-fn alloc_cells(want: bool, lane: u32, lanes: u32) -> u32 {
+fn alloc_cells(want: bool, arena: u32, lane: u32, lanes: u32) -> u32 {
     var cell = NONE;
     var claim = 0u;
     var pos = 0u;
@@ -70,12 +75,12 @@ fn alloc_cells(want: bool, lane: u32, lanes: u32) -> u32 {
         claim = min(max(claim, count), max(lanes - 1u, 1u) * 32u);
         var counter = 0u;
         if (lane == 0u) {
-            counter = atomicAdd(&allocator[ALLOC_CURSOR], claim);
+            counter = atomicAdd(&allocator[ALLOC_CURSOR + arena], claim);
         }
-        pos = subgroupBroadcast(counter, 0u) % HEAP_CELLS;
-        // The claim's cells from `pos` to the heap's end, then from cell 0 on (a claim cut at
+        pos = subgroupBroadcast(counter, 0u) % ARENA_CELLS;
+        // The claim's cells from `pos` to the arena's end, then from cell 0 on (a claim cut at
         // the end goes on at the start, never over its own first cells): a lane a word.
-        let end = pos + min(claim, HEAP_CELLS - pos);
+        let end = pos + min(claim, ARENA_CELLS - pos);
         let words = (end - 1u) / 32u - pos / 32u + 1u;
         let wrap = min(claim - (end - pos), pos);
         var w = pos / 32u + lane;
@@ -86,9 +91,11 @@ fn alloc_cells(want: bool, lane: u32, lanes: u32) -> u32 {
             lo = 0u;
             hi = min(wrap - min(wrap, w * 32u), 32u);
         }
+        // The bitmap word of the arena's word `w`.
+        let at = w * ARENAS + arena;
         var free = 0u;
         if (lo < hi) {
-            free = ~atomicLoad(&bitmap[w]) & bit_range(lo, hi);
+            free = ~atomicLoad(&bitmap[at]) & bit_range(lo, hi);
         }
         let found = countOneBits(free);
         let before = subgroupExclusiveAdd(found);
@@ -97,10 +104,10 @@ fn alloc_cells(want: bool, lane: u32, lanes: u32) -> u32 {
         let mine = lowest_bits(free, min(found, count - min(count, before)));
         var won = 0u;
         if (mine != 0u) {
-            let old = atomicOr(&bitmap[w], mine);
+            let old = atomicOr(&bitmap[at], mine);
             won = mine & ~old;
             if ((old | mine) == 0xffffffffu) {
-                bitmap_mark_full(w);
+                bitmap_mark_full(at);
             }
         }
         // The lane whose word holds this lane's cell: the last with `before` at most its rank.
@@ -130,15 +137,18 @@ fn alloc_cells(want: bool, lane: u32, lanes: u32) -> u32 {
         claim = select(rest * looked / max(total, 1u) + rest / 4u + 1u, claim * 2u, total == 0u);
     }
     if (want && cell == NONE) {
-        cell = bitmap_take(0u, BITMAP_WORDS, pos / 32u);
+        cell = bitmap_take_every(arena, ARENA_WORDS, pos / 32u, ARENAS);
     }
     return cell;
 }
 
-// A cell beyond the heap (a damaged state word; the open after a clean close does not scan
-// the table) frees nothing: its bit would be another cell's.
-fn release(cell: u32) {
-    if (cell < HEAP_CELLS) {
-        bitmap_release(0u, cell);
+// Gives cell `local` of arena `arena` back. A cell beyond the heap (a damaged state word; the
+// open after a clean close does not scan the table) frees nothing: its bit would be another
+// cell's.
+fn release(arena: u32, local: u32) {
+    if (local < ARENA_CELLS) {
+        let c = heap_cell(arena, local);
+        bitmap_and(c.x, ~(1u << c.y));
+        bitmap_mark_free(c.x);
     }
 }

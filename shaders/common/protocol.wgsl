@@ -1,7 +1,7 @@
 // gphash's protocol: phase markers, slot states, control words and the per-operation record,
 // on top of what every table shares.
 // Twin: src/protocol.rs; the numbers must match (a test in src/gpu/shader.rs compares them).
-// uses: control, opstate, params.spread, params.n
+// uses: ARENAS, ARENA_BITS, control, opstate, params.spread, params.n
 
 #include "common/ops.wgsl"
 #include "common/pool.wgsl"
@@ -43,7 +43,19 @@ const ST_FREE: u32 = 3u;
 const ST_LAST_WRITE: u32 = 4u;
 const ST_FIRST_DELETE: u32 = 5u;
 const ST_FOUND: u32 = 6u;
+const ST_ARENA: u32 = 7u;
 const ST_WORDS: u32 = 8u;
+
+// A key's value cells are all in the arena its fingerprint names (`common/cells.wgsl`).
+// The arena of the key whose fingerprint is `fp`.
+fn arena_of(fp: u32) -> u32 {
+    return (fp >> 1u) >> (31u - ARENA_BITS);
+}
+
+// Cell `local` of arena `arena`, as `cell_word` takes it; NONE stays NONE.
+fn heap_cell(arena: u32, local: u32) -> vec2<u32> {
+    return select(vec2((local >> 5u) * ARENAS + arena, local & 31u), vec2(NONE, 0u), local == NONE);
+}
 
 fn op_field(op: u32, field: u32) -> u32 {
     return atomicLoad(&opstate[op * ST_WORDS + field]);

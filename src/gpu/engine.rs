@@ -114,7 +114,7 @@ pub struct GpuOptions {
     /// longest free run: for tests that put values far into a heap without filling it
     /// (feature `testing`).
     #[cfg(feature = "testing")]
-    pub first_cell: Option<u32>,
+    pub first_cell: Option<u64>,
 }
 
 impl Default for GpuOptions {
@@ -527,7 +527,7 @@ pub(crate) struct GpuEngine {
     direct: Option<DirectPipelines<Kernel>>,
     /// `GpuOptions::first_cell`.
     #[cfg(feature = "testing")]
-    first_cell: Option<u32>,
+    first_cell: Option<u64>,
 }
 
 /// Whether an engine for `geo` has a bucket cache: only a table in host memory (imported in
@@ -586,7 +586,7 @@ impl GpuEngine {
         // Filled by `set_allocator`.
         let bitmap_words = geo.cells.div_ceil(32) as usize;
         let bitmap_buf = storage_buffer(dev, "bitmap", bitmap_words as u64 * 4);
-        let allocator_words = Bitmap::summary_words(bitmap_words) + 1;
+        let allocator_words = Bitmap::summary_words(bitmap_words) + geo.arenas() as usize;
         let allocator_buf = storage_buffer(dev, "allocator", allocator_words as u64 * 4);
         let control_buf = storage_buffer(dev, "control", (control::WORDS * 4) as u64);
         laps.lap("allocator");
@@ -751,8 +751,13 @@ impl GpuEngine {
         let allocator = bitmap.allocator_words();
         #[cfg(feature = "testing")]
         let allocator = match self.first_cell {
-            // The cursor is the last word.
-            Some(cell) => [&allocator[..allocator.len() - 1], &[cell]].concat(),
+            // The cursors (cells of each arena) are the last words: each starts as far into
+            // its arena as `cell` is into the heap.
+            Some(cell) => {
+                let arenas = self.cfg.geo.arenas() as usize;
+                let local = (cell >> self.cfg.geo.arena_bits) as u32;
+                [&allocator[..allocator.len() - arenas], &vec![local; arenas]].concat()
+            }
             None => allocator,
         };
         let q = &self.gpu.queue;
@@ -1576,7 +1581,8 @@ impl Engine for GpuEngine {
     }
 
     fn bitmap(&mut self, _pool: &mut Pool) -> Result<Bitmap> {
-        Ok(Bitmap::from_words(download_words(&self.gpu, &self.bitmap, self.bitmap.size() / 4)?))
+        let words = download_words(&self.gpu, &self.bitmap, self.bitmap.size() / 4)?;
+        Ok(Bitmap::from_words(words, self.cfg.geo.arenas()))
     }
 
     fn load_cache(&mut self) -> Result<()> {

@@ -309,7 +309,7 @@ fn prelude(cfg: &KernelConfig) -> String {
     let g = &cfg.geo;
     let l = &g.layout;
     let mut s = cfg.reach.enables().to_string();
-    let consts: [(&str, u64); 19] = [
+    let consts: [(&str, u64); 22] = [
         ("SLOTS", l.slots as u64),
         ("LEVELS", l.levels as u64),
         ("HASHES", l.hashes as u64),
@@ -323,7 +323,10 @@ fn prelude(cfg: &KernelConfig) -> String {
         ("GROUPS", g.groups()),
         ("BITMAP_WORDS", cfg.bitmap_words() as u64),
         ("ALLOC_CURSOR", crate::model::Bitmap::summary_words(cfg.bitmap_words() as usize) as u64),
-        ("HEAP_CELLS", g.cells),
+        ("ARENAS", g.arenas()),
+        ("ARENA_BITS", g.arena_bits as u64),
+        ("ARENA_CELLS", g.arena_cells()),
+        ("ARENA_WORDS", g.arena_cells().div_ceil(32)),
         ("KEYS_APART", g.keys_apart as u64),
         ("LOCATION_BITS", g.location_bits() as u64),
         ("CACHE_ENTRIES", cfg.cache.entries as u64),
@@ -510,6 +513,7 @@ mod tests {
             ("ST_LAST_WRITE", word(offset_of!(OpState, last_write))),
             ("ST_FIRST_DELETE", word(offset_of!(OpState, first_delete))),
             ("ST_FOUND", word(offset_of!(OpState, found))),
+            ("ST_ARENA", word(offset_of!(OpState, arena))),
             ("ST_WORDS", OpState::WORDS as u32),
         ];
         assert_eq!(OpState::WORDS as usize * 4, std::mem::size_of::<OpState>());

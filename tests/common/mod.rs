@@ -215,7 +215,7 @@ pub fn gpu_table(dir: &tempfile::TempDir, config: &gphash::Config) -> gphash::Gp
     table(dir, "gpu.pool", config, &gpu_options(GpuOptions::default()))
 }
 
-/// Every published key of a table with the index of its value cell.
+/// Every published key of a table with the index of its value cell in the heap.
 pub fn published_cells(t: &gphash::GpHash) -> Vec<(Vec<u8>, u64)> {
     let g = t.geometry();
     let published = gphash::testing::layout::PUBLISHED;
@@ -228,7 +228,8 @@ pub fn published_cells(t: &gphash::GpHash) -> Vec<(Vec<u8>, u64)> {
                 if state >= published {
                     let k = g.key_word(bucket, s) as usize;
                     let key: &[u8] = bytemuck::cast_slice(&table[k..k + g.key_words() as usize]);
-                    cells.push((key.to_vec(), (state - published) as u64));
+                    let fp = table[g.fp_word(bucket, s) as usize];
+                    cells.push((key.to_vec(), g.published_cell(fp, state).expect("a cell of the heap")));
                 }
             }
         }

@@ -11,26 +11,34 @@
 // past the words known full: an atomic OR sets the lowest clear bit, which is ours if it was
 // clear before. NONE when full.
 fn bitmap_take(base: u32, nwords: u32, start: u32) -> u32 {
+    return bitmap_take_every(base, nwords, start, 1u);
+}
+
+// `bitmap_take` over the `nwords` words `base`, `base + stride`, `base + 2 stride`, ...: entry
+// 32 i + b is bit b of the i-th of them.
+fn bitmap_take_every(base: u32, nwords: u32, start: u32, stride: u32) -> u32 {
     var w = start % nwords;
     for (var scanned = 0u; scanned < nwords;) {
-        let skip = min(bitmap_full_run(base + w), nwords - w);
+        let at = base + w * stride;
+        // The summary's runs are of adjacent words: with a stride, whether this one is full.
+        let skip = min(min(bitmap_full_run(at), nwords - w), select(1u, 32u, stride == 1u));
         if (skip > 0u) {
             w = (w + skip) % nwords;
             scanned += skip;
             continue;
         }
-        let bits = bitmap_load(base + w);
+        let bits = bitmap_load(at);
         if (bits == 0xffffffffu) {
-            bitmap_mark_full(base + w);
+            bitmap_mark_full(at);
             w = (w + 1u) % nwords;
             scanned++;
             continue;
         }
         let bit = firstTrailingBit(~bits);
-        let before = bitmap_or(base + w, 1u << bit);
+        let before = bitmap_or(at, 1u << bit);
         if ((before & (1u << bit)) == 0u) {
             if ((before | (1u << bit)) == 0xffffffffu) {
-                bitmap_mark_full(base + w);
+                bitmap_mark_full(at);
             }
             return w * 32u + bit;
         }

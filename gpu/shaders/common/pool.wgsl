@@ -1,6 +1,6 @@
 // Writing the pool's regions through the prelude's window accessors: a strong compare-and-swap
 // on table words, and the dirty-line list (the host persists exactly the lines listed).
-// uses: CELL_WORDS, CTRL_DIRTY_COUNT, Word, control, dirty, table_cas_weak, params.dirty_cap
+// uses: CELL_WORDS, CTRL_DIRTY_COUNT, NONE, Word, control, dirty, table_cas_weak, params.dirty_cap
 // uses: params.heap_line_base, params.line_words, params.table_line_base, params.track_lines
 
 // Compare-and-swap that fails only when the word differs from `expected`; returns the word
@@ -42,7 +42,13 @@ fn mark_heap_words(first: Word, count: u32) {
     mark_words(params.heap_line_base, first, count);
 }
 
-// Word `w` of value cell `cell` in the heap.
-fn cell_word(cell: u32, w: u32) -> Word {
-    return Word(cell) * Word(CELL_WORDS) + Word(w);
+// Word `w` of value cell `32 c.x + c.y` in the heap (bit `c.y` of allocator word `c.x`: a heap
+// may have more cells than 32 bits number, never more bitmap words).
+fn cell_word(c: vec2<u32>, w: u32) -> Word {
+    return (Word(c.x) * Word(32u) + Word(c.y)) * Word(CELL_WORDS) + Word(w);
+}
+
+// The cell `cell` of a heap of fewer than 2^32 cells, as `cell_word` takes it; NONE stays NONE.
+fn cell_at(cell: u32) -> vec2<u32> {
+    return select(vec2(cell / 32u, cell % 32u), vec2(NONE, 0u), cell == NONE);
 }

@@ -5,16 +5,16 @@
 // uses: CELL_WORDS, CHECKSUM_BASE, NONE, Tile, VALUE_WORDS, cell_word, checksum_term, heap_store
 // uses: mark_heap_words, take_turn, tile_add, tile_bcast, vals_in
 
-// Writes the value of operation `me` into `cell` (NONE: nothing to write). A subgroup
-// operation: call it from subgroup-uniform control flow.
-fn write_values(t: Tile, me: u32, cell: u32) {
-    var pending = cell != NONE;
+// Writes the value of operation `me` into `cell` (`cell_word`'s form; word NONE: nothing to
+// write). A subgroup operation: call it from subgroup-uniform control flow.
+fn write_values(t: Tile, me: u32, cell: vec2<u32>) {
+    var pending = cell.x != NONE;
     loop {
         if (!subgroupAny(pending)) {
             break;
         }
         let turn = take_turn(t, pending, me);
-        let c = tile_bcast(t, cell, turn.lead);
+        let c = vec2(tile_bcast(t, cell.x, turn.lead), tile_bcast(t, cell.y, turn.lead));
         var terms = 0u;
         if (turn.busy) {
             for (var w = t.lane; w < VALUE_WORDS; w += t.size) {
