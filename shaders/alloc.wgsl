@@ -54,7 +54,8 @@ fn main(inv: Invocation, sg: Subgroup) {
             }
         }
         set_op_field(me, ST_PHASE, phase);
-        set_op_field(me, ST_SLOT, NONE);
+        set_op_field(me, ST_BUCKET, NONE);
+        set_op_field(me, ST_SLOT, 0u);
         set_op_field(me, ST_CELL, cell);
         set_op_field(me, ST_FREE, NONE);
         set_op_field(me, ST_LAST_WRITE, 0u);

@@ -11,22 +11,23 @@
 #include "common/tile.wgsl"
 #include "common/table.wgsl"
 
-// The slot an operation changed (or tried to) in phase B, or NONE.
+// The slot an operation changed (or tried to) in phase B, as the operation whose record
+// names it (its ST_BUCKET and ST_SLOT), or NONE.
 fn changed_slot(op: u32) -> u32 {
     switch (op_field(op, ST_PHASE)) {
         case PHASE_CLAIMED: {
-            return op_field(op, ST_SLOT);
+            return op;
         }
         case PHASE_FOUND, PHASE_FOLLOWS: {
             // The lead's one CAS changed the key's slot; the operation that decided the final
             // state writes it through, the others of the key need not read it again.
             let lead = lead_of(op);
-            return select(NONE, op_field(lead, ST_SLOT), decides(op, lead));
+            return select(NONE, lead, decides(op, lead));
         }
         case PHASE_JOINED: {
             // An upsert that joined a claim wrote its value into the claimed slot.
             if (kinds[op] == OP_UPSERT) {
-                return op_field(op_field(op, ST_SLOT), ST_SLOT);
+                return op_field(op, ST_BUCKET);
             }
             return NONE;
         }
@@ -42,17 +43,19 @@ fn changed_slot(op: u32) -> u32 {
 @compute @workgroup_size(WG)
 fn refresh(inv: Invocation, sg: Subgroup) {
     let me = op_index(inv);
-    var id = NONE;
+    var named_by = NONE;
     if (me < params.n) {
-        id = changed_slot(me);
+        named_by = changed_slot(me);
     }
+    var bucket = NONE;
+    var slot = 0u;
     var entry = NONE;
-    if (id != NONE) {
-        entry = cache_entry(id / SLOTS / GROUP_BUCKETS);
+    if (named_by != NONE) {
+        bucket = op_field(named_by, ST_BUCKET);
+        slot = op_field(named_by, ST_SLOT);
+        entry = cache_entry(bucket / GROUP_BUCKETS);
     }
     if (entry != NONE) {
-        let bucket = id / SLOTS;
-        let slot = id % SLOTS;
         let state = table_load(state_word(bucket, slot));
         tally_add(CTRL_CACHE_REFRESHED, 1u);
         if (op_field(me, ST_PHASE) == PHASE_CLAIMED && KEYS_APART == 0u) {
@@ -69,10 +72,10 @@ fn refresh(inv: Invocation, sg: Subgroup) {
             var checksum = CHECKSUM_BASE;
             for (var w = 0u; w < VALUE_WORDS; w++) {
                 let v = vals_in[me * VALUE_WORDS + w];
-                cheap_store(cached_value_word(entry, id, w), v);
+                cheap_store(cached_value_word(entry, group_pos(bucket, slot), w), v);
                 checksum += checksum_term(w, v);
             }
-            cheap_store(cached_value_word(entry, id, VALUE_WORDS), checksum);
+            cheap_store(cached_value_word(entry, group_pos(bucket, slot), VALUE_WORDS), checksum);
         }
     }
     flush_tally(sg.lane);
@@ -125,9 +128,8 @@ fn fill(inv: Invocation, sg: Subgroup) {
             published &= published - 1u;
             let cell = heap_cell(arena_of(tile_bcast(t, fp, src)), tile_bcast(t, state, src) - PUBLISHED);
             if (has) {
-                let id = group * GROUP_SLOTS + first + src;
                 for (var w = t.lane; w < CELL_WORDS; w += t.size) {
-                    cheap_store(cached_value_word(entry, id, w), heap_load(cell_word(cell, w)));
+                    cheap_store(cached_value_word(entry, first + src, w), heap_load(cell_word(cell, w)));
                 }
             }
         }

@@ -42,12 +42,12 @@ fn note_access(op: u32, group: u32) {
 
 // Records what the operation touched, for the loading phases (its target group, or the group
 // of every hash location when it has no target) and the cache's statistics.
-fn note(op: u32, loc: Located, target_slot: u32, target_entry: u32, table_reads: u32, cached_value: bool) {
+fn note(op: u32, loc: Located, target_bucket: u32, target_entry: u32, table_reads: u32, cached_value: bool) {
     if (CACHE_ENTRIES == 0u) {
         return;
     }
-    if (target_slot != NONE) {
-        note_access(op, target_slot / SLOTS / GROUP_BUCKETS);
+    if (target_bucket != NONE) {
+        note_access(op, target_bucket / GROUP_BUCKETS);
         tally_add(CTRL_CACHE_TARGETS, 1u);
         tally_add(CTRL_CACHE_HITS, u32(target_entry != NONE));
     } else {
@@ -59,20 +59,21 @@ fn note(op: u32, loc: Located, target_slot: u32, target_entry: u32, table_reads:
     tally_add(CTRL_CACHE_VALUES_SAVED, u32(cached_value));
 }
 
-// Where the tile found its key (the same on every lane): `slot` and `entry` are NONE when it
+// Where the tile found its key (the same on every lane): `bucket` and `entry` are NONE when it
 // did not.
 struct Hit {
     found: bool,
+    bucket: u32,
     slot: u32,
     state: u32,
     entry: u32,
 }
 
 fn tile_hit(t: Tile, p: LaneProbe) -> Hit {
-    let lanes = tile_ballot(t, p.found_slot != NONE);
+    let lanes = tile_ballot(t, p.found_bucket != NONE);
     let src = select(0u, firstTrailingBit(lanes), lanes != 0u);
-    return Hit(lanes != 0u, tile_bcast(t, p.found_slot, src), tile_bcast(t, p.found_state, src),
-        tile_bcast(t, p.found_entry, src));
+    return Hit(lanes != 0u, tile_bcast(t, p.found_bucket, src), tile_bcast(t, p.found_slot, src),
+        tile_bcast(t, p.found_state, src), tile_bcast(t, p.found_entry, src));
 }
 
 // What a get read: its value (not when the state word is damaged), and whether the value is
@@ -101,7 +102,7 @@ fn read_value(t: Tile, found_get: bool, op: u32, hit: Hit, fp: u32) -> Read {
             if (hit.entry == NONE) {
                 v = heap_load(cell_word(at, w));
             } else {
-                v = cheap_load(cached_value_word(hit.entry, hit.slot, w));
+                v = cheap_load(cached_value_word(hit.entry, group_pos(hit.bucket, hit.slot), w));
             }
             if (w < VALUE_WORDS) {
                 vals_out[op * VALUE_WORDS + w] = v;
@@ -146,7 +147,6 @@ fn step(t: Tile, turn: Turn) -> bool {
     let p = probe(t, turn.busy, key, loc);
     let hit = tile_hit(t, p);
     let found = hit.found;
-    let found_slot = hit.slot;
     let found_state = hit.state;
     let found_entry = hit.entry;
 
@@ -177,9 +177,9 @@ fn step(t: Tile, turn: Turn) -> bool {
         return true;
     }
     if (found) {
-        note(op, loc, found_slot, found_entry, table_group_reads(loc, found_entry), r.value && found_entry != NONE);
+        note(op, loc, hit.bucket, found_entry, table_group_reads(loc, found_entry), r.value && found_entry != NONE);
     } else if (won) {
-        note(op, loc, bucket * SLOTS + slot, candidate_entry(loc, chosen), table_group_reads(loc, NONE), false);
+        note(op, loc, bucket, candidate_entry(loc, chosen), table_group_reads(loc, NONE), false);
     } else if (!wants_slot || chosen == NONE) {
         note(op, loc, NONE, NONE, table_group_reads(loc, NONE), false);
     }
@@ -191,10 +191,11 @@ fn step(t: Tile, turn: Turn) -> bool {
         // Lead or follower, each tells the lead what it does to the key.
         if (claimant == op) {
             set_op_field(op, ST_PHASE, PHASE_FOUND);
-            set_op_field(op, ST_SLOT, found_slot);
+            set_op_field(op, ST_BUCKET, hit.bucket);
+            set_op_field(op, ST_SLOT, hit.slot);
         } else {
             set_op_field(op, ST_PHASE, PHASE_FOLLOWS);
-            set_op_field(op, ST_SLOT, claimant);
+            set_op_field(op, ST_BUCKET, claimant);
         }
         set_op_field(op, ST_FOUND, found_state);
         if (kind == OP_DELETE) {
@@ -205,7 +206,7 @@ fn step(t: Tile, turn: Turn) -> bool {
         tally_add(CTRL_NEED_B, 1u);
     } else if (joins) {
         set_op_field(op, ST_PHASE, PHASE_JOINED);
-        set_op_field(op, ST_SLOT, claimant);
+        set_op_field(op, ST_BUCKET, claimant);
         tally_add(CTRL_NEED_B, 1u);
     } else if (!wants_slot) {
         finish(op, kind, STATUS_NOT_FOUND);
@@ -214,7 +215,8 @@ fn step(t: Tile, turn: Turn) -> bool {
         tally_add(CTRL_FULL, 1u);
     } else if (won) {
         set_op_field(op, ST_PHASE, PHASE_CLAIMED);
-        set_op_field(op, ST_SLOT, bucket * SLOTS + slot);
+        set_op_field(op, ST_BUCKET, bucket);
+        set_op_field(op, ST_SLOT, slot);
         mark_table_words(fp_word(bucket, slot), 1u);
         mark_table_words(state_word(bucket, slot), 1u);
         mark_table_words(key_word(bucket, slot), KEY_WORDS);
@@ -274,7 +276,7 @@ fn search(inv: Invocation, sg: Subgroup) {
         let hit = tile_hit(t, probe(t, turn.busy, key, loc));
         let r = read_value(t, turn.busy && hit.found, turn.op, hit, loc.fp);
         if (turn.leader) {
-            note(turn.op, loc, hit.slot, hit.entry, table_group_reads(loc, hit.entry), r.value && hit.entry != NONE);
+            note(turn.op, loc, hit.bucket, hit.entry, table_group_reads(loc, hit.entry), r.value && hit.entry != NONE);
             statuses[turn.op] = get_status(hit.found, r);
             op = next_get(op + stride, stride);
             pending = op < params.n;

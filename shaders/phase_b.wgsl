@@ -34,7 +34,7 @@ fn change(op: u32, kind: u32, cell: u32, lead: u32) {
     let deleted = first_delete != NONE;
     let old = op_field(op, ST_FOUND);
     if (op == lead) {
-        let word = state_word_of_id(op_field(op, ST_SLOT));
+        let word = op_state_word(op);
         var desired = EMPTY;
         if (!deleted) {
             desired = op_field(last_write - 1u, ST_CELL) + PUBLISHED;
@@ -55,7 +55,7 @@ fn change(op: u32, kind: u32, cell: u32, lead: u32) {
 
 // A claim of this batch: publish it, unless an upsert that joined it already wrote its value.
 fn publish(op: u32, cell: u32) {
-    let word = state_word_of_id(op_field(op, ST_SLOT));
+    let word = op_state_word(op);
     if (table_cas(word, INSERTING, cell + PUBLISHED) != INSERTING) {
         set_op_field(op, ST_FREE, cell);
     }
@@ -67,8 +67,7 @@ fn publish(op: u32, cell: u32) {
 // An operation that joined another's claim of its key.
 fn follow(op: u32, kind: u32, cell: u32) {
     if (kind == OP_UPSERT) {
-        let claim = op_field(op_field(op, ST_SLOT), ST_SLOT);
-        let old = swap_state(state_word_of_id(claim), cell + PUBLISHED);
+        let old = swap_state(op_state_word(op_field(op, ST_BUCKET)), cell + PUBLISHED);
         set_op_field(op, ST_FREE, select(NONE, old - PUBLISHED, old >= PUBLISHED));
         statuses[op] = STATUS_OK;
     } else {

@@ -24,7 +24,7 @@ fn rollback(inv: Invocation) {
         return;
     }
     if (op_field(me, ST_PHASE) == PHASE_CLAIMED) {
-        let word = state_word_of_id(op_field(me, ST_SLOT));
+        let word = op_state_word(me);
         table_store(word, EMPTY);
         mark_table_words(word, 1u);
     }

@@ -39,10 +39,10 @@ fn relocate_word(w: Word) {
     if (KEYS_APART == 1u && w >= SOURCE_KEYS_BASE) {
         // A key of the old key array follows its slot's bucket.
         let k = w - SOURCE_KEYS_BASE;
-        let id = u32(k / Word(KEY_WORDS));
-        let to = grown_bucket(id / SLOTS);
+        let id = k / Word(KEY_WORDS);
+        let to = grown_bucket(u32(id / Word(SLOTS)));
         if (to != NONE) {
-            table_store(key_word(to, id % SLOTS) + k % Word(KEY_WORDS), source_load(w));
+            table_store(key_word(to, u32(id % Word(SLOTS))) + k % Word(KEY_WORDS), source_load(w));
         }
         return;
     }
@@ -69,20 +69,29 @@ fn relocate(inv: Invocation) {
 // Where the key of a slot of the old table begins.
 fn source_key_word(bucket: u32, slot: u32) -> Word {
     if (KEYS_APART == 1u) {
-        return SOURCE_KEYS_BASE + Word(bucket * SLOTS + slot) * Word(KEY_WORDS);
+        return SOURCE_KEYS_BASE + (Word(bucket) * Word(SLOTS) + Word(slot)) * Word(KEY_WORDS);
     }
     return key_word(bucket, slot);
 }
 
-// One slot of the old bottom level per invocation (`params.n` = old groups * SLOTS).
+// The slots of the old bottom level (`SOURCE_BOTTOM_SLOTS`: old groups * SLOTS, which may pass
+// 2^32), with `params.n` invocations: invocation i takes slots i, i + n, i + 2n, ..., a round
+// at a time, every invocation in every round (the tiles take turns within a subgroup).
 @compute @workgroup_size(WG)
 fn rehash(inv: Invocation, sg: Subgroup) {
     let t = tile_of(sg);
     let me = op_index(inv);
-    let bottom = (me / SLOTS + 1u) * GROUP_BUCKETS - 1u;
+    for (var round = Word(0u); round < SOURCE_BOTTOM_SLOTS; round += Word(params.n)) {
+        rehash_slot(t, me, round);
+    }
+}
+
+// Old bottom slot `first + me` (`me` < params.n) into the new table. Subgroup-uniform.
+fn rehash_slot(t: Tile, me: u32, first: Word) {
+    let id = first + Word(me);
     var state = EMPTY;
-    if (me < params.n) {
-        state = source_load(state_word(bottom, me % SLOTS));
+    if (me < params.n && id < SOURCE_BOTTOM_SLOTS) {
+        state = source_load(state_word(bottom_of(id), u32(id % Word(SLOTS))));
     }
     var pending = state >= PUBLISHED;
     loop {
@@ -90,11 +99,11 @@ fn rehash(inv: Invocation, sg: Subgroup) {
             break;
         }
         let turn = take_turn(t, pending, me);
-        let old_bucket = (turn.op / SLOTS + 1u) * GROUP_BUCKETS - 1u;
+        let its = first + Word(turn.op);
         var key: array<u32, KEY_WORDS>;
         if (turn.busy) {
             for (var i = 0u; i < KEY_WORDS; i++) {
-                key[i] = source_load(source_key_word(old_bucket, turn.op % SLOTS) + Word(i));
+                key[i] = source_load(source_key_word(bottom_of(its), u32(its % Word(SLOTS))) + Word(i));
             }
         }
         let loc = locate(key);
@@ -112,4 +121,9 @@ fn rehash(inv: Invocation, sg: Subgroup) {
             }
         }
     }
+}
+
+// The old bottom bucket of old bottom slot `id` (its group's last bucket).
+fn bottom_of(id: Word) -> u32 {
+    return (u32(id / Word(SLOTS)) + 1u) * GROUP_BUCKETS - 1u;
 }

@@ -181,9 +181,11 @@ pub struct Geometry {
 }
 
 impl Geometry {
-    /// Validates a configuration. Kernels name slots and value cells with 32 bits: a table has
-    /// fewer than 2^32 - 1 slots and a heap at most [`MAX_CELLS`] (2^32 - 4) cells. Word addresses are 64 bits
-    /// where a region exceeds 2^32 words (16 GiB), on devices that have them.
+    /// Validates a configuration, with as many arenas as name a cell for every slot and `cells`
+    /// rounded up to whole bitmap words of each. Kernels name buckets and a cell within its arena
+    /// with 32 bits: fewer than 2^31 buckets, at most [`MAX_CELLS`] (2^32 - 4) cells an arena.
+    /// Word addresses are 64 bits where a region exceeds 2^32 words (16 GiB), on devices that
+    /// have them.
     pub fn new(layout: Layout, key_bytes: u32, value_bytes: u32, top_level: u32, cells: u64) -> Result<Self> {
         layout.validate()?;
         let bad = |why: String| Err(Error::InvalidConfig(why));
@@ -196,7 +198,7 @@ impl Geometry {
         // Locations apart where the level splits evenly among them.
         let hashes = layout.hashes;
         let locations_apart = hashes > 1 && hashes.is_power_of_two();
-        Geometry {
+        let g = Geometry {
             layout,
             key_bytes,
             value_bytes,
@@ -205,8 +207,11 @@ impl Geometry {
             keys_apart: false,
             locations_apart,
             arena_bits: 0,
-        }
-        .checked()
+        };
+        // As many arenas as name a cell for every slot (one up to MAX_CELLS slots).
+        let arena_bits = g.slots().div_ceil(MAX_CELLS).next_power_of_two().ilog2();
+        let words = if arena_bits == 0 { 1 } else { 32 << arena_bits };
+        g.with_heap(arena_bits, cells.div_ceil(words) * words)
     }
 
     /// The same table with its keys in an array of their own (`apart`) or in their buckets.
@@ -300,14 +305,19 @@ impl Geometry {
         if g.locations_apart && !hashes.is_power_of_two() {
             return bad(format!("{hashes} hash locations cannot each have an equal part of the top level"));
         }
-        if g.slots() >= u32::MAX as u64 {
-            return bad(format!("table of {} slots: at most 2^32 - 2", g.slots()));
-        }
-        let arenas = 1u64 << g.arena_bits.min(MAX_ARENA_BITS);
         if g.arena_bits > MAX_ARENA_BITS {
             return bad(format!("2^{} arenas: at most 2^{MAX_ARENA_BITS}", g.arena_bits));
         }
+        let arenas = 1u64 << g.arena_bits;
         let most = if arenas == 1 { MAX_CELLS } else { arenas * (MAX_CELLS / 32 * 32) };
+        // Buckets are numbered with 32 bits (fewer than 2^(t+1) <= 2^31 of them); the heap must
+        // be able to grow to a cell for every slot.
+        if g.slots() > most {
+            return bad(format!(
+                "table of {} slots: a heap of {arenas} arenas names at most {most} cells, one a slot",
+                g.slots()
+            ));
+        }
         if cells == 0 || cells > most {
             return bad(format!("{cells} value cells: must be 1 to {most} in {arenas} arenas"));
         }
@@ -329,11 +339,7 @@ impl Geometry {
         while slots_at(top) < want && top < 30 {
             top += 1;
         }
-        // As many arenas as name a cell for every slot.
-        let arena_bits = slots_at(top).div_ceil(MAX_CELLS).next_power_of_two().ilog2();
-        let words = if arena_bits == 0 { 1 } else { 32 << arena_bits };
-        let cells = Self::cells_for_keys(capacity.max(1)).div_ceil(words) * words;
-        Geometry::new(layout, key_bytes, value_bytes, top, 1)?.with_heap(arena_bits, cells)
+        Geometry::new(layout, key_bytes, value_bytes, top, Self::cells_for_keys(capacity.max(1)))
     }
 
     /// Heap cells for a table meant to hold `keys` keys: one each, plus a sixteenth (and 1,024)
@@ -510,13 +516,6 @@ pub struct Candidate {
     pub slot: u32,
 }
 
-impl Candidate {
-    /// Global slot index (`bucket * S + slot`): the order the duplicate-resolution rule uses.
-    pub fn id(&self, slots: u32) -> u64 {
-        self.bucket * slots as u64 + self.slot as u64
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -545,8 +544,8 @@ mod tests {
         }
     }
 
-    /// Every table the kernels can number has no more slots than a heap can have cells, so a
-    /// heap grown to [`MAX_CELLS`] holds a value for every slot.
+    /// The largest table of every layout (top level 30) numbers its buckets with 32 bits, and
+    /// its heap's arenas name a cell for every slot: past [`MAX_CELLS`] slots, several arenas.
     #[test]
     fn the_largest_table_of_every_layout_has_no_more_slots_than_cells() {
         let mut layouts = 0;
@@ -558,12 +557,37 @@ mod tests {
                 continue;
             }
             layouts += 1;
-            let largest = (0..=30).rev().find_map(|top| Geometry::new(layout, 8, 8, top, 1).ok());
-            let largest = largest.unwrap_or_else(|| panic!("{layout}: no table at all"));
-            assert!(largest.slots() <= MAX_CELLS, "{layout}: {} slots", largest.slots());
-            assert!(largest.with_cells(MAX_CELLS).is_ok(), "{layout}");
+            let largest = Geometry::new(layout, 8, 8, 30, 1).unwrap_or_else(|e| panic!("{layout}: {e}"));
+            assert!(largest.buckets() < 1 << 32, "{layout}: {} buckets", largest.buckets());
+            let arenas = largest.arenas();
+            assert_eq!(arenas > 1, largest.slots() > MAX_CELLS, "{layout}: {} slots", largest.slots());
+            let most = if arenas == 1 { MAX_CELLS } else { arenas * (MAX_CELLS / 32 * 32) };
+            assert!(largest.slots() <= most, "{layout}: {} slots, {arenas} arenas", largest.slots());
+            assert!(largest.with_cells(most).is_ok(), "{layout}");
+            assert!(largest.with_cells(most + 32 * arenas).is_err(), "{layout}");
         }
         assert!(layouts > 100, "{layouts} layouts");
+    }
+
+    /// Cells of each arena are numbered from 0 in its bitmap words `p, p + A, ..`: the numbering
+    /// round-trips, and an arena's cells are its own.
+    #[test]
+    fn cells_are_numbered_within_their_arena() {
+        let g = Geometry::new(Layout::default(), 8, 8, 10, 5000).unwrap().with_arena_bits(3).unwrap();
+        assert_eq!((g.arenas(), g.cells % (32 * 8), g.arena_cells()), (8, 0, g.cells / 8));
+        for cell in 0..g.cells {
+            let (arena, local) = g.cell_local(cell);
+            assert_eq!(arena as u64, (cell / 32) % 8, "cell {cell}");
+            assert!((local as u64) < g.arena_cells(), "cell {cell}");
+            assert_eq!(g.cell_index(arena, local), cell);
+        }
+        // The arena is the fingerprint's highest bits.
+        assert_eq!((g.arena_of(0xE000_0000), g.arena_of(0x1FFF_FFFF)), (7, 0));
+        let one = Geometry::new(Layout::default(), 8, 8, 10, 5000).unwrap();
+        assert_eq!((one.arenas(), one.arena_of(u32::MAX), one.cell_index(0, 4321)), (1, 0, 4321));
+        // A state word beyond its arena names no cell.
+        assert!(g.published_cell(0, PUBLISHED + g.arena_cells() as u32).is_err());
+        assert_eq!(g.published_cell(0xE000_0000, PUBLISHED + 33), Ok(g.cell_index(7, 33)));
     }
 
     #[test]

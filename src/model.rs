@@ -264,14 +264,9 @@ impl Model<'_> {
         Probe { candidates, fingerprint, states, key_equal }
     }
 
-    fn slot_of(&self, id: u32) -> Candidate {
-        let s = self.geo.layout.slots;
-        Candidate { bucket: (id / s) as u64, slot: id % s }
-    }
-
-    fn state_index(&self, id: u32) -> usize {
-        let c = self.slot_of(id);
-        self.geo.state_word(c.bucket, c.slot) as usize
+    /// The state word of the slot operation record `st` names.
+    fn state_index(&self, st: &OpState) -> usize {
+        self.geo.state_word(st.bucket as u64, st.slot) as usize
     }
 
     /// Allocation stage (`shaders/alloc.wgsl`) for operation `i`: a fresh cell holding the
@@ -321,7 +316,6 @@ impl Model<'_> {
         let (kw, vw, cw) = (geo.key_words() as usize, geo.value_words() as usize, geo.cell_words() as usize);
         let key = &batch.keys[i * kw..(i + 1) * kw];
         let kind = OpKind::from_code(batch.kinds[i]).expect("encoded from OpKind");
-        let slots = geo.layout.slots;
         let probe = self.probe(mem.table, key);
         let found = probe.published();
         let status = &mut run.statuses[i];
@@ -355,10 +349,11 @@ impl Model<'_> {
                 // The first operation on the key leads its changes; each tells the lead what it does.
                 let lead = *run.claims.entry(key.to_vec()).or_insert(i as u32);
                 let st = &mut run.states[i];
-                (st.phase, st.slot) = if lead == i as u32 {
-                    (phase::FOUND, probe.candidates[c].id(slots) as u32)
+                (st.phase, st.bucket, st.slot) = if lead == i as u32 {
+                    let at = probe.candidates[c];
+                    (phase::FOUND, at.bucket as u32, at.slot)
                 } else {
-                    (phase::FOLLOWS, lead)
+                    (phase::FOLLOWS, lead, 0)
                 };
                 st.found = probe.states[c];
                 let lead = &mut run.states[lead as usize];
@@ -373,7 +368,7 @@ impl Model<'_> {
                 let leader = *run.claims.entry(key.to_vec()).or_insert(i as u32);
                 if leader != i as u32 {
                     st.phase = phase::JOINED;
-                    st.slot = leader;
+                    st.bucket = leader;
                     run.control[control::NEED_B] += 1;
                     return;
                 }
@@ -391,7 +386,7 @@ impl Model<'_> {
                 dirty.table(geo.state_word(target.bucket, target.slot), 1);
                 dirty.table(k as u64, kw as u64);
                 st.phase = phase::CLAIMED;
-                st.slot = target.id(slots) as u32;
+                (st.bucket, st.slot) = (target.bucket as u32, target.slot);
                 run.control[control::NEED_B] += 1;
             }
         }
@@ -406,11 +401,11 @@ impl Model<'_> {
         let st = run.states[i];
         let (status, free) = match st.phase {
             phase::FOUND | phase::FOLLOWS => {
-                let lead_index = if st.phase == phase::FOUND { i } else { st.slot as usize };
+                let lead_index = if st.phase == phase::FOUND { i } else { st.bucket as usize };
                 let lead = run.states[lead_index];
                 let deleted = lead.first_delete != NONE;
                 if lead_index == i {
-                    let at = self.state_index(st.slot);
+                    let at = self.state_index(&st);
                     mem.table[at] = if deleted {
                         EMPTY
                     } else {
@@ -430,7 +425,7 @@ impl Model<'_> {
                 )
             }
             phase::CLAIMED => {
-                let at = self.state_index(st.slot);
+                let at = self.state_index(&st);
                 let cur = mem.table[at];
                 mem.table[at] = if cur == INSERTING { st.cell + PUBLISHED } else { cur };
                 dirty.table(at as u64, 1);
@@ -439,7 +434,7 @@ impl Model<'_> {
                 (Status::Ok, if cur == INSERTING { NONE } else { st.cell })
             }
             phase::JOINED if kind == OpKind::Upsert => {
-                let at = self.state_index(run.states[st.slot as usize].slot);
+                let at = self.state_index(&run.states[st.bucket as usize]);
                 let cur = mem.table[at];
                 mem.table[at] = st.cell + PUBLISHED;
                 dirty.table(at as u64, 1);
@@ -517,7 +512,7 @@ impl Model<'_> {
     /// Rollback (`rollback` in `shaders/release.wgsl`): undo phase A of a batch that cannot complete.
     pub fn rollback(&self, mem: &mut Mem, bitmap: &mut Bitmap, dirty: &mut Dirty, st: &OpState) {
         if st.phase == phase::CLAIMED {
-            let at = self.state_index(st.slot);
+            let at = self.state_index(st);
             mem.table[at] = EMPTY;
             dirty.table(at as u64, 1);
         }

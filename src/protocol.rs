@@ -91,15 +91,15 @@ pub(crate) mod phase {
 /// Marks an absent cell or slot.
 pub(crate) const NONE: u32 = u32::MAX;
 
-/// Per-operation record kept on the device between the phases (8 words).
+/// Per-operation record kept on the device between the phases (9 words).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct OpState {
     /// A `phase` constant.
     pub phase: u32,
-    /// Global slot id (`bucket * S + slot`) found or claimed, the claiming operation's index
-    /// for [`phase::JOINED`], or [`NONE`].
-    pub slot: u32,
+    /// The bucket of the slot found or claimed (with `slot`), the claiming operation's index
+    /// for [`phase::JOINED`], the lead's for [`phase::FOLLOWS`], or [`NONE`].
+    pub bucket: u32,
     /// The fresh value cell of this operation (numbered within its key's arena, as a state word
     /// names it), or [`NONE`].
     pub cell: u32,
@@ -114,24 +114,27 @@ pub struct OpState {
     /// The state word phase A found (the key's published state before the batch).
     pub found: u32,
     /// The arena of the operation's key (`Geometry::arena_of` its fingerprint), which holds
-    /// `cell` and `free`; set by the allocation stage for operations that carry a value.
+    /// `cell` and `free`; set by the allocation stage.
     pub arena: u32,
+    /// The slot found or claimed, in `bucket`.
+    pub slot: u32,
 }
 
 impl OpState {
     /// Words of the record on the device.
-    pub const WORDS: u64 = 8;
+    pub const WORDS: u64 = 9;
 
     /// The record of an operation before phase A.
     pub const INITIAL: OpState = OpState {
         phase: 0,
-        slot: NONE,
+        bucket: NONE,
         cell: NONE,
         free: NONE,
         last_write: 0,
         first_delete: NONE,
         found: 0,
         arena: 0,
+        slot: 0,
     };
 }
 

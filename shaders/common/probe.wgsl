@@ -53,16 +53,17 @@ fn key_at(key: array<u32, KEY_WORDS>, entry: u32, bucket: u32, slot: u32) -> boo
 
 // What one lane saw of its candidates.
 struct LaneProbe {
-    empty: u32,        // bit k: candidate k * size + lane is EMPTY
-    found_slot: u32,   // first of its candidates holding the key published (slot id), or NONE
-    found_state: u32,  // that slot's state word
+    empty: u32,         // bit k: candidate k * size + lane is EMPTY
+    found_bucket: u32,  // the bucket of its first candidate holding the key published, or NONE
+    found_slot: u32,    // that candidate's slot in the bucket
+    found_state: u32,   // that slot's state word
     found_entry: u32,  // the cache entry it was read from, or NONE
 }
 
 // Reads this lane's candidates in levels `top .. end` (0: the top level) that lie in cached
 // groups (`cached`) or in the others.
 fn probe_lane(t: Tile, busy: bool, key: array<u32, KEY_WORDS>, loc: Located, cached: bool, top: u32, end: u32) -> LaneProbe {
-    var p = LaneProbe(0u, NONE, 0u, NONE);
+    var p = LaneProbe(0u, NONE, 0u, 0u, NONE);
     for (var k = 0u; k < tile_passes(t); k++) {
         let c = k * t.size + t.lane;
         let level = (c / SLOTS) % LEVELS;
@@ -81,10 +82,11 @@ fn probe_lane(t: Tile, busy: bool, key: array<u32, KEY_WORDS>, loc: Located, cac
             p.empty |= 1u << k;
             continue;
         }
-        if (state == INSERTING || p.found_slot != NONE || fp != loc.fp || !key_at(key, entry, bucket, s)) {
+        if (state == INSERTING || p.found_bucket != NONE || fp != loc.fp || !key_at(key, entry, bucket, s)) {
             continue;
         }
-        p.found_slot = bucket * SLOTS + s;
+        p.found_bucket = bucket;
+        p.found_slot = s;
         p.found_state = state;
         p.found_entry = entry;
     }
@@ -99,18 +101,19 @@ fn probe_lane(t: Tile, busy: bool, key: array<u32, KEY_WORDS>, loc: Located, cac
 // the tile gets its own candidates' view: all of them when the key is absent.
 fn probe(t: Tile, busy: bool, key: array<u32, KEY_WORDS>, loc: Located) -> LaneProbe {
     var p = probe_lane(t, busy, key, loc, true, 0u, LEVELS);
-    var found = tile_ballot(t, p.found_slot != NONE) != 0u;
+    var found = tile_ballot(t, p.found_bucket != NONE) != 0u;
     // Round 0 reads the top level, round 1 the levels below it.
     for (var round = 0u; round < 2u; round++) {
         let q = probe_lane(t, busy && !found, key, loc, false, round, select(1u, LEVELS, round == 1u));
         // Each candidate is read in at most one pass, and the key is in at most one slot.
         p.empty |= q.empty;
-        if (q.found_slot != NONE) {
+        if (q.found_bucket != NONE) {
+            p.found_bucket = q.found_bucket;
             p.found_slot = q.found_slot;
             p.found_state = q.found_state;
             p.found_entry = q.found_entry;
         }
-        found = tile_ballot(t, p.found_slot != NONE) != 0u;
+        found = tile_ballot(t, p.found_bucket != NONE) != 0u;
     }
     return p;
 }

@@ -35,16 +35,17 @@ const CTRL_ALLOCATED: u32 = 13u;
 const CTRL_REFUSED: u32 = 14u;
 const CTRL_WORDS: u32 = 16u;
 
-// Per-operation record (8 words), twin of `OpState`.
+// Per-operation record (9 words), twin of `OpState`.
 const ST_PHASE: u32 = 0u;
-const ST_SLOT: u32 = 1u;
+const ST_BUCKET: u32 = 1u;
 const ST_CELL: u32 = 2u;
 const ST_FREE: u32 = 3u;
 const ST_LAST_WRITE: u32 = 4u;
 const ST_FIRST_DELETE: u32 = 5u;
 const ST_FOUND: u32 = 6u;
 const ST_ARENA: u32 = 7u;
-const ST_WORDS: u32 = 8u;
+const ST_SLOT: u32 = 8u;
+const ST_WORDS: u32 = 9u;
 
 // A key's value cells are all in the arena its fingerprint names (`common/cells.wgsl`).
 // The arena of the key whose fingerprint is `fp`.
@@ -68,7 +69,7 @@ fn set_op_field(op: u32, field: u32, v: u32) {
 // The lead of the changes to a found key that `op` takes part in (FOUND: itself; FOLLOWS: the
 // one it recorded).
 fn lead_of(op: u32) -> u32 {
-    return select(op, op_field(op, ST_SLOT), op_field(op, ST_PHASE) == PHASE_FOLLOWS);
+    return select(op, op_field(op, ST_BUCKET), op_field(op, ST_PHASE) == PHASE_FOLLOWS);
 }
 
 // Whether `op` decides its found key's final state: the first delete if the batch deletes the

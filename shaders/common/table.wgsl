@@ -23,8 +23,8 @@ fn candidate_bucket(tops: array<u32, HASHES>, c: u32) -> u32 {
     return group * GROUP_BUCKETS + level_start + local;
 }
 
-// Word `w` of bucket `bucket` (bucket indices, like slot ids, fit 32 bits; word addresses are
-// `Word`s, 64 bits in tables over 16 GiB).
+// Word `w` of bucket `bucket` (bucket indices fit 32 bits, slots are named by bucket and slot;
+// word addresses are `Word`s, 64 bits in tables over 16 GiB).
 fn bucket_word(bucket: u32, w: u32) -> Word {
     return Word(bucket) * Word(BUCKET_WORDS) + Word(w);
 }
@@ -39,13 +39,14 @@ fn state_word(bucket: u32, slot: u32) -> Word {
 
 fn key_word(bucket: u32, slot: u32) -> Word {
     if (KEYS_APART == 1u) {
-        return KEYS_BASE + Word(bucket * SLOTS + slot) * Word(KEY_WORDS);
+        return KEYS_BASE + (Word(bucket) * Word(SLOTS) + Word(slot)) * Word(KEY_WORDS);
     }
     return bucket_word(bucket, 2u * SLOTS + slot * KEY_WORDS);
 }
 
-fn state_word_of_id(id: u32) -> Word {
-    return state_word(id / SLOTS, id % SLOTS);
+// The state word of the slot operation `op` found or claimed in phase A.
+fn op_state_word(op: u32) -> Word {
+    return state_word(op_field(op, ST_BUCKET), op_field(op, ST_SLOT));
 }
 
 // Compare-and-swap on a cached group copy; as `table_cas`.
@@ -82,8 +83,13 @@ fn cached_word(entry: u32, bucket: u32, w: u32) -> Word {
     return Word(entry * GROUP_WORDS + (bucket % GROUP_BUCKETS) * BUCKET_WORDS + w);
 }
 
-// Word `w` of the value of slot `id` (`bucket * SLOTS + slot`) in `entry` (the cache lives in
-// device memory: its regions stay within 16 GiB, 32-bit offsets).
-fn cached_value_word(entry: u32, id: u32, w: u32) -> Word {
-    return Word((entry * GROUP_SLOTS + id % GROUP_SLOTS) * CELL_WORDS + w);
+// The position of slot `slot` of `bucket` in its group.
+fn group_pos(bucket: u32, slot: u32) -> u32 {
+    return bucket % GROUP_BUCKETS * SLOTS + slot;
+}
+
+// Word `w` of the value of the slot at position `pos` of its group (`group_pos`) in `entry` (the
+// cache lives in device memory: its regions stay within 16 GiB, 32-bit offsets).
+fn cached_value_word(entry: u32, pos: u32, w: u32) -> Word {
+    return Word((entry * GROUP_SLOTS + pos) * CELL_WORDS + w);
 }

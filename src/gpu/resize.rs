@@ -216,6 +216,7 @@ fn config(
             top_level: old.top_level,
             keys_base: old.keys_base(),
             words: old.table_words(),
+            bottom_slots: old.groups() * old.layout.slots as u64,
         }),
         // The resize kernels read no value.
         verify_values: false,
@@ -321,7 +322,10 @@ pub(crate) fn build(
     let bind = bind_group(dev, "resize", (&layout, &bindings), entries.iter().map(|b| b.as_entire_binding()));
 
     // One submit per kernel, each with its own invocation count in the parameters.
-    let rehash_slots = old.groups() * old.layout.slots as u64;
+    // Invocations: one per old bucket, and one per old bottom slot, or 2^31 taking several
+    // each where there are 2^32 or more (then the table's words are 64-bit: no round overflows).
+    let bottom_slots = old.groups() * old.layout.slots as u64;
+    let rehash_slots = if bottom_slots < 1 << 32 { bottom_slots } else { 1 << 31 };
     for ((kernel, pipeline), n) in pipelines.iter().zip([old.buckets(), rehash_slots]) {
         let p = Params { n: n as u32, ..Params::default() };
         let mut enc = dev.create_command_encoder(&Default::default());

@@ -194,6 +194,8 @@ pub(crate) struct Source {
     pub keys_base: u64,
     /// Its words.
     pub words: u64,
+    /// Slots of its bottom level (its groups' last buckets), which `rehash` inserts anew.
+    pub bottom_slots: u64,
 }
 
 impl KernelConfig {
@@ -367,6 +369,7 @@ struct Params {
         writeln!(s, "const SOURCE_TOP_LEVEL: u32 = {}u;", src.top_level).unwrap();
         writeln!(s, "const SOURCE_KEYS_BASE: Word = {};", word(src.keys_base)).unwrap();
         writeln!(s, "const SOURCE_WORDS: Word = {};", word(src.words)).unwrap();
+        writeln!(s, "const SOURCE_BOTTOM_SLOTS: Word = {};", word(src.bottom_slots)).unwrap();
         declare_windows(&mut s, binding, "source", (false, true), src.windows, cfg.reach);
         accessor(&mut s, "source_load(a: Word) -> u32", "return {word};", ("source", src.windows), cfg.reach);
     }
@@ -401,6 +404,7 @@ mod tests {
             top_level: geo.top_level - 1,
             keys_base: geo.keys_base() / 2,
             words: geo.table_words() / 2,
+            bottom_slots: geo.groups() / 2 * layout.slots as u64,
         });
         let cache = CacheConfig { entries: 3, count_mode: 1, table: heap, heap: table };
         KernelConfig {
@@ -507,13 +511,14 @@ mod tests {
             ("CTRL_REFUSED", control::REFUSED as u32),
             ("CTRL_WORDS", control::WORDS as u32),
             ("ST_PHASE", word(offset_of!(OpState, phase))),
-            ("ST_SLOT", word(offset_of!(OpState, slot))),
+            ("ST_BUCKET", word(offset_of!(OpState, bucket))),
             ("ST_CELL", word(offset_of!(OpState, cell))),
             ("ST_FREE", word(offset_of!(OpState, free))),
             ("ST_LAST_WRITE", word(offset_of!(OpState, last_write))),
             ("ST_FIRST_DELETE", word(offset_of!(OpState, first_delete))),
             ("ST_FOUND", word(offset_of!(OpState, found))),
             ("ST_ARENA", word(offset_of!(OpState, arena))),
+            ("ST_SLOT", word(offset_of!(OpState, slot))),
             ("ST_WORDS", OpState::WORDS as u32),
         ];
         assert_eq!(OpState::WORDS as usize * 4, std::mem::size_of::<OpState>());
