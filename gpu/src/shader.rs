@@ -139,8 +139,8 @@ pub const BATCH_BUFFERS: u32 = 5;
 
 /// The bindings of read-write regions split in windows (name, whether its words are atomic,
 /// windows), from binding `first` on, and their accessors: `{name}_load`, `{name}_store`, and
-/// for atomic regions `{name}_cas_weak`, which take a `Word` address (declared here, as `reach`
-/// says). Returns the next free binding.
+/// for atomic regions `{name}_cas_weak`, `{name}_or` and `{name}_and`, which take a `Word`
+/// address (declared here, as `reach` says). Returns the next free binding.
 pub fn write_windows(s: &mut String, first: u32, regions: &[(&str, bool, Windows)], reach: Reach) -> u32 {
     writeln!(s, "alias Word = {};", reach.word_type()).unwrap();
     if reach.arrays {
@@ -161,6 +161,8 @@ pub fn write_windows(s: &mut String, first: u32, regions: &[(&str, bool, Windows
                     "cas_weak(a: Word, expected: u32, v: u32) -> vec2<u32>",
                     "let r = atomicCompareExchangeWeak(&{word}, expected, v); return vec2<u32>(r.old_value, u32(r.exchanged));",
                 ),
+                ("or(a: Word, v: u32) -> u32", "return atomicOr(&{word}, v);"),
+                ("and(a: Word, v: u32)", "atomicAnd(&{word}, v); return;"),
             ]
         } else {
             vec![

@@ -65,7 +65,8 @@ pub const HEADER_AREA: u64 = 64 * 1024;
 /// record ([`CloseRecord`]). Version 4: the table crate gives meaning to a second user word
 /// (gphash: where hash locations hash, `docs/protocol.md`, "Locations apart"), which builds that
 /// read version 3 would ignore and so misread such a pool; they refuse version 4 instead.
-pub const FORMAT_VERSION: u32 = 4;
+/// Version 5: the same for a fifth user word (gphash: the heap's arenas, `docs/design.md` §5).
+pub const FORMAT_VERSION: u32 = 5;
 /// The versions this build reads. A version 2 header reads with an empty close record; every
 /// header write writes [`FORMAT_VERSION`].
 pub const READABLE_VERSIONS: std::ops::RangeInclusive<u32> = 2..=FORMAT_VERSION;

@@ -1,4 +1,4 @@
-// gphash's value cells: a bitmap allocator over binding `bitmap`, next-fit. The heap has
+// gphash's value cells: a bitmap allocator over region `cellmap` (windows), next-fit. The heap has
 // ARENAS arenas (a power of two): arena `p` has bitmap words `p, p + ARENAS, ..`, ARENA_CELLS
 // cells, numbered from 0 within it, and holds the cells of the keys whose fingerprint's highest
 // ARENA_BITS bits are `p` (twin: `Geometry::cell_index`), so a state word names up to
@@ -12,13 +12,14 @@
 // left clear only costs a scan a load.
 // Twins: Model::alloc (`Bitmap::allocator_words` for the summary and the cursor) and the bitmap
 // updates of Model::rollback and the engines' free step.
-// uses: ALLOC_CURSOR, ARENAS, ARENA_CELLS, ARENA_WORDS, NONE, allocator, bitmap
+// uses: ALLOC_CURSOR, ARENAS, ARENA_CELLS, ARENA_WORDS, NONE, Word, allocator, cellmap_and, cellmap_load, cellmap_or
 
 #include "common/bitmap.wgsl"
 
-fn bitmap_load(w: u32) -> u32 { return atomicLoad(&bitmap[w]); }
-fn bitmap_or(w: u32, bits: u32) -> u32 { return atomicOr(&bitmap[w], bits); }
-fn bitmap_and(w: u32, bits: u32) { atomicAnd(&bitmap[w], bits); }
+// The bitmap's words, in the windows of region `cellmap`.
+fn bitmap_load(w: u32) -> u32 { return cellmap_load(Word(w)); }
+fn bitmap_or(w: u32, bits: u32) -> u32 { return cellmap_or(Word(w), bits); }
+fn bitmap_and(w: u32, bits: u32) { cellmap_and(Word(w), bits); }
 
 // The summary: bit w % 32 of `allocator[w / 32]` set while bitmap word w is full.
 fn bitmap_full_run(w: u32) -> u32 {
@@ -95,7 +96,7 @@ fn alloc_cells(want: bool, arena: u32, lane: u32, lanes: u32) -> u32 {
         let at = w * ARENAS + arena;
         var free = 0u;
         if (lo < hi) {
-            free = ~atomicLoad(&bitmap[at]) & bit_range(lo, hi);
+            free = ~bitmap_load(at) & bit_range(lo, hi);
         }
         let found = countOneBits(free);
         let before = subgroupExclusiveAdd(found);
@@ -104,7 +105,7 @@ fn alloc_cells(want: bool, arena: u32, lane: u32, lanes: u32) -> u32 {
         let mine = lowest_bits(free, min(found, count - min(count, before)));
         var won = 0u;
         if (mine != 0u) {
-            let old = atomicOr(&bitmap[at], mine);
+            let old = bitmap_or(at, mine);
             won = mine & ~old;
             if ((old | mine) == 0xffffffffu) {
                 bitmap_mark_full(at);

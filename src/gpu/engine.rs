@@ -494,8 +494,9 @@ pub(crate) struct GpuEngine {
     cfg: KernelConfig,
     windows: PoolWindows,
     cache: DeviceCache,
-    bitmap: wgpu::Buffer,
-    /// A bit per bitmap word, set while the word is full, and the next-fit cursor (see
+    /// The value-cell allocator's bitmap, in the windows `cfg.bitmap` says.
+    bitmap: Vec<wgpu::Buffer>,
+    /// A bit per bitmap word, set while the word is full, and the next-fit cursors (see
     /// `shaders/common/cells.wgsl`).
     allocator: wgpu::Buffer,
     control: wgpu::Buffer,
@@ -585,7 +586,9 @@ impl GpuEngine {
         let dev = &gpu.device;
         // Filled by `set_allocator`.
         let bitmap_words = geo.cells.div_ceil(32) as usize;
-        let bitmap_buf = storage_buffer(dev, "bitmap", bitmap_words as u64 * 4);
+        let bitmap_buf: Vec<wgpu::Buffer> = (0..cfg.bitmap.count)
+            .map(|i| storage_buffer(dev, "bitmap", cfg.bitmap.len(i, bitmap_words as u64) * 4))
+            .collect();
         let allocator_words = Bitmap::summary_words(bitmap_words) + geo.arenas() as usize;
         let allocator_buf = storage_buffer(dev, "allocator", allocator_words as u64 * 4);
         let control_buf = storage_buffer(dev, "control", (control::WORDS * 4) as u64);
@@ -659,9 +662,11 @@ impl GpuEngine {
             )));
         }
         let [table, heap] = Self::windows(&gpu.info, opts, &geo);
+        let bitmap = Windows::cover(geo.cells.div_ceil(32), max_window(&gpu.info, opts.max_window_bytes));
         let mut cfg = KernelConfig {
             table,
             heap,
+            bitmap,
             geo,
             seeds,
             tile: opts.tile,
@@ -762,7 +767,10 @@ impl GpuEngine {
         };
         let q = &self.gpu.queue;
         scoped(&self.gpu.device, "writing the value-cell allocator", || {
-            q.write_buffer(&self.bitmap, 0, bytemuck::cast_slice(&bitmap.words));
+            let per_window = self.cfg.bitmap.words() as usize;
+            for (window, words) in self.bitmap.iter().zip(bitmap.words.chunks(per_window)) {
+                q.write_buffer(window, 0, bytemuck::cast_slice(words));
+            }
             q.write_buffer(&self.allocator, 0, bytemuck::cast_slice(&allocator));
             // wgpu copies queue writes at its next submit: submitted now, so that a submit
             // recorded with Vulkan itself, which wgpu does not see, finds them done.
@@ -892,10 +900,10 @@ impl GpuEngine {
     ) -> impl Iterator<Item = wgpu::BindingResource<'a>> {
         let [opstate, dirty, staging, claims] = work;
         let c = &self.cache;
-        [opstate, &self.control, dirty, &self.bitmap, &self.allocator, staging, claims]
+        [opstate, &self.control, dirty, &self.allocator, staging, claims]
             .into_iter()
             .chain([&c.map, &c.owner, &c.counts, &c.plan])
-            .chain(self.windows.buffers().chain(&c.table).chain(&c.heap))
+            .chain(self.windows.buffers().chain(&c.table).chain(&c.heap).chain(&self.bitmap))
             .map(wgpu::Buffer::as_entire_binding)
     }
 
@@ -1581,7 +1589,10 @@ impl Engine for GpuEngine {
     }
 
     fn bitmap(&mut self, _pool: &mut Pool) -> Result<Bitmap> {
-        let words = download_words(&self.gpu, &self.bitmap, self.bitmap.size() / 4)?;
+        let mut words = Vec::with_capacity(self.cfg.bitmap_words() as usize);
+        for window in &self.bitmap {
+            words.extend(download_words(&self.gpu, window, window.size() / 4)?);
+        }
         Ok(Bitmap::from_words(words, self.cfg.geo.arenas()))
     }
 

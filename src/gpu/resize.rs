@@ -208,8 +208,9 @@ fn config(
         seeds: seeds.clone(),
         tile: opts.tile,
         table,
-        // The resize kernels touch no heap: one small dummy window.
+        // The resize kernels touch no heap and no allocator: one small dummy window each.
         heap: Windows::cover(16, 64),
+        bitmap: Windows::cover(16, 64),
         cache: CacheConfig::off(),
         source: Some(Source {
             windows: Windows::cover(old.table_words(), window),
@@ -307,7 +308,7 @@ pub(crate) fn build(
     let (unused_ro, unused_rw) = (buffer("unused", 256, storage), buffer("unused", 256, storage));
     let bindings = cfg.bindings();
     // The control block; every other buffer but the tables is unused (one dummy window each for
-    // the heap and the cache).
+    // the heap, the cache's two regions and the allocator's bitmap).
     let control_binding = TABLE_BINDINGS.iter().position(|b| b.0 == "control").expect("bound") as u32;
     let mut entries: Vec<&wgpu::Buffer> = (0..FIRST_WINDOW_BINDING)
         .map(|i| match i {
@@ -317,7 +318,7 @@ pub(crate) fn build(
         })
         .collect();
     entries.extend(to.iter());
-    entries.extend([&unused_rw, &unused_rw, &unused_rw]);
+    entries.extend([&unused_rw, &unused_rw, &unused_rw, &unused_rw]);
     entries.extend(from.iter());
     let bind = bind_group(dev, "resize", (&layout, &bindings), entries.iter().map(|b| b.as_entire_binding()));
 

@@ -16,13 +16,12 @@ use crate::layout::Geometry;
 
 /// gphash's storage buffers in bind group 0 (the batch's are group 1, [`BATCH_BINDINGS`]), in
 /// binding order from 0: name, WGSL element type, read-only. Windows of the table, the heap,
-/// the cache's group copies and the cache's values (and, for resize kernels, the old table)
-/// follow them.
-pub(crate) const TABLE_BINDINGS: [(&str, &str, bool); 11] = [
+/// the cache's group copies, the cache's values and the cell allocator's bitmap (and, for
+/// resize kernels, the old table) follow them.
+pub(crate) const TABLE_BINDINGS: [(&str, &str, bool); 10] = [
     ("opstate", "atomic<u32>", false),
     ("control", "atomic<u32>", false),
     ("dirty", "u32", false),
-    ("bitmap", "atomic<u32>", false),
     // The allocator's summary (bit w set: bitmap word w is full, so a scan skips it) and its
     // next-fit cursor, word ALLOC_CURSOR (`Bitmap::allocator_words`).
     ("allocator", "atomic<u32>", false),
@@ -152,6 +151,9 @@ pub(crate) struct KernelConfig {
     pub table: Windows,
     /// Heap bindings.
     pub heap: Windows,
+    /// Bindings of the value-cell allocator's bitmap (device memory; a heap of 2^32 cells has
+    /// 512 MiB of it, past one binding on many devices).
+    pub bitmap: Windows,
     /// The bucket cache.
     pub cache: CacheConfig,
     /// The old table of a resize, read-only (resize kernels only).
@@ -257,14 +259,15 @@ impl KernelConfig {
         check_bindings("the table", self.bindings().len() as u32 + BATCH_BUFFERS, info)
     }
 
-    /// The read-write windows in binding order: table, heap, cache copies, cache values (name,
-    /// whether its words are atomic, windows).
-    pub(crate) fn windows(&self) -> [(&'static str, bool, Windows); 4] {
+    /// The read-write windows in binding order: table, heap, cache copies, cache values, the
+    /// allocator's bitmap (name, whether its words are atomic, windows).
+    pub(crate) fn windows(&self) -> [(&'static str, bool, Windows); 5] {
         [
             ("table", true, self.table),
             ("heap", false, self.heap),
             ("ctable", true, self.cache.table),
             ("cheap", false, self.cache.heap),
+            ("cellmap", true, self.bitmap),
         ]
     }
 }
@@ -413,6 +416,7 @@ mod tests {
             tile: 32,
             table,
             heap,
+            bitmap: Windows::cover(geo.cells.div_ceil(32), 64),
             cache,
             source,
             verify_values: value_bytes % 2 == 1,
