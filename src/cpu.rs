@@ -13,14 +13,23 @@ use crate::recovery::Allocator;
 
 /// Two disjoint regions of the pool mapping, both writable.
 pub(crate) fn split_regions(pool: &mut Pool, a: Region, b: Region) -> (&mut [u8], &mut [u8]) {
-    let bytes = pool.bytes_mut();
-    if a.offset < b.offset {
-        let (lo, hi) = bytes.split_at_mut(b.offset as usize);
-        (&mut lo[a.offset as usize..a.end() as usize], &mut hi[..b.bytes as usize])
-    } else {
-        let (lo, hi) = bytes.split_at_mut(a.offset as usize);
-        (&mut hi[..a.bytes as usize], &mut lo[b.offset as usize..b.end() as usize])
+    let [a, b] = disjoint_regions(pool, [a, b]);
+    (a, b)
+}
+
+/// Disjoint regions of the pool mapping, each writable, in the order given.
+pub(crate) fn disjoint_regions<const N: usize>(pool: &mut Pool, regions: [Region; N]) -> [&mut [u8]; N] {
+    let mut order: [usize; N] = std::array::from_fn(|i| i);
+    order.sort_by_key(|&i| regions[i].offset);
+    let (mut rest, mut base) = (pool.bytes_mut(), 0);
+    let mut out: [Option<&mut [u8]>; N] = std::array::from_fn(|_| None);
+    for i in order {
+        let r = regions[i];
+        let (_, from_here) = std::mem::take(&mut rest).split_at_mut((r.offset - base) as usize);
+        let (mine, after) = from_here.split_at_mut(r.bytes as usize);
+        (out[i], rest, base) = (Some(mine), after, r.end());
     }
+    out.map(|r| r.expect("every region placed"))
 }
 
 /// Splits the pool mapping into the table and heap words.

@@ -1849,6 +1849,30 @@ mod tests {
         assert_eq!(made(), Some(grown), "after a growth by a level");
     }
 
+    /// Regions of the pool, in any order, are the bytes at their offsets.
+    #[test]
+    fn disjoint_regions_are_where_their_offsets_say() {
+        let t = GpHash::create(
+            None,
+            &Config::default(),
+            &Options { executor: Executor::Cpu, ..Options::default() },
+        )
+        .unwrap();
+        let mut state = t.state();
+        let pool = &mut state.pool;
+        let region = |offset: u64, bytes: u64| host_pm::Region { offset: offset << 16, bytes };
+        let [c, a, b] = crate::cpu::disjoint_regions(pool, [region(3, 3), region(1, 2), region(2, 65536)]);
+        a.fill(1);
+        b.fill(2);
+        c.fill(3);
+        let bytes = pool.bytes_mut();
+        assert_eq!(
+            (bytes[1 << 16], bytes[(1 << 16) + 2], bytes[2 << 16], bytes[(3 << 16) - 1]),
+            (1, 0, 2, 2)
+        );
+        assert_eq!((bytes[3 << 16], bytes[(3 << 16) + 2], bytes[(3 << 16) + 3]), (3, 3, 0));
+    }
+
     /// A call that panics while it holds the lock poisons the index: later calls (from any
     /// thread) return `Poisoned` instead of panicking, and reopening recovers the table.
     #[test]

@@ -208,10 +208,7 @@ impl Geometry {
             locations_apart,
             arena_bits: 0,
         };
-        // As many arenas as name a cell for every slot (one up to MAX_CELLS slots).
-        let arena_bits = g.slots().div_ceil(MAX_CELLS).next_power_of_two().ilog2();
-        let words = if arena_bits == 0 { 1 } else { 32 << arena_bits };
-        g.with_heap(arena_bits, cells.div_ceil(words) * words)
+        g.with_heap_of(g.needed_arena_bits(), cells)
     }
 
     /// The same table with its keys in an array of their own (`apart`) or in their buckets.
@@ -228,8 +225,19 @@ impl Geometry {
     /// The same table with `2^bits` arenas in its heap, whose cells are rounded up to whole
     /// bitmap words of each arena.
     pub fn with_arena_bits(self, bits: u32) -> Result<Self> {
-        let words = 32 << bits.min(MAX_ARENA_BITS);
-        self.with_heap(bits, self.cells.div_ceil(words) * words)
+        self.with_heap_of(bits, self.cells)
+    }
+
+    /// The same table with `2^bits` arenas and at least `cells` cells: whole bitmap words of
+    /// each arena where there are several.
+    fn with_heap_of(self, bits: u32, cells: u64) -> Result<Self> {
+        let words = if bits == 0 { 1 } else { 32 << bits.min(MAX_ARENA_BITS) };
+        self.with_heap(bits, cells.div_ceil(words) * words)
+    }
+
+    /// The fewest arenas, as log2, that name a cell for every slot: 0 up to [`MAX_CELLS`] slots.
+    fn needed_arena_bits(&self) -> u32 {
+        self.slots().div_ceil(MAX_CELLS).next_power_of_two().ilog2()
     }
 
     /// The same table with a heap of `cells` cells in `2^arena_bits` arenas.
@@ -314,7 +322,7 @@ impl Geometry {
         // be able to grow to a cell for every slot.
         if g.slots() > most {
             return bad(format!(
-                "table of {} slots: a heap of {arenas} arenas names at most {most} cells, one a slot",
+                "table of {} slots: a heap of {arenas} arena(s) names at most {most} cells, one a slot",
                 g.slots()
             ));
         }
@@ -464,15 +472,13 @@ impl Geometry {
         }
     }
 
-    /// The table one level taller: top level + 1, twice the groups, and a heap of at least as
-    /// many cells as the new slots need.
+    /// The table one level taller: top level + 1, twice the groups, a heap of at least as many
+    /// cells as the new slots need, and more arenas where the new slots need them (the growth
+    /// then deals the values to them: `resize::redeal`).
     pub fn grown(&self) -> Result<Geometry> {
-        let mut g = Geometry { top_level: self.top_level + 1, ..*self };
-        let words = 32 * self.arenas();
-        g.cells = self
-            .cells
-            .max(Self::cells_for_keys((g.slots() as f64 * TARGET_LOAD) as u64).div_ceil(words) * words);
-        g.checked()
+        let g = Geometry { top_level: self.top_level + 1, ..*self };
+        let cells = self.cells.max(Self::cells_for_keys((g.slots() as f64 * TARGET_LOAD) as u64));
+        g.with_heap_of(self.arena_bits.max(g.needed_arena_bits()), cells)
     }
 
     /// Where bucket `bucket` of this table sits in the table one level taller, or `None` for a
@@ -567,6 +573,28 @@ mod tests {
             assert!(largest.with_cells(most + 32 * arenas).is_err(), "{layout}");
         }
         assert!(layouts > 100, "{layouts} layouts");
+    }
+
+    /// A table has the arenas its slots need, made or grown: one up to 2^32 - 4 slots, then
+    /// each growth doubles them; fewer than the slots need are refused.
+    #[test]
+    fn arenas_follow_the_slots() {
+        let mut g = Geometry::for_capacity(Layout::default(), 8, 8, 1 << 20).unwrap();
+        let mut arenas = vec![];
+        while g.top_level < 30 {
+            let grown = g.grown().unwrap();
+            let whole = grown.arenas() == 1 || grown.cells.is_multiple_of(32 * grown.arenas());
+            assert!(grown.cells >= g.cells && whole, "{grown:?}");
+            g = grown;
+            arenas.push((g.top_level, g.slots() > MAX_CELLS, g.arenas()));
+        }
+        // 3.2 G slots at level 28, 6.4 G at 29, 12.9 G at 30.
+        assert_eq!(arenas[arenas.len() - 3..], [(28, false, 1), (29, true, 2), (30, true, 4)]);
+        // Made for 3.5 G keys: the top level 29 (6.4 G slots) and two arenas.
+        let large = Geometry::for_capacity(Layout::default(), 8, 8, 3_500_000_000).unwrap();
+        assert_eq!((large.top_level, large.arenas()), (29, 2));
+        let e = large.with_heap(0, MAX_CELLS).unwrap_err().to_string();
+        assert!(e.contains("1 arena(s)") && e.contains("one a slot"), "{e}");
     }
 
     /// Cells of each arena are numbered from 0 in its bitmap words `p, p + A, ..`: the numbering

@@ -23,11 +23,11 @@ use gphash_gpu::resources::ImportedRegions;
 use host_pm::{Pool, Region, ResizeRecord};
 use rayon::prelude::*;
 
-use crate::cpu::split_regions;
+use crate::cpu::{disjoint_regions, split_regions};
 use crate::error::{Error, Result};
 use crate::gpu::engine::GpuOptions;
 use crate::hash::Seeds;
-use crate::layout::Geometry;
+use crate::layout::{Geometry, PUBLISHED};
 use crate::model::{Bitmap, Model};
 use crate::placement::place;
 use crate::profile::Laps;
@@ -124,6 +124,40 @@ pub(crate) struct Grown {
     pub(crate) imported: Option<ImportedRegions>,
 }
 
+/// Deals the values of the grown table `new`, whose heap has more arenas than `old`'s, to them:
+/// its state words, copied from `old`'s table, name cells of `old`'s heap (`from`); each
+/// published value goes to the next cell of its key's arena in the new heap (`to`), and its state
+/// word is renumbered. Only the growth whose slots first need more arenas does this (past
+/// 2^32 - 4 slots, then each doubling of them): one pass on one host thread, not tuned.
+fn redeal(old: &Geometry, new: &Geometry, table: &mut [u32], from: &[u32], to: &mut [u32]) -> Result<()> {
+    let cw = new.cell_words() as usize;
+    let mut next = vec![0u32; new.arenas() as usize];
+    for bucket in 0..new.buckets() {
+        for slot in 0..new.layout.slots {
+            let at = new.state_word(bucket, slot) as usize;
+            if table[at] < PUBLISHED {
+                continue;
+            }
+            let fp = table[new.fp_word(bucket, slot) as usize];
+            let cell = old.published_cell(fp, table[at]).map_err(|why| {
+                Error::Pool(host_pm::PoolError::Corrupt {
+                    what: format!("bucket {bucket} slot {slot}: {why}"),
+                })
+            })?;
+            let arena = new.arena_of(fp);
+            let local = next[arena as usize];
+            if local as u64 >= new.arena_cells() {
+                return Err(Error::Resize(format!("arena {arena} of the grown heap has no cell left")));
+            }
+            next[arena as usize] += 1;
+            let (src, dst) = (cell as usize * cw, new.cell_index(arena, local) as usize * cw);
+            to[dst..dst + cw].copy_from_slice(&from[src..src + cw]);
+            table[at] = PUBLISHED + local;
+        }
+    }
+    Ok(())
+}
+
 /// Step 2: builds the grown table of the header's resize record from the current one, which
 /// holds `items` keys, and switches the header to it ([`Grown`] says what it returns). `held`:
 /// imports of the pool the GPU may read the old table through (`crate::gpu::resize::build`).
@@ -156,10 +190,15 @@ pub(crate) fn complete(
         pool.region_mut(record.new_table).par_chunks_mut(COPY_TASK_BYTES).for_each(|c| c.fill(0));
     }
     laps.lap("zero table");
-    let (from, to) = split_regions(pool, h.heap_region, record.new_heap);
-    let heap = old.heap_bytes() as usize;
-    copy_on_all_threads(&mut to[..heap], &from[..heap]);
-    laps.lap("copy heap");
+    // With the arenas it had, the heap is copied as it is (cells keep their numbers); with more,
+    // its values are dealt to them once the new table is built.
+    let redealt = new.arena_bits != old.arena_bits;
+    if !redealt {
+        let (from, to) = split_regions(pool, h.heap_region, record.new_heap);
+        let heap = old.heap_bytes() as usize;
+        copy_on_all_threads(&mut to[..heap], &from[..heap]);
+        laps.lap("copy heap");
+    }
     let seeds = Seeds::new(h.table.seed, new.layout.hashes);
     let (failed, imported) = match builder {
         Builder::Gpu(gpu, opts) => {
@@ -188,6 +227,18 @@ pub(crate) fn complete(
             "{failed} key(s) of the bottom level found no slot in the grown table"
         )));
     }
+    if redealt {
+        let [table, from, to] = disjoint_regions(pool, [record.new_table, h.heap_region, record.new_heap]);
+        let to = &mut to[..new.heap_bytes() as usize];
+        redeal(
+            old,
+            &new,
+            bytemuck::cast_slice_mut(table),
+            bytemuck::cast_slice(from),
+            bytemuck::cast_slice_mut(to),
+        )?;
+        laps.lap("deal the values to the arenas");
+    }
     let mut counted = Recovery::default();
     let (bitmap, _) = scan(pool, &new, record.new_table, &mut counted)?;
     laps.lap("scan");
@@ -205,9 +256,64 @@ pub(crate) fn complete(
     switched.table_region = record.new_table;
     switched.heap_region = record.new_heap;
     switched.heap_cells = new.cells;
+    switched.user[crate::layout::ARENA_BITS_WORD] = new.arena_bits as u64;
     switched.resize = ResizeRecord::default();
     pool.write_header(&switched)?;
     laps.lap("switch");
     log::info!("the table grew to level {}: {} slots, {} keys", new.top_level, new.slots(), items);
     Ok(Grown { geo: new, bitmap, old_regions: [h.table_region, h.heap_region], imported })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::value_checksum;
+    use crate::{Config, Executor, GpHash, Options};
+
+    fn value(k: u64) -> Vec<u8> {
+        (0..12).map(|i| (k as u8).wrapping_mul(31).wrapping_add(i)).collect()
+    }
+
+    /// Values dealt to four arenas keep their keys: each key's state word names a cell of its
+    /// arena holding its value and checksum, no cell twice.
+    #[test]
+    fn values_dealt_to_more_arenas_keep_their_keys() {
+        let config = Config { capacity: 5000, value_bytes: 12, ..Config::default() };
+        let t = GpHash::create(None, &config, &Options { executor: Executor::Cpu, ..Options::default() })
+            .unwrap();
+        let mut batch = t.batch();
+        for k in 0..4000u64 {
+            batch.insert(&k.to_le_bytes(), &value(k)).unwrap();
+        }
+        t.execute(&batch).unwrap();
+        let old = t.geometry();
+        let new = old.with_arena_bits(2).unwrap();
+        let (mut table, from): (Vec<u32>, Vec<u32>) = t.with_pool(|pool| {
+            let h = pool.header();
+            (
+                bytemuck::pod_collect_to_vec(pool.region(h.table_region)),
+                bytemuck::pod_collect_to_vec(pool.region(h.heap_region)),
+            )
+        });
+        let mut to = vec![0u32; new.heap_words() as usize];
+        redeal(&old, &new, &mut table, &from, &mut to).unwrap();
+        let seeds = Seeds::new(config.seed, new.layout.hashes);
+        let model = Model { geo: &new, seeds: &seeds, verify_values: false };
+        let (cw, mut cells) = (new.cell_words() as usize, std::collections::HashSet::new());
+        let mut arenas = vec![0; 4];
+        for k in 0..4000u64 {
+            let key: Vec<u32> = bytemuck::pod_collect_to_vec(&k.to_le_bytes());
+            let probe = model.probe(&table, &key);
+            let c = probe.published().expect("every key published");
+            let cell = new.published_cell(probe.fingerprint, probe.states[c]).unwrap();
+            let arena = new.arena_of(probe.fingerprint);
+            assert_eq!(new.cell_local(cell).0, arena, "key {k}");
+            arenas[arena as usize] += 1;
+            assert!(cells.insert(cell), "key {k}: cell {cell} twice");
+            let words = &to[cell as usize * cw..][..cw];
+            assert_eq!(bytemuck::cast_slice::<u32, u8>(&words[..3]), &value(k)[..], "key {k}");
+            assert_eq!(words[3], value_checksum(&words[..3]), "key {k}");
+        }
+        assert!(arenas.iter().all(|&n| n > 800), "{arenas:?}");
+    }
 }

@@ -596,7 +596,7 @@ mod tests {
         let raw = encode_header(&sample());
         assert_eq!(raw.len(), COPY);
         assert_eq!(&raw[..8], b"GPHASHPM");
-        assert_eq!(raw[off::VERSION], 4);
+        assert_eq!(raw[off::VERSION], 5);
         assert_eq!(raw[off::CLEAN], 1);
         assert_eq!(raw[off::SEQUENCE], 7);
         assert_eq!(&raw[off::SEED..off::SEED + 4], &[0xef, 0xbe, 0xad, 0xde]);
