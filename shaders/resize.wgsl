@@ -2,8 +2,9 @@
 // `source_load`; the new one, zeroed, is the table. Every level of the old table but its bottom
 // keeps its buckets (a level-l bucket keeps its index in level l; only the grouping changes):
 // `relocate` copies them. The keys of the old bottom level are inserted into the new table with
-// their value cells unchanged: `rehash`, one key per tile at a time, as phase A claims slots.
-// The new table becomes visible only when the host switches the header to it.
+// their state words as they are: `rehash`, one key per tile at a time, as phase A claims slots
+// (where the grown heap has more arenas, the host then deals the values to them:
+// `resize::redeal`). The new table becomes visible only when the host switches the header to it.
 // Twins: Geometry::grown_bucket in src/layout.rs, Model::relocate and Model::rehash.
 
 #include "common/prelude.wgsl"

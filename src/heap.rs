@@ -12,19 +12,18 @@
 use host_pm::{Pool, Region};
 
 use crate::error::{Error, Result};
-use crate::layout::{Geometry, MAX_CELLS};
+use crate::layout::Geometry;
 use crate::placement::{place, region_bytes};
 use crate::profile::Laps;
 use crate::resize::copy_on_all_threads;
 
 /// The geometry of `geo`'s table with its heap grown by a quarter (in whole bitmap words of
-/// each arena), or to the most cells its arenas' state words address ([`MAX_CELLS`] an arena,
-/// more than the table's slots); `HeapFull` (naming `failed` operations) when it has them
+/// each arena), or to the most cells its arenas' state words address
+/// ([`Geometry::most_cells`], no fewer than the table's slots); `HeapFull` (naming `failed` operations) when it has them
 /// already.
 pub(crate) fn grown(geo: &Geometry, failed: u64) -> Result<Geometry> {
-    let arenas = geo.arenas();
-    let (words, most) =
-        if arenas == 1 { (1, MAX_CELLS) } else { (32 * arenas, arenas * (MAX_CELLS / 32 * 32)) };
+    let (arenas, most) = (geo.arenas(), geo.most_cells());
+    let words = if arenas == 1 { 1 } else { 32 * arenas };
     let cells = ((geo.cells + geo.cells / 4 + 1024).div_ceil(words) * words).min(most);
     if cells <= geo.cells {
         log::info!("the heap cannot grow: it has the {most} cells its arenas address");
@@ -94,7 +93,7 @@ mod tests {
 
     use super::*;
     use crate::GpHash;
-    use crate::layout::Layout;
+    use crate::layout::{Layout, MAX_CELLS};
 
     /// An anonymous pool for `geo` whose heap comes first (`heap_first`) or last, its cells
     /// filled with a pattern.

@@ -42,6 +42,12 @@ pub const PUBLISHED: u32 = 2;
 pub const MAX_CELLS: u64 = (u32::MAX - PUBLISHED) as u64 - 1;
 /// Most arenas a heap has, as log2 ([`Geometry::arena_bits`]).
 pub(crate) const MAX_ARENA_BITS: u32 = 5;
+/// Most cells `2^arena_bits` arenas name: [`MAX_CELLS`] in one, whole bitmap words of each
+/// when there are several.
+fn most_cells(arena_bits: u32) -> u64 {
+    if arena_bits == 0 { MAX_CELLS } else { (MAX_CELLS / 32 * 32) << arena_bits }
+}
+
 /// Largest number of candidate slots per key (`L * H * S`) the kernels support.
 pub(crate) const MAX_CANDIDATES: u32 = 128;
 /// Fewest candidate slots per key a table may have: with fewer, keys collide while the table
@@ -237,7 +243,12 @@ impl Geometry {
 
     /// The fewest arenas, as log2, that name a cell for every slot: 0 up to [`MAX_CELLS`] slots.
     fn needed_arena_bits(&self) -> u32 {
-        self.slots().div_ceil(MAX_CELLS).next_power_of_two().ilog2()
+        (0..MAX_ARENA_BITS).find(|&a| most_cells(a) >= self.slots()).unwrap_or(MAX_ARENA_BITS)
+    }
+
+    /// Most cells the heap's arenas name.
+    pub fn most_cells(&self) -> u64 {
+        most_cells(self.arena_bits)
     }
 
     /// The same table with a heap of `cells` cells in `2^arena_bits` arenas.
@@ -316,8 +327,7 @@ impl Geometry {
         if g.arena_bits > MAX_ARENA_BITS {
             return bad(format!("2^{} arenas: at most 2^{MAX_ARENA_BITS}", g.arena_bits));
         }
-        let arenas = 1u64 << g.arena_bits;
-        let most = if arenas == 1 { MAX_CELLS } else { arenas * (MAX_CELLS / 32 * 32) };
+        let (arenas, most) = (g.arenas(), g.most_cells());
         // Buckets are numbered with 32 bits (fewer than 2^(t+1) <= 2^31 of them); the heap must
         // be able to grow to a cell for every slot.
         if g.slots() > most {
@@ -565,9 +575,8 @@ mod tests {
             layouts += 1;
             let largest = Geometry::new(layout, 8, 8, 30, 1).unwrap_or_else(|e| panic!("{layout}: {e}"));
             assert!(largest.buckets() < 1 << 32, "{layout}: {} buckets", largest.buckets());
-            let arenas = largest.arenas();
+            let (arenas, most) = (largest.arenas(), largest.most_cells());
             assert_eq!(arenas > 1, largest.slots() > MAX_CELLS, "{layout}: {} slots", largest.slots());
-            let most = if arenas == 1 { MAX_CELLS } else { arenas * (MAX_CELLS / 32 * 32) };
             assert!(largest.slots() <= most, "{layout}: {} slots, {arenas} arenas", largest.slots());
             assert!(largest.with_cells(most).is_ok(), "{layout}");
             assert!(largest.with_cells(most + 32 * arenas).is_err(), "{layout}");

@@ -561,7 +561,8 @@ impl CheckScan<'_> {
                 let cell = match g.published_cell(stored_fp, state) {
                     Ok(cell) => cell,
                     Err(why) => {
-                        bad(why, Some((state - PUBLISHED) as u64));
+                        // No heap cell: with several arenas its number may be another's index.
+                        bad(why, None);
                         continue;
                     }
                 };

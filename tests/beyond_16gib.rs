@@ -3,7 +3,7 @@
 //! that 64-byte dirty lines numbered with 32 bits reach, whose lines are coarser; and tables of
 //! more than 2^32 slots and value cells, which 32-bit numbers do not name. The pools are
 //! anonymous memory, which takes RAM only as it is written: heaps of about 20 GiB, 285 GiB and
-//! 1.1 TiB, and a table of 96 GiB with a heap of 37 GiB, of which the test writes a few hundred
+//! 1.1 TiB, and a table of 96 GiB with a heap of 34 GiB, of which the test writes a few hundred
 //! MiB, so that it runs on lavapipe in CI.
 
 mod common;
@@ -51,7 +51,7 @@ fn records_past_1_tib_match_the_model() {
 }
 
 /// More than 2^32 slots and 2^32 value cells in one table: 4.35 G keys of 4-byte values make a
-/// table of 6.4 G slots (96 GiB) whose heap has 4.6 G cells in two arenas (37 GiB). The slots
+/// table of 6.4 G slots (96 GiB) whose heap has 4.6 G cells in two arenas (34 GiB). The slots
 /// are named by bucket and place, a state word names a cell within its key's arena, and the
 /// commit stays one 32-bit CAS: keys published past slot 2^32 and values past cell 2^32 read
 /// back as the model's. One hash location, so that the few keys spread over the whole top

@@ -102,10 +102,10 @@ fn cases() -> Vec<Case> {
         },
         // Heaps of several arenas (each key's cells in the arena its fingerprint names).
         Case {
-            layout: "2L-2H-8S",
-            key_bytes: 8,
-            value_bytes: 8,
-            gpu: opts(Placement::ZeroCopy, 32, None),
+            layout: "2L-4H-8S",
+            key_bytes: 12,
+            value_bytes: 24,
+            gpu: opts(Placement::ZeroCopy, 16, None),
             keys_apart: false,
             arena_bits: Some(2),
         },

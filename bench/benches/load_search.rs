@@ -16,6 +16,7 @@ fn main() -> gphash::Result<()> {
         key_bytes: 8,
         value_bytes: 8,
         placements: vec![Placement::Auto, Placement::Staged],
+        arena_bits: None,
         pool_dir: dir,
     };
     // The GPU times its batches from the first one: the open waits for it.

@@ -28,6 +28,8 @@ pub struct LoadSearch {
     pub value_bytes: u32,
     /// Placements compared.
     pub placements: Vec<Placement>,
+    /// The heap's arenas, as log2 (`Config::arena_bits`; `None`: as the table needs).
+    pub arena_bits: Option<u32>,
     /// Directory of the pools.
     pub pool_dir: PathBuf,
 }
@@ -148,6 +150,7 @@ impl LoadSearch {
                 key_bytes: self.key_bytes,
                 value_bytes: self.value_bytes,
                 capacity: self.keys,
+                arena_bits: self.arena_bits,
                 ..Config::default()
             };
             let index = GpHash::create(Some(&dir.path().join("bench.pool")), &config, &options)?;

@@ -374,6 +374,10 @@ pub(crate) struct LoadSearchArgs {
     /// Placements to compare (zero-copy, staged).
     #[arg(long, value_delimiter = ',', default_value = "zero-copy,staged")]
     placements: Vec<String>,
+    /// The heap's arenas, as log2, 0 to 5 (default: as the table needs, one up to 2^32 - 4
+    /// slots): to measure what several cost a table that does not need them.
+    #[arg(long)]
+    arena_bits: Option<u32>,
     #[command(flatten)]
     dir: PoolDir,
 }
@@ -802,6 +806,7 @@ fn load_search(args: &LoadSearchArgs, options: &Options) -> gphash::Result<()> {
         key_bytes: args.key_bytes,
         value_bytes: args.value_bytes,
         placements,
+        arena_bits: args.arena_bits,
         pool_dir: args.dir.pool_dir.clone(),
     };
     let bar = progress(args.keys * (1 + args.reps as u64) * bench.placements.len() as u64, "bench");

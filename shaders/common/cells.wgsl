@@ -52,14 +52,14 @@ fn lowest_bits(bits: u32, n: u32) -> u32 {
 
 // Takes a free cell of arena `arena` (subgroup-uniform) for each lane of the subgroup with
 // `want` set and returns its number in the arena, next-fit: the subgroup
-// claims the next cells from the cursor (as many as it still needs at the density of free
+// claims the next cells from the arena's cursor (as many as it still needs at the density of free
 // cells it last found, doubled while it finds none; at most `lanes - 1` words, so that a claim
 // that starts inside a word spans a word per lane at most), each lane looks
 // at a word of the claim, and the free cells found go to the lanes in order. A lap of the
 // counter within one pass may hand two subgroups the same cells: the `atomicOr` that takes
 // them says which are really won. Lanes left without a cell after MAX_CLAIMS claims scan on
-// their own (`bitmap_take`), which finds NONE only when the heap is full. Neighbouring
-// operations get neighbouring cells where the heap has free words (a load, a grown heap), so
+// their own (`bitmap_take_every`), which finds NONE only when the arena is full. Neighbouring
+// operations get neighbouring cells where the arena has free words (a load, a grown heap), so
 // their values reach the pool as neighbouring lines.
 // Subgroup-uniform control flow.
 fn alloc_cells(want: bool, arena: u32, lane: u32, lanes: u32) -> u32 {

@@ -1589,9 +1589,11 @@ impl Engine for GpuEngine {
     }
 
     fn bitmap(&mut self, _pool: &mut Pool) -> Result<Bitmap> {
-        let mut words = Vec::with_capacity(self.cfg.bitmap_words() as usize);
-        for window in &self.bitmap {
-            words.extend(download_words(&self.gpu, window, window.size() / 4)?);
+        let total = self.cfg.bitmap_words() as u64;
+        let mut words = Vec::with_capacity(total as usize);
+        // A window's buffer may be longer than its words (buffers are at least 16 bytes).
+        for (i, window) in (0..).zip(&self.bitmap) {
+            words.extend(download_words(&self.gpu, window, self.cfg.bitmap.len(i, total))?);
         }
         Ok(Bitmap::from_words(words, self.cfg.geo.arenas()))
     }

@@ -22,8 +22,9 @@ pub(crate) const TABLE_BINDINGS: [(&str, &str, bool); 10] = [
     ("opstate", "atomic<u32>", false),
     ("control", "atomic<u32>", false),
     ("dirty", "u32", false),
-    // The allocator's summary (bit w set: bitmap word w is full, so a scan skips it) and its
-    // next-fit cursor, word ALLOC_CURSOR (`Bitmap::allocator_words`).
+    // The allocator's summary (bit w set: bitmap word w is full, so a scan skips it) and a
+    // next-fit cursor per arena from word ALLOC_CURSOR on (`Bitmap::allocator_words`). One
+    // binding: a heap of 2^35 cells has 128 MiB of summary, lavapipe's binding size.
     ("allocator", "atomic<u32>", false),
     ("staging", "u32", false),
     ("claims", "atomic<u32>", false),
@@ -314,7 +315,7 @@ fn prelude(cfg: &KernelConfig) -> String {
     let g = &cfg.geo;
     let l = &g.layout;
     let mut s = cfg.reach.enables().to_string();
-    let consts: [(&str, u64); 22] = [
+    let consts: [(&str, u64); 21] = [
         ("SLOTS", l.slots as u64),
         ("LEVELS", l.levels as u64),
         ("HASHES", l.hashes as u64),
@@ -326,7 +327,6 @@ fn prelude(cfg: &KernelConfig) -> String {
         ("GROUP_WORDS", g.group_words()),
         ("GROUP_SLOTS", g.group_slots()),
         ("GROUPS", g.groups()),
-        ("BITMAP_WORDS", cfg.bitmap_words() as u64),
         ("ALLOC_CURSOR", crate::model::Bitmap::summary_words(cfg.bitmap_words() as usize) as u64),
         ("ARENAS", g.arenas()),
         ("ARENA_BITS", g.arena_bits as u64),
