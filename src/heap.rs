@@ -17,19 +17,17 @@ use crate::placement::{place, region_bytes};
 use crate::profile::Laps;
 use crate::resize::copy_on_all_threads;
 
-/// The geometry of `geo`'s table with its heap grown by a quarter (in whole bitmap words of
-/// each arena), or to the most cells its arenas' state words address
-/// ([`Geometry::most_cells`], no fewer than the table's slots); `HeapFull` (naming `failed` operations) when it has them
-/// already.
+/// The geometry of `geo`'s table with its heap grown by a quarter ([`Geometry::with_cells`]),
+/// or to the most cells its arenas' state words address ([`Geometry::most_cells`], no fewer
+/// than the table's slots); `HeapFull` (naming `failed` operations) when it has them already.
 pub(crate) fn grown(geo: &Geometry, failed: u64) -> Result<Geometry> {
-    let (arenas, most) = (geo.arenas(), geo.most_cells());
-    let words = if arenas == 1 { 1 } else { 32 * arenas };
-    let cells = ((geo.cells + geo.cells / 4 + 1024).div_ceil(words) * words).min(most);
-    if cells <= geo.cells {
+    let most = geo.most_cells();
+    let new = geo.with_cells((geo.cells + geo.cells / 4 + 1024).min(most))?;
+    if new.cells <= geo.cells {
         log::info!("the heap cannot grow: it has the {most} cells its arenas address");
         return Err(Error::HeapFull { failed });
     }
-    geo.with_cells(cells)
+    Ok(new)
 }
 
 /// Where the heap of `new`'s cells goes: in place where the space after the heap is free,

@@ -294,6 +294,7 @@ impl Geometry {
     }
 
     /// The arena and the number within it of heap cell `cell` (inverse of [`Self::cell_index`]).
+    #[cfg(test)]
     pub fn cell_local(&self, cell: u64) -> (u32, u32) {
         let word = cell / 32;
         let arena = (word & (self.arenas() - 1)) as u32;
@@ -368,9 +369,10 @@ impl Geometry {
         keys + keys / 16 + 1024
     }
 
-    /// The same table with a heap of `cells` cells.
+    /// The same table with a heap of at least `cells` cells: whole bitmap words of each arena
+    /// where there are several.
     pub fn with_cells(&self, cells: u64) -> Result<Geometry> {
-        self.with_heap(self.arena_bits, cells)
+        self.with_heap_of(self.arena_bits, cells)
     }
 
     /// 32-bit words of one key.
