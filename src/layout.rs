@@ -48,6 +48,26 @@ fn most_cells(arena_bits: u32) -> u64 {
     if arena_bits == 0 { MAX_CELLS } else { (MAX_CELLS / 32 * 32) << arena_bits }
 }
 
+/// Slots a table has for each arena before a growth deals its values to more arenas: as many
+/// as one arena names ([`MAX_CELLS`]), fewer in gphash's own tests
+/// (`testing::layout::set_slots_per_arena`), so that small tables grow across arenas.
+#[cfg(feature = "testing")]
+static SLOTS_PER_ARENA: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(MAX_CELLS);
+
+fn slots_per_arena() -> u64 {
+    #[cfg(feature = "testing")]
+    return SLOTS_PER_ARENA.load(std::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(feature = "testing"))]
+    MAX_CELLS
+}
+
+/// Has tables made or grown from now on take a new arena for each `slots` slots (see
+/// [`slots_per_arena`]); [`MAX_CELLS`] undoes it.
+#[cfg(feature = "testing")]
+pub fn set_slots_per_arena(slots: u64) {
+    SLOTS_PER_ARENA.store(slots.clamp(1, MAX_CELLS), std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Largest number of candidate slots per key (`L * H * S`) the kernels support.
 pub(crate) const MAX_CANDIDATES: u32 = 128;
 /// Fewest candidate slots per key a table may have: with fewer, keys collide while the table
@@ -243,7 +263,8 @@ impl Geometry {
 
     /// The fewest arenas, as log2, that name a cell for every slot: 0 up to [`MAX_CELLS`] slots.
     fn needed_arena_bits(&self) -> u32 {
-        (0..MAX_ARENA_BITS).find(|&a| most_cells(a) >= self.slots()).unwrap_or(MAX_ARENA_BITS)
+        let names_all = |a: u32| most_cells(a).min(slots_per_arena() << a) >= self.slots();
+        (0..MAX_ARENA_BITS).find(|&a| names_all(a)).unwrap_or(MAX_ARENA_BITS)
     }
 
     /// Most cells the heap's arenas name.

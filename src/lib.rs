@@ -93,7 +93,7 @@ pub mod testing {
 
     /// The table's slot encoding, to read and damage pools in tests.
     pub mod layout {
-        pub use crate::layout::PUBLISHED;
+        pub use crate::layout::{PUBLISHED, set_slots_per_arena};
     }
 
     /// The steps of growing a table, to interrupt one between them.
