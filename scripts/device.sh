@@ -36,7 +36,8 @@ tests)
   # The server's tests drive it with redis-cli and redis-benchmark.
   . "$root/scripts/redis-tools.sh"
   for t in kernels cache baseline_slab baseline_cpu growth persistence crash_images device kill typed \
-    erase_reinsert atomicity limits inspect check pipeline serve beyond_16gib format fill gpu_start sharded profile; do
+    erase_reinsert atomicity limits inspect check pipeline serve beyond_16gib format fill gpu_start sharded profile \
+    arena_growth; do
     echo "== $t"
     ./test-$t 2>&1 | grep -E "test result|FAILED|panicked|GPU tests run|hardware" | sort -u
   done 2>&1 | tee "$out/tests.log"
