@@ -59,7 +59,7 @@ fn copy_to_staging(dst: &mut wgpu::QueueWriteBufferView, src: &[u8]) {
     }
     // The view's parts are not `Send` (wgpu's `WriteOnly` of a slice): the tasks write through
     // its address.
-    let base = Staging(view.as_raw_element_ptr());
+    let base = DisjointWrites(view.as_raw_element_ptr());
     src.par_chunks(TASK_BYTES).enumerate().for_each(|(i, part)| {
         let at = base.at(i * TASK_BYTES);
         // SAFETY: the view is `src.len()` writable bytes that `view` borrows exclusively until
@@ -69,14 +69,16 @@ fn copy_to_staging(dst: &mut wgpu::QueueWriteBufferView, src: &[u8]) {
     });
 }
 
-/// The address of a staging view that [`copy_to_staging`]'s tasks write disjoint parts of.
-struct Staging(std::ptr::NonNull<u8>);
+/// The address of memory that tasks on several threads write disjoint parts of (a staging
+/// view in [`copy_to_staging`], a heap whose cells are dealt out in `resize::redeal`).
+pub(crate) struct DisjointWrites(pub(crate) std::ptr::NonNull<u8>);
 
-// SAFETY: the tasks only write through it, each to bytes no other task touches.
-unsafe impl Sync for Staging {}
+// SAFETY: the tasks only write through it, each to bytes no other task touches (each user says
+// why its parts are disjoint).
+unsafe impl Sync for DisjointWrites {}
 
-impl Staging {
-    fn at(&self, offset: usize) -> *mut u8 {
+impl DisjointWrites {
+    pub(crate) fn at(&self, offset: usize) -> *mut u8 {
         self.0.as_ptr().wrapping_add(offset)
     }
 }

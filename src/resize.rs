@@ -23,6 +23,7 @@ use gphash_gpu::resources::ImportedRegions;
 use host_pm::{Pool, Region, ResizeRecord};
 use rayon::prelude::*;
 
+use crate::bulk::{DisjointWrites, prefetch};
 use crate::cpu::{disjoint_regions, split_regions};
 use crate::error::{Error, Result};
 use crate::gpu::engine::GpuOptions;
@@ -124,37 +125,106 @@ pub(crate) struct Grown {
     pub(crate) imported: Option<ImportedRegions>,
 }
 
+/// Buckets a task of [`redeal`] takes.
+const REDEAL_TASK_BUCKETS: usize = 1 << 14;
+
+/// Values [`redeal`] asks the memory for ahead of the one it copies.
+const PREFETCH_AHEAD: usize = 16;
+
 /// Deals the values of the grown table `new`, whose heap has more arenas than `old`'s, to them:
 /// its state words, copied from `old`'s table, name cells of `old`'s heap (`from`); each
-/// published value goes to the next cell of its key's arena in the new heap (`to`), and its state
-/// word is renumbered. Only the growth whose slots first need more arenas does this (past
-/// 2^32 - 4 slots, then each doubling of them): one pass on one host thread, not tuned.
-fn redeal(old: &Geometry, new: &Geometry, table: &mut [u32], from: &[u32], to: &mut [u32]) -> Result<()> {
-    let cw = new.cell_words() as usize;
-    let mut next = vec![0u32; new.arenas() as usize];
-    for bucket in 0..new.buckets() {
-        for slot in 0..new.layout.slots {
-            let at = new.state_word(bucket, slot) as usize;
-            if table[at] < PUBLISHED {
-                continue;
-            }
-            let fp = table[new.fp_word(bucket, slot) as usize];
-            let cell = old.published_cell(fp, table[at]).map_err(|why| {
-                Error::Pool(host_pm::PoolError::Corrupt {
-                    what: format!("bucket {bucket} slot {slot}: {why}"),
-                })
-            })?;
-            let arena = new.arena_of(fp);
-            let local = next[arena as usize];
-            if local as u64 >= new.arena_cells() {
-                return Err(Error::Resize(format!("arena {arena} of the grown heap has no cell left")));
-            }
-            next[arena as usize] += 1;
-            let (src, dst) = (cell as usize * cw, new.cell_index(arena, local) as usize * cw);
-            to[dst..dst + cw].copy_from_slice(&from[src..src + cw]);
-            table[at] = PUBLISHED + local;
-        }
+/// published value goes to the next cell of its key's arena in the new heap (`to`), in bucket
+/// order, and its state word is renumbered. Only the growth whose slots first need more arenas
+/// does this (past 2^32 - 4 slots, then each doubling of them). On all host threads, tasks of
+/// `task_buckets` buckets: one pass counts each task's values of each arena, so that each task
+/// knows its first cell of each arena; a second deals them.
+fn redeal(
+    old: &Geometry,
+    new: &Geometry,
+    table: &mut [u32],
+    from: &[u32],
+    to: &mut [u32],
+    task_buckets: usize,
+) -> Result<()> {
+    let (cw, arenas) = (new.cell_words() as usize, new.arenas() as usize);
+    let task_words = task_buckets * new.bucket_words() as usize;
+    let buckets = &mut table[..new.keys_base() as usize];
+    // A task's published slots: the word of the state, the fingerprint and the state, in
+    // bucket order (a task's first bucket is bucket 0 of its words).
+    fn published<'a>(new: &'a Geometry, part: &'a [u32]) -> impl Iterator<Item = (usize, u32, u32)> + 'a {
+        let buckets = (part.len() / new.bucket_words() as usize) as u64;
+        (0..buckets).flat_map(move |b| (0..new.layout.slots).map(move |s| (b, s))).filter_map(
+            move |(b, s)| {
+                let at = new.state_word(b, s) as usize;
+                (part[at] >= PUBLISHED).then(|| (at, part[new.fp_word(b, s) as usize], part[at]))
+            },
+        )
     }
+    let bucket_words = new.bucket_words() as usize;
+    let cell_of = |fp: u32, state: u32, task: usize, at: usize| {
+        old.published_cell(fp, state).map_err(|why| {
+            let (bucket, slot) =
+                (task * task_buckets + at / bucket_words, at % bucket_words - new.layout.slots as usize);
+            Error::Pool(host_pm::PoolError::Corrupt { what: format!("bucket {bucket} slot {slot}: {why}") })
+        })
+    };
+    let counts = buckets
+        .par_chunks(task_words)
+        .enumerate()
+        .map(|(task, part)| {
+            let mut count = vec![0u64; arenas];
+            for (at, fp, state) in published(new, part) {
+                cell_of(fp, state, task, at)?;
+                count[new.arena_of(fp) as usize] += 1;
+            }
+            Ok(count)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // Each task's first cell of each arena: past the cells of the tasks before it.
+    let mut next = vec![0u64; arenas];
+    let firsts: Vec<Vec<u64>> = counts
+        .iter()
+        .map(|count| {
+            let first = next.clone();
+            next.iter_mut().zip(count).for_each(|(n, c)| *n += c);
+            first
+        })
+        .collect();
+    if let Some(arena) = next.iter().position(|&n| n > new.arena_cells()) {
+        return Err(Error::Resize(format!(
+            "arena {arena} of the grown heap has {} cells for {} values",
+            new.arena_cells(),
+            next[arena]
+        )));
+    }
+    let heap_words = to.len();
+    let heap = DisjointWrites(std::ptr::NonNull::from(to).cast());
+    buckets.par_chunks_mut(task_words).zip(firsts).for_each(|(part, mut next)| {
+        let cells: Vec<(usize, u32, usize)> = published(new, part)
+            .map(|(at, fp, state)| {
+                (at, fp, old.published_cell(fp, state).expect("checked by the count") as usize)
+            })
+            .collect();
+        for (i, &(at, fp, cell)) in cells.iter().enumerate() {
+            // The values are read in no order: ask for a later one's lines ahead.
+            if let Some(&(_, _, ahead)) = cells.get(i + PREFETCH_AHEAD) {
+                (0..cw).step_by(16).for_each(|w| prefetch(&from[ahead * cw + w]));
+                prefetch(&from[ahead * cw + cw - 1]);
+            }
+            let arena = new.arena_of(fp) as usize;
+            let local = next[arena];
+            next[arena] += 1;
+            let dst = new.cell_index(arena as u32, local as u32) as usize * cw;
+            assert!(dst + cw <= heap_words, "cell {local} of arena {arena} past the heap");
+            let value = &from[cell * cw..][..cw];
+            // SAFETY: `dst..dst + cw` lies in `to` (asserted), which `to`'s borrow holds until
+            // every task is done. Cells `firsts[task][arena] ..` of the counted values of the
+            // task are its own: each (arena, local) is one cell, and the tasks' ranges of
+            // locals are disjoint. `from` is other memory.
+            unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), heap.at(dst * 4).cast::<u32>(), cw) };
+            part[at] = PUBLISHED + local as u32;
+        }
+    });
     Ok(())
 }
 
@@ -236,6 +306,7 @@ pub(crate) fn complete(
             bytemuck::cast_slice_mut(table),
             bytemuck::cast_slice(from),
             bytemuck::cast_slice_mut(to),
+            REDEAL_TASK_BUCKETS,
         )?;
         laps.lap("deal the values to the arenas");
     }
@@ -275,7 +346,8 @@ mod tests {
     }
 
     /// Values dealt to four arenas keep their keys: each key's state word names a cell of its
-    /// arena holding its value and checksum, no cell twice.
+    /// arena holding its value and checksum, no cell twice; tasks of a few buckets on all threads
+    /// deal them as one task does.
     #[test]
     fn values_dealt_to_more_arenas_keep_their_keys() {
         let config = Config { capacity: 5000, value_bytes: 12, ..Config::default() };
@@ -288,15 +360,36 @@ mod tests {
         t.execute(&batch).unwrap();
         let old = t.geometry();
         let new = old.with_arena_bits(2).unwrap();
-        let (mut table, from): (Vec<u32>, Vec<u32>) = t.with_pool(|pool| {
+        let (table, from): (Vec<u32>, Vec<u32>) = t.with_pool(|pool| {
             let h = pool.header();
             (
                 bytemuck::pod_collect_to_vec(pool.region(h.table_region)),
                 bytemuck::pod_collect_to_vec(pool.region(h.heap_region)),
             )
         });
+        // Tasks of 7 buckets deal exactly what one task does.
+        let dealt = |task_buckets| {
+            let (mut table, mut to) = (table.clone(), vec![0u32; new.heap_words() as usize]);
+            redeal(&old, &new, &mut table, &from, &mut to, task_buckets).unwrap();
+            (table, to)
+        };
+        // A state word beyond the old heap is named, and the count finds it before anything is
+        // dealt.
+        let (b, s) = (0..old.buckets())
+            .flat_map(|b| (0..old.layout.slots).map(move |s| (b, s)))
+            .find(|&(b, s)| table[old.state_word(b, s) as usize] >= PUBLISHED)
+            .unwrap();
+        let mut damaged = table.clone();
+        damaged[old.state_word(b, s) as usize] = PUBLISHED + old.cells as u32;
         let mut to = vec![0u32; new.heap_words() as usize];
-        redeal(&old, &new, &mut table, &from, &mut to).unwrap();
+        let e = redeal(&old, &new, &mut damaged, &from, &mut to, 7).unwrap_err().to_string();
+        assert!(e.contains(&format!("bucket {b} slot {s}: value cell")), "{e}");
+        assert!(
+            to.iter().all(|&w| w == 0)
+                && damaged[old.state_word(b, s) as usize + 1..] == table[old.state_word(b, s) as usize + 1..]
+        );
+        let (table, to) = dealt(new.buckets() as usize);
+        assert!((table.clone(), to.clone()) == dealt(7));
         let seeds = Seeds::new(config.seed, new.layout.hashes);
         let model = Model { geo: &new, seeds: &seeds, verify_values: false };
         let (cw, mut cells) = (new.cell_words() as usize, std::collections::HashSet::new());
