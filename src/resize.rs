@@ -137,7 +137,8 @@ const PREFETCH_AHEAD: usize = 16;
 /// order, and its state word is renumbered. Only the growth whose slots first need more arenas
 /// does this (past 2^32 - 4 slots, then each doubling of them). On all host threads, tasks of
 /// `task_buckets` buckets: one pass counts each task's values of each arena, so that each task
-/// knows its first cell of each arena; a second deals them.
+/// knows its first cell of each arena; a second deals them. A damaged state word is found by the
+/// count, before anything is dealt (where there are several, the error names one of them).
 fn redeal(
     old: &Geometry,
     new: &Geometry,
@@ -347,66 +348,73 @@ mod tests {
 
     /// Values dealt to four arenas keep their keys: each key's state word names a cell of its
     /// arena holding its value and checksum, no cell twice; tasks of a few buckets on all threads
-    /// deal them as one task does.
+    /// deal them as one task does; keys in their buckets or apart.
     #[test]
     fn values_dealt_to_more_arenas_keep_their_keys() {
-        let config = Config { capacity: 5000, value_bytes: 12, ..Config::default() };
-        let t = GpHash::create(None, &config, &Options { executor: Executor::Cpu, ..Options::default() })
-            .unwrap();
-        let mut batch = t.batch();
-        for k in 0..4000u64 {
-            batch.insert(&k.to_le_bytes(), &value(k)).unwrap();
+        for keys_apart in [false, true] {
+            let config = Config { capacity: 5000, value_bytes: 12, keys_apart, ..Config::default() };
+            let cpu = Options { executor: Executor::Cpu, ..Options::default() };
+            let t = GpHash::create(None, &config, &cpu).unwrap();
+            let mut batch = t.batch();
+            for k in 0..4000u64 {
+                batch.insert(&k.to_le_bytes(), &value(k)).unwrap();
+            }
+            t.execute(&batch).unwrap();
+            let old = t.geometry();
+            assert_eq!(old.keys_apart, keys_apart);
+            let new = old.with_arena_bits(2).unwrap();
+            let (table, from): (Vec<u32>, Vec<u32>) = t.with_pool(|pool| {
+                let h = pool.header();
+                (
+                    bytemuck::pod_collect_to_vec(pool.region(h.table_region)),
+                    bytemuck::pod_collect_to_vec(pool.region(h.heap_region)),
+                )
+            });
+            // Tasks of 7 buckets deal exactly what one task does.
+            let dealt = |task_buckets| {
+                let (mut table, mut to) = (table.clone(), vec![0u32; new.heap_words() as usize]);
+                redeal(&old, &new, &mut table, &from, &mut to, task_buckets).unwrap();
+                (table, to)
+            };
+            // A state word beyond the old heap in the last task is named, and the count finds it
+            // before any task deals a value.
+            let (b, s) = (0..old.buckets())
+                .rev()
+                .flat_map(|b| (0..old.layout.slots).rev().map(move |s| (b, s)))
+                .find(|&(b, s)| table[old.state_word(b, s) as usize] >= PUBLISHED)
+                .unwrap();
+            assert!(b >= 7, "bucket {b}: not in a later task than the first");
+            let at = old.state_word(b, s) as usize;
+            let mut damaged = table.clone();
+            damaged[at] = PUBLISHED + old.cells as u32;
+            let mut to = vec![0u32; new.heap_words() as usize];
+            let e = redeal(&old, &new, &mut damaged, &from, &mut to, 7).unwrap_err().to_string();
+            assert!(e.contains(&format!("bucket {b} slot {s}: value cell")), "{e}");
+            assert!(
+                to.iter().all(|&w| w == 0)
+                    && damaged[..at] == table[..at]
+                    && damaged[at + 1..] == table[at + 1..]
+            );
+            let (table, to) = dealt(new.buckets() as usize);
+            assert!((table.clone(), to.clone()) == dealt(7));
+            let seeds = Seeds::new(config.seed, new.layout.hashes);
+            let model = Model { geo: &new, seeds: &seeds, verify_values: false };
+            let (cw, mut cells) = (new.cell_words() as usize, std::collections::HashSet::new());
+            let mut arenas = vec![0; 4];
+            for k in 0..4000u64 {
+                let key: Vec<u32> = bytemuck::pod_collect_to_vec(&k.to_le_bytes());
+                let probe = model.probe(&table, &key);
+                let c = probe.published().expect("every key published");
+                let cell = new.published_cell(probe.fingerprint, probe.states[c]).unwrap();
+                let arena = new.arena_of(probe.fingerprint);
+                assert_eq!(new.cell_local(cell).0, arena, "key {k}");
+                arenas[arena as usize] += 1;
+                assert!(cells.insert(cell), "key {k}: cell {cell} twice");
+                let words = &to[cell as usize * cw..][..cw];
+                assert_eq!(bytemuck::cast_slice::<u32, u8>(&words[..3]), &value(k)[..], "key {k}");
+                assert_eq!(words[3], value_checksum(&words[..3]), "key {k}");
+            }
+            assert!(arenas.iter().all(|&n| n > 800), "{arenas:?}");
         }
-        t.execute(&batch).unwrap();
-        let old = t.geometry();
-        let new = old.with_arena_bits(2).unwrap();
-        let (table, from): (Vec<u32>, Vec<u32>) = t.with_pool(|pool| {
-            let h = pool.header();
-            (
-                bytemuck::pod_collect_to_vec(pool.region(h.table_region)),
-                bytemuck::pod_collect_to_vec(pool.region(h.heap_region)),
-            )
-        });
-        // Tasks of 7 buckets deal exactly what one task does.
-        let dealt = |task_buckets| {
-            let (mut table, mut to) = (table.clone(), vec![0u32; new.heap_words() as usize]);
-            redeal(&old, &new, &mut table, &from, &mut to, task_buckets).unwrap();
-            (table, to)
-        };
-        // A state word beyond the old heap is named, and the count finds it before anything is
-        // dealt.
-        let (b, s) = (0..old.buckets())
-            .flat_map(|b| (0..old.layout.slots).map(move |s| (b, s)))
-            .find(|&(b, s)| table[old.state_word(b, s) as usize] >= PUBLISHED)
-            .unwrap();
-        let mut damaged = table.clone();
-        damaged[old.state_word(b, s) as usize] = PUBLISHED + old.cells as u32;
-        let mut to = vec![0u32; new.heap_words() as usize];
-        let e = redeal(&old, &new, &mut damaged, &from, &mut to, 7).unwrap_err().to_string();
-        assert!(e.contains(&format!("bucket {b} slot {s}: value cell")), "{e}");
-        assert!(
-            to.iter().all(|&w| w == 0)
-                && damaged[old.state_word(b, s) as usize + 1..] == table[old.state_word(b, s) as usize + 1..]
-        );
-        let (table, to) = dealt(new.buckets() as usize);
-        assert!((table.clone(), to.clone()) == dealt(7));
-        let seeds = Seeds::new(config.seed, new.layout.hashes);
-        let model = Model { geo: &new, seeds: &seeds, verify_values: false };
-        let (cw, mut cells) = (new.cell_words() as usize, std::collections::HashSet::new());
-        let mut arenas = vec![0; 4];
-        for k in 0..4000u64 {
-            let key: Vec<u32> = bytemuck::pod_collect_to_vec(&k.to_le_bytes());
-            let probe = model.probe(&table, &key);
-            let c = probe.published().expect("every key published");
-            let cell = new.published_cell(probe.fingerprint, probe.states[c]).unwrap();
-            let arena = new.arena_of(probe.fingerprint);
-            assert_eq!(new.cell_local(cell).0, arena, "key {k}");
-            arenas[arena as usize] += 1;
-            assert!(cells.insert(cell), "key {k}: cell {cell} twice");
-            let words = &to[cell as usize * cw..][..cw];
-            assert_eq!(bytemuck::cast_slice::<u32, u8>(&words[..3]), &value(k)[..], "key {k}");
-            assert_eq!(words[3], value_checksum(&words[..3]), "key {k}");
-        }
-        assert!(arenas.iter().all(|&n| n > 800), "{arenas:?}");
     }
 }
