@@ -101,16 +101,7 @@ fn an_interrupted_growth_into_more_arenas_completes_on_open() {
         let before: std::collections::HashMap<_, _> = t.entries().into_iter().collect();
         t.close().unwrap();
 
-        let mut pool = host_pm::Pool::open(&path).unwrap();
-        let geo = GpHash::geometry_of(&pool).unwrap();
-        let regions = gphash::testing::resize::plan(&pool, &geo).unwrap();
-        gphash::testing::resize::begin(&mut pool, &geo, regions).unwrap();
-        if half_built {
-            for r in [pool.header().resize.new_table, pool.header().resize.new_heap] {
-                pool.region_mut(r)[..4096].fill(0xA5);
-            }
-        }
-        drop(pool);
+        common::interrupt_growth(&path, half_built);
 
         let t = GpHash::open(&path, &options).unwrap();
         assert_eq!(t.stats().recovery.resumed_resize, Some(true), "{}", t.stats().recovery);

@@ -202,16 +202,7 @@ fn an_interrupted_resize_completes_on_open() {
         let top = t.geometry().top_level;
         t.close().unwrap();
 
-        let mut pool = host_pm::Pool::open(&path).unwrap();
-        let geo = GpHash::geometry_of(&pool).unwrap();
-        let regions = gphash::testing::resize::plan(&pool, &geo).unwrap();
-        gphash::testing::resize::begin(&mut pool, &geo, regions).unwrap();
-        if half_built {
-            // Garbage where the build had got to.
-            let r = pool.header().resize.new_table;
-            pool.region_mut(r)[..4096].fill(0xA5);
-        }
-        drop(pool);
+        common::interrupt_growth(&path, half_built);
 
         let t = GpHash::open(&path, &options).unwrap();
         let s = t.stats();

@@ -270,3 +270,18 @@ pub fn random_batch(
     }
     b
 }
+
+/// Records a growth of the closed pool at `path` and stops there, as a crash between its record
+/// and its switch would: before the build, or (`half_built`) with garbage where the build had got
+/// to in the new table and heap.
+pub fn interrupt_growth(path: &std::path::Path, half_built: bool) {
+    let mut pool = host_pm::Pool::open(path).unwrap();
+    let geo = gphash::GpHash::geometry_of(&pool).unwrap();
+    let regions = gphash::testing::resize::plan(&pool, &geo).unwrap();
+    gphash::testing::resize::begin(&mut pool, &geo, regions).unwrap();
+    if half_built {
+        for r in [pool.header().resize.new_table, pool.header().resize.new_heap] {
+            pool.region_mut(r)[..4096].fill(0xA5);
+        }
+    }
+}
