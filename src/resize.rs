@@ -148,7 +148,8 @@ fn redeal(
     task_buckets: usize,
 ) -> Result<()> {
     let (cw, arenas) = (new.cell_words() as usize, new.arenas() as usize);
-    let task_words = task_buckets * new.bucket_words() as usize;
+    let bucket_words = new.bucket_words() as usize;
+    let task_words = task_buckets * bucket_words;
     let buckets = &mut table[..new.keys_base() as usize];
     // A task's published slots: the word of the state, the fingerprint and the state, in
     // bucket order (a task's first bucket is bucket 0 of its words).
@@ -161,7 +162,6 @@ fn redeal(
             },
         )
     }
-    let bucket_words = new.bucket_words() as usize;
     let cell_of = |fp: u32, state: u32, task: usize, at: usize| {
         old.published_cell(fp, state).map_err(|why| {
             let (bucket, slot) =

@@ -585,7 +585,7 @@ impl GpuEngine {
         cfg.settle_reach(&gpu.info, opts.large_pool_mode)?;
         let dev = &gpu.device;
         // Filled by `set_allocator`.
-        let bitmap_words = geo.cells.div_ceil(32) as usize;
+        let bitmap_words = cfg.bitmap_words() as usize;
         let bitmap_buf: Vec<wgpu::Buffer> = (0..cfg.bitmap.count)
             .map(|i| storage_buffer(dev, "bitmap", cfg.bitmap.len(i, bitmap_words as u64) * 4))
             .collect();
@@ -752,7 +752,7 @@ impl GpuEngine {
     /// A write the device refused is an error: the engine must not run with any other
     /// allocator (a cell it took for free could be another key's).
     pub(crate) fn set_allocator(&mut self, bitmap: &Bitmap) -> Result<()> {
-        assert_eq!(bitmap.words.len() as u64, self.cfg.geo.cells.div_ceil(32), "a bitmap of another heap");
+        assert_eq!(bitmap.words.len(), self.cfg.bitmap_words() as usize, "a bitmap of another heap");
         let allocator = bitmap.allocator_words();
         #[cfg(feature = "testing")]
         let allocator = match self.first_cell {
