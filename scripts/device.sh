@@ -22,8 +22,8 @@
 #                                    (needs .gl-redis; knobs of scripts/serve-pairs.sh)
 #   scripts/device.sh serve-threads  gphash serve against redis-server (always) under redis-benchmark
 #                                    with 4, 8 and 16 client threads (needs .gl-redis, .gpu-serve)
-#   scripts/device.sh scoreboard PART...  issue 12's aims in one build (PART: profile, volatile, pcie,
-#                                          latency, alternate, side-by-side), each under a time limit
+#   scripts/device.sh scoreboard ARGS  gphash bench scoreboard ARGS: the regimes G, H and P against
+#                                     the best CPU map (results tarred)
 set -uo pipefail
 stage=$1; shift
 root=$(pwd)
@@ -37,7 +37,7 @@ tests)
   . "$root/scripts/redis-tools.sh"
   for t in kernels cache baseline_slab baseline_cpu growth persistence crash_images device kill typed \
     erase_reinsert atomicity limits inspect check pipeline serve beyond_16gib format fill gpu_start sharded profile \
-    arena_growth; do
+    arena_growth scoreboard suite_runs; do
     echo "== $t"
     ./test-$t 2>&1 | grep -E "test result|FAILED|panicked|GPU tests run|hardware" | sort -u
   done 2>&1 | tee "$out/tests.log"
@@ -158,7 +158,7 @@ suite)
   tar czf "$out/suite.tgz" -C /tmp/gph suite
   ;;
 past-gpu-memory)
-  # Issue 13, item 4, on a machine with 256 GiB of RAM: 150 M records of 1 KiB values (a heap
+  # Past one GPU's memory, on a machine with 256 GiB of RAM: 150 M records of 1 KiB values (a heap
   # of 152.6 GiB), loaded, searched and updated under both distributions, the GPU memory in use
   # sampled, then `gphash check` of the kept pool.
   mount -o remount,size=240G /dev/shm && df -h /dev/shm
@@ -180,66 +180,34 @@ past-gpu-memory)
   echo "check: exit ${PIPESTATUS[0]} in $SECONDS s" | tee -a "$out/large.txt"
   ;;
 open)
-  # Issue 13, item 6: growth, recovery and opens after a clean close (waiting for the GPU, and
+  # Growth, recovery and opens after a clean close (waiting for the GPU, and
   # with a background start) of 16 M keys of 8-byte values, three runs, then of 100 M keys of
   # 128-byte values (a pool of about 20 GB).
   for i in 1 2 3; do ./gphash bench resize --keys 16777216 2>&1; done | grep -v "imported buffers" | tee "$out/open-16m.txt"
   ./gphash bench resize --keys 100000000 --value-bytes 128 2>&1 | grep -v "imported buffers" | tee "$out/open-100m.txt"
   ;;
 device-profile)
-  # Issue 12's volatile targets: the device's ceilings and round trips, then device batches
+  # The volatile table's aims: the device's ceilings and round trips, then device batches
   # (execute_device on a volatile table) profiled kernel by kernel up to 2^22 operations.
   ./gphash bench ceilings 2>&1 | tee "$out/ceilings.txt"
   ./gphash bench profile --device --volatile --keys 16777216 --batches 4096,65536,1048576,4194304 \
     --reps 5 --rounds 2 "$@" 2>&1 | tee "$out/device-profile.txt"
   ;;
 side-by-side)
-  # Issue 12's table: YCSB A, B, C, D, F (and the load) under both distributions, 128-byte
+  # The side-by-side table: YCSB A, B, C, D, F (and the load) under both distributions, 128-byte
   # values, gphash (the default cache: every group; no cache; volatile) against the persistent
   # CPU table and the concurrent maps on all host threads; then gphash-zc with the paper's 20%.
   S="--key-bytes 8 --value-bytes 128 --records 16777216 --macro-ops 4194304 --batches 65536 --workloads a,b,c,d,f --distribution uniform,zipf:0.99 --reps 3"
-  ./gphash bench suite $S --systems gphash-zc,gphash-nocache,gphash-volatile,cpu,cpu-map,cpu-map-dashmap,cpu-map-papaya \
+  ./gphash bench suite $S --systems gphash-zc,gphash-host,gphash-nocache,gphash-volatile,cpu,cpu-map \
     --out /tmp/gph/sbs 2>&1 | grep -v "imported buffers" | tee "$out/side-by-side.txt"
   ./gphash bench suite $S --systems gphash-zc --cache-ratio 0.2 --ceiling-mib 0 --out /tmp/gph/sbs02 2>&1 \
     | grep -v "imported buffers" | tee "$out/side-by-side-cache02.txt"
   ;;
 scoreboard)
-  # Issue 12's aims, measured in one build on one machine: each part runs under a time limit
-  # so that one part cannot take a whole call. Raw outputs go to $OUT/scoreboard-PART*.txt.
-  run() { local part=$1 limit=$2; shift 2; echo "== $part: $*" >>"$out/scoreboard-$part.txt"
-    SECONDS=0; timeout "$limit" ./gphash "$@" 2>&1 | grep -v "imported buffers" >>"$out/scoreboard-$part.txt"
-    echo "== $part: exit ${PIPESTATUS[0]} in $SECONDS s" | tee -a "$out/scoreboard-$part.txt"; }
-  V="--key-bytes 8 --value-bytes 8 --records 16777216 --workloads c --distribution uniform --systems gphash-volatile --reps 5"
-  P="--key-bytes 8 --value-bytes 128 --records 16777216 --macro-ops 4194304 --batches 65536 --workloads c,b,a --distribution uniform --systems gphash-nocache --reps 5"
-  for part in "$@"; do case $part in
-  profile)
-    run profile 150 bench profile --keys 16777216 --value-bytes 8 --batches 4096,65536,1048576 --reps 5 --load-cache --cache-period 1099511627776
-    run profile 100 bench profile --keys 16777216 --value-bytes 8 --batches 4096,65536,1048576 --reps 5 --device --volatile
-    run profile 60 bench profile --keys 16777216 --value-bytes 8 --batches 4096,65536 --reps 5 --device --volatile --pipeline ;;
-  volatile)
-    run volatile 120 bench suite $V --batches 256,4096 --macro-ops 1048576 --out /tmp/gph/v1
-    run volatile 120 bench suite $V --batches 65536,1048576,4194304 --macro-ops 16777216 --ceiling-mib 0 --out /tmp/gph/v2
-    run volatile 120 bench suite $V --batches 65536,1048576,4194304 --macro-ops 16777216 --ceiling-mib 0 --in-flight --out /tmp/gph/v3 ;;
-  pcie)
-    run pcie 120 bench suite $P --out /tmp/gph/p1
-    run pcie 120 bench suite $P --ceiling-mib 0 --in-flight --out /tmp/gph/p2 ;;
-  latency)
-    # Latency against throughput: the batch size is the knob, 128-byte values, the default cache.
-    run latency 200 bench suite --key-bytes 8 --value-bytes 128 --records 16777216 --macro-ops 4194304 --workloads c,a \
-      --distribution uniform --systems gphash-zc --reps 5 --batches 4096,16384,65536,262144,1048576 --ceiling-mib 0 --out /tmp/gph/l1 ;;
-  side-by-side)
-    S="--key-bytes 8 --value-bytes 128 --records 16777216 --macro-ops 4194304 --batches 65536 --workloads a,b,c,d,f --reps 5"
-    run side-by-side 330 bench suite $S --distribution uniform,zipf:0.99 --systems gphash-zc,cpu-map --ceiling-mib 0 --out /tmp/gph/s1
-    run side-by-side 150 bench suite $S --distribution uniform,zipf:0.99 --systems gphash-zc --ceiling-mib 0 --in-flight --out /tmp/gph/s2 ;;
-  alternate)
-    # Issue 12's latency aim: batches of 4,096 timed in turn with the bare round trip, kernels
-    # untimed: device and host batches on a volatile table, host batches on a zero-copy pool.
-    A="--keys 16777216 --batches 4096 --reps 5 --alternate 200"
-    run alternate 60 bench profile $A --volatile --device
-    run alternate 60 bench profile $A --volatile
-    run alternate 90 bench profile $A --value-bytes 128 --load-cache --cache-period 1099511627776 ;;
-  *) echo "unknown scoreboard part: $part" >&2; exit 2 ;;
-  esac; done
+  # The scoreboard: gphash against the best CPU map used plainly, in the regimes G, H and P
+  # (ARGS go to `gphash bench scoreboard`: --regimes splits them over calls).
+  ./gphash bench scoreboard --out /tmp/gph/sb "$@" 2>&1 | grep -v "imported buffers" | tee "$out/scoreboard.txt"
+  tar czf "$out/scoreboard.tgz" -C /tmp/gph sb
   ;;
 widths)
   # Phase A's tile width: the shipped choice per batch against fixed widths (--tile 1, 2 and 4

@@ -11,7 +11,7 @@ cargo test --release --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, shutil, sys
 keep = {"kernels", "cache", "baseline_slab", "baseline_cpu", "growth", "persistence", "crash_images", "device",
         "kill", "typed", "erase_reinsert", "atomicity", "limits", "inspect", "check", "pipeline", "serve", "beyond_16gib",
-        "format", "fill", "gpu_start", "sharded", "profile", "arena_growth"}
+        "format", "fill", "gpu_start", "sharded", "profile", "arena_growth", "scoreboard", "suite_runs"}
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in keep:

@@ -3,6 +3,7 @@
 //! `ycsb`, and trace files, `traces`) that drives gphash and the baselines through one interface
 //! (`systems`).
 
+pub mod answers;
 pub mod basic;
 pub mod bktcache;
 pub mod ceiling;
@@ -10,6 +11,7 @@ pub mod plots;
 pub mod profile;
 pub mod reach;
 pub mod runner;
+pub mod scoreboard;
 pub mod sharded;
 pub mod systems;
 pub mod traces;

@@ -9,9 +9,14 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+mod host;
+mod peer;
+
+pub use peer::{BEST, best_crate};
+
+use crate::answers::Check;
 use crate::ceiling::{Ceilings, Memory, RoundTrip};
 use crate::systems::cpu::CpuSystem;
-use crate::systems::cpu_map::{Chosen, CpuMapSystem, HostMap, cpu_map_name};
 use crate::systems::index::GpHashSystem;
 use crate::systems::slab::{SlabConfig, SlabOptions, SlabSystem};
 use crate::systems::{DeviceOps, System, Traffic, one_at_a_time};
@@ -48,19 +53,20 @@ pub enum SystemKind {
     Slab,
     /// A TurboHash-style persistent hash table on the host's threads.
     Cpu,
-    /// A concurrent hash map crate in host DRAM on the host's threads, volatile: the chosen
-    /// crate (scc).
+    /// gphash called from the host through its public host API (`GpHash::pipeline`: batches
+    /// in host memory, results back in host memory), pool and cache as `gphash-zc`.
+    Host,
+    /// Concurrent hash map crates in host DRAM, used as a CPU program uses them (inline keys
+    /// and values, each host thread its own slice of the requests), volatile: scc, papaya and
+    /// dashmap each reported, and the best of them.
     CpuMap,
-    /// `cpu-map` on papaya, to measure the choice.
-    CpuMapPapaya,
-    /// `cpu-map` on dashmap, to measure the choice.
-    CpuMapDashmap,
 }
 
 impl SystemKind {
     /// Every system.
-    pub const ALL: [SystemKind; 11] = [
+    pub const ALL: [SystemKind; 10] = [
         SystemKind::ZeroCopy,
+        SystemKind::Host,
         SystemKind::NoCache,
         SystemKind::Staged,
         SystemKind::Volatile,
@@ -69,8 +75,6 @@ impl SystemKind {
         SystemKind::Slab,
         SystemKind::Cpu,
         SystemKind::CpuMap,
-        SystemKind::CpuMapPapaya,
-        SystemKind::CpuMapDashmap,
     ];
 
     /// Its name in tables and plots.
@@ -84,9 +88,8 @@ impl SystemKind {
             SystemKind::KeysApart => "keys-apart",
             SystemKind::Slab => "slab",
             SystemKind::Cpu => "cpu",
-            SystemKind::CpuMap => cpu_map_name(<Chosen as HostMap>::CRATE),
-            SystemKind::CpuMapPapaya => cpu_map_name("papaya"),
-            SystemKind::CpuMapDashmap => cpu_map_name("dashmap"),
+            SystemKind::Host => "gphash-host",
+            SystemKind::CpuMap => "cpu-map",
         }
     }
 
@@ -95,9 +98,7 @@ impl SystemKind {
     pub fn memory(self) -> Option<Memory> {
         match self {
             SystemKind::Staged | SystemKind::Volatile => Some(Memory::Device),
-            SystemKind::Cpu | SystemKind::CpuMap | SystemKind::CpuMapPapaya | SystemKind::CpuMapDashmap => {
-                None
-            }
+            SystemKind::Cpu | SystemKind::CpuMap => None,
             _ => Some(Memory::Host),
         }
     }
@@ -297,41 +298,26 @@ fn create(
             let s = CpuSystem::create(Some(&path), key_bytes, value_bytes, room, gpu.clone(), cpu_threads)?;
             Ok((Box::new(s), Some(path)))
         }
-        SystemKind::CpuMap => cpu_map::<Chosen>(key_bytes, value_bytes, capacity, gpu, cpu_threads),
-        SystemKind::CpuMapDashmap => {
-            cpu_map::<dashmap::DashMap<_, _, _>>(key_bytes, value_bytes, capacity, gpu, cpu_threads)
-        }
-        SystemKind::CpuMapPapaya => {
-            cpu_map::<papaya::HashMap<_, _, _>>(key_bytes, value_bytes, capacity, gpu, cpu_threads)
+        SystemKind::Host | SystemKind::CpuMap => {
+            Err(Error::InvalidConfig(format!("{}: not a system of device batches", kind.name())))
         }
     }
-}
-
-/// A `cpu-map` system on the map crate `M`; it has no pool file.
-fn cpu_map<M: HostMap + 'static>(
-    key_bytes: u32,
-    value_bytes: u32,
-    capacity: u64,
-    gpu: &Arc<Gpu>,
-    cpu_threads: usize,
-) -> Result<(Box<dyn System>, Option<PathBuf>)> {
-    let s = CpuMapSystem::<M>::create(key_bytes, value_bytes, capacity, gpu.clone(), cpu_threads)?;
-    Ok((Box::new(s), None))
 }
 
 /// The modelled traffic of each kind of operation, computed once per run (a model may scan the
 /// table): found (`hit`) or not.
-struct TrafficTable([[Traffic; 2]; 5]);
+pub(crate) struct TrafficTable([[Traffic; 2]; 5]);
 
 impl TrafficTable {
-    fn of(system: &dyn System) -> Self {
+    /// The traffic `of` gives each kind, found or not.
+    pub(crate) fn new(of: impl Fn(OpKind, bool) -> Traffic) -> Self {
         let kinds = [OpKind::Get, OpKind::Insert, OpKind::Upsert, OpKind::Update, OpKind::Delete];
-        TrafficTable(kinds.map(|k| [system.traffic(k, false), system.traffic(k, true)]))
+        TrafficTable(kinds.map(|k| [of(k, false), of(k, true)]))
     }
 
-    /// A batch's traffic: reads hit unless they search for absent keys (`negative`); inserts
+    /// Operations' traffic: reads hit unless they search for absent keys (`negative`); inserts
     /// are of new keys; updates and deletes find their keys.
-    fn of_batch(&self, ops: &[Op], negative: bool) -> Traffic {
+    pub(crate) fn of_batch(&self, ops: &[Op], negative: bool) -> Traffic {
         ops.iter().fold(Traffic::default(), |t, op| {
             let hit = match op.kind {
                 OpKind::Get => !negative,
@@ -343,25 +329,27 @@ impl TrafficTable {
     }
 }
 
-/// What one run measured.
-/// How `measure` runs its batches and what they should answer.
-#[derive(Clone, Copy)]
-struct How {
-    /// The status every operation should return.
-    expect: Status,
+/// How a run's operations run and what they should answer.
+#[derive(Clone, Debug)]
+pub(crate) struct How {
+    /// What every operation should answer (device batches: its status).
+    pub(crate) check: Check,
     /// Whether the operations look for keys that are absent (their traffic).
-    negative: bool,
+    pub(crate) negative: bool,
     /// Through the system's pipeline ([`System::run_in_flight`]).
-    in_flight: bool,
+    pub(crate) in_flight: bool,
 }
 
-struct Measured {
-    transactions: u64,
-    latencies: Vec<Duration>,
-    /// Time spent running the batches (see [`Timed::busy`]).
-    busy: Duration,
-    traffic: Traffic,
-    unexpected: u64,
+/// What one run measured.
+#[derive(Clone, Debug)]
+pub(crate) struct Measured {
+    pub(crate) transactions: u64,
+    pub(crate) latencies: Vec<Duration>,
+    /// Time spent running the operations (see [`Timed::busy`]).
+    pub(crate) busy: Duration,
+    pub(crate) traffic: Traffic,
+    /// Operations that did not answer as [`How::check`] expects.
+    pub(crate) unexpected: u64,
 }
 
 /// Device memory for the batches uploaded ahead of a group's runs.
@@ -387,8 +375,9 @@ fn measure(
     how: How,
     progress: &dyn Fn(u64),
 ) -> Result<Measured> {
-    let How { expect, negative, in_flight } = how;
-    let table = TrafficTable::of(system);
+    let How { check, negative, in_flight } = how;
+    let expect = check.expect;
+    let table = TrafficTable::new(|k, hit| system.traffic(k, hit));
     let mut m = Measured {
         transactions: 0,
         latencies: vec![],
@@ -464,7 +453,7 @@ fn warm_up(
 
 /// A generator's batches with the transactions each holds; the delete operations are kept in
 /// `deleted` (to restore them after the run).
-fn batches<'a>(
+pub(crate) fn batches<'a>(
     g: &'a mut Generator,
     size: usize,
     deleted: &'a mut Vec<Op>,
@@ -487,6 +476,122 @@ fn largest_insert_run(suite: &Suite) -> u64 {
     suite.workloads.iter().map(inserts).max().unwrap_or(0)
 }
 
+/// One system of a suite as the suite drives it: how it runs a stream of operations and puts
+/// the table back as it was loaded.
+pub(crate) trait Driven {
+    /// Its name in the records.
+    fn name(&self) -> String;
+    /// Device, memory placement and persistence, for the report.
+    fn setting(&self) -> String;
+    /// Runs the operations of `stream`, timed, and checks their answers after them, untimed.
+    fn measure(&mut self, stream: Stream<'_>, how: How) -> Result<Measured>;
+    /// Applies `undo` (untimed): inserts of deleted keys with their loaded values, deletes
+    /// of inserted ones.
+    fn restore(&mut self, undo: &[Op]) -> Result<()>;
+}
+
+/// The operations of one run: a generator's, cut into batches of `batch`, with the values
+/// of `seed`; the deletes it made are kept in `deleted`.
+pub(crate) struct Stream<'a> {
+    pub(crate) generator: &'a mut Generator,
+    pub(crate) batch: usize,
+    pub(crate) seed: u64,
+    pub(crate) deleted: &'a mut Vec<Op>,
+}
+
+impl Stream<'_> {
+    /// Its batches with the transactions each holds.
+    pub(crate) fn batches(self) -> impl Iterator<Item = (Vec<Op>, u64)> {
+        batches(self.generator, self.batch, self.deleted)
+    }
+}
+
+/// Hears of a system's runs of a workload: the system's name, the workload's, the batch size,
+/// the runs and the system's setting.
+pub(crate) type Report<'a> = dyn FnMut(&str, &str, usize, &[Measured], &str) + 'a;
+
+/// The load, then every workload under every distribution at each of `sizes`, `reps` times
+/// each (the table restored in between, untimed); `report` hears of each (workload, batch
+/// size) with its runs.
+pub(crate) fn drive(
+    suite: &Suite,
+    system: &mut dyn Driven,
+    sizes: &[usize],
+    report: &mut Report<'_>,
+) -> Result<()> {
+    let (records, vb) = (suite.records, suite.value_bytes as usize);
+    let mut check = Check { expect: Status::Ok, records, seeds: vec![suite.seed], value_bytes: vb };
+    let mut load = Generator::new(Workload::Load, None, records, records, suite.seed)?;
+    let mut none = vec![];
+    let stream =
+        Stream { generator: &mut load, batch: suite.load_batch, seed: suite.seed, deleted: &mut none };
+    let how = How { check: check.clone(), negative: false, in_flight: suite.in_flight };
+    let m = system.measure(stream, how)?;
+    report(&system.name(), "load", suite.load_batch, &[m], &system.setting());
+    let runs_of = suite.workloads.iter().filter(|w| **w != Workload::Load);
+    for (&workload, &distribution) in runs_of.flat_map(|w| suite.distributions.iter().map(move |d| (w, d))) {
+        // The same operations at every batch size; updates write values of their own.
+        let seed = suite.seed ^ crate::ycsb::fnv64(workload as u64 + 1);
+        if !check.seeds.contains(&seed) {
+            check.seeds.push(seed);
+        }
+        let negative = workload == Workload::NegativeSearch;
+        check.expect = if negative { Status::NotFound } else { Status::Ok };
+        let name = match distribution {
+            Some(d) if suite.distributions.len() > 1 => format!("{workload} {d}"),
+            _ => workload.to_string(),
+        };
+        for &batch in sizes {
+            let mut runs = vec![];
+            for _ in 0..suite.reps.max(1) {
+                let mut g = Generator::new(workload, distribution, records, ops_of(suite, workload), seed)?;
+                let mut deleted = vec![];
+                let stream = Stream { generator: &mut g, batch, seed, deleted: &mut deleted };
+                let how = How { check: check.clone(), negative, in_flight: suite.in_flight };
+                runs.push(system.measure(stream, how)?);
+                // Untimed: deleted keys come back and inserted ones go, so every run finds the
+                // table as loaded.
+                let mut undo: Vec<Op> =
+                    deleted.iter().map(|o| Op { kind: OpKind::Insert, id: o.id }).collect();
+                undo.extend((records..records + g.inserted()).map(|id| Op { kind: OpKind::Delete, id }));
+                system.restore(&undo)?;
+            }
+            report(&system.name(), &name, batch, &runs, &system.setting());
+        }
+    }
+    Ok(())
+}
+
+/// A system of device batches ([`System`]) as the suite drives it.
+struct OnDevice<'a> {
+    system: &'a mut dyn System,
+    gpu: &'a Gpu,
+    suite: &'a Suite,
+    key_bytes: usize,
+    progress: &'a dyn Fn(u64),
+}
+
+impl Driven for OnDevice<'_> {
+    fn name(&self) -> String {
+        self.system.name()
+    }
+
+    fn setting(&self) -> String {
+        self.system.setting()
+    }
+
+    fn measure(&mut self, stream: Stream<'_>, how: How) -> Result<Measured> {
+        let (kb, vb, seed) = (self.key_bytes, self.suite.value_bytes as usize, stream.seed);
+        let to_batch = |ops: &[Op]| batch_of(ops, kb, vb, seed);
+        measure(&mut *self.system, self.gpu, stream.batches(), &to_batch, how, self.progress)
+    }
+
+    fn restore(&mut self, undo: &[Op]) -> Result<()> {
+        let (kb, vb) = (self.key_bytes, self.suite.value_bytes as usize);
+        restore(&mut *self.system, self.gpu, undo, self.suite.load_batch, kb, vb, self.suite.seed)
+    }
+}
+
 /// Runs a suite; `ceilings` are those measured in the same run; `progress` hears of every
 /// batch's operations; `record` of every result as it is made.
 pub fn run(
@@ -499,70 +604,37 @@ pub fn run(
     let mut out = vec![];
     let dir = crate::basic::pool_dir(&suite.pool_dir)?;
     let capacity = suite.records + largest_insert_run(suite) + 1024;
-    let (records, vb) = (suite.records, suite.value_bytes);
+    let vb = suite.value_bytes;
     let tuning = Tuning { cache: suite.cache, tile: suite.tile };
     for &key_bytes in &suite.key_bytes {
         for &kind in &suite.systems {
-            let cpu_threads = suite.cpu_threads;
-            let (mut system, pool) =
-                create(kind, gpu, dir.path(), key_bytes, vb, capacity, cpu_threads, tuning)?;
-            let kb = key_bytes as usize;
-            let mut report_runs = |workload: &str, batch: usize, runs: &[Measured], setting: &str| {
-                let mut rs: Vec<Record> = runs
-                    .iter()
-                    .map(|m| summarize(kind, setting, workload, key_bytes, vb, batch, m, ceilings))
-                    .collect();
-                let r = median_run(&mut rs);
-                record(&r);
-                out.push(r);
-            };
-            let mut load = Generator::new(Workload::Load, None, records, records, suite.seed)?;
-            let mut none = vec![];
-            let loaded = batches(&mut load, suite.load_batch, &mut none);
-            let to_batch = |ops: &[Op]| batch_of(ops, kb, vb as usize, suite.seed);
-            let m = measure(
-                &mut *system,
-                gpu,
-                loaded,
-                &to_batch,
-                How { expect: Status::Ok, negative: false, in_flight: suite.in_flight },
-                progress,
-            )?;
-            report_runs("load", suite.load_batch, &[m], &system.setting());
-            let runs_of = suite.workloads.iter().filter(|w| **w != Workload::Load);
-            for (&workload, &distribution) in
-                runs_of.flat_map(|w| suite.distributions.iter().map(move |d| (w, d)))
-            {
-                // The same operations at every batch size; updates write values of their own.
-                let seed = suite.seed ^ crate::ycsb::fnv64(workload as u64 + 1);
-                let to_batch = |ops: &[Op]| batch_of(ops, kb, vb as usize, seed);
-                let negative = workload == Workload::NegativeSearch;
-                let expect = if negative { Status::NotFound } else { Status::Ok };
-                let name = match distribution {
-                    Some(d) if suite.distributions.len() > 1 => format!("{workload} {d}"),
-                    _ => workload.to_string(),
+            let mut report =
+                |system: &str, workload: &str, batch: usize, runs: &[Measured], setting: &str| {
+                    let mut rs: Vec<Record> = runs
+                        .iter()
+                        .map(|m| summarize(kind, setting, workload, key_bytes, vb, batch, m, ceilings))
+                        .collect();
+                    let mut r = median_run(&mut rs);
+                    r.system = system.to_string();
+                    record(&r);
+                    out.push(r);
                 };
-                for &batch in &suite.batches {
-                    let mut runs = vec![];
-                    for _ in 0..suite.reps.max(1) {
-                        let ops = ops_of(suite, workload);
-                        let mut g = Generator::new(workload, distribution, records, ops, seed)?;
-                        let mut deleted = vec![];
-                        let run = batches(&mut g, batch, &mut deleted);
-                        let how = How { expect, negative, in_flight: suite.in_flight };
-                        runs.push(measure(&mut *system, gpu, run, &to_batch, how, progress)?);
-                        // Untimed: deleted keys come back and inserted ones go, so every run
-                        // finds the table as loaded.
-                        let mut undo: Vec<Op> =
-                            deleted.iter().map(|o| Op { kind: OpKind::Insert, id: o.id }).collect();
-                        undo.extend(
-                            (records..records + g.inserted()).map(|id| Op { kind: OpKind::Delete, id }),
-                        );
-                        restore(&mut *system, gpu, &undo, suite.load_batch, kb, vb as usize, suite.seed)?;
-                    }
-                    report_runs(&name, batch, &runs, &system.setting());
+            match kind {
+                SystemKind::CpuMap => {
+                    peer::run(suite, key_bytes, capacity, progress, &mut report)?;
+                    continue;
                 }
+                SystemKind::Host => {
+                    host::run(suite, gpu, dir.path(), key_bytes, capacity, progress, &mut report)?;
+                    continue;
+                }
+                _ => {}
             }
+            let (mut system, pool) =
+                create(kind, gpu, dir.path(), key_bytes, vb, capacity, suite.cpu_threads, tuning)?;
+            let mut on_device =
+                OnDevice { system: &mut *system, gpu, suite, key_bytes: key_bytes as usize, progress };
+            drive(suite, &mut on_device, &suite.batches, &mut report)?;
             // A kept pool is closed cleanly, as a user's would be.
             system.close()?;
             if let Some(p) = pool.filter(|_| !suite.keep_pools) {
@@ -597,6 +669,9 @@ pub fn run_traces(
     let inserts = run_ops.iter().filter(|o| o.kind == OpKind::Insert).count() as u64;
     let mut out = vec![];
     let to_batch = |ops: &[Op]| trace_batch(ops, key_bytes as usize, value_bytes as usize, 0);
+    // A trace's reads may miss: statuses are not checked.
+    let unchecked =
+        Check { expect: Status::Ok, records: 0, seeds: vec![], value_bytes: value_bytes as usize };
     for &kind in systems {
         let capacity = load.len() as u64 + inserts;
         let tuning = Tuning { cache: CacheOptions::default(), tile: GpuOptions::default().tile };
@@ -605,13 +680,12 @@ pub fn run_traces(
         let setting = system.setting();
         for (name, ops) in [("trace-load", load), ("trace-run", run_ops)] {
             let chunks = ops.chunks(batch.max(1)).map(|c| (c.to_vec(), c.len() as u64));
-            // A trace's reads may miss: statuses are not checked.
             let m = measure(
                 &mut *system,
                 gpu,
                 chunks,
                 &to_batch,
-                How { expect: Status::Ok, negative: false, in_flight: false },
+                How { check: unchecked.clone(), negative: false, in_flight: false },
                 progress,
             )?;
             let m = Measured { unexpected: 0, ..m };
@@ -643,7 +717,7 @@ fn restore(
     Ok(())
 }
 
-fn ops_of(suite: &Suite, w: Workload) -> u64 {
+pub(crate) fn ops_of(suite: &Suite, w: Workload) -> u64 {
     match w {
         Workload::A | Workload::B | Workload::C | Workload::D | Workload::F => suite.macro_ops,
         Workload::Delete => suite.micro_ops.min(suite.records),

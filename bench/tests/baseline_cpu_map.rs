@@ -1,123 +1,131 @@
-//! The `cpu-map` system (`gphash_bench::systems::cpu_map`): its host path and its System path
-//! through the GPU, against the oracle. Without a Vulkan device the test fails under `CI=true`.
+//! The CPU peer (`gphash_bench::systems::cpu_map`): every crate's answers against an oracle
+//! that applies the operations one by one, on one thread and on several; the untimed check
+//! that the suite relies on catches wrong statuses and wrong values.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use std::collections::HashMap;
 
-use common::oracle::Oracle;
-use gphash::{Batch, OpKind};
-use gphash_bench::systems::cpu_map::{Chosen, CpuMapSystem, HostMap};
-use gphash_bench::systems::{DeviceOps, System, run_host};
-use rand::SeedableRng;
+use gphash::{OpKind, Status};
+use gphash_bench::answers::Check;
+use gphash_bench::systems::cpu_map::{self, ConcurrentMap, Dash, Papaya, Peer, Scc, Widths};
+use gphash_bench::ycsb::{Op, value_of};
 use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
-/// Every map crate the suite can run: the chosen one (scc), papaya and dashmap.
-#[test]
-fn system_through_the_gpu_matches_the_oracle() {
-    through_the_gpu_matches_the_oracle::<Chosen>("cpu-map");
-    through_the_gpu_matches_the_oracle::<dashmap::DashMap<_, _, _>>("cpu-map-dashmap");
-    through_the_gpu_matches_the_oracle::<papaya::HashMap<_, _, _>>("cpu-map-papaya");
-}
+const SEED: u64 = 0x5eed;
 
-fn through_the_gpu_matches_the_oracle<M: HostMap>(name: &str) {
-    let gpu = match gphash::Gpu::new() {
-        Ok(g) => g,
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true and no GPU: {e}"),
-        Err(e) => {
-            eprintln!("\n**********\nWARNING: no GPU ({e}): cpu-map is NOT tested\n**********\n");
-            return;
-        }
-    };
-    let seed = common::seed(&format!("{name}_system_through_the_gpu_matches_the_oracle"));
-    let mut rng = StdRng::seed_from_u64(seed);
-    for (key_bytes, value_bytes, threads) in [(8, 128, 4), (32, 8, 1), (12, 20, 3)] {
-        let mut system =
-            CpuMapSystem::<M>::create(key_bytes, value_bytes, 5000, gpu.clone(), threads).unwrap();
-        assert_eq!(system.name(), name);
-        assert_eq!(system.threads(), threads);
-        assert!(system.setting().contains("volatile"), "{}", system.setting());
-        let mut oracle = Oracle::default();
-        for b in 0..8 {
-            // Few keys: many repeats in one batch, which must see batch order.
-            let batch = common::random_batch(
-                &mut rng,
-                [1, 500, 2000, 33][b % 4],
-                300,
-                key_bytes as usize,
-                value_bytes as usize,
-            );
-            // Odd batches as the suite runs them: inputs staged to the host, results settled back.
-            let got = if b % 2 == 0 {
-                run_host(&mut system, &gpu, &batch).unwrap()
-            } else {
-                let ops = DeviceOps::new(&gpu, &batch);
-                system.stage(&ops.batch()).unwrap();
-                system.run(&ops.batch()).unwrap();
-                system.settle(&ops.batch()).unwrap();
-                ops.results(&gpu, &batch).unwrap()
+/// The answers of applying `ops` one by one to `map` (id -> seed of its value).
+fn oracle(
+    ops: &[Op],
+    map: &mut HashMap<u64, u64>,
+    seed: u64,
+    value_bytes: usize,
+) -> Vec<(u8, Option<Vec<u8>>)> {
+    ops.iter()
+        .map(|op| {
+            let present = map.contains_key(&op.id);
+            let applied = match op.kind {
+                OpKind::Get => {
+                    return map.get(&op.id).map_or((Status::NotFound as u8, None), |&s| {
+                        (Status::Ok as u8, Some(value_of(op.id, s, value_bytes)))
+                    });
+                }
+                OpKind::Insert if present => false,
+                OpKind::Update | OpKind::Delete if !present => false,
+                OpKind::Delete => map.remove(&op.id).is_some(),
+                _ => {
+                    map.insert(op.id, seed);
+                    true
+                }
             };
-            assert_eq!(got, oracle.run(&batch), "{name}: seed {seed}, {key_bytes}-byte keys, batch {b}");
-            assert_eq!(system.len(), oracle.map.len() as u64);
-        }
-        let mut reads = Batch::new(key_bytes as usize, value_bytes as usize);
-        for k in 0..300 {
-            reads.get(&common::key(k, key_bytes as usize)).unwrap();
-        }
-        assert_eq!(run_host(&mut system, &gpu, &reads).unwrap(), oracle.run(&reads));
-        let hit = system.traffic(OpKind::Get, true);
-        assert!(hit.reads >= 3.0 && hit.bytes == (hit.reads + hit.writes) * 64.0, "{hit:?}");
+            let otherwise = if op.kind == OpKind::Insert { Status::Exists } else { Status::NotFound };
+            (if applied { Status::Ok } else { otherwise } as u8, None)
+        })
+        .collect()
+}
+
+/// Random operations of every kind over ids `from..from + keys`.
+fn random_ops(rng: &mut StdRng, n: usize, from: u64, keys: u64) -> Vec<Op> {
+    let kinds = [OpKind::Get, OpKind::Insert, OpKind::Upsert, OpKind::Update, OpKind::Delete];
+    (0..n).map(|_| Op { kind: kinds[rng.random_range(0..5)], id: from + rng.random_range(0..keys) }).collect()
+}
+
+/// One crate's answers against the oracle: one thread over shared keys, then four threads
+/// each over keys of its own slice (so that no order between threads matters).
+fn matches_the_oracle<M: ConcurrentMap<K, V>, const K: usize, const V: usize>() {
+    let mut rng = StdRng::seed_from_u64(SEED ^ K as u64 ^ (V as u64) << 8);
+    let what = format!("{} with {K}-byte keys and {V}-byte values", M::CRATE);
+    let mut peer = Peer::<M, K, V>::new(1000, 1);
+    let mut map = HashMap::new();
+    for round in 0..4u64 {
+        let ops = random_ops(&mut rng, 2000, 0, 300);
+        peer.run_ops(&ops, SEED + round, &unchecked(V));
+        let want = oracle(&ops, &mut map, SEED + round, V);
+        let got: Vec<(u8, Option<Vec<u8>>)> =
+            peer.answers(&ops).into_iter().map(|(s, v)| (s, v.map(|v| v.to_vec()))).collect();
+        assert_eq!(got, want, "{what}, round {round}");
+        assert_eq!(peer.len(), map.len(), "{what}, round {round}");
+    }
+    let mut peer = Peer::<M, K, V>::new(1000, 4);
+    let mut map = HashMap::new();
+    let ops: Vec<Op> = (0..4).flat_map(|t| random_ops(&mut rng, 500, t * 1000, 100)).collect();
+    peer.run_ops(&ops, SEED, &unchecked(V));
+    let want = oracle(&ops, &mut map, SEED, V);
+    let got: Vec<(u8, Option<Vec<u8>>)> =
+        peer.answers(&ops).into_iter().map(|(s, v)| (s, v.map(|v| v.to_vec()))).collect();
+    assert_eq!(got, want, "{what} on four threads");
+    assert_eq!(peer.len(), map.len(), "{what} on four threads");
+}
+
+/// A check that only counts.
+fn unchecked(value_bytes: usize) -> Check {
+    Check { expect: Status::Ok, records: 0, seeds: vec![], value_bytes }
+}
+
+struct EveryCrate;
+
+impl Widths for EveryCrate {
+    type Out = ();
+    fn call<const K: usize, const V: usize>(self) {
+        matches_the_oracle::<Scc<K, V>, K, V>();
+        matches_the_oracle::<Papaya<K, V>, K, V>();
+        matches_the_oracle::<Dash<K, V>, K, V>();
     }
 }
 
 #[test]
-fn bad_widths_and_malformed_batches_are_refused() {
-    let gpu = match gphash::Gpu::new() {
-        Ok(g) => g,
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true and no GPU: {e}"),
-        Err(_) => return,
-    };
-    for kb in [0, 6, 36] {
-        assert!(
-            CpuMapSystem::<gphash_bench::systems::cpu_map::Chosen>::create(kb, 8, 10, gpu.clone(), 1)
-                .is_err()
-        );
+fn every_crate_matches_the_oracle() {
+    for (k, v) in [(8, 128), (12, 20), (32, 8), (4, 1024)] {
+        cpu_map::with_widths(k, v, EveryCrate).unwrap();
     }
-    let s: CpuMapSystem = CpuMapSystem::create(8, 8, 10, gpu, 2).unwrap();
-    assert!(s.execute(&[9], &[1, 2], &[3, 4]).is_err());
-    assert!(s.execute(&[2], &[1], &[3, 4]).is_err());
-    assert!(s.execute(&[2], &[5, 2], &[]).is_err());
-    assert_eq!(s.len(), 0);
 }
 
-/// Inputs staged for one batch are never applied to another: an empty staged batch, or a
-/// batch staged and then not run, leaves the next batch to bring its own inputs; settling a
-/// batch other than the one run is an error.
 #[test]
-fn staged_inputs_belong_to_their_batch() {
-    let Some(gpu) = gphash::Gpu::new().ok() else {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true and no GPU");
-        return;
-    };
-    let mut system: CpuMapSystem<Chosen> = CpuMapSystem::create(8, 8, 100, gpu.clone(), 2).unwrap();
-    let mut oracle = Oracle::default();
-    let mut writes = Batch::new(8, 8);
-    for k in 0..20 {
-        writes.upsert(&common::key(k, 8), &[k as u8; 8]).unwrap();
+fn the_check_catches_wrong_statuses_and_values() {
+    let records = 1000;
+    let mut peer = Peer::<Scc<8, 16>, 8, 16>::new(2 * records, 3);
+    let load: Vec<Op> = (0..records).map(|id| Op { kind: OpKind::Insert, id }).collect();
+    let check = Check { expect: Status::Ok, records, seeds: vec![SEED], value_bytes: 16 };
+    assert_eq!(peer.run_ops(&load, SEED, &check).1, 0, "a load of new keys");
+    assert_eq!(peer.run_ops(&load, SEED, &check).1, records, "inserts of present keys answer Exists");
+    let reads: Vec<Op> = (0..records).map(|id| Op { kind: OpKind::Get, id }).collect();
+    assert_eq!(peer.run_ops(&reads, SEED, &check).1, 0, "reads of loaded keys");
+    let other = Check { seeds: vec![SEED + 1], ..check.clone() };
+    assert_eq!(peer.run_ops(&reads, SEED, &other).1, records, "values of another seed are wrong");
+    let either = Check { seeds: vec![SEED + 1, SEED], ..check.clone() };
+    assert_eq!(peer.run_ops(&reads, SEED, &either).1, 0, "a value of any seed written is right");
+    // Reads of absent keys: wrong below `records` (they were loaded), a race above it.
+    let absent: Vec<Op> = (0..10).map(|i| Op { kind: OpKind::Get, id: 5000 + i }).collect();
+    assert_eq!(peer.run_ops(&absent, SEED, &check).1, 0);
+    assert_eq!(peer.run_ops(&absent, SEED, &Check { records: 6000, ..check.clone() }).1, 10);
+    let negative = Check { expect: Status::NotFound, ..check };
+    assert_eq!(peer.run_ops(&absent, SEED, &negative).1, 0, "negative searches");
+    assert_eq!(peer.run_ops(&reads[..7], SEED, &negative).1, 7, "a negative search that finds its key");
+}
+
+#[test]
+fn widths_it_is_not_built_for_are_refused() {
+    for (k, v) in [(5, 128), (8, 100), (64, 8)] {
+        let e = cpu_map::with_widths(k, v, EveryCrate).unwrap_err().to_string();
+        assert!(e.contains(&format!("{k}-byte keys and {v}-byte values")), "{e}");
     }
-    let empty = DeviceOps::new(&gpu, &Batch::new(8, 8));
-    system.stage(&empty.batch()).unwrap();
-    system.run(&empty.batch()).unwrap();
-    assert_eq!(run_host(&mut system, &gpu, &writes).unwrap(), oracle.run(&writes));
-    assert_eq!(system.len(), 20, "the batch after an empty staged one was applied");
-    let mut reads = Batch::new(8, 8);
-    for k in 0..30 {
-        reads.get(&common::key(k, 8)).unwrap();
-    }
-    let staged_not_run = DeviceOps::new(&gpu, &writes);
-    system.stage(&staged_not_run.batch()).unwrap();
-    assert_eq!(run_host(&mut system, &gpu, &reads).unwrap(), oracle.run(&reads));
-    let ops = DeviceOps::new(&gpu, &reads);
-    system.stage(&ops.batch()).unwrap();
-    system.run(&ops.batch()).unwrap();
-    assert!(system.settle(&staged_not_run.batch()).is_err(), "results settled into another batch");
 }

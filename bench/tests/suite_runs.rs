@@ -46,10 +46,22 @@ fn small_suite(systems: Vec<SystemKind>, dir: &std::path::Path) -> Suite {
 fn repeated_runs_report_the_median_with_min_and_max() {
     let Some(gpu) = gpu() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let suite = small_suite(vec![SystemKind::ZeroCopy, SystemKind::CpuMap], dir.path());
+    let systems = vec![SystemKind::ZeroCopy, SystemKind::Host, SystemKind::CpuMap];
+    let suite = small_suite(systems, dir.path());
     let mut heard = 0;
     let records = runner::run(&suite, &gpu, &[], &|_| {}, &mut |_| heard += 1).unwrap();
-    assert_eq!(records.len(), 2 * 3, "load, C and A for each system");
+    let systems: Vec<&str> = records.iter().map(|r| r.system.as_str()).collect();
+    let each = |s: &'static str| [s; 3];
+    let want: Vec<&str> = [
+        each("gphash-zc"),
+        each("gphash-host"),
+        each("cpu-map-scc"),
+        each("cpu-map-papaya"),
+        each("cpu-map-dashmap"),
+        each(runner::BEST),
+    ]
+    .concat();
+    assert_eq!(systems, want, "load, C and A for each system and crate, then the best crate's");
     assert_eq!(heard, records.len());
     for r in &records {
         let what = format!("{} {}", r.system, r.workload);
@@ -58,6 +70,19 @@ fn repeated_runs_report_the_median_with_min_and_max() {
         assert!(r.ops_per_s_min <= r.ops_per_s && r.ops_per_s <= r.ops_per_s_max, "{what}: {r:?}");
         assert_eq!(r.unexpected, 0, "{what}");
         assert!(r.line().contains("(3)") || r.reps == 1, "{what}: {}", r.line());
+    }
+    // The best crate's record is the fastest crate's, named in its setting.
+    for best in records.iter().filter(|r| r.system == runner::BEST) {
+        let crates =
+            records.iter().filter(|r| r.system.starts_with("cpu-map-") && r.workload == best.workload);
+        let fastest = crates.max_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s)).unwrap();
+        assert_eq!(best.ops_per_s, fastest.ops_per_s, "{}", best.workload);
+        assert_eq!(
+            format!("cpu-map-{}", runner::best_crate(&best.setting)),
+            fastest.system,
+            "{}",
+            best.setting
+        );
     }
 }
 

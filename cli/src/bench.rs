@@ -40,6 +40,10 @@ pub(crate) enum Bench {
     /// YCSB core and micro workloads against gphash and the baselines, with the ceilings of the
     /// same run: a table on stdout, JSON, CSV and SVG plots.
     Suite(SuiteArgs),
+    /// gphash against the best CPU map used plainly, in three regimes: G (the caller's batches
+    /// on the GPU), H (the caller on the host, through the host API), P (the table past its
+    /// cache); a Markdown table per regime, JSON and CSV.
+    Scoreboard(crate::scoreboard::ScoreboardArgs),
     /// Index-microbench trace files (a load file and a run file) against the systems.
     Trace(TraceArgs),
     /// The bucket cache: throughput per cache ratio (YCSB A, B, C), under skew, per policy,
@@ -223,9 +227,10 @@ pub(crate) struct SuiteArgs {
     /// Workloads (load runs first in any case): a, b, c, d, f, search+, search-, insert, update, delete.
     #[arg(long, value_delimiter = ',', default_value = "c,b,a,f,d,search+,search-,update,insert,delete")]
     workloads: Vec<Workload>,
-    /// Systems: gphash-zc (with its cache, set by --cache-*), gphash-nocache, gphash-staged,
-    /// gphash-volatile, naive, keys-apart, slab, cpu, cpu-map (scc; cpu-map-papaya and
-    /// cpu-map-dashmap measure the choice of crate).
+    /// Systems: gphash-zc (with its cache, set by --cache-*), gphash-host (the same called
+    /// through the host API), gphash-nocache, gphash-staged, gphash-volatile, naive,
+    /// keys-apart, slab, cpu, cpu-map (scc, papaya and dashmap used plainly, each reported, and
+    /// the best of them).
     #[arg(
         long,
         value_delimiter = ',',
@@ -350,7 +355,7 @@ pub(crate) struct ReachArgs {
 pub(crate) struct PoolDir {
     /// Directory of the pools (tmpfs imports zero-copy).
     #[arg(long, default_value = "/dev/shm")]
-    pool_dir: PathBuf,
+    pub(crate) pool_dir: PathBuf,
 }
 
 /// `bench load-search` settings.
@@ -436,6 +441,7 @@ pub(crate) struct PersistArgs {
 pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
     match bench {
         Bench::Suite(a) => suite(a, options),
+        Bench::Scoreboard(a) => crate::scoreboard::run(a, options),
         Bench::Cache(a) => cache(a),
         Bench::Trace(a) => {
             let gpu = gphash::Gpu::new()?;
@@ -672,7 +678,7 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
     }
 }
 
-fn threads(n: Option<usize>) -> usize {
+pub(crate) fn threads(n: Option<usize>) -> usize {
     n.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
@@ -743,20 +749,7 @@ fn suite(a: &SuiteArgs, options: &Options) -> gphash::Result<()> {
     if suite.in_flight {
         println!("# the gphash systems' batches two in flight (--in-flight)");
     }
-    let ceilings = match a.ceiling_mib {
-        0 => vec![],
-        mib => ceiling::measure(&gpu, &Method { bytes: mib << 20, ..Method::default() })?,
-    };
-    for (memory, c) in &ceilings {
-        println!("# ceiling {memory:<7} {c}");
-    }
-    let round_trips = match a.ceiling_mib {
-        0 => vec![],
-        _ => ceiling::round_trips(&gpu, &ceiling::ROUND_TRIP_ITEMS, ceiling::ROUND_TRIP_REPS)?,
-    };
-    for t in &round_trips {
-        println!("# round trip {t}");
-    }
+    let (ceilings, round_trips) = measure_ceilings(&gpu, a.ceiling_mib)?;
     println!(
         "# {} records, keys {:?} bytes, values {} bytes, {} micro / {} core operations, batches {:?}",
         a.records, a.key_bytes, a.value_bytes, a.micro_ops, a.macro_ops, batches
@@ -787,6 +780,29 @@ fn suite(a: &SuiteArgs, options: &Options) -> gphash::Result<()> {
     }
     println!("# results and plots in {}", a.out.display());
     Ok(())
+}
+
+/// A memory's ceilings.
+pub(crate) type MemoryCeiling = (ceiling::Memory, ceiling::Ceilings);
+
+/// The memory ceilings over buffers of `mib` MiB and the bare round trips, printed (`mib` 0:
+/// neither).
+pub(crate) fn measure_ceilings(
+    gpu: &std::sync::Arc<gphash::Gpu>,
+    mib: u64,
+) -> gphash::Result<(Vec<MemoryCeiling>, Vec<ceiling::RoundTrip>)> {
+    if mib == 0 {
+        return Ok((vec![], vec![]));
+    }
+    let ceilings = ceiling::measure(gpu, &Method { bytes: mib << 20, ..Method::default() })?;
+    for (memory, c) in &ceilings {
+        println!("# ceiling {memory:<7} {c}");
+    }
+    let round_trips = ceiling::round_trips(gpu, &ceiling::ROUND_TRIP_ITEMS, ceiling::ROUND_TRIP_REPS)?;
+    for t in &round_trips {
+        println!("# round trip {t}");
+    }
+    Ok((ceilings, round_trips))
 }
 
 fn load_search(args: &LoadSearchArgs, options: &Options) -> gphash::Result<()> {

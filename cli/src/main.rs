@@ -4,6 +4,7 @@
 mod bench;
 mod demo;
 mod results;
+mod scoreboard;
 mod serve;
 
 use std::path::{Path, PathBuf};
@@ -18,7 +19,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use results::ResultFile;
 
 /// mimalloc: the server's connections allocate per request on many threads, where glibc's
-/// allocator took a third of their CPU time (BENCHMARKS.md, "The server's allocator").
+/// allocator took much of their CPU time (docs/lab/server.md, "The server's allocator").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
