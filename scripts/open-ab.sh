@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13, item 6, on a machine without Rust: `gphash bench resize` of two builds, alternated
+# Growth, recovery and opens, on a machine without Rust: `gphash bench resize` of two builds, alternated
 # (.gpu-ab/gphash-new.gz and gphash-old.gz, stripped and gzipped), 16 M keys of 8-byte values
 # three times each with the debug timings of recovery and growth, then the new build with 100 M
 # keys of 128-byte values (a pool of about 20 GB). Results in $OUT.

@@ -306,11 +306,11 @@ impl Batch {
     /// The batch's operations grouped by key, in batch order.
     pub(crate) fn key_groups(&self) -> KeyGroups {
         let (n, kb) = (self.len(), self.key_bytes);
-        // Most batches repeat no key: a pass through a hash set says so without the sort (the
-        // sort was 18% of an insert batch of 4,096's host CPU time on an H100, and the parallel
-        // one 43-51% of a volatile insert batch of 16,384 to 2^20 on the H200; BENCHMARKS.md,
-        // "A batch's keys told distinct"). The set may also say "maybe" of distinct keys (too
-        // many probes, hashes alike in the bits it keeps): the chains, or the sort, decide.
+        // Most batches repeat no key: a pass through a hash set says so without the sort, a
+        // large share of an insert batch's host time (docs/lab/latency.md, "A small batch's
+        // host time by function"; docs/lab/host-path.md, "A batch's keys told distinct"). The
+        // set may also say "maybe" of distinct keys (too many probes, hashes alike in the bits
+        // it keeps): the chains, or the sort, decide.
         let hashes = if n < PARALLEL_GROUPING {
             let hashes: Vec<u64> = self.keys.chunks_exact(kb).map(key_hash).collect();
             if distinct_hashes(hashes.iter().copied()) {
@@ -527,16 +527,16 @@ impl KeyGroups {
 }
 
 /// Whether every one of `kinds` satisfies `f`, without an early exit inside each stretch of
-/// 4,096: a loop that may stop at any element is not vectorised, and took 1.5 ms over 2^20
-/// kinds on the 2-core VM (BENCHMARKS.md, "Large host batches encoded and decoded on all host
+/// 4,096: a loop that may stop at any element is not vectorised, and was slow over large
+/// batches (docs/lab/host-path.md, "Large host batches encoded and decoded on all host
 /// threads").
 fn every(kinds: &[OpKind], f: impl Fn(OpKind) -> bool) -> bool {
     kinds.chunks(4096).all(|c| c.iter().fold(true, |all, &k| all & f(k)))
 }
 
 /// Operations from which a batch's keys are told distinct on all host threads. Below it one thread is
-/// faster: at 16,384 the H200's host checked them in 0.13-0.14 ms on one, 0.31-0.39 on all,
-/// most of it waking the threads (BENCHMARKS.md, "A batch's keys told distinct").
+/// faster: waking the threads costs more than they save (docs/lab/host-path.md, "A batch's keys
+/// told distinct").
 const PARALLEL_GROUPING: usize = 1 << 16;
 
 /// Operations from which a batch whose keys may repeat sorts them on all host threads.
@@ -546,7 +546,8 @@ const PARALLEL_SORT: usize = 1 << 14;
 const PARALLEL_OPS: usize = 1 << 16;
 
 /// Operations from which an encoded part's reads are counted on all host threads (at 65,536,
-/// encoding on all threads of the H200's host took longer than on one).
+/// encoding on all threads of the H200's host took longer than on one: docs/lab/host-path.md,
+/// "Large host batches encoded and decoded on all host threads").
 const PARALLEL_COUNT: usize = 1 << 18;
 
 /// Operations a task decodes in a part decoded on all host threads.
@@ -847,8 +848,8 @@ pub struct BatchResult {
     /// One status per operation, in batch order.
     pub statuses: Vec<Status>,
     /// A value's room per operation once some operation has read one; empty until then, so
-    /// that a batch of writes fills no values (zeroing them was 4-7% of a server's batch of
-    /// SETs; BENCHMARKS.md, "The server's write batches").
+    /// that a batch of writes fills no values (zeroing them cost a measurable share of a
+    /// server's batch of SETs: docs/lab/server.md, "The server's write batches").
     values: Vec<u8>,
     value_bytes: usize,
     reads: Vec<bool>,

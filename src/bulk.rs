@@ -1,8 +1,7 @@
 //! Bulk copies of a batch's keys, values and results on all host threads. A batch of 2^20
-//! 128-byte values moves 128 MB through each copy; one thread copies it at a few GB/s, and
-//! less into fresh pages, which it faults in one at a time (on the H200's host, 83 ms to decode
-//! such a batch's values into a new `BatchResult`: `BENCHMARKS.md`, "Host copies of large
-//! batches").
+//! 128-byte values moves 128 MB through each copy; one thread copies it slowly, and more slowly
+//! into fresh pages, which it faults in one at a time (`docs/lab/host-path.md`, "Host copies of
+//! large batches").
 
 use rayon::prelude::*;
 

@@ -76,8 +76,8 @@ pub struct CacheOptions {
     /// within `max_bytes`. `None` (the default): all of them on a GPU with memory of its own
     /// ([`DeviceInfo::has_own_memory`](crate::DeviceInfo::has_own_memory)), none on a CPU
     /// device or an integrated GPU, whose device memory is the host memory the pool is
-    /// already in (there the cache only adds copies: BENCHMARKS.md, "The whole table cached by
-    /// default").
+    /// already in (there the cache only adds copies: docs/lab/cache.md, "The whole table cached
+    /// by default").
     pub ratio: Option<f64>,
     /// Device memory the cache's entries may take (a group and its value cells each; the map
     /// and access counts, 8 bytes a group, come on top). `None`: half the device's memory
@@ -293,9 +293,9 @@ impl fmt::Display for CacheStatus {
 /// highest counts (ties: the lower group), then, when `spare` asks for it, groups that were not
 /// counted (the lowest first) while entries are left: accesses are sampled, so an uncounted
 /// group may still be in use. Only a whole load asked for by the caller takes them: a periodic
-/// phase loads in slices between batches, and copying every cold group there slowed YCSB on the
-/// H200 (BENCHMARKS.md). `plan` never lets an uncounted group displace a cached one. Random
-/// draws `k` groups uniformly.
+/// phase loads in slices between batches, and copying every cold group there slowed YCSB
+/// (docs/lab/cache.md, "A whole cache load fills its spare entries"). `plan` never lets an
+/// uncounted group displace a cached one. Random draws `k` groups uniformly.
 pub(crate) fn select(policy: Policy, counts: &[u32], k: usize, seed: u64, spare: bool) -> Vec<u32> {
     let k = k.min(counts.len());
     match policy {

@@ -1091,8 +1091,9 @@ impl State {
 
     /// Once the table is half full (growth may follow from then on), starts compiling the
     /// kernels of its growth by a level, once per table and cache setting: a growth then
-    /// compiles nothing (about 0.3 s of a 1 s growth of 16 M keys on the H200, where the driver
-    /// had not compiled them before). Compiling while the pool grows gained nothing: both take
+    /// compiles nothing (a large part of a growth where the driver had not compiled them before:
+    /// docs/lab/growth-and-recovery.md, "Growth with its kernels compiled ahead"). Compiling
+    /// while the pool grows gained nothing: both take
     /// every host core. Likewise, once the heap is three quarters full, the kernels of the
     /// heap's growth.
     fn compile_next_growth(&mut self) {
@@ -1113,9 +1114,9 @@ impl State {
         if !table && heap.is_none() {
             return;
         }
-        // Asked only when kernels are to compile: it counts the cached groups, 9% of the
-        // server's batcher thread when asked after every batch (BENCHMARKS.md, "The server's
-        // front end and its batcher").
+        // Asked only when kernels are to compile: it counts the cached groups, a measurable
+        // share of the server's batcher thread when asked after every batch (docs/lab/server.md,
+        // "The server's front end and its batcher").
         let (Ok(gpu), Some(placed)) = (&self.gpu, self.placed_as()) else { return };
         let seed = self.pool.header().table.seed;
         if table {
@@ -1130,10 +1131,9 @@ impl State {
 
     /// Once the table holds more keys than it is made for ([`TARGET_LOAD`]), starts making the
     /// pool's storage for its growth by a level on a thread of its own
-    /// ([`Pool::prepare_growth`]; tmpfs only): making and zeroing those pages was 0.35 to 0.39 s
-    /// of a 0.8 to 0.9 s growth of 16 M keys on the H200 (`BENCHMARKS.md`, "Growth and
-    /// recovery of 16 M keys, 4 KiB and 2 MiB pages"). A table made for its keys takes no
-    /// memory ahead.
+    /// ([`Pool::prepare_growth`]; tmpfs only): making and zeroing those pages was the largest
+    /// part of a growth (`docs/lab/growth-and-recovery.md`, "Growth and recovery of 16 M keys,
+    /// 4 KiB and 2 MiB pages"). A table made for its keys takes no memory ahead.
     fn prepare_next_growth(&mut self) {
         let past = self.items as f64 > TARGET_LOAD * self.geo.slots() as f64;
         if !past || !self.options.grow || self.mode == Mode::Volatile {

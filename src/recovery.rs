@@ -60,8 +60,8 @@ impl fmt::Display for Recovery {
 
 /// The value-cell allocator recovery hands to an engine: built by a scan, or still where the
 /// last clean close saved it. Reading it is the only work of a clean open that grows with the
-/// table (13.3 MB for 106 M cells: 9 ms on the H200), so it stays in the pool until an engine
-/// first allocates or frees, or hands it over.
+/// table (docs/lab/growth-and-recovery.md, "A clean open that reads nothing but the header"), so
+/// it stays in the pool until an engine first allocates or frees, or hands it over.
 #[derive(Debug)]
 pub(crate) enum Allocator {
     Built(Bitmap),
@@ -332,10 +332,9 @@ fn referenced_twice(geo: &Geometry, buckets: &[u32], cell: u64) -> host_pm::Pool
 }
 
 /// How far ahead of its bucket [`scan`]'s walk asks for the state words: the walk reads half
-/// of each bucket's lines, whose stride the hardware prefetcher follows poorly. With 32
-/// buckets (4 KiB), the crash scan of 16 M keys on the H200 took 18.0-18.7 ms instead of
-/// 22.3-23.7 on 4 KiB pages and 14.8-17.0 instead of 18.0-20.3 on 2 MiB pages; 8 buckets gained
-/// less (`BENCHMARKS.md`).
+/// of each bucket's lines, whose stride the hardware prefetcher follows poorly. 32 buckets
+/// (4 KiB) ahead shortened the crash scan on 4 KiB and 2 MiB pages, 8 buckets less
+/// (`docs/lab/growth-and-recovery.md`, "The recovery scan with its state words asked for ahead").
 const SCAN_PREFETCH_BUCKETS: usize = 32;
 
 /// Buckets one task of [`scan`] walks: enough to outweigh a task's cost and its lists.
@@ -348,7 +347,8 @@ const SCAN_ROUND_BUCKETS: usize = 1 << 21;
 /// The parts of the bitmap that [`scan`] fills in parallel, at most: few enough that a
 /// task's lists stay in the cache while it appends to them, and each part of the bitmap at
 /// most 64 KiB up to 32 M cells (8 MiB at 2^32), in the cache while its bits are set. 256
-/// parts were 20% slower on the 2-core VM, 16 no faster.
+/// parts were slower on the 2-core VM, 16 no faster (docs/lab/growth-and-recovery.md, "A clean
+/// open that reads nothing but the header; recovery's scan without atomics").
 const SCAN_PARTS: usize = 64;
 
 /// What one task of [`scan`] found.

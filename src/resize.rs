@@ -118,7 +118,8 @@ pub(crate) struct Grown {
     /// The old regions, which hold nothing any more: the caller discards them
     /// ([`Pool::discard_in_background`]) once it has made the grown table's engine, since
     /// punching their holes slowed that engine's imports down as much as it took
-    /// (`BENCHMARKS.md`).
+    /// (`docs/lab/growth-and-recovery.md`, "Growth of 16 M keys: imports made once, the mapping
+    /// kept, the discard after the engine").
     pub(crate) old_regions: [Region; 2],
     /// Where the GPU built it in place, the imports of the new table and heap, for the grown
     /// table's engine to take over. Nothing moves the pool between the build and the return.

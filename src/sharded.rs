@@ -41,8 +41,8 @@ pub const MAX_SHARDS: usize = 1024;
 /// The load at which a shard grows before a batch that may add keys to it, one shard a batch
 /// (the one furthest past its load to grow at), less the load the batch's inserts and upserts
 /// could add to that shard if all of them went there, but not below [`TARGET_LOAD`]: so that
-/// shards of equal load, which would otherwise fill up in the same batch (near 0.90 for the
-/// default layout, `BENCHMARKS.md`, "Load factor at the first resize") and make that batch wait
+/// shards of equal load, which would otherwise fill up in the same batch (at the load factor of
+/// the first growth: `BENCHMARKS.md`, "Growth and recovery") and make that batch wait
 /// for all of their growths, grow in turn, each before it is full; and a table made for its
 /// keys (sized for [`TARGET_LOAD`]) does not grow ahead before it holds them.
 pub const GROW_AHEAD_LOAD: f64 = 0.85;
@@ -536,10 +536,9 @@ fn shards_on(g: usize, shards: usize, gpus: usize) -> usize {
 type Job = Box<dyn FnOnce() + Send>;
 
 /// A thread for each shard, kept while the table is open, which runs the jobs sent to it in
-/// turn: a batch's parts go to their shards' threads. With a thread made for each part of
-/// each batch, searches of 65,536 keys over 32 shards took a median of 4.3-4.8 ms a batch on
-/// the H200, against 3.4-3.7 ms on threads kept (`BENCHMARKS.md`). Dropping it ends and joins
-/// the threads.
+/// turn: a batch's parts go to their shards' threads. A thread made for each part of each
+/// batch made sharded searches slower (`docs/lab/growth-and-recovery.md`, "Sharded batches on
+/// threads kept for each shard"). Dropping it ends and joins the threads.
 struct Workers {
     jobs: Vec<mpsc::Sender<Job>>,
     threads: Vec<std::thread::JoinHandle<()>>,

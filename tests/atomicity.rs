@@ -42,10 +42,10 @@ fn content(t: &GpHash) -> HashMap<Vec<u8>, Vec<u8>> {
     t.entries().into_iter().collect()
 }
 
-/// The reproduction of the issue: `U 1 v`, 600 reads of absent keys, then 600 inserts of them,
-/// on a pool at its size limit. The inserts need the table to grow, which fails with
-/// OutOfSpace: the call fails and key 1 keeps its value (ordered execution used to apply the
-/// update and the reads in a first round of its own).
+/// A failed ordered batch that once took effect in part: `U 1 v`, 600 reads of absent keys, then
+/// 600 inserts of them, on a pool at its size limit. The inserts need the table to grow, which
+/// fails with OutOfSpace: the call fails and key 1 keeps its value (ordered execution used to
+/// apply the update and the reads in a first round of its own).
 #[test]
 fn a_failed_ordered_batch_takes_no_effect() {
     let dir = common::pool_dir();

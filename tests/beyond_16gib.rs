@@ -1,4 +1,4 @@
-//! Pools past the 16 GiB that 32-bit word addresses reach (issue 13): the kernels address such
+//! Pools past the 16 GiB that 32-bit word addresses reach: the kernels address such
 //! a region with 64-bit words, and every result equals the CPU model's; pools past the 256 GiB
 //! that 64-byte dirty lines numbered with 32 bits reach, whose lines are coarser; and tables of
 //! more than 2^32 slots and value cells, which 32-bit numbers do not name. The pools are

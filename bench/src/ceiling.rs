@@ -347,7 +347,7 @@ pub const ROUND_TRIP_REPS: usize = 200;
 /// How a round trip is recorded and submitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Via {
-    /// Through wgpu, as the engine's batches are: the latency floor.
+    /// Through wgpu, as the engine's batches are: the floor a batch's latency is measured against.
     Wgpu,
     /// Through Vulkan itself ([`VulkanRoundTripper`]): what wgpu's validation, tracking and
     /// command buffers add shows as the difference.

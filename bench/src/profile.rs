@@ -511,8 +511,8 @@ impl ProfileBench {
         // A device batch's buffers are the same from batch to batch, as an application's on the
         // GPU would be. Its next operations are uploaded before it runs and not waited for, so
         // the timed batch may wait for their copy. (With a host wait for them, the round trips
-        // of a run on the H200 took 77 µs for 4,096 words, against 49 µs in a run of host
-        // batches; the cause was not isolated.)
+        // of a run of device batches were slower than in a run of host batches; the cause was
+        // not isolated: docs/lab/latency.md, "Batches timed in turn with the round trip".)
         let mut live: Option<DeviceOps> = None;
         let mut run = |batch: &Batch| -> Result<Duration> {
             if self.device {

@@ -1,5 +1,5 @@
-//! How a kernel reaches a region of host memory larger than one storage binding (issue 13;
-//! docs/design.md, "Pools past 16 GiB"): the rate of random 128-byte requests over a region
+//! How a kernel reaches a region of host memory larger than one storage binding
+//! (docs/design.md, "Pools past 16 GiB"): the rate of random 128-byte requests over a region
 //! imported zero-copy, read through
 //! - a binding per window, the accessor switching on the window (small pools' way, as many
 //!   windows as the device has storage bindings);

@@ -18,8 +18,8 @@ pub const WAIT_SPIN_ENV: &str = "GPHASH_WAIT_SPIN_US";
 
 /// How long a wait for results polls a GPU before it sleeps in the driver
 /// ([`Gpu::wait_spin`]): the work of a small batch ends within it, and a polling host sees
-/// that about 30 µs sooner than one the driver wakes (BENCHMARKS.md, "Waiting without
-/// sleeping"); a larger batch costs at most this much of a host thread's time.
+/// that sooner than one the driver wakes (docs/lab/latency.md, "Waiting without sleeping");
+/// a larger batch costs at most this much of a host thread's time.
 pub const WAIT_SPIN: Duration = Duration::from_millis(1);
 
 /// What the device is and what it can do.

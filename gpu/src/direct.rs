@@ -1,9 +1,8 @@
 //! Submits recorded with Vulkan itself, on the queue under wgpu: the same kernels (compiled from
 //! the same WGSL by naga, as wgpu compiles them), bound to the same buffers, without wgpu's
-//! validation, tracking and command buffers (on the H200 the bare round trip of 4,096 words
-//! took 51-63 µs through wgpu and 35-39 µs recorded here, and a server's write batch spent
-//! 84-104 µs recording and submitting through wgpu against 27-34 here; BENCHMARKS.md,
-//! "Submits through Vulkan itself").
+//! validation, tracking and command buffers, which lengthen the bare round trip and a server's
+//! write batch's recording and submitting (docs/lab/latency.md, "Submits through Vulkan
+//! itself").
 //!
 //! What wgpu would do for its own submits, these do themselves: a barrier before each command
 //! (the first one's covers wgpu's earlier submits, which may still write what it reads) and

@@ -210,8 +210,8 @@ impl<K: KernelEntry> Pipelines<K> {
 
 /// A shader module of gphash's own WGSL, with wgpu's bounds checks but without its loop
 /// bounding: wgpu gives every loop a 64-bit iteration counter that breaks it at 2^64 rounds, a
-/// guard for untrusted shaders that costs these kernels 8-17% of their time on the H200
-/// (BENCHMARKS.md, "Kernels without wgpu's loop bounding"). Every loop of gphash's kernels ends:
+/// guard for untrusted shaders that costs these kernels a measurable share of their time
+/// (docs/lab/kernels.md, "Kernels without wgpu's loop bounding"). Every loop of gphash's kernels ends:
 /// over constant bounds, over a batch, or retrying a CAS that another operation won.
 pub fn shader_module(dev: &wgpu::Device, label: &str, wgsl: String) -> wgpu::ShaderModule {
     let checks =
@@ -309,7 +309,8 @@ pub fn build_pipelines<K: KernelEntry + Send>(
 /// Untimed, they are the dispatches of one pass: the pipelines share one layout, so the bind
 /// groups and immediates are set once, and wgpu still orders the dispatches (each is a usage
 /// scope of its own, with the barriers a pass per kernel had), while recording a pass and
-/// binding its groups costs the host each time (BENCHMARKS.md, "One compute pass a submit").
+/// binding its groups costs the host each time (docs/lab/latency.md, "Batches timed in turn with
+/// the round trip; one compute pass a submit").
 pub fn record_passes<'a>(
     enc: &mut wgpu::CommandEncoder,
     (binds, immediates): (&[&wgpu::BindGroup], &[u8]),
@@ -397,7 +398,8 @@ pub struct RegionWindows {
 
 /// Regions of the pool imported zero-copy under one guard, handed from one user to the next
 /// without importing them again (a growth's build hands the grown table and heap to its engine:
-/// importing pins every page, 30-100 ms for the 805 MB table of 16 M keys on the H200). Their
+/// importing pins every page, a large part of a growth: docs/lab/growth-and-recovery.md, "Growth
+/// of 16 M keys: imports made once, the mapping kept, the discard after the engine"). Their
 /// owner keeps the pool in place while they live. Dropped, they destroy their buffers and wait
 /// until the driver has released them.
 pub struct ImportedRegions {

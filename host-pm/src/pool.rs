@@ -1171,8 +1171,8 @@ impl Pool {
                 let runs = persist::page_runs(lines, persist::page_size());
                 match (runs.as_slice(), &self.file) {
                     // Every msync is a device cache flush (a journal commit on ext4): scattered
-                    // lines as one msync per run cost a flush each, 30 ms for a batch of 50
-                    // random inserts on a VM disk. One fdatasync writes the same pages (and any
+                    // lines as one msync per run cost a flush each (docs/lab/server.md, "The
+                    // Redis-protocol server"). One fdatasync writes the same pages (and any
                     // other dirty page of the file, which is never wrong) with one flush.
                     ([_, _, ..], Some(file)) => {
                         file.sync_data().map_err(io_err(&self.display_path(), "fdatasync"))?
@@ -1198,10 +1198,11 @@ impl Pool {
 
     /// Starts making the storage of a pool of `new_bytes` (rounded as [`Pool::grow`] rounds
     /// it) on a thread of its own, so that a later [`Pool::grow`] to at most that size finds it
-    /// made. On tmpfs, making and zeroing a growth's pages is most of what a growth costs (0.35
-    /// to 0.39 s of a 0.8 to 0.9 s growth of 16 M keys, `BENCHMARKS.md`); elsewhere there is
-    /// nothing to gain (a disk file's `fallocate` is quick, a devdax device has its storage),
-    /// and this does nothing. Nor for a private view, or past [`Pool::max_bytes`].
+    /// made. On tmpfs, making and zeroing a growth's pages is the largest part of what a growth
+    /// costs (`docs/lab/growth-and-recovery.md`, "Growth and recovery of 16 M keys, 4 KiB and
+    /// 2 MiB pages"); elsewhere there is nothing to gain (a disk file's `fallocate` is quick, a
+    /// devdax device has its storage), and this does nothing. Nor for a private view, or past
+    /// [`Pool::max_bytes`].
     ///
     /// The file grows, with zeroed pages, past the pool's length; the pool's length and bytes
     /// do not change. Where the growth maps in place ([`Pool::grows_in_place`]), the new pages
@@ -1215,8 +1216,9 @@ impl Pool {
     /// [`Pool::prepare_growth`] of the room `regions` will take ([`Pool::take_room`]): past
     /// the pool's end, and within it where a discard left holes, whose pages are made and
     /// entered in the page tables on all host threads too (made on one thread by `take_room`,
-    /// and faulted in one at a time by an import, they took 40-60 ms of a growth of 16 M keys
-    /// whose heap went where an earlier growth left holes, on the H200). The holes are left to
+    /// and faulted in one at a time by an import, they slowed a growth whose heap went where an
+    /// earlier growth left holes: docs/lab/growth-and-recovery.md, "Growth of 16 M keys in
+    /// place: a mapping that never moves, room made ahead"). The holes are left to
     /// `take_room` while a discard may still be punching them.
     pub fn prepare_room(&mut self, regions: &[Region]) {
         let end = regions.iter().map(Region::end).max().unwrap_or(0);
@@ -1344,8 +1346,9 @@ impl Pool {
     /// reserved for it ([`Pool::grows_in_place`]) the new bytes are mapped after the old ones
     /// and nothing moves: imports of the pool stay valid, and its pages stay in the page tables
     /// (a fresh mapping faulted every page in again, and an import of a region, which pins its
-    /// pages one fault at a time where they are not mapped, took up to 0.2 s for the 1.2 GB of
-    /// a growth of 16 M keys on 4 KiB pages). Past it, the file is mapped anew elsewhere. On
+    /// pages one fault at a time where they are not mapped, was slow on 4 KiB pages:
+    /// docs/lab/growth-and-recovery.md, "Growth of 16 M keys: imports made once, the mapping
+    /// kept, the discard after the engine"). Past it, the file is mapped anew elsewhere. On
     /// tmpfs the new pages are entered in the page tables too, on all host threads, unless
     /// [`Pool::prepare_growth`] did it.
     fn remap(&mut self, new: u64) -> Result<()> {
@@ -1424,9 +1427,10 @@ impl Pool {
     }
 
     /// [`Pool::discard`] of `regions` on a thread of its own, where holes are punched in a file
-    /// (punching those of a grown table's old regions took 42-57 ms of a growth of 16 M keys on
-    /// `/dev/shm` on an H100). The regions must hold nothing any more; what is in them reads as
-    /// it was or as zeros until the thread is done. [`Pool::grow`], [`Pool::discard`] and
+    /// (punching those of a grown table's old regions held up a growth on `/dev/shm`:
+    /// docs/lab/growth-and-recovery.md, "Growth of 16 M keys: imports made once, the mapping
+    /// kept, the discard after the engine"). The regions must hold nothing any more; what is in
+    /// them reads as it was or as zeros until the thread is done. [`Pool::grow`], [`Pool::discard`] and
     /// dropping the pool wait for it first: room for new regions is only ever taken through
     /// `grow` ([`Pool::take_room`]), so nothing is written where a hole is still being punched. Elsewhere, with an
     /// observer (whose snapshots would race the thread), or without a thread, this is `discard`.

@@ -108,9 +108,9 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     while let Some(read) = requests.next().await {
         let mut chunk = Chunk::default();
         let mut gone = false;
-        // Counted once a chunk: one counter that every connection bumped per request took 9%
-        // of the server's CPU under SETs on the H200 (BENCHMARKS.md, "The server's front end
-        // and its batcher").
+        // Counted once a chunk: one counter that every connection bumped per request took a
+        // measurable share of the server's CPU under SETs (docs/lab/server.md, "The server's
+        // front end and its batcher").
         let mut commands = 0;
         for request in read {
             let request = match request {

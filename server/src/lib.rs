@@ -145,9 +145,9 @@ pub fn serve_until(
 
 /// The connection threads a server has unless told: a quarter of the host's cores, at least
 /// one. On the H200's 16-core host under redis-benchmark on the same host, 4 threads served
-/// 12-25% more SETs at pipeline 64 and 27-31% more GETs than one a core (BENCHMARKS.md, "The
-/// server's batcher, step by step; its connection threads"): the batcher thread, which every
-/// batch waits for, shares the cores with them.
+/// more SETs and GETs than one a core (docs/lab/server.md, "The server's batcher, step by step;
+/// its connection threads"): the batcher thread, which every batch waits for, shares the cores
+/// with them.
 fn default_io_threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     (cores / 4).max(1)

@@ -32,15 +32,18 @@ use gphash_gpu::resources::Binding;
 use gphash_gpu::shader::Reach;
 
 /// Phase A's target invocations per dispatch: a batch smaller than this is spread over more
-/// lanes per operation (`GpuEngine::phase_a_lanes`). Measured on the H200 (BENCHMARKS.md).
+/// lanes per operation (`GpuEngine::phase_a_lanes`). Measured on the H200:
+/// docs/lab/ycsb-suite-history.md, "Phase A spread: small batches fill the GPU", and
+/// docs/lab/kernels.md, "Tile width and phase A's spread: measured, defaults kept".
 const SPREAD_INVOCATIONS: u64 = 1 << 17;
 
 /// The most invocations a search dispatch over host memory gets (a larger batch of gets gives
 /// each lane several operations in turn): with 128-byte values, batches of 2^18 gets and more
-/// found half as many keys a second over PCIe as batches of 2^17 with the same tiles (H100),
-/// and on the H200 batches of 2^17 found 4-9% fewer than batches of 2^16, whose dispatch has
-/// 2^16 operations in flight (BENCHMARKS.md, "Searches over PCIe: fewer in flight" and the
-/// H200 scoreboard). Applies to a zero-copy table whose cache does not hold every group.
+/// found fewer keys a second over PCIe than batches of 2^17 with the same tiles (H100), and on
+/// the H200 batches of 2^17 fewer than batches of 2^16, whose dispatch has 2^16 operations in
+/// flight (docs/lab/device-batches.md, "Searches over PCIe: fewer in flight";
+/// docs/lab/ycsb-suite-history.md, "H200 scoreboard: the performance aims in one build").
+/// Applies to a zero-copy table whose cache does not hold every group.
 const HOST_SEARCH_INVOCATIONS: u64 = 1 << 16;
 
 // The search kernel serves several operations a lane only where each has a lane of its own
@@ -289,10 +292,9 @@ struct HostOps {
 }
 
 /// The largest batch whose operations and results live in host memory ([`HostOps`]):
-/// no staging copy, copy command or mapping. On the H200 that took 20% off batches of
-/// 16,384 gets and 10% off inserts, and 12-19% off gets of 4,096; a limit of 2^16 made
-/// batches of 65,536 gets 20-25% slower, their kernels reading and writing over PCIe
-/// (BENCHMARKS.md, "A small batch's operations in host memory").
+/// no staging copy, copy command or mapping. That made batches of 4,096 and 16,384 faster,
+/// while a limit of 2^16 made batches of 65,536 gets slower, their kernels reading and
+/// writing over PCIe (docs/lab/latency.md, "A small batch's operations in host memory").
 const HOST_OPS_MAX: u32 = 1 << 14;
 
 impl HostOps {
@@ -1347,10 +1349,10 @@ impl GpuEngine {
     /// idle): `want` per operation. Tiles are `want` lanes wide, at least [`NARROWEST_TILE`]
     /// and at most the configured tile and the subgroup: a small batch gets one wide tile per
     /// operation (its probe reads every candidate at once), a large one narrow tiles serving
-    /// their lanes' operations in turns (more operations' reads in flight per subgroup: 2.8x
-    /// the throughput of 32-lane tiles for batches of 2^20 gets in device memory on the H100,
-    /// BENCHMARKS.md). The spread is `want`, at most the tile (one operation per tile), at
-    /// least 1 (one operation per lane).
+    /// their lanes' operations in turns (more operations' reads in flight per subgroup, which
+    /// lifts large batches: docs/lab/kernels.md, "Phase A's tile width chosen per batch"). The
+    /// spread is `want`, at most the tile (one operation per tile), at least 1 (one operation
+    /// per lane).
     fn phase_a_lanes(&self, n: u32) -> (u32, u32) {
         let want = (SPREAD_INVOCATIONS / n.max(1) as u64).max(1).next_power_of_two() as u32;
         let widest = self.cfg.tile.min(self.gpu.info.subgroup_sizes.1.max(1));
@@ -1364,9 +1366,9 @@ impl GpuEngine {
     ///
     /// The tail of a host batch's phase B is the release of its cells and the cache's
     /// write-through: they write neither the pool nor the results, and the queue runs them
-    /// before any later batch, so the host persists phase B and answers without them (on the
-    /// H200 a 1,024-insert batch's wait fell by 38-42 µs and its submit grew by 10-13;
-    /// BENCHMARKS.md, "Phase B's tail"). Kernels that are timed
+    /// before any later batch, so the host persists phase B and answers without them (a write
+    /// batch's wait falls by more than its submit grows: docs/lab/host-path.md, "Phase B's
+    /// tail"). Kernels that are timed
     /// stay in one submit, and so do a device batch's, whose input its owner may rewrite once
     /// the call returns (the write-through reads the input), and those of a pool whose dirty
     /// lines the host reads back to persist them: that read is queued after the tail, so it
@@ -1451,8 +1453,8 @@ impl GpuEngine {
         self.fills = 0;
         submitted?;
         // Phase B recorded while phase A runs: a write batch then waits for phase A only to
-        // persist it and submit (the server's median write batch of SETs took 209-257 µs
-        // instead of 302-315 on the H200; BENCHMARKS.md, "The server's write batches").
+        // persist it and submit, which shortens the server's write batches of SETs
+        // (docs/lab/server.md, "The server's write batches").
         let (kernels, tail) = self.closing(Phase::B { publish: true }, batch);
         // A phase B recorded with Vulkan itself is recorded when it follows, in a few µs.
         if !batch.read_only() && !self.direct_serves(slot, &[&kernels[..], &tail].concat()) {

@@ -62,8 +62,8 @@ impl Warming {
 
     /// Starts compiling the kernels of the engine of `grown`, the table with its heap grown
     /// (`crate::heap::grown`): a heap growth builds nothing, but its new cell count is in its
-    /// engine's kernels, whose compile took 194-395 ms of each heap growth of a load of 16 M
-    /// keys on the H200 (`BENCHMARKS.md`, "A heap growth's kernels compiled ahead"). As
+    /// engine's kernels, whose compile was most of each heap growth's time
+    /// (`docs/lab/growth-and-recovery.md`, "A heap growth's kernels compiled ahead"). As
     /// [`Warming::start`] otherwise.
     pub(crate) fn heap_growth(
         gpu: &Arc<Gpu>,
@@ -241,7 +241,8 @@ fn pipelines(gpu: &Gpu, cfg: &KernelConfig) -> Result<(wgpu::BindGroupLayout, Pi
 /// imported in place, the imports of the new table and of its heap (in `new_heap`, already
 /// filled), for the grown table's engine to take over. `held`: the old table's engine's
 /// imports, where the pool kept its place: the old table is read through them (importing it
-/// again took 13-20 ms of a growth of 16 M keys), and they are left there.
+/// again slowed a growth: docs/lab/growth-and-recovery.md, "Growth of 16 M keys in place: a
+/// mapping that never moves, room made ahead"), and they are left there.
 pub(crate) fn build(
     gpu: &Arc<Gpu>,
     opts: &GpuOptions,

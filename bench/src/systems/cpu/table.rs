@@ -292,7 +292,8 @@ type Partition = Vec<Vec<(u32, u32)>>;
 
 /// One worker's buffers, kept from batch to batch: allocating them per batch lets the
 /// allocator hand their pages back to the kernel between batches and fault them in again
-/// (zeroed) during the next, which cost write batches more than their work (BENCHMARKS.md).
+/// (zeroed) during the next, which cost write batches more than their work
+/// (docs/lab/ycsb-suite-history.md, "cpu-map").
 #[derive(Debug, Default)]
 struct Scratch {
     /// The partition of this worker's input chunk (lent to the batch's [`Shared`]).
