@@ -24,6 +24,8 @@
 #                                    with 4, 8 and 16 client threads (needs .gl-redis, .gpu-serve)
 #   scripts/device.sh scoreboard ARGS  gphash bench scoreboard ARGS: the regimes G, H and P against
 #                                     the best CPU map (results tarred)
+#   scripts/device.sh aims PART...  single aims in one build (PART: profile, volatile, pcie, latency,
+#                                   alternate, side-by-side), each under a time limit
 set -uo pipefail
 stage=$1; shift
 root=$(pwd)
@@ -208,6 +210,44 @@ scoreboard)
   # (ARGS go to `gphash bench scoreboard`: --regimes splits them over calls).
   ./gphash bench scoreboard --out /tmp/gph/sb "$@" 2>&1 | grep -v "imported buffers" | tee "$out/scoreboard.txt"
   tar czf "$out/scoreboard.tgz" -C /tmp/gph sb
+  ;;
+aims)
+  # The performance aims, measured in one build on one machine: each part runs under a time limit
+  # so that one part cannot take a whole call. Raw outputs go to $OUT/aims-PART*.txt.
+  run() { local part=$1 limit=$2; shift 2; echo "== $part: $*" >>"$out/aims-$part.txt"
+    SECONDS=0; timeout "$limit" ./gphash "$@" 2>&1 | grep -v "imported buffers" >>"$out/aims-$part.txt"
+    echo "== $part: exit ${PIPESTATUS[0]} in $SECONDS s" | tee -a "$out/aims-$part.txt"; }
+  V="--key-bytes 8 --value-bytes 8 --records 16777216 --workloads c --distribution uniform --systems gphash-volatile --reps 5"
+  P="--key-bytes 8 --value-bytes 128 --records 16777216 --macro-ops 4194304 --batches 65536 --workloads c,b,a --distribution uniform --systems gphash-nocache --reps 5"
+  for part in "$@"; do case $part in
+  profile)
+    run profile 150 bench profile --keys 16777216 --value-bytes 8 --batches 4096,65536,1048576 --reps 5 --load-cache --cache-period 1099511627776
+    run profile 100 bench profile --keys 16777216 --value-bytes 8 --batches 4096,65536,1048576 --reps 5 --device --volatile
+    run profile 60 bench profile --keys 16777216 --value-bytes 8 --batches 4096,65536 --reps 5 --device --volatile --pipeline ;;
+  volatile)
+    run volatile 120 bench suite $V --batches 256,4096 --macro-ops 1048576 --out /tmp/gph/v1
+    run volatile 120 bench suite $V --batches 65536,1048576,4194304 --macro-ops 16777216 --ceiling-mib 0 --out /tmp/gph/v2
+    run volatile 120 bench suite $V --batches 65536,1048576,4194304 --macro-ops 16777216 --ceiling-mib 0 --in-flight --out /tmp/gph/v3 ;;
+  pcie)
+    run pcie 120 bench suite $P --out /tmp/gph/p1
+    run pcie 120 bench suite $P --ceiling-mib 0 --in-flight --out /tmp/gph/p2 ;;
+  latency)
+    # Latency against throughput: the batch size is the knob, 128-byte values, the default cache.
+    run latency 200 bench suite --key-bytes 8 --value-bytes 128 --records 16777216 --macro-ops 4194304 --workloads c,a \
+      --distribution uniform --systems gphash-zc --reps 5 --batches 4096,16384,65536,262144,1048576 --ceiling-mib 0 --out /tmp/gph/l1 ;;
+  side-by-side)
+    S="--key-bytes 8 --value-bytes 128 --records 16777216 --macro-ops 4194304 --batches 65536 --workloads a,b,c,d,f --reps 5"
+    run side-by-side 330 bench suite $S --distribution uniform,zipf:0.99 --systems gphash-zc,gphash-host,cpu-map --ceiling-mib 0 --out /tmp/gph/s1
+    run side-by-side 150 bench suite $S --distribution uniform,zipf:0.99 --systems gphash-zc --ceiling-mib 0 --in-flight --out /tmp/gph/s2 ;;
+  alternate)
+    # The latency aim: batches of 4,096 timed in turn with the bare round trip, kernels
+    # untimed: device and host batches on a volatile table, host batches on a zero-copy pool.
+    A="--keys 16777216 --batches 4096 --reps 5 --alternate 200"
+    run alternate 60 bench profile $A --volatile --device
+    run alternate 60 bench profile $A --volatile
+    run alternate 90 bench profile $A --value-bytes 128 --load-cache --cache-period 1099511627776 ;;
+  *) echo "unknown aims part: $part" >&2; exit 2 ;;
+  esac; done
   ;;
 widths)
   # Phase A's tile width: the shipped choice per batch against fixed widths (--tile 1, 2 and 4

@@ -106,7 +106,10 @@ pub struct Row {
     pub peer: Record,
     /// The crate that was best.
     pub peer_crate: String,
-    /// The operation rate the run's measured ceiling allows gphash (0: not measured).
+    /// The operation rate the run's measured ceilings allow gphash (0: not measured): in G the
+    /// device memory's random-request rate over the modelled requests of an operation (the
+    /// table is cached whole), in H the PCIe wire ([`wire_ceiling`]), in P host memory's
+    /// random-request rates over the modelled requests (the cache not counted).
     pub ceiling: f64,
 }
 
@@ -197,7 +200,8 @@ impl Scoreboard {
 
     /// The rows of every regime, from its records.
     fn rows(&self, records: &[(Regime, Record)], ceilings: &[(Memory, Ceilings)]) -> Vec<Row> {
-        let host = ceilings.iter().find(|(m, _)| *m == Memory::Host).map(|(_, c)| c);
+        let of_memory = |memory| ceilings.iter().find(|(m, _)| *m == memory).map(|(_, c)| c);
+        let (host, device) = (of_memory(Memory::Host), of_memory(Memory::Device));
         let mut rows = vec![];
         for &regime in &self.regimes {
             let of = |system: &str, workload: &str| {
@@ -215,11 +219,11 @@ impl Scoreboard {
                         .iter()
                         .filter(|(g, r)| *g == regime && r.system == kind.name() && r.workload == name)
                     {
-                        let ceiling = match (regime, host) {
-                            (Regime::H, Some(c)) => {
-                                wire_ceiling(c, workload, self.key_bytes, self.value_bytes)
-                            }
-                            _ => g.ceiling_ops_per_s,
+                        let ceiling = match regime {
+                            Regime::G => device.map_or(0.0, |c| c.reads() / g.requests_per_op.max(1e-12)),
+                            Regime::H => host
+                                .map_or(0.0, |c| wire_ceiling(c, workload, self.key_bytes, self.value_bytes)),
+                            Regime::P => g.ceiling_ops_per_s,
                         };
                         let peer_crate = runner::best_crate(&peer.setting).to_string();
                         rows.push(Row { regime, gphash: g.clone(), peer: peer.clone(), peer_crate, ceiling });

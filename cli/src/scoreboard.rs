@@ -92,7 +92,16 @@ pub(crate) fn run(a: &ScoreboardArgs, options: &Options) -> gphash::Result<()> {
     let (ceilings, round_trips) = measure_ceilings(&gpu, a.ceiling_mib)?;
     let bar = progress(0, "scoreboard");
     println!("{}", gphash_bench::runner::Record::heading());
-    let print = |g: Regime, r: &gphash_bench::runner::Record| bar.suspend(|| println!("{g:?} {}", r.line()));
+    let mut seen: Vec<(Regime, String)> = vec![];
+    let mut print = |g: Regime, r: &gphash_bench::runner::Record| {
+        bar.suspend(|| {
+            if !seen.iter().any(|(s, n)| *s == g && *n == r.system) {
+                seen.push((g, r.system.clone()));
+                println!("# {g:?} {}: {}", r.system, r.setting);
+            }
+            println!("{g:?} {}", r.line())
+        })
+    };
     let results = board.run(&gpu, &ceilings, &|n| bar.inc(n), &mut |g, r| print(g, r))?;
     bar.finish_and_clear();
     println!("\n{}", scoreboard::markdown(&board, &results, &device));
