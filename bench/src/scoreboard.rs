@@ -176,6 +176,8 @@ impl Scoreboard {
         progress: &dyn Fn(u64),
         record: &mut dyn FnMut(Regime, &Record),
     ) -> Result<Results> {
+        // Refused before any run rather than after gphash's.
+        crate::systems::cpu_map::supports(self.key_bytes as usize, self.value_bytes as usize)?;
         let mut records: Vec<(Regime, Record)> = vec![];
         let mut peer_of_cached: Option<Vec<Record>> = None;
         for &regime in &self.regimes {
@@ -253,8 +255,9 @@ fn whole_cache() -> CacheOptions {
 }
 
 /// The rate at which host batches of `workload` can cross PCIe, each direction at the rate
-/// the GPU reads (`seq_read`) or writes (`seq_write`) host memory: a kind word, the key and
-/// any value in; a status word and any value read out.
+/// the GPU reads (`seq_read`) or writes (`seq_write`) host memory, for the bytes the
+/// operations need (not those an encoding moves): a kind word, the key and any value written
+/// in; a status word and any value read out.
 pub fn wire_ceiling(host: &Ceilings, workload: Workload, key_bytes: u32, value_bytes: u32) -> f64 {
     let m = workload.mix();
     let (k, v) = (key_bytes as f64, value_bytes as f64);

@@ -16,6 +16,7 @@ use gphash_bench::{plots, traces};
 use host_pm::PersistMode;
 
 use crate::progress;
+use crate::runs::{PoolDir, RunArgs, measure_ceilings, threads};
 
 /// Benchmarks.
 #[derive(Subcommand, Clone)]
@@ -269,20 +270,8 @@ pub(crate) struct SuiteArgs {
     /// that keeps the GPU busy would; the rate is then operations over the span of the batches.
     #[arg(long)]
     in_flight: bool,
-    /// Seed of the workloads.
-    #[arg(long, default_value_t = 42)]
-    seed: u64,
-    /// Host threads of the cpu and cpu-map systems (default: all).
-    #[arg(long)]
-    cpu_threads: Option<usize>,
-    /// Buffer size of the ceiling measurements in MiB (0: measure neither the ceilings nor the
-    /// round trips).
-    #[arg(long, default_value_t = 1024)]
-    ceiling_mib: u64,
-    /// Runs of each workload at each batch size (the table restored between them): the median
-    /// run is reported, with the slowest and fastest. The load runs once.
-    #[arg(long, default_value_t = 5)]
-    reps: usize,
+    #[command(flatten)]
+    run: RunArgs,
     /// Directory for results.json, results.csv and the plots.
     #[arg(long, default_value = "bench-results")]
     out: PathBuf,
@@ -348,14 +337,6 @@ pub(crate) struct ReachArgs {
     /// Ask for the host memory in transparent huge pages (2 MiB on x86-64).
     #[arg(long)]
     huge_pages: bool,
-}
-
-/// Where pools go.
-#[derive(Args, Clone)]
-pub(crate) struct PoolDir {
-    /// Directory of the pools (tmpfs imports zero-copy).
-    #[arg(long, default_value = "/dev/shm")]
-    pub(crate) pool_dir: PathBuf,
 }
 
 /// `bench load-search` settings.
@@ -678,10 +659,6 @@ pub(crate) fn run(bench: &Bench, options: &Options) -> gphash::Result<()> {
     }
 }
 
-pub(crate) fn threads(n: Option<usize>) -> usize {
-    n.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
 fn cache(a: &CacheArgs) -> gphash::Result<()> {
     let gpu = gphash::Gpu::new()?;
     let bench = CacheBench {
@@ -736,12 +713,12 @@ fn suite(a: &SuiteArgs, options: &Options) -> gphash::Result<()> {
             [] => vec![None],
             given => given.iter().copied().map(Some).collect(),
         },
-        seed: a.seed,
+        seed: a.run.seed,
         pool_dir: a.dir.pool_dir.clone(),
-        cpu_threads: threads(a.cpu_threads),
+        cpu_threads: threads(a.run.cpu_threads),
         cache: options.gpu.cache,
         tile: options.gpu.tile,
-        reps: a.reps,
+        reps: a.run.reps,
         keep_pools: a.keep_pools,
         in_flight: a.in_flight,
     };
@@ -749,7 +726,7 @@ fn suite(a: &SuiteArgs, options: &Options) -> gphash::Result<()> {
     if suite.in_flight {
         println!("# the gphash systems' batches two in flight (--in-flight)");
     }
-    let (ceilings, round_trips) = measure_ceilings(&gpu, a.ceiling_mib)?;
+    let (ceilings, round_trips) = measure_ceilings(&gpu, a.run.ceiling_mib)?;
     println!(
         "# {} records, keys {:?} bytes, values {} bytes, {} micro / {} core operations, batches {:?}",
         a.records, a.key_bytes, a.value_bytes, a.micro_ops, a.macro_ops, batches
@@ -780,29 +757,6 @@ fn suite(a: &SuiteArgs, options: &Options) -> gphash::Result<()> {
     }
     println!("# results and plots in {}", a.out.display());
     Ok(())
-}
-
-/// A memory's ceilings.
-pub(crate) type MemoryCeiling = (ceiling::Memory, ceiling::Ceilings);
-
-/// The memory ceilings over buffers of `mib` MiB and the bare round trips, printed (`mib` 0:
-/// neither).
-pub(crate) fn measure_ceilings(
-    gpu: &std::sync::Arc<gphash::Gpu>,
-    mib: u64,
-) -> gphash::Result<(Vec<MemoryCeiling>, Vec<ceiling::RoundTrip>)> {
-    if mib == 0 {
-        return Ok((vec![], vec![]));
-    }
-    let ceilings = ceiling::measure(gpu, &Method { bytes: mib << 20, ..Method::default() })?;
-    for (memory, c) in &ceilings {
-        println!("# ceiling {memory:<7} {c}");
-    }
-    let round_trips = ceiling::round_trips(gpu, &ceiling::ROUND_TRIP_ITEMS, ceiling::ROUND_TRIP_REPS)?;
-    for t in &round_trips {
-        println!("# round trip {t}");
-    }
-    Ok((ceilings, round_trips))
 }
 
 fn load_search(args: &LoadSearchArgs, options: &Options) -> gphash::Result<()> {

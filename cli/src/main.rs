@@ -4,6 +4,7 @@
 mod bench;
 mod demo;
 mod results;
+mod runs;
 mod scoreboard;
 mod serve;
 

@@ -8,8 +8,8 @@ use gphash::Options;
 use gphash_bench::scoreboard::{self, Regime, Scoreboard};
 use gphash_bench::ycsb::{Distribution, Workload};
 
-use crate::bench::{PoolDir, measure_ceilings, threads};
 use crate::progress;
+use crate::runs::{PoolDir, RunArgs, measure_ceilings, threads};
 
 /// `bench scoreboard` settings.
 #[derive(Args, Clone)]
@@ -46,18 +46,8 @@ pub(crate) struct ScoreboardArgs {
     /// Value size in bytes.
     #[arg(long, default_value_t = 128)]
     value_bytes: u32,
-    /// Runs of each workload: the median is reported, with the slowest and fastest.
-    #[arg(long, default_value_t = 5)]
-    reps: usize,
-    /// Seed of the workloads.
-    #[arg(long, default_value_t = 42)]
-    seed: u64,
-    /// Host threads of the CPU maps (default: all).
-    #[arg(long)]
-    cpu_threads: Option<usize>,
-    /// Buffer size of the ceiling measurements in MiB (0: none).
-    #[arg(long, default_value_t = 1024)]
-    ceiling_mib: u64,
+    #[command(flatten)]
+    run: RunArgs,
     /// Directory for scoreboard.md and each regime's results.json and results.csv.
     #[arg(long, default_value = "scoreboard-results")]
     out: PathBuf,
@@ -81,15 +71,15 @@ pub(crate) fn run(a: &ScoreboardArgs, options: &Options) -> gphash::Result<()> {
         batches: a.batches.clone(),
         key_bytes: a.key_bytes,
         value_bytes: a.value_bytes,
-        reps: a.reps,
-        seed: a.seed,
+        reps: a.run.reps,
+        seed: a.run.seed,
         pool_dir: a.dir.pool_dir.clone(),
-        cpu_threads: threads(a.cpu_threads),
+        cpu_threads: threads(a.run.cpu_threads),
         tile: options.gpu.tile,
     };
     let device = format!("{} ({}), {} host threads", gpu.info.name, gpu.info.driver, board.cpu_threads);
     println!("# {device}");
-    let (ceilings, round_trips) = measure_ceilings(&gpu, a.ceiling_mib)?;
+    let (ceilings, round_trips) = measure_ceilings(&gpu, a.run.ceiling_mib)?;
     let bar = progress(0, "scoreboard");
     println!("{}", gphash_bench::runner::Record::heading());
     let mut seen: Vec<(Regime, String)> = vec![];

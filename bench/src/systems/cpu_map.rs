@@ -243,16 +243,12 @@ impl<M: ConcurrentMap<K, V>, const K: usize, const V: usize> Peer<M, K, V> {
     }
 
     /// Applies `requests`, each thread its own contiguous slice start to end, and returns the
-    /// time from the first thread's start to the last one's end. The threads are started and
-    /// their lanes made ready before they start together; each reads the clock itself, since
-    /// the thread that started them may not run again before they end.
+    /// time from the first thread's start to the last one's end. Each thread makes its lane
+    /// ready before they start together, and reads the clock itself, since the thread that
+    /// started them may not run again before they end.
     fn run(&mut self, requests: &[Request<K, V>]) -> Ran {
         let slice = requests.len().div_ceil(self.threads).max(1);
         let parts = || requests.chunks(slice).chain(std::iter::repeat(&[][..]));
-        for (lane, part) in self.lanes.iter_mut().zip(parts()) {
-            let reads = part.iter().filter(|r| r.kind == OpKind::Get).count();
-            lane.ready(part.len(), reads);
-        }
         let start = Barrier::new(self.threads);
         let map = &self.map;
         let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
@@ -263,6 +259,8 @@ impl<M: ConcurrentMap<K, V>, const K: usize, const V: usize> Peer<M, K, V> {
                 .map(|(lane, part)| {
                     let start = &start;
                     s.spawn(move || {
+                        // Its pages are touched by the thread that writes them.
+                        lane.ready(part.len(), part.iter().filter(|r| r.kind == OpKind::Get).count());
                         start.wait();
                         let t = Instant::now();
                         apply(map, part, lane);
@@ -388,6 +386,17 @@ pub fn with_widths<W: Widths>(key_bytes: usize, value_bytes: usize, f: W) -> Res
         32 => values!(32),
         _ => Err(widths(key_bytes, value_bytes)),
     }
+}
+
+/// Whether the peer is built for `key_bytes`-byte keys and `value_bytes`-byte values (an error
+/// naming the widths it is built for otherwise).
+pub fn supports(key_bytes: usize, value_bytes: usize) -> Result<()> {
+    struct Nothing;
+    impl Widths for Nothing {
+        type Out = ();
+        fn call<const K: usize, const V: usize>(self) {}
+    }
+    with_widths(key_bytes, value_bytes, Nothing)
 }
 
 fn widths(key_bytes: usize, value_bytes: usize) -> Error {
