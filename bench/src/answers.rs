@@ -5,6 +5,12 @@ use crate::ycsb::{Op, value_of};
 use gphash::{OpKind, Status};
 
 /// What a stream's requests should answer.
+///
+/// A value read must be one that some workload run on the table wrote for its key: a missing,
+/// damaged or misplaced value fails, a stale one (an earlier workload's value of a key updated
+/// since) is not told apart; the index's tests against the oracle check that. A read of a key
+/// the stream itself inserts may find nothing, as on the CPU maps another thread's insert of
+/// it may not have run yet.
 #[derive(Clone, Debug)]
 pub struct Check {
     /// The status of every request.
