@@ -376,7 +376,6 @@ fn measure(
     progress: &dyn Fn(u64),
 ) -> Result<Measured> {
     let How { check, negative, in_flight } = how;
-    let expect = check.expect;
     let table = TrafficTable::new(|k, hit| system.traffic(k, hit));
     let mut m = Measured {
         transactions: 0,
@@ -414,7 +413,7 @@ fn measure(
         m.latencies.extend(timed.latencies);
         m.busy += timed.busy;
         for ((ops, transactions), device) in group.iter().zip(&uploaded) {
-            m.unexpected += device.statuses(gpu)?.iter().filter(|&&s| s != expect as u32).count() as u64;
+            m.unexpected += device.unexpected(gpu, ops, &check)?;
             m.traffic = m.traffic.plus(table.of_batch(ops, negative));
             m.transactions += transactions;
             progress(*transactions);
@@ -520,7 +519,8 @@ pub(crate) fn drive(
     report: &mut Report<'_>,
 ) -> Result<()> {
     let (records, vb) = (suite.records, suite.value_bytes as usize);
-    let mut check = Check { expect: Status::Ok, records, seeds: vec![suite.seed], value_bytes: vb };
+    let mut check =
+        Check { expect: Status::Ok, records, seeds: vec![suite.seed], value_bytes: vb, inserts_race: false };
     let mut load = Generator::new(Workload::Load, None, records, records, suite.seed)?;
     let mut none = vec![];
     let stream =
@@ -670,8 +670,13 @@ pub fn run_traces(
     let mut out = vec![];
     let to_batch = |ops: &[Op]| trace_batch(ops, key_bytes as usize, value_bytes as usize, 0);
     // A trace's reads may miss: statuses are not checked.
-    let unchecked =
-        Check { expect: Status::Ok, records: 0, seeds: vec![], value_bytes: value_bytes as usize };
+    let unchecked = Check {
+        expect: Status::Ok,
+        records: 0,
+        seeds: vec![],
+        value_bytes: value_bytes as usize,
+        inserts_race: false,
+    };
     for &kind in systems {
         let capacity = load.len() as u64 + inserts;
         let tuning = Tuning { cache: CacheOptions::default(), tile: GpuOptions::default().tile };

@@ -1,28 +1,19 @@
 //! The scoreboard end to end on small tables: every regime's rows, each gphash record beside
 //! the best crate's of the same workload, nothing answered wrongly, and the Markdown naming
-//! where gphash is behind. Without a Vulkan device the test fails under `CI=true`.
+//! where gphash is behind. Without a Vulkan device the test fails (see `common::gpu`).
 
-use gphash::Gpu;
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
 use gphash_bench::ceiling::Ceilings;
 use gphash_bench::runner;
 use gphash_bench::scoreboard::{self, Regime, Scoreboard};
 use gphash_bench::systems::cpu_map::CRATES;
 use gphash_bench::ycsb::{Distribution, Workload};
 
-fn gpu() -> Option<std::sync::Arc<Gpu>> {
-    match Gpu::new() {
-        Ok(g) => Some(g),
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true and no GPU: {e}"),
-        Err(e) => {
-            eprintln!("\n**********\nWARNING: no GPU ({e}): the scoreboard is NOT tested\n**********\n");
-            None
-        }
-    }
-}
-
 #[test]
 fn every_regime_is_reported_beside_the_best_crate() {
-    let Some(gpu) = gpu() else { return };
+    let Some(gpu) = common::gpu() else { return };
     let dir = tempfile::tempdir().unwrap();
     let board = Scoreboard {
         regimes: Regime::ALL.to_vec(),

@@ -2,7 +2,7 @@
 //! table, each run one stream of the generator's operations that the host threads split
 //! among them; then the best crate of each workload.
 
-use super::{Driven, How, Measured, Report, Stream, Suite, TrafficTable, drive};
+use super::{Check, Driven, How, Measured, Report, Stream, Suite, TrafficTable, drive};
 use crate::systems::cpu_map::{self, ConcurrentMap, Dash, Papaya, Peer, Scc, Widths};
 use crate::ycsb::Op;
 use gphash::Result;
@@ -127,7 +127,8 @@ impl<M: ConcurrentMap<K, V>, const K: usize, const V: usize> Driven for OnHost<'
             ops.extend(batch);
             transactions += t;
         }
-        let (busy, unexpected) = self.peer.run_ops(&ops, seed, &how.check);
+        let check = Check { inserts_race: true, ..how.check };
+        let (busy, unexpected) = self.peer.run_ops(&ops, seed, &check);
         (self.progress)(transactions);
         let vb = V;
         let table = TrafficTable::new(|k, hit| cpu_map::traffic(vb, k, hit));
@@ -144,8 +145,13 @@ impl<M: ConcurrentMap<K, V>, const K: usize, const V: usize> Driven for OnHost<'
         if undo.is_empty() {
             return Ok(());
         }
-        let check =
-            crate::answers::Check { expect: gphash::Status::Ok, records: 0, seeds: vec![], value_bytes: V };
+        let check = Check {
+            expect: gphash::Status::Ok,
+            records: 0,
+            seeds: vec![],
+            value_bytes: V,
+            inserts_race: false,
+        };
         let (_, wrong) = self.peer.run_ops(undo, self.suite.seed, &check);
         if wrong > 0 {
             return Err(gphash::Error::InvalidConfig(format!(

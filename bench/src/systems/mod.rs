@@ -19,6 +19,9 @@ use gphash::DeviceBatch;
 use gphash::Gpu;
 use gphash::{Error, Result};
 use gphash::{OpKind, Status};
+
+use crate::answers::Check;
+use crate::ycsb::Op;
 pub use gphash_gpu::resources::download_words;
 
 /// Memory traffic of one operation in the memory the system's table lives in, by kind of
@@ -232,6 +235,22 @@ impl DeviceOps {
     /// Downloads the status codes.
     pub fn statuses(&self, gpu: &Gpu) -> Result<Vec<u32>> {
         Ok(download_words(gpu, &self.statuses, self.len as u64)?)
+    }
+
+    /// The operations of `ops`, the batch these buffers hold, whose results `check` does not
+    /// accept (statuses, and the values reads found).
+    pub fn unexpected(&self, gpu: &Gpu, ops: &[Op], check: &Check) -> Result<u64> {
+        let statuses = self.statuses(gpu)?;
+        let reads = ops.iter().any(|o| o.kind == OpKind::Get);
+        let found = if reads { download(gpu, &self.found)? } else { vec![] };
+        let cell_bytes = self.value_bytes.div_ceil(4) * 4;
+        let bytes: &[u8] = bytemuck::cast_slice(&found);
+        let wrong = ops.iter().zip(&statuses).enumerate().filter(|&(i, (op, &s))| {
+            let found = op.kind == OpKind::Get && s == Status::Ok as u32;
+            let value = found.then(|| &bytes[i * cell_bytes..i * cell_bytes + self.value_bytes]);
+            !check.accepts(op, u8::try_from(s).unwrap_or(u8::MAX), value)
+        });
+        Ok(wrong.count() as u64 + ops.len().saturating_sub(statuses.len()) as u64)
     }
 
     /// Downloads the results: a status per operation and the value each found (for reads that
