@@ -40,12 +40,15 @@ pub(crate) fn threads(n: Option<usize>) -> usize {
     n.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// A memory and its ceilings.
+pub(crate) type MemoryCeilings = (Memory, Ceilings);
+
 /// The memory ceilings over buffers of `mib` MiB and the bare round trips, printed (`mib` 0:
 /// neither).
 pub(crate) fn measure_ceilings(
     gpu: &Arc<gphash::Gpu>,
     mib: u64,
-) -> gphash::Result<(Vec<(Memory, Ceilings)>, Vec<RoundTrip>)> {
+) -> gphash::Result<(Vec<MemoryCeilings>, Vec<RoundTrip>)> {
     if mib == 0 {
         return Ok((vec![], vec![]));
     }
