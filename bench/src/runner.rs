@@ -306,18 +306,18 @@ fn create(
 
 /// The modelled traffic of each kind of operation, computed once per run (a model may scan the
 /// table): found (`hit`) or not.
-pub(crate) struct TrafficTable([[Traffic; 2]; 5]);
+struct TrafficTable([[Traffic; 2]; 5]);
 
 impl TrafficTable {
     /// The traffic `of` gives each kind, found or not.
-    pub(crate) fn new(of: impl Fn(OpKind, bool) -> Traffic) -> Self {
+    fn new(of: impl Fn(OpKind, bool) -> Traffic) -> Self {
         let kinds = [OpKind::Get, OpKind::Insert, OpKind::Upsert, OpKind::Update, OpKind::Delete];
         TrafficTable(kinds.map(|k| [of(k, false), of(k, true)]))
     }
 
     /// Operations' traffic: reads hit unless they search for absent keys (`negative`); inserts
     /// are of new keys; updates and deletes find their keys.
-    pub(crate) fn of_batch(&self, ops: &[Op], negative: bool) -> Traffic {
+    fn of_batch(&self, ops: &[Op], negative: bool) -> Traffic {
         ops.iter().fold(Traffic::default(), |t, op| {
             let hit = match op.kind {
                 OpKind::Get => !negative,
@@ -331,25 +331,25 @@ impl TrafficTable {
 
 /// How a run's operations run and what they should answer.
 #[derive(Clone, Debug)]
-pub(crate) struct How {
+struct How {
     /// What every operation should answer (device batches: its status).
-    pub(crate) check: Check,
+    check: Check,
     /// Whether the operations look for keys that are absent (their traffic).
-    pub(crate) negative: bool,
+    negative: bool,
     /// Through the system's pipeline ([`System::run_in_flight`]).
-    pub(crate) in_flight: bool,
+    in_flight: bool,
 }
 
 /// What one run measured.
 #[derive(Clone, Debug)]
-pub(crate) struct Measured {
-    pub(crate) transactions: u64,
-    pub(crate) latencies: Vec<Duration>,
+struct Measured {
+    transactions: u64,
+    latencies: Vec<Duration>,
     /// Time spent running the operations (see [`Timed::busy`]).
-    pub(crate) busy: Duration,
-    pub(crate) traffic: Traffic,
+    busy: Duration,
+    traffic: Traffic,
     /// Operations that did not answer as [`How::check`] expects.
-    pub(crate) unexpected: u64,
+    unexpected: u64,
 }
 
 /// Device memory for the batches uploaded ahead of a group's runs.
@@ -452,7 +452,7 @@ fn warm_up(
 
 /// A generator's batches with the transactions each holds; the delete operations are kept in
 /// `deleted` (to restore them after the run).
-pub(crate) fn batches<'a>(
+fn batches<'a>(
     g: &'a mut Generator,
     size: usize,
     deleted: &'a mut Vec<Op>,
@@ -477,7 +477,7 @@ fn largest_insert_run(suite: &Suite) -> u64 {
 
 /// One system of a suite as the suite drives it: how it runs a stream of operations and puts
 /// the table back as it was loaded.
-pub(crate) trait Driven {
+trait Driven {
     /// Its name in the records.
     fn name(&self) -> String;
     /// Device, memory placement and persistence, for the report.
@@ -491,33 +491,28 @@ pub(crate) trait Driven {
 
 /// The operations of one run: a generator's, cut into batches of `batch`, with the values
 /// of `seed`; the deletes it made are kept in `deleted`.
-pub(crate) struct Stream<'a> {
-    pub(crate) generator: &'a mut Generator,
-    pub(crate) batch: usize,
-    pub(crate) seed: u64,
-    pub(crate) deleted: &'a mut Vec<Op>,
+struct Stream<'a> {
+    generator: &'a mut Generator,
+    batch: usize,
+    seed: u64,
+    deleted: &'a mut Vec<Op>,
 }
 
 impl Stream<'_> {
     /// Its batches with the transactions each holds.
-    pub(crate) fn batches(self) -> impl Iterator<Item = (Vec<Op>, u64)> {
+    fn batches(self) -> impl Iterator<Item = (Vec<Op>, u64)> {
         batches(self.generator, self.batch, self.deleted)
     }
 }
 
 /// Hears of a system's runs of a workload: the system's name, the workload's, the batch size,
 /// the runs and the system's setting.
-pub(crate) type Report<'a> = dyn FnMut(&str, &str, usize, &[Measured], &str) + 'a;
+type Report<'a> = dyn FnMut(&str, &str, usize, &[Measured], &str) + 'a;
 
 /// The load, then every workload under every distribution at each of `sizes`, `reps` times
 /// each (the table restored in between, untimed); `report` hears of each (workload, batch
 /// size) with its runs.
-pub(crate) fn drive(
-    suite: &Suite,
-    system: &mut dyn Driven,
-    sizes: &[usize],
-    report: &mut Report<'_>,
-) -> Result<()> {
+fn drive(suite: &Suite, system: &mut dyn Driven, sizes: &[usize], report: &mut Report<'_>) -> Result<()> {
     let (records, vb) = (suite.records, suite.value_bytes as usize);
     let mut check =
         Check { expect: Status::Ok, records, seeds: vec![suite.seed], value_bytes: vb, inserts_race: false };
@@ -537,10 +532,7 @@ pub(crate) fn drive(
         }
         let negative = workload == Workload::NegativeSearch;
         check.expect = if negative { Status::NotFound } else { Status::Ok };
-        let name = match distribution {
-            Some(d) if suite.distributions.len() > 1 => format!("{workload} {d}"),
-            _ => workload.to_string(),
-        };
+        let name = run_name(workload, distribution, suite.distributions.len());
         for &batch in sizes {
             let mut runs = vec![];
             for _ in 0..suite.reps.max(1) {
@@ -589,6 +581,15 @@ impl Driven for OnDevice<'_> {
     fn restore(&mut self, undo: &[Op]) -> Result<()> {
         let (kb, vb) = (self.key_bytes, self.suite.value_bytes as usize);
         restore(&mut *self.system, self.gpu, undo, self.suite.load_batch, kb, vb, self.suite.seed)
+    }
+}
+
+/// The name of a workload's records run under `distribution`, one of `distributions`: the
+/// distribution is named where there are several.
+pub fn run_name(workload: Workload, distribution: Option<Distribution>, distributions: usize) -> String {
+    match distribution {
+        Some(d) if distributions > 1 => format!("{workload} {d}"),
+        _ => workload.to_string(),
     }
 }
 
@@ -722,7 +723,7 @@ fn restore(
     Ok(())
 }
 
-pub(crate) fn ops_of(suite: &Suite, w: Workload) -> u64 {
+fn ops_of(suite: &Suite, w: Workload) -> u64 {
     match w {
         Workload::A | Workload::B | Workload::C | Workload::D | Workload::F => suite.macro_ops,
         Workload::Delete => suite.micro_ops.min(suite.records),

@@ -209,14 +209,10 @@ impl Scoreboard {
             let of = |system: &str, workload: &str| {
                 records.iter().find(|(g, r)| *g == regime && r.system == system && r.workload == workload)
             };
-            let systems: &[SystemKind] = match regime {
-                Regime::G => &[SystemKind::ZeroCopy],
-                Regime::H => &[SystemKind::Host],
-                Regime::P => &[SystemKind::ZeroCopy, SystemKind::NoCache],
-            };
+            let systems = self.suite(regime).systems;
             for (workload, name) in self.workload_names() {
                 let Some((_, peer)) = of(runner::BEST, &name) else { continue };
-                for kind in systems {
+                for kind in &systems {
                     for (_, g) in records
                         .iter()
                         .filter(|(g, r)| *g == regime && r.system == kind.name() && r.workload == name)
@@ -240,9 +236,8 @@ impl Scoreboard {
     fn workload_names(&self) -> Vec<(Workload, String)> {
         let mut out = vec![(Workload::Load, "load".to_string())];
         for &w in self.workloads.iter().filter(|w| **w != Workload::Load) {
-            for d in &self.distributions {
-                let name = if self.distributions.len() > 1 { format!("{w} {d}") } else { w.to_string() };
-                out.push((w, name));
+            for &d in &self.distributions {
+                out.push((w, runner::run_name(w, Some(d), self.distributions.len())));
             }
         }
         out
